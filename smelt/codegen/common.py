@@ -1,0 +1,118 @@
+"""Pieces every code generator uses: an indented text buffer, CSE, kernel argument lists."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+
+
+class IndentedBuffer:
+    def __init__(self, indent: int = 0):
+        self.lines: list[str] = []
+        self.level = indent
+
+    def writeline(self, line: str = "") -> None:
+        self.lines.append(("    " * self.level + line) if line else "")
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.writeline(line)
+
+    def splice(self, other: "IndentedBuffer") -> None:
+        """Append other's lines as they are: a nested buffer is made at the level it will sit at."""
+        self.lines.extend(other.lines)
+
+    @contextlib.contextmanager
+    def indent(self, by: int = 1):
+        self.level += by
+        try:
+            yield
+        finally:
+            self.level -= by
+
+    def getvalue(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class CSEVar:
+    """A named value in generated code, with its torch dtype and how far it is broadcast.
+
+    `rank` is 0 for a scalar, 1 for a value per x, 2 for a value per (x, r).
+    """
+
+    name: str
+    dtype: torch.dtype
+    rank: int
+
+    def __str__(self):
+        return self.name
+
+
+class CSE:
+    """Names each distinct expression once. Scopes nest: a loop body sees the values made before it,
+    and what it makes is forgotten when it ends (it is not computed outside the loop)."""
+
+    def __init__(self, prefix: str = "tmp"):
+        self.prefix = prefix
+        self.counter = 0
+        self.scopes: list[dict[str, CSEVar]] = [{}]
+
+    def lookup(self, expr: str) -> CSEVar | None:
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        return None
+
+    def generate(self, out: IndentedBuffer, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
+        found = self.lookup(expr)
+        if found is not None:
+            return found
+        var = CSEVar(f"{self.prefix}{self.counter}", dtype, rank)
+        self.counter += 1
+        out.writeline(f"{var.name} = {expr}")
+        self.scopes[-1][expr] = var
+        return var
+
+    def remember(self, key: str, var: CSEVar) -> None:
+        self.scopes[-1][key] = var
+
+    @contextlib.contextmanager
+    def scope(self):
+        self.scopes.append({})
+        try:
+            yield
+        finally:
+            self.scopes.pop()
+
+
+class KernelArgs:
+    """Pointer arguments of a kernel, named in_ptrN / out_ptrN, and the buffers they stand for."""
+
+    def __init__(self):
+        self.inputs: dict[str, str] = {}
+        self.outputs: dict[str, str] = {}
+        self.sizes: list[str] = []
+
+    def input(self, buffer: str) -> str:
+        if buffer in self.outputs:
+            return self.outputs[buffer]
+        return self.inputs.setdefault(buffer, f"in_ptr{len(self.inputs)}")
+
+    def output(self, buffer: str) -> str:
+        if buffer in self.inputs:
+            # Read and written by the same kernel (an input mutation): one pointer does both.
+            ptr = self.inputs.pop(buffer)
+            self.outputs[buffer] = ptr
+            return ptr
+        return self.outputs.setdefault(buffer, f"out_ptr{len(self.outputs)}")
+
+    def size(self, name: str) -> str:
+        if name not in self.sizes:
+            self.sizes.append(name)
+        return name
+
+    def call_order(self) -> list[tuple[str, str]]:
+        """(parameter name, buffer name) in the order the kernel declares them."""
+        return [(ptr, buffer) for buffer, ptr in list(self.inputs.items()) + list(self.outputs.items())]

@@ -1,0 +1,90 @@
+"""What a fused kernel does, independent of the language it is printed in.
+
+A kernel iterates x (outputs) and, if it reduces, r (the reduced elements of each output). Its
+members run in phases: a reduction's result exists only after a full pass over r, so a member
+that needs it runs in the next pass. With the whole row in registers (a persistent reduction) the
+passes are one straight line of code; otherwise each pass is its own loop over r.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+
+from ..scheduler.fusion import FusedGroup
+from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode
+from ..symbolic import static_int
+
+
+@dataclasses.dataclass
+class KernelPlan:
+    group: FusedGroup
+    stored: list[str]
+    placement: dict[str, str]  # node name -> "x" | "xr" | "reduction"
+    phase: dict[str, int]
+    num_phases: int
+
+    @property
+    def xnumel(self):
+        return self.group.xnumel
+
+    @property
+    def rnumel(self):
+        return self.group.rnumel
+
+    @property
+    def nodes(self) -> list[SchedulerNode]:
+        return self.group.nodes
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.group.is_reduction
+
+    def writer_of(self, buffer: str) -> SchedulerNode | None:
+        for n in self.nodes:
+            if n.write_name == buffer:
+                return n
+        return None
+
+    def members_of_phase(self, phase: int, placements: tuple[str, ...]) -> list[SchedulerNode]:
+        return [n for n in self.nodes if self.phase[n.name] == phase and self.placement[n.name] in placements]
+
+    def r_contiguous(self) -> bool:
+        """Whether the main reads walk memory along r (rows) rather than along x (columns)."""
+        for node in self.nodes:
+            if self.placement[node.name] == "x":
+                continue
+            for _, index in node.reads_in_kernel(self.placement[node.name], self.xnumel, self.rnumel):
+                if RINDEX in index.free_symbols:
+                    return index.coeff(RINDEX) == 1 or XINDEX not in index.free_symbols
+        return True
+
+    def static_sizes(self) -> tuple[int | None, int | None]:
+        return static_int(self.xnumel), static_int(self.rnumel)
+
+
+def plan_kernel(group: FusedGroup, stored: list[str]) -> KernelPlan:
+    placement = group.placements()
+    writers = {n.write_name: n for n in group.nodes}
+    phase: dict[str, int] = {}
+    for node in group.nodes:
+        p = 0
+        for name in node.read_names:
+            producer = writers.get(name)
+            if producer is None or producer is node or producer.position > node.position:
+                continue
+            p = max(p, phase[producer.name] + (1 if placement[producer.name] == "reduction" else 0))
+        phase[node.name] = p
+    num_phases = max(phase.values()) + 1
+    return KernelPlan(group, stored, placement, phase, num_phases)
+
+
+def kernel_sizes_symbols(plan: KernelPlan) -> list[sympy.Symbol]:
+    """Size symbols the kernel's index math or bounds mention (passed to it as arguments)."""
+    found = set(sympy.sympify(plan.xnumel).free_symbols) | set(sympy.sympify(plan.rnumel).free_symbols)
+    for node in plan.nodes:
+        for _, index in node.reads_in_kernel(plan.placement[node.name], plan.xnumel, plan.rnumel):
+            found |= index.free_symbols
+        found |= node.store_index(plan.placement[node.name], plan.xnumel, plan.rnumel).free_symbols
+    found -= {XINDEX, RINDEX}
+    return sorted(found, key=str)

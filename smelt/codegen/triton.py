@@ -1,0 +1,536 @@
+"""Prints a KernelPlan as a Triton kernel."""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+from ..scheduler.nodes import RINDEX, XINDEX
+from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
+from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
+from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
+                         PREDICATE_OPS, identity, literal, register_dtype, triton_type)
+
+
+@dataclasses.dataclass
+class BlockConfig:
+    XBLOCK: int
+    RBLOCK: int | None
+    num_warps: int
+    persistent: bool
+
+
+@dataclasses.dataclass
+class TritonKernelSource:
+    """A generated kernel and what the wrapper needs to launch it."""
+
+    name: str
+    source: str
+    params: list[tuple[str, str]]  # (parameter, buffer name)
+    size_args: list[sympy.Expr]
+    xnumel: sympy.Expr
+    rnumel: sympy.Expr | None
+    config: BlockConfig
+    origins: list[str]
+
+
+def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
+    """Block sizes from a heuristic: whole rows in registers when short enough, else loop over r."""
+    xn, rn = plan.static_sizes()
+    budget = 1 << 16 if interpret else 4096  # elements one program handles
+    if not plan.is_reduction:
+        xblock = 1024 if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
+        if xn is not None:
+            xblock = max(1, min(xblock, next_power_of_2(xn)))
+        return BlockConfig(xblock, None, 4 if xblock >= 512 else 2, False)
+    persistent = rn is not None and rn <= persistent_limit
+    if persistent:
+        rblock = next_power_of_2(rn)
+    else:
+        rblock = 1024 if plan.r_contiguous() else 64
+        if interpret:
+            rblock = 1024
+    xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
+    if not interpret:
+        xblock = min(xblock, 64)
+    if xn is not None:
+        xblock = min(xblock, next_power_of_2(xn))
+    num_warps = min(16, max(2, next_power_of_2(xblock * rblock // 512)))
+    return BlockConfig(xblock, rblock, num_warps, persistent)
+
+
+def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
+    kind = "poi" if not plan.is_reduction else ("per" if config.persistent else "red")
+    # "aten._softmax.default" -> "softmax"
+    ops = sorted({o.split(".")[1].strip("_") if o.count(".") >= 1 else o for n in plan.nodes for o in n.buffer.origins})
+    ops = [o for o in ops if o][:5]
+    return f"triton_{kind}_fused_{'_'.join(ops) or 'copy'}_{index}"
+
+
+class TritonKernel:
+    """Generates the body of one kernel by running each member's loop body under TritonOps."""
+
+    def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str):
+        self.plan = plan
+        self.config = config
+        self.graph = graph
+        self.args = KernelArgs()
+        self.cse = CSE()
+        self.body = IndentedBuffer(1)
+        self.helpers: set[str] = set()
+        self.index_dtype = index_dtype
+        self.mask_stack: list[str] = []
+        self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
+        self.node_values: dict[str, CSEVar] = {}  # x-level values and reduction results by buffer
+        self.current: list = []  # members whose bodies are being generated, innermost last
+        self.deferred_stores: list = []
+        self.loop_prologue: IndentedBuffer | None = None
+        self.loop_epilogue: IndentedBuffer | None = None
+        xn, rn = plan.static_sizes()
+        self.need_xmask = xn is None or xn % config.XBLOCK != 0
+        self.need_rmask = plan.is_reduction and (rn is None or rn % config.RBLOCK != 0)
+
+    # ------------------------------------------------------------ values
+
+    def rank_of(self, expr: sympy.Expr) -> int:
+        symbols = sympy.sympify(expr).free_symbols
+        return 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
+
+    def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
+        return self.cse.generate(self.body, expr, dtype, rank)
+
+    def simplify(self, expr) -> sympy.Expr:
+        return simplify_index(sympy.sympify(expr), {XINDEX: self.plan.xnumel, RINDEX: self.plan.rnumel})
+
+    def index_text(self, expr: sympy.Expr) -> str:
+        for symbol in expr.free_symbols - {XINDEX, RINDEX}:
+            self.args.size(str(symbol))
+        return pexpr(expr)
+
+    def mask_for(self, rank: int) -> str | None:
+        parts = []
+        if rank >= 1 and self.need_xmask:
+            parts.append("xmask")
+        if rank >= 2 and self.need_rmask:
+            parts.append("rmask")
+        parts += self.mask_stack
+        return " & ".join(parts) if parts else None
+
+    def load(self, buffer: str, index: sympy.Expr) -> CSEVar:
+        writer = self.plan.writer_of(buffer)
+        reader = self.current[-1] if self.current else None
+        if writer is not None and (reader is None or writer.position < reader.position):
+            return self.value_of(writer)
+        dtype = self._dtype_of(buffer)
+        rank = self.rank_of(index)
+        mask = self.mask_for(rank) if rank else (" & ".join(self.mask_stack) if self.mask_stack else None)
+        if rank == 0:
+            mask = None  # a fixed address is always in bounds
+        ptr = self.args.input(buffer)
+        text = f"tl.load({ptr} + ({self.index_text(index)})"
+        text += f", {mask}, other={literal(0, dtype)})" if mask else ")"
+        if register_dtype(dtype) != dtype:
+            text += f".to({triton_type(register_dtype(dtype))})"
+        return self.emit(text, dtype, rank)
+
+    def value_of(self, node) -> CSEVar:
+        """A fused member's value at the current point: from registers or by re-running its body."""
+        if node.name in self.node_values:
+            return self.node_values[node.name]
+        return self.compute(node)
+
+    def _dtype_of(self, buffer: str) -> torch.dtype:
+        for b in self.graph.buffers:
+            if getattr(b, "storage_name", b.name) == buffer or b.name == buffer:
+                return b.get_dtype()
+        for name, value in self.graph.inputs:
+            if name == buffer:
+                return value.get_dtype()
+        return self.graph.constants[buffer].get_dtype()
+
+    # ------------------------------------------------------------ members
+
+    def compute(self, node) -> CSEVar:
+        from ..ir import use_handler
+        placement = self.plan.placement[node.name]
+        index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
+        self.current.append(node)
+        try:
+            with use_handler(TritonOps(self)):
+                value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+        finally:
+            self.current.pop()
+        value = TritonOps(self).to_dtype(value, node.data.dtype if placement != "reduction" else node.data.src_dtype)
+        if placement == "reduction":
+            value = self.reduction(node, value)
+        if placement != "xr":
+            self.node_values[node.name] = value
+        return value
+
+    def store(self, node, value: CSEVar) -> None:
+        placement = self.plan.placement[node.name]
+        rank = 2 if placement == "xr" else 1
+        index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
+        dtype = node.buffer.get_dtype()
+        text = value.name
+        if value.rank < rank or self.rank_of(index) < rank:
+            text = f"tl.broadcast_to({text}, {self.block_shape(rank)})"
+        if register_dtype(value.dtype) != dtype:
+            text = f"{text}.to({triton_type(dtype)})"
+        ptr = self.args.output(node.write_name)
+        index_text = self.index_text(index)
+        if self.rank_of(index) < rank:
+            index_text = f"tl.broadcast_to({index_text}, {self.block_shape(rank)})" if index_text != "0" else \
+                f"tl.full({self.block_shape(rank)}, 0, tl.int32)"
+        mask = self.mask_for(rank)
+        self.body.writeline(f"tl.store({ptr} + ({index_text}), {text}{', ' + mask if mask else ''})")
+
+    def block_shape(self, rank: int) -> str:
+        if not self.plan.is_reduction:
+            return "[XBLOCK]"
+        return "[XBLOCK, 1]" if rank == 1 else "[XBLOCK, RBLOCK]"
+
+    def emit_member(self, node) -> None:
+        value = self.compute(node)
+        if node.write_name in self.plan.stored:
+            self.store(node, value)
+
+    # ------------------------------------------------------------ reductions
+
+    def reduction(self, node, value: CSEVar) -> CSEVar:
+        rtype = node.data.reduction_type
+        key = (rtype, value.name)
+        if key not in self.reduction_results:
+            if value.rank < 2:
+                value = self.emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", value.dtype, 2)
+            if self.config.persistent:
+                self.reduction_results[key] = self._reduce_persistent(rtype, value)
+            else:
+                self.reduction_results[key] = self._reduce_looped(rtype, value)
+        return self.reduction_results[key][node.data.output_index]
+
+    def _masked(self, value: CSEVar, fill) -> str:
+        mask = self.mask_for(2)
+        if not mask:
+            return value.name
+        return f"tl.where({mask}, {value}, {literal(fill, register_dtype(value.dtype))})"
+
+    def _combine_name(self, rtype: str, dtype: torch.dtype) -> str:
+        base = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin",
+                "welford_reduce": "welford"}[rtype]
+        if rtype in ("max", "min") and not dtype.is_floating_point:
+            base = "int_" + base
+        name = f"_{base}_combine"
+        self.helpers.add(name)
+        return name
+
+    def _reduce_persistent(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
+        dtype = register_dtype(value.dtype)
+        masked = self._masked(value, identity(rtype, value.dtype))
+        if rtype == "sum":
+            return (self.emit(f"tl.reduce({masked}, 1, {self._combine_name('sum', dtype)})[:, None]", dtype, 1),)
+        if rtype in ("max", "min", "prod"):
+            return (self.emit(f"tl.reduce({masked}, 1, {self._combine_name(rtype, dtype)})[:, None]", dtype, 1),)
+        if rtype in ("any", "all"):
+            combine = self._combine_name("max" if rtype == "any" else "min", torch.int8)
+            return (self.emit(f"tl.reduce(({masked}).to(tl.int8), 1, {combine})[:, None] != 0", torch.bool, 1),)
+        if rtype in ("argmax", "argmin"):
+            masked_var = self.emit(masked, value.dtype, 2)
+            positions = self.emit("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", torch.int64, 2)
+            pair = self.emit(f"tl.reduce(({masked_var}, {positions}), 1, {self._combine_name(rtype, dtype)})",
+                             torch.int64, 1)
+            return (self.emit(f"{pair}[1][:, None]", torch.int64, 1),)
+        if rtype == "welford_reduce":
+            # Whole rows are in registers: the exact two-pass formula costs nothing extra.
+            count = "rnumel"
+            add = self._combine_name("sum", dtype)
+            mean = self.emit(f"tl.reduce({masked}, 1, {add})[:, None] / {count}", dtype, 1)
+            centered = self.emit(f"{value} - {mean}", dtype, 2)
+            squares = self._masked(self.emit(f"{centered} * {centered}", dtype, 2), 0)
+            m2 = self.emit(f"tl.reduce({squares}, 1, {add})[:, None]", dtype, 1)
+            weight = self.emit(f"tl.full([XBLOCK, 1], {count}, {triton_type(dtype)})", dtype, 1)
+            return mean, m2, weight
+        raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
+
+    def _reduce_looped(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
+        dtype = register_dtype(value.dtype)
+        ttype = triton_type(dtype)
+        pro, epi = self.loop_prologue, self.loop_epilogue
+        acc = f"acc{self.cse.counter}"
+        self.cse.counter += 1
+        fill = identity(rtype, value.dtype)
+        masked = self._masked(value, fill)
+        if rtype in ("sum", "prod", "max", "min", "any", "all"):
+            acc_dtype = "tl.int8" if rtype in ("any", "all") else ttype
+            pro.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {literal(fill, dtype)}, {acc_dtype})")
+            update = {
+                "sum": f"{acc} + {masked}",
+                "prod": f"{acc} * {masked}",
+                "any": f"tl.maximum({acc}, ({masked}).to(tl.int8))",
+                "all": f"tl.minimum({acc}, ({masked}).to(tl.int8))",
+            }.get(rtype) or f"{self._combine_name(rtype, dtype)}({acc}, {masked})"
+            self.body.writeline(f"{acc} = {update}")
+            result = CSEVar(f"{acc}_result", dtype if rtype not in ("any", "all") else torch.bool, 1)
+            combine_type = {"any": "max", "all": "min"}.get(rtype, rtype)
+            combine = self._combine_name(combine_type, torch.int8 if rtype in ("any", "all") else dtype)
+            final = f"tl.reduce({acc}, 1, {combine})[:, None]" + (" != 0" if rtype in ("any", "all") else "")
+            epi.writeline(f"{result} = {final}")
+            return (result,)
+        if rtype in ("argmax", "argmin"):
+            combine = self._combine_name(rtype, dtype)
+            pro.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {literal(fill, dtype)}, {ttype})")
+            pro.writeline(f"{acc}_index = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+            self.body.writeline(f"{acc}, {acc}_index = {combine}({acc}, {acc}_index, {masked}, "
+                                f"tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64))")
+            result = CSEVar(f"{acc}_result", torch.int64, 1)
+            epi.writeline(f"_, {result} = tl.reduce(({acc}, {acc}_index), 1, {combine})")
+            epi.writeline(f"{result} = {result}[:, None]")
+            return (result,)
+        if rtype == "welford_reduce":
+            for part in ("mean", "m2", "count"):
+                pro.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {ttype})")
+            mask = self.mask_for(2)
+            ones = f"({mask}).to({ttype})" if mask else "1.0"
+            self.body.writeline(f"{acc}_count_next = {acc}_count + {ones}")
+            self.body.writeline(f"{acc}_delta = {value} - {acc}_mean")
+            share = f"{acc}_delta / tl.maximum({acc}_count_next, 1.0)"
+            self.body.writeline(f"{acc}_mean_next = {acc}_mean + " + (f"tl.where({mask}, {share}, 0.0)" if mask else share))
+            growth = f"{acc}_delta * ({value} - {acc}_mean_next)"
+            self.body.writeline(f"{acc}_m2 = {acc}_m2 + " + (f"tl.where({mask}, {growth}, 0.0)" if mask else growth))
+            self.body.writeline(f"{acc}_mean = {acc}_mean_next")
+            self.body.writeline(f"{acc}_count = {acc}_count_next")
+            combine = self._combine_name(rtype, dtype)
+            epi.writeline(f"{acc}_mean_r, {acc}_m2_r, {acc}_count_r = tl.reduce(({acc}_mean, {acc}_m2, {acc}_count), "
+                          f"1, {combine})")
+            return tuple(CSEVar(f"{acc}_{p}_r[:, None]", dtype, 1) for p in ("mean", "m2", "count"))
+        raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
+
+    # ------------------------------------------------------------ structure
+
+    def generate_body(self) -> None:
+        plan = self.plan
+        if not plan.is_reduction:
+            for node in plan.nodes:
+                self.emit_member(node)
+            return
+        if self.config.persistent:
+            self.body.writeline("rindex = rbase")
+            if self.need_rmask:
+                self.body.writeline("rmask = rindex < rnumel")
+        for phase in range(plan.num_phases):
+            for node in plan.members_of_phase(phase, ("x",)):
+                self.emit_member(node)
+            looped = plan.members_of_phase(phase, ("xr", "reduction"))
+            if not looped:
+                continue
+            if self.config.persistent:
+                for node in looped:
+                    self.emit_member(node)
+                continue
+            self._emit_loop(looped)
+
+    def _emit_loop(self, members) -> None:
+        outer = self.body
+        self.loop_prologue, self.loop_epilogue = IndentedBuffer(outer.level), IndentedBuffer(outer.level)
+        loop = IndentedBuffer(outer.level + 1)
+        loop.writeline("rindex = roffset + rbase")
+        if self.need_rmask:
+            loop.writeline("rmask = rindex < rnumel")
+        self.body = loop
+        with self.cse.scope():
+            for node in members:
+                if self.plan.placement[node.name] == "reduction":
+                    self.compute(node)  # results land in the epilogue
+                    if node.write_name in self.plan.stored:
+                        self.deferred_stores.append(node)
+                else:
+                    self.emit_member(node)
+        self.body = outer
+        outer.splice(self.loop_prologue)
+        outer.writeline("for roffset in range(0, rnumel, RBLOCK):")
+        outer.splice(loop)
+        outer.splice(self.loop_epilogue)
+        for node in self.deferred_stores:
+            self.store(node, self.node_values[node.name])
+        self.deferred_stores = []
+
+    def source(self, name: str, interpret: bool, comment_lines: list[str]) -> str:
+        self.generate_body()
+        plan = self.plan
+        sizes = [str(s) for s in kernel_sizes_symbols(plan)]
+        for s in sizes:
+            self.args.size(s)
+        params = [p for p, _ in self.args.call_order()] + self.args.sizes + ["xnumel"]
+        if plan.is_reduction:
+            params.append("rnumel")
+        consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.is_reduction else [])
+        out = IndentedBuffer()
+        out.writelines(comment_lines)
+        out.writeline("import triton")
+        out.writeline("import triton.language as tl")
+        if interpret:
+            out.writeline("from smelt.runtime import interpreter_libdevice as libdevice")
+        else:
+            out.writeline("from triton.language.extra import libdevice")
+        out.writeline()
+        for helper in sorted(self.helpers):
+            out.writeline()
+            for line in COMBINE_HELPERS[helper].splitlines():
+                out.writeline(line)
+        out.writeline()
+        out.writeline("@triton.jit")
+        out.writeline(f"def {name}({', '.join(params + consts)}):")
+        with out.indent():
+            pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
+            out.writeline(f"xoffset = {pid} * XBLOCK")
+            if plan.is_reduction:
+                out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+            else:
+                out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
+            if self.need_xmask:
+                out.writeline("xmask = xindex < xnumel")
+            if plan.is_reduction:
+                out.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
+        out.splice(self.body)
+        return out.getvalue()
+
+
+class TritonOps:
+    """The ops vocabulary printed as Triton expressions inside one kernel."""
+
+    def __init__(self, kernel: TritonKernel):
+        self.k = kernel
+
+    @staticmethod
+    def _const(text: str, dtype: torch.dtype) -> CSEVar:
+        return CSEVar(text, dtype, 0)
+
+    def _operand(self, v: CSEVar) -> str:
+        text = v.name
+        return f"({text})" if text.startswith("-") or " " in text else text
+
+    def load(self, name, index):
+        return self.k.load(name, self.k.simplify(index))
+
+    def constant(self, value, dtype):
+        return self._const(literal(value, dtype), dtype)
+
+    def index_expr(self, expr, dtype):
+        expr = self.k.simplify(expr)
+        if expr.is_Integer:
+            return self._const(str(int(expr)), dtype)
+        return self.k.emit(self.k.index_text(expr), dtype, self.k.rank_of(expr))
+
+    def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
+        if x.dtype == dtype:
+            return x
+        if x.rank == 0 and _is_literal(x.name):
+            return self._const(literal(_literal_value(x.name), dtype), dtype)
+        if dtype == torch.bool:
+            return self.k.emit(f"{self._operand(x)} != 0", dtype, x.rank)
+        src, dst = register_dtype(x.dtype), register_dtype(dtype)
+        if dst == src:
+            if dst != dtype:  # a half-float cast: round through the narrow type
+                return self.k.emit(f"{x}.to({triton_type(dtype)}).to({triton_type(dst)})", dtype, x.rank)
+            return CSEVar(x.name, dtype, x.rank)
+        text = f"{self._operand(x)}.to({triton_type(dst)})"
+        if dst != dtype:
+            text = f"{self._operand(x)}.to({triton_type(dtype)}).to({triton_type(dst)})"
+        return self.k.emit(text, dtype, x.rank)
+
+    def where(self, cond, a, b):
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        return self.k.emit(f"tl.where({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
+
+    def masked(self, mask, body, other):
+        self.k.mask_stack.append(mask.name)
+        try:
+            value = body()
+        finally:
+            self.k.mask_stack.pop()
+        fill = self.constant(other, value.dtype)
+        return self.k.emit(f"tl.where({mask}, {value}, {fill})", value.dtype, max(mask.rank, value.rank))
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def op(*args):
+            return self._apply(name, args)
+        return op
+
+    def _apply(self, name: str, args) -> CSEVar:
+        rank = max(a.rank for a in args)
+        if len(args) == 1:
+            (x,) = args
+            if name == "logical_not":
+                return self.k.emit(f"{self._operand(x)} == 0", torch.bool, rank)
+            if name == "sign":
+                zero = literal(0, x.dtype)
+                text = f"tl.where({x} > {zero}, 1, tl.where({x} < {zero}, -1, 0)).to({triton_type(register_dtype(x.dtype))})"
+                return self.k.emit(text, x.dtype, rank)
+            table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
+            template = table.get(name) or COMMON_UNARY.get(name)
+            if template is None:
+                raise NotImplementedError(f"smelt: op {name} on {x.dtype} has no Triton form")
+            dtype = torch.bool if name in PREDICATE_OPS else x.dtype
+            return self.k.emit(template.format(self._operand(x)), dtype, rank)
+        a, b = args
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        if name in ("logical_and", "logical_or", "logical_xor"):
+            a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
+            symbol = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[name]
+            return self.k.emit(f"{self._operand(a)} {symbol} {self._operand(b)}", torch.bool, rank)
+        if not dtype.is_floating_point and name in ("floordiv", "remainder"):
+            return self._int_floor_op(name, a, b, dtype, rank)
+        if dtype.is_floating_point and name == "remainder":
+            q = self.k.emit(f"tl.floor({self._operand(a)} / {self._operand(b)})", dtype, rank)
+            return self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank)
+        if name in INFIX:
+            out = torch.bool if name in PREDICATE_OPS else dtype
+            return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
+        table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
+        if name not in table:
+            raise NotImplementedError(f"smelt: op {name} on {dtype} has no Triton form")
+        return self.k.emit(table[name].format(a, b), dtype, rank)
+
+    def _int_floor_op(self, name, a, b, dtype, rank):
+        # Triton's integer // and % truncate toward zero; eager floors. Correct by one where they differ.
+        q = self.k.emit(f"{self._operand(a)} // {self._operand(b)}", dtype, rank)
+        r = self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank)
+        differs = self.k.emit(f"({r} != 0) & (({r} < 0) != ({self._operand(b)} < 0))", torch.bool, rank)
+        if name == "floordiv":
+            return self.k.emit(f"tl.where({differs}, {q} - 1, {q})", dtype, rank)
+        return self.k.emit(f"tl.where({differs}, {r} + {self._operand(b)}, {r})", dtype, rank)
+
+
+def _is_literal(text: str) -> bool:
+    try:
+        _literal_value(text)
+        return True
+    except (ValueError, SyntaxError, NameError):
+        return False
+
+
+def _literal_value(text: str):
+    return eval(text, {"float": float, "__builtins__": {}})  # only literals we printed ourselves
+
+
+def index_dtype_for(plan: KernelPlan, graph) -> str:
+    """int32 index math when every size is static and small enough, int64 otherwise."""
+    limit = 2 ** 31 - 1
+    sizes = [plan.xnumel * plan.rnumel]
+    for b in graph.buffers:
+        if b.layout is not None:
+            sizes.append(b.layout.storage_numel())
+    for _, value in graph.inputs:
+        if value is not None and hasattr(value, "layout"):
+            sizes.append(value.layout.storage_numel())
+    for s in sizes:
+        v = static_int(s)
+        if v is None or v > limit:
+            return "tl.int64"
+    return "tl.int32"
+

@@ -1,0 +1,149 @@
+"""How each op of the vocabulary prints in Triton, and how dtypes map to Triton's."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+TRITON_DTYPE = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def register_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a value has in registers: half floats are computed in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def triton_type(dtype: torch.dtype) -> str:
+    try:
+        return TRITON_DTYPE[dtype]
+    except KeyError:
+        raise NotImplementedError(f"smelt: Triton kernels do not support dtype {dtype}") from None
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    """A Python literal for value in dtype, as Triton reads it inside a kernel."""
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return str(int(value))
+
+
+def identity(reduction_type: str, dtype: torch.dtype):
+    """The value a masked-off lane contributes to a reduction."""
+    if reduction_type in ("sum", "any", "welford_reduce"):
+        return 0
+    if reduction_type in ("prod", "all"):
+        return 1
+    low = reduction_type in ("max", "argmax")
+    if dtype.is_floating_point:
+        return float("-inf") if low else float("inf")
+    if dtype == torch.bool:
+        return 0 if low else 1
+    info = torch.iinfo(dtype)
+    return info.min if low else info.max
+
+
+# Unary ops on floats: Triton builtins where they exist, libdevice otherwise.
+FLOAT_UNARY = {
+    "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
+    "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "erf": "tl.erf({0})", "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "sigmoid": "1.0 / (1.0 + tl.exp(-{0}))",
+    "abs": "tl.abs({0})", "reciprocal": "1.0 / {0}", "isnan": "{0} != {0}",
+    "isinf": 'tl.abs({0}) == float("inf")', "round": "libdevice.nearbyint({0})",
+}
+for _name in ("tanh expm1 log1p log10 tan asin acos atan sinh cosh asinh acosh atanh erfc erfinv "
+              "lgamma trunc signbit").split():
+    FLOAT_UNARY[_name] = "libdevice.%s({0})" % _name
+
+INT_UNARY = {
+    "abs": "tl.abs({0})", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}", "round": "{0}",
+    "isnan": "{0} != {0}", "isinf": "{0} != {0}",
+}
+
+COMMON_UNARY = {
+    "neg": "-{0}", "relu": "tl.where({0} < 0, 0, {0})",
+}
+
+INFIX = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+    "gt": ">", "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
+    "right_shift": ">>",
+}
+PREDICATE_OPS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "isnan", "isinf",
+                 "logical_not", "signbit"}
+FLOAT_BINARY = {
+    "pow": "libdevice.pow({0}, {1})", "atan2": "libdevice.atan2({0}, {1})",
+    "copysign": "libdevice.copysign({0}, {1})", "hypot": "libdevice.hypot({0}, {1})",
+    "fmod": "libdevice.fmod({0}, {1})",
+    "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    "floordiv": "tl.floor({0} / {1})",
+}
+INT_BINARY = {
+    "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})", "fmod": "{0} % {1}",
+}
+
+# Combine functions emitted into a kernel's module when its reductions need them.
+# Only Triton builtins and these helpers appear in kernels: Triton's own @jit library functions
+# (tl.sum, tl.sigmoid, ...) cannot run under the interpreter unless it was on when Triton loaded.
+COMBINE_HELPERS = {
+    "_sum_combine": '''@triton.jit
+def _sum_combine(a, b):
+    return a + b
+''',
+    "_max_combine": '''@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_min_combine": '''@triton.jit
+def _min_combine(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_int_max_combine": '''@triton.jit
+def _int_max_combine(a, b):
+    return tl.maximum(a, b)
+''',
+    "_int_min_combine": '''@triton.jit
+def _int_min_combine(a, b):
+    return tl.minimum(a, b)
+''',
+    "_prod_combine": '''@triton.jit
+def _prod_combine(a, b):
+    return a * b
+''',
+    # The first index wins ties, and NaN counts as the extreme value, as in eager.
+    "_argmax_combine": '''@triton.jit
+def _argmax_combine(a, a_index, b, b_index):
+    a_nan = a != a
+    b_nan = b != b
+    a_first = a_index < b_index
+    take_a = (a > b) | (a_nan & ~b_nan) | ((a == b) & a_first) | (a_nan & b_nan & a_first)
+    return tl.where(take_a, a, b), tl.where(take_a, a_index, b_index)
+''',
+    "_argmin_combine": '''@triton.jit
+def _argmin_combine(a, a_index, b, b_index):
+    a_nan = a != a
+    b_nan = b != b
+    a_first = a_index < b_index
+    take_a = (a < b) | (a_nan & ~b_nan) | ((a == b) & a_first) | (a_nan & b_nan & a_first)
+    return tl.where(take_a, a, b), tl.where(take_a, a_index, b_index)
+''',
+    # Chan et al.'s parallel merge of two (mean, m2, count) partial results.
+    "_welford_combine": '''@triton.jit
+def _welford_combine(mean_a, m2_a, count_a, mean_b, m2_b, count_b):
+    count = count_a + count_b
+    share_b = tl.where(count == 0.0, 0.0, count_b / count)
+    delta = mean_b - mean_a
+    return mean_a + delta * share_b, m2_a + m2_b + delta * delta * count_a * share_b, count
+''',
+}

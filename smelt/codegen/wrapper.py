@@ -1,0 +1,138 @@
+"""Prints the Python module that runs one compiled graph: bind sizes, allocate, launch, free, return."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir import InputBuffer
+from ..ir.extern import ExternKernel, MultiOutput
+from ..ir.views import ReinterpretView
+from ..symbolic import pexpr
+from .common import IndentedBuffer
+
+
+def _device_name(device: torch.device) -> str:
+    return f"{device.type}{device.index if device.index is not None else ''}"
+
+
+class WrapperCodegen:
+    def __init__(self, graph, schedule, kernels: dict, title: str):
+        self.graph = graph
+        self.schedule = schedule
+        self.kernels = kernels  # step index -> TritonKernelSource
+        self.title = title
+        self.devices: dict[str, torch.device] = {}
+        self.bound: set[sympy.Symbol] = set()
+
+    def literal(self, value) -> str:
+        """Python source for an extern call's argument."""
+        if isinstance(value, (list, tuple)):
+            inner = ", ".join(self.literal(v) for v in value)
+            return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+        if isinstance(value, ReinterpretView):
+            return self.strided(value.name, value.layout)
+        if isinstance(value, (InputBuffer,)) or hasattr(value, "layout") and hasattr(value, "name"):
+            return getattr(value, "storage_name", None) or value.name
+        if isinstance(value, sympy.Expr):
+            return pexpr(value)
+        if isinstance(value, torch.device):
+            return self.device(value)
+        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+            return str(value)
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            return f'float("{value}")'
+        return repr(value)
+
+    def device(self, device: torch.device) -> str:
+        name = _device_name(device)
+        self.devices[name] = device
+        return name
+
+    def strided(self, name: str, layout) -> str:
+        size = ", ".join(pexpr(s) for s in layout.size)
+        stride = ", ".join(pexpr(s) for s in layout.stride)
+        return f"torch.as_strided({name}, ({size}{',' if len(layout.size) == 1 else ''}), " \
+               f"({stride}{',' if len(layout.stride) == 1 else ''}), {pexpr(layout.offset)})"
+
+    def allocate(self, out: IndentedBuffer, name: str, layout) -> None:
+        size = ", ".join(pexpr(s) for s in layout.size)
+        stride = ", ".join(pexpr(s) for s in layout.stride)
+        comma = "," if len(layout.size) == 1 else ""
+        out.writeline(f"{name} = torch.empty_strided(({size}{comma}), ({stride}{comma}), "
+                      f"device={self.device(layout.device)}, dtype={layout.dtype})")
+
+    def bind_sizes(self, out: IndentedBuffer) -> None:
+        for name, value in self.graph.inputs:
+            if isinstance(value, sympy.Symbol) and value not in self.bound:
+                out.writeline(f"{value} = {name}")
+                self.bound.add(value)
+            elif isinstance(value, InputBuffer):
+                layout = value.layout
+                for what, exprs in (("size", layout.size), ("stride", layout.stride)):
+                    for d, e in enumerate(exprs):
+                        if isinstance(e, sympy.Symbol) and e not in self.bound:
+                            out.writeline(f"{e} = {name}.{what}({d})")
+                            self.bound.add(e)
+
+    def generate(self) -> str:
+        body = IndentedBuffer(1)
+        input_names = [name for name, _ in self.graph.inputs]
+        if input_names:
+            body.writeline(f"{', '.join(input_names)}{',' if len(input_names) == 1 else ''} = args")
+        body.writeline("args.clear()")
+        self.bind_sizes(body)
+        buffers = {b.name: b for b in self.graph.buffers}
+        allocated = {name for name, v in self.graph.inputs} | set(self.graph.constants)
+        for k, step in enumerate(self.schedule.steps):
+            if step.is_extern:
+                self.extern_call(body, step.group.nodes[0].buffer)
+            else:
+                kernel = self.kernels[k]
+                for name in step.stored:
+                    if name not in allocated:
+                        self.allocate(body, name, buffers[name].layout)
+                        allocated.add(name)
+                args = [buffer for _, buffer in kernel.params] + [pexpr(s) for s in kernel.size_args]
+                args.append(pexpr(kernel.xnumel))
+                if kernel.rnumel is not None:
+                    args.append(pexpr(kernel.rnumel))
+                body.writeline(f"{kernel.name}({', '.join(args)})")
+            if step.frees:
+                body.writeline(f"del {', '.join(step.frees)}")
+        results = [self.output(o) for o in self.graph.outputs]
+        body.writeline(f"return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+
+        out = IndentedBuffer()
+        out.writeline(f"# smelt wrapper: {self.title}")
+        for kernel in self.kernels.values():
+            out.writeline(f"# {kernel.name}: {', '.join(kernel.origins)}")
+        out.writeline("import math")
+        out.writeline("import torch")
+        for name, device in self.devices.items():
+            out.writeline(f"{name} = torch.device({str(device)!r})")
+        out.writeline("")
+        out.writeline("")
+        out.writeline("def call(args):")
+        out.splice(body)
+        return out.getvalue()
+
+    def extern_call(self, out: IndentedBuffer, buffer) -> None:
+        if isinstance(buffer, MultiOutput):
+            out.writeline(f"{buffer.name} = {buffer.parent.name}{''.join(f'[{i}]' for i in buffer.path)}")
+            return
+        assert isinstance(buffer, ExternKernel)
+        op = buffer.op
+        target = f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+        args = [self.literal(a) for a in buffer.args]
+        args += [f"{k}={self.literal(v)}" for k, v in buffer.kwargs.items()]
+        note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
+        out.writeline(f"{buffer.name} = {target}({', '.join(args)}){note}")
+
+    def output(self, spec) -> str:
+        if spec.kind == "none":
+            return "None"
+        if spec.kind == "scalar":
+            return pexpr(spec.expr) if isinstance(spec.expr, sympy.Expr) else repr(spec.expr)
+        if spec.kind == "view":
+            return self.strided(spec.name, spec.layout)
+        return spec.name

@@ -1,0 +1,43 @@
+"""One settings object for smelt, each field overridable by an SMELT_* environment variable.
+
+Environment variables are read when `Config()` is built, and `current()` builds a fresh one per
+compiled graph, so a test or a user may change them between compiles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    # Which code generator runs graphs whose tensors live on the CPU. Until the Halide backend
+    # exists, the Triton interpreter is the only CPU backend.
+    cpu_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CPU_BACKEND", "triton"))
+    cuda_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CUDA_BACKEND", "triton"))
+    # When set, every compiled graph dumps its stages into its own subfolder here.
+    debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("SMELT_DEBUG_DIR") or None)
+    # Where generated kernel and wrapper sources are written so Triton can read them back.
+    cache_dir: str = dataclasses.field(
+        default_factory=lambda: _env("SMELT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "smelt_cache"))
+    )
+    # Reductions whose rows are at most this long keep the whole row in registers.
+    persistent_reduction_limit: int = dataclasses.field(
+        default_factory=lambda: int(_env("SMELT_PERSISTENT_REDUCTION_LIMIT", "4096"))
+    )
+
+    def backend_for(self, device_type: str) -> str:
+        if device_type == "cpu":
+            return self.cpu_backend
+        if device_type == "cuda":
+            return self.cuda_backend
+        raise ValueError(f"smelt: no code generator for device type {device_type!r}")
+
+
+def current() -> Config:
+    return Config()

@@ -1,0 +1,21 @@
+"""The decomposition table AOTAutograd applies before smelt sees a graph.
+
+PyTorch's core-ATen decompositions, plus composite ops smelt would rather see as their parts
+(softmax, layer_norm, ...) so that the parts fuse into one kernel.
+"""
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+_EXTRA = [
+    aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.leaky_relu, aten.elu, aten.hardtanh,
+    aten.embedding, aten.native_group_norm, aten.native_batch_norm, aten._native_batch_norm_legit_functional,
+    aten._native_batch_norm_legit_no_training,
+]
+
+
+def decomposition_table() -> dict:
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(_EXTRA))
+    return table

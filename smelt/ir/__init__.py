@@ -1,0 +1,7 @@
+"""The loop-level IR: nodes, loop nests, views, extern calls, and the ops vocabulary."""
+from .extern import ExternKernel, MultiOutput
+from .loops import REDUCTION_OUTPUTS, Loops, Pointwise, Reduction
+from .nodes import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, IRNode,
+                    Layout, StorageBox, TensorBox, make_contiguous_layout)
+from .ops import ops, use_handler
+from .views import ReinterpretView, View, as_strided_layout

@@ -1,0 +1,214 @@
+"""IRNode, TensorBox, StorageBox, buffers and layouts.
+
+A lowering returns a TensorBox. Its data is either a StorageBox (something that owns storage:
+an unrealized loop nest, or a realized Buffer) or a view of one. Realizing a StorageBox turns its
+loop nest into a ComputedBuffer registered with the graph, after which readers load from memory
+instead of recomputing the loop body inline.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import sympy
+import torch
+
+from ..symbolic import Expr, contiguous_strides, product, sympify
+from .ops import ops
+
+Index = Sequence[Expr]
+Loader = Callable[[Index], object]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a tensor's elements live: size, stride and offset in elements of `dtype`."""
+
+    device: torch.device
+    dtype: torch.dtype
+    size: tuple
+    stride: tuple
+    offset: Expr = sympy.Integer(0)
+
+    def index(self, index: Index) -> Expr:
+        assert len(index) == len(self.size), (index, self.size)
+        return self.offset + sum((i * s for i, s in zip(index, self.stride) if s != 0), sympy.Integer(0))
+
+    def numel(self) -> Expr:
+        return product(self.size)
+
+    def is_contiguous(self) -> bool:
+        return all(
+            sz == 1 or st == want for sz, st, want in zip(self.size, self.stride, contiguous_strides(self.size))
+        ) and self.offset == 0
+
+    def storage_numel(self) -> Expr:
+        """Elements the storage must hold for every index of this layout to be in bounds."""
+        if any(s == 0 for s in self.size):
+            return sympy.Integer(0)
+        return self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride)), sympy.Integer(0))
+
+    def __str__(self):
+        dt = str(self.dtype).replace("torch.", "")
+        return f"{dt}[{', '.join(map(str, self.size))}] stride=({', '.join(map(str, self.stride))}) on {self.device}"
+
+
+class FixedLayout(Layout):
+    """A layout that may not change: graph inputs, extern outputs, anything handed to ATen."""
+
+
+class FlexibleLayout(Layout):
+    """Contiguous until someone who cares (a graph output, an extern call) fixes its strides."""
+
+
+def make_contiguous_layout(device, dtype, size, cls=FlexibleLayout) -> Layout:
+    size = tuple(sympify(s) for s in size)
+    return cls(device, dtype, size, tuple(contiguous_strides(size)))
+
+
+class IRNode:
+    origins: frozenset = frozenset()
+
+    def get_size(self) -> list[Expr]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> Loader:
+        raise NotImplementedError
+
+    def get_numel(self) -> Expr:
+        return product(self.get_size())
+
+
+class Buffer(IRNode):
+    """Memory with a name and a layout; readers load from it."""
+
+    def __init__(self, name: str, layout: Layout):
+        self.name = name
+        self.layout = layout
+
+    def get_size(self):
+        return list(self.layout.size)
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self) -> Loader:
+        name, layout = self.name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+    def describe(self) -> str:
+        return f"{self.name}: {type(self).__name__} {self.layout}"
+
+
+class InputBuffer(Buffer):
+    """A tensor passed to the compiled graph."""
+
+
+class ConstantBuffer(Buffer):
+    """A tensor the graph captured (a get_attr); the wrapper holds it."""
+
+    def __init__(self, name: str, layout: Layout, value: torch.Tensor):
+        super().__init__(name, layout)
+        self.value = value
+
+
+class ComputedBuffer(Buffer):
+    """A buffer whose elements a loop nest (Pointwise or Reduction) computes.
+
+    `mutates` names a graph input this buffer's elements are written into instead of fresh memory.
+    """
+
+    def __init__(self, name: str, layout: Layout, data, mutates: str | None = None):
+        super().__init__(name, layout)
+        self.data = data
+        self.mutates = mutates
+        self.origins = data.origins
+
+    @property
+    def storage_name(self) -> str:
+        return self.mutates or self.name
+
+    def make_loader(self) -> Loader:
+        name, layout = self.storage_name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+    def fix_strides(self, stride: Sequence[Expr]) -> None:
+        assert isinstance(self.layout, FlexibleLayout), f"{self.name} already has fixed strides"
+        self.layout = FixedLayout(self.layout.device, self.layout.dtype, self.layout.size, tuple(stride))
+
+    def describe(self) -> str:
+        target = f" (writes into {self.mutates})" if self.mutates else ""
+        return f"{self.name}: {self.layout}{target} = {self.data}"
+
+
+class StorageBox(IRNode):
+    """Owns storage: an unrealized loop nest until `realize`, then a Buffer."""
+
+    def __init__(self, data: IRNode):
+        self.data = data
+
+    @property
+    def origins(self):
+        return self.data.origins
+
+    def get_size(self):
+        return self.data.get_size()
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self) -> Loader:
+        return self.data.make_loader()
+
+    def is_realized(self) -> bool:
+        return isinstance(self.data, Buffer)
+
+    def realize(self, graph) -> Buffer:
+        if not self.is_realized():
+            self.data = graph.register_computed(self.data)
+        return self.data
+
+    def __str__(self):
+        return f"StorageBox({self.data})"
+
+
+class TensorBox(IRNode):
+    """What a lowering returns: a handle whose data may be replaced by a realized form."""
+
+    def __init__(self, data: IRNode):
+        self.data = data
+
+    @staticmethod
+    def of_storage(node: IRNode) -> "TensorBox":
+        return TensorBox(StorageBox(node))
+
+    @property
+    def origins(self):
+        return self.data.origins
+
+    def get_size(self):
+        return self.data.get_size()
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self) -> Loader:
+        return self.data.make_loader()
+
+    def __str__(self):
+        return f"TensorBox({self.data})"

@@ -1,0 +1,98 @@
+"""The scalar op vocabulary that loop bodies are written in, and the handler that interprets it.
+
+A Pointwise or Reduction node holds `inner_fn(index) -> value`, written against `ops`. Calling it
+while a handler is installed gives whatever that handler makes: Triton code (codegen), the list of
+buffers read (dependency analysis), or readable text (IR dumps). This is smelt's one piece of
+context-scoped state; everything else is passed explicitly.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Callable
+
+# The ops every handler understands. Unary and binary math take and return handler values;
+# `load` takes a buffer name and a sympy index; `constant` a Python scalar and a torch dtype;
+# `index_expr` a sympy expression of the loop's index vars; `masked` a mask value, a zero-argument
+# body function, and the value where the mask is false (loads inside the body are masked too).
+UNARY_OPS = (
+    "neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh "
+    "tanh asinh acosh atanh erf erfc erfinv sigmoid reciprocal floor ceil trunc round sign signbit "
+    "isnan isinf logical_not bitwise_not relu lgamma"
+).split()
+BINARY_OPS = (
+    "add sub mul truediv floordiv remainder fmod pow maximum minimum atan2 copysign hypot "
+    "eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
+    "left_shift right_shift"
+).split()
+OTHER_OPS = "load constant index_expr to_dtype where masked".split()
+ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
+
+_handler: contextvars.ContextVar[Any] = contextvars.ContextVar("smelt_ops_handler", default=None)
+
+
+class _OpsProxy:
+    """`ops.add(a, b)` calls `add` on the handler installed by `use_handler`."""
+
+    def __getattr__(self, name: str) -> Callable:
+        if name not in ALL_OPS:
+            raise AttributeError(f"smelt: '{name}' is not in the ops vocabulary")
+
+        # Resolved at call time, so `ops.exp` can be stored before any handler is installed.
+        def call(*args, **kwargs):
+            handler = _handler.get()
+            if handler is None:
+                raise RuntimeError(f"smelt: ops.{name} called outside of a handler (no loop body is being traced)")
+            return getattr(handler, name)(*args, **kwargs)
+        call.__name__ = name
+        return call
+
+
+ops = _OpsProxy()
+
+
+@contextlib.contextmanager
+def use_handler(handler):
+    token = _handler.set(handler)
+    try:
+        yield handler
+    finally:
+        _handler.reset(token)
+
+
+class TextHandler:
+    """Renders a loop body as one readable expression, for IR dumps and error messages."""
+
+    def __getattr__(self, name: str):
+        if name in UNARY_OPS or name in BINARY_OPS:
+            return lambda *args: f"{name}({', '.join(map(str, args))})"
+        raise AttributeError(name)
+
+    def load(self, name, index):
+        return f"{name}[{index}]"
+
+    def constant(self, value, dtype):
+        return repr(value)
+
+    def index_expr(self, expr, dtype):
+        return f"index({expr})"
+
+    def to_dtype(self, x, dtype):
+        return f"{x}.to({str(dtype).replace('torch.', '')})"
+
+    def where(self, cond, a, b):
+        return f"where({cond}, {a}, {b})"
+
+    def masked(self, mask, body, other):
+        return f"masked({mask}, {body()}, {other!r})"
+
+
+class ReadsHandler(TextHandler):
+    """Records every (buffer name, index) a loop body loads."""
+
+    def __init__(self):
+        self.reads: list[tuple[str, Any]] = []
+
+    def load(self, name, index):
+        self.reads.append((name, index))
+        return super().load(name, index)

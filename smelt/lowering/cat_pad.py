@@ -1,0 +1,88 @@
+"""cat and constant_pad_nd: outputs assembled from pieces of inputs with masked loads."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir import Pointwise, TensorBox, ops
+from ..symbolic import sympify
+from .common import out_size, scalar_value
+from .registry import lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.cat)
+def cat(g, tensors, dim=0):
+    meta = g.out_meta
+    size = out_size(g)
+    dim = dim + len(size) if dim < 0 else dim
+    # Legacy rule: 1-D empty tensors are skipped whatever the other shapes.
+    pieces = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    if len(pieces) == 1:
+        return _cast(g, pieces[0], meta.dtype)
+    starts, offset = [], sympy.Integer(0)
+    for t in pieces:
+        starts.append(offset)
+        offset = offset + sympify(t.get_size()[dim])
+    loaders = [t.make_loader() for t in pieces]
+    dtype = meta.dtype
+
+    def inner_fn(index):
+        i = index[dim]
+        result = None
+        # Walk pieces from last to first: each masked load only reads inside its own piece.
+        for t, start, load in reversed(list(zip(pieces, starts, loaders))):
+            shifted = list(index)
+            shifted[dim] = i - start
+
+            def body(load=load, shifted=shifted, t=t):
+                v = load(shifted)
+                return v if t.get_dtype() == dtype else ops.to_dtype(v, dtype)
+            if result is None:
+                result = body()
+                continue
+            end = start + sympify(t.get_size()[dim])
+            inside = ops.lt(ops.index_expr(i, torch.int64), ops.index_expr(end, torch.int64))
+            result = ops.where(inside, ops.masked(inside, body, 0), result)
+        return result
+    origins = g.origin.union(*[t.origins for t in pieces])
+    return TensorBox.of_storage(Pointwise(meta.device, dtype, inner_fn, size, origins))
+
+
+def _cast(g, x, dtype):
+    if x.get_dtype() == dtype:
+        return x
+    load = x.make_loader()
+    return TensorBox.of_storage(Pointwise(x.get_device(), dtype, lambda idx: ops.to_dtype(load(idx), dtype),
+                                          x.get_size(), g.origin | x.origins))
+
+
+@lowering(aten.constant_pad_nd)
+def constant_pad_nd(g, x, pad, value=0):
+    size = out_size(g)
+    old = x.get_size()
+    ndim = len(size)
+    # pad lists (before, after) pairs starting from the last dimension.
+    befores = [sympy.Integer(0)] * ndim
+    for k in range(len(pad) // 2):
+        befores[ndim - 1 - k] = sympify(pad[2 * k])
+    load = x.make_loader()
+    dtype = g.out_meta.dtype
+
+    def inner_fn(index):
+        source = [i - b for i, b in zip(index, befores)]
+        conditions = []
+        for d, (s, b) in enumerate(zip(source, befores)):
+            if b == 0 and len(pad) // 2 <= ndim - 1 - d:
+                continue
+            lo = ops.ge(ops.index_expr(s, torch.int64), ops.constant(0, torch.int64))
+            hi = ops.lt(ops.index_expr(s, torch.int64), ops.index_expr(old[d], torch.int64))
+            conditions += [lo, hi]
+        if not conditions:
+            return load(source)
+        inside = conditions[0]
+        for c in conditions[1:]:
+            inside = ops.logical_and(inside, c)
+        return ops.where(inside, ops.masked(inside, lambda: load(source), value), scalar_value(value, dtype))
+    return TensorBox.of_storage(Pointwise(g.out_meta.device, dtype, inner_fn, size, g.origin | x.origins))

@@ -1,0 +1,99 @@
+"""Helpers every lowering family uses: broadcasting loaders and building Pointwise nodes."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import sympy
+import torch
+
+from ..ir import Pointwise, TensorBox, ops
+from ..symbolic import Expr, sympify
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, TensorBox)
+
+
+def low_precision(dtype: torch.dtype) -> bool:
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+def broadcast_loader(x: TensorBox, size: Sequence[Expr]) -> Callable:
+    """A loader over `size` that reads x broadcast to it (numpy rules, aligned from the right)."""
+    inner = x.make_loader()
+    xsize = x.get_size()
+    lead = len(size) - len(xsize)
+    assert lead >= 0, (xsize, size)
+
+    def load(index):
+        index = list(index)[lead:]
+        return inner([sympy.Integer(0) if s == 1 and t != 1 else i for i, s, t in zip(index, xsize, size[lead:])])
+    return load
+
+
+def scalar_value(value, dtype: torch.dtype):
+    """A handler value for a Python or symbolic scalar, in `dtype`."""
+    if isinstance(value, sympy.Expr):
+        if value.is_Integer:
+            return ops.constant(int(value), dtype)
+        if value.is_Float:
+            return ops.constant(float(value), dtype)
+        return ops.to_dtype(ops.index_expr(value, torch.int64), dtype)
+    return ops.constant(value, dtype)
+
+
+def out_size(graph) -> list[Expr]:
+    return [sympify(s) for s in graph.out_meta.shape]
+
+
+def device_of(graph, args) -> torch.device:
+    for a in args:
+        if is_tensor(a):
+            return a.get_device()
+    return graph.out_meta.device
+
+
+def make_pointwise(graph, args: Sequence, fn: Callable, compute_dtype: torch.dtype | None = None,
+                   out_dtype: torch.dtype | None = None, size: Sequence[Expr] | None = None) -> TensorBox:
+    """Elementwise `fn` over `args` (TensorBoxes or scalars), broadcast to the op's output shape.
+
+    Inputs are cast to `compute_dtype` (default: the output dtype eager produces; a list gives
+    one dtype per argument) before `fn`, and the result to `out_dtype` (default: eager's).
+    """
+    meta = graph.out_meta
+    out_dtype = out_dtype or meta.dtype
+    compute_dtype = compute_dtype or out_dtype
+    arg_dtypes = list(compute_dtype) if isinstance(compute_dtype, (list, tuple)) else [compute_dtype] * len(args)
+    size = list(size) if size is not None else out_size(graph)
+    loaders = [broadcast_loader(a, size) if is_tensor(a) else None for a in args]
+
+    def inner_fn(index):
+        values = []
+        for a, load, dtype in zip(args, loaders, arg_dtypes):
+            if load is None:
+                values.append(scalar_value(a, dtype))
+            else:
+                v = load(index)
+                values.append(v if a.get_dtype() == dtype else ops.to_dtype(v, dtype))
+        # A cast to the dtype a value already has is dropped by the code generator.
+        return ops.to_dtype(fn(*values), out_dtype)
+
+    origins = graph.origin.union(*[a.origins for a in args if is_tensor(a)])
+    return TensorBox.of_storage(Pointwise(device_of(graph, args), out_dtype, inner_fn, size, origins))
+
+
+def common_dtype(*args) -> torch.dtype:
+    """Eager's type promotion among tensor and scalar arguments."""
+    import torch._prims_common as utils
+    probes = []
+    for a in args:
+        if is_tensor(a):
+            probes.append(torch.empty((1,) * len(a.get_size()) if a.get_size() else (), dtype=a.get_dtype(),
+                                      device="meta"))
+        elif isinstance(a, sympy.Expr):
+            probes.append(1 if a.is_integer else 1.0)
+        elif a is not None:
+            probes.append(a)
+    _, result = utils.elementwise_dtypes(*probes,
+                                         type_promotion_kind=utils.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return result

@@ -1,0 +1,83 @@
+"""Ops that run in ATen: matrix products and convolutions by choice, anything unlowered as fallback."""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
+from ..ir.extern import walk_args
+from ..ir.nodes import InputBuffer
+from ..ir.views import ReinterpretView
+from .graph import _layout_of, origin_name
+from .registry import lowering
+
+aten = torch.ops.aten
+log = logging.getLogger("smelt.lowering")
+
+
+def _realize_args(g, value):
+    return walk_args(value, lambda a: g.realize(a) if isinstance(a, TensorBox) else a)
+
+
+def make_extern(g, op, args, kwargs, is_fallback: bool):
+    """Run `op` through ATen, its tensor inputs realized, its outputs described by the FX meta."""
+    args = _realize_args(g, tuple(args))
+    kwargs = {k: _realize_args(g, v) for k, v in kwargs.items()}
+    meta = g.out_meta
+    origins = g.origin
+    if isinstance(meta, torch.Tensor):
+        node = ExternKernel(g.new_name(), _layout_of(meta), op, args, kwargs, origins, is_fallback)
+        g.register_buffer(node)
+        return TensorBox(StorageBox(node))
+    node = ExternKernel(g.new_name(), None, op, args, kwargs, origins, is_fallback)
+    g.register_buffer(node)
+
+    def outputs(value, path):
+        if isinstance(value, torch.Tensor):
+            out = MultiOutput(g.new_name(), _layout_of(value), node, path)
+            g.register_buffer(out)
+            return TensorBox(StorageBox(out))
+        if isinstance(value, (list, tuple)):
+            return type(value)(outputs(v, path + (k,)) for k, v in enumerate(value))
+        return value
+    return outputs(meta, ())
+
+
+def fallback(g, op, args, kwargs):
+    if not isinstance(op, torch._ops.OpOverload):
+        raise NotImplementedError(f"smelt: cannot run {op} through ATen (not an ATen op overload)")
+    name = origin_name(g.node)
+    log.debug("smelt: no lowering for %s; it runs through its ATen kernel", name)
+    g.fallback_ops.append(name)
+    return make_extern(g, op, args, kwargs, is_fallback=True)
+
+
+@lowering(aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten._convolution,
+          aten.convolution_backward, aten._scaled_dot_product_flash_attention,
+          aten._scaled_dot_product_efficient_attention)
+def extern_call(g, *args, **kwargs):
+    return make_extern(g, g.node.target, args, kwargs, is_fallback=False)
+
+
+@lowering(aten.copy_)
+def copy_(g, dst, src, non_blocking=False):
+    """Writes into a graph input (an input mutation the functional graph kept): the input is updated."""
+    data = dst.data
+    if not (isinstance(data, StorageBox) and isinstance(data.data, InputBuffer)):
+        return NotImplemented
+    target = data.data
+    size = target.get_size()
+    from .common import broadcast_loader
+    load = broadcast_loader(src, size)
+    dtype = target.get_dtype()
+    loops = Pointwise(target.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype), size,
+                      g.origin | src.origins)
+    g.register_computed(loops, layout=target.layout, mutates=target.name)
+    return dst
+
+
+@lowering(aten.copy)
+def copy(g, dst, src, non_blocking=False):
+    from .common import make_pointwise
+    return make_pointwise(g, [src], lambda v: v, compute_dtype=src.get_dtype())

@@ -1,0 +1,247 @@
+"""Walks an ATen FX graph and builds the IR graph: buffers in program order, inputs, outputs."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from ..errors import LoweringError
+from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, FixedLayout, FlexibleLayout, InputBuffer,
+                  Loops, Pointwise, StorageBox, TensorBox, View, as_strided_layout, make_contiguous_layout)
+from ..ir.views import ReinterpretView
+from ..symbolic import contiguous_strides, sympify
+from . import registry
+
+log = logging.getLogger("smelt.lowering")
+
+
+@dataclass
+class OutputSpec:
+    """How the wrapper produces one graph output."""
+
+    kind: str  # "buffer" | "view" | "none" | "scalar"
+    name: str | None = None
+    layout: Any = None  # for "view": the FixedLayout over buffer `name`
+    expr: Any = None  # for "scalar"
+
+
+class IRGraph:
+    """The IR of one FX graph, built in program order by `lower_graph`."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.buffers: list[Buffer] = []
+        self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
+        self.constants: dict[str, ConstantBuffer] = {}
+        self.outputs: list[OutputSpec] = []
+        self.fallback_ops: list[str] = []
+        self.node: torch.fx.Node | None = None
+        self._counter = 0
+
+    # ------------------------------------------------------------ building
+
+    def new_name(self) -> str:
+        name = f"buf{self._counter}"
+        self._counter += 1
+        return name
+
+    @property
+    def origin(self) -> frozenset:
+        return frozenset([origin_name(self.node)]) if self.node is not None else frozenset()
+
+    @property
+    def out_meta(self):
+        return self.node.meta.get("val") if self.node is not None else None
+
+    def register_computed(self, loops: Loops, layout=None, mutates: str | None = None) -> ComputedBuffer:
+        if layout is None:
+            layout = make_contiguous_layout(loops.get_device(), loops.get_dtype(), loops.get_size())
+        buffer = ComputedBuffer(self.new_name(), layout, loops, mutates=mutates)
+        self.buffers.append(buffer)
+        return buffer
+
+    def register_buffer(self, buffer: Buffer) -> Buffer:
+        self.buffers.append(buffer)
+        return buffer
+
+    def realize(self, box: TensorBox) -> Buffer | ReinterpretView:
+        """A strided form of `box` that can be handed to ATen or returned, copying only if needed."""
+        data = box.data if isinstance(box, TensorBox) else box
+        if isinstance(data, StorageBox):
+            return data.realize(self)
+        if isinstance(data, ReinterpretView):
+            return data
+        strided = as_strided_layout(data)
+        if strided is not None:
+            buffer, layout = strided
+            if layout == buffer.layout:
+                return buffer
+            return ReinterpretView(buffer, layout)
+        loops = Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), data.get_size(), data.origins)
+        return self.register_computed(loops)
+
+    # ------------------------------------------------------------ text
+
+    def describe(self) -> str:
+        lines = [f"inputs: {', '.join(n for n, _ in self.inputs)}"]
+        for name, c in self.constants.items():
+            lines.append(c.describe())
+        lines += [b.describe() for b in self.buffers]
+        lines.append("outputs: " + ", ".join(
+            o.kind if o.kind == "none" else f"{o.name or o.expr}" + (f" as {o.layout}" if o.layout else "")
+            for o in self.outputs))
+        return "\n".join(lines)
+
+
+def origin_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def _layout_of(val: torch.Tensor, cls=FixedLayout):
+    return cls(val.device, val.dtype, tuple(sympify(s) for s in val.shape),
+               tuple(sympify(s) for s in val.stride()), sympify(val.storage_offset()))
+
+
+def _is_symbolic_scalar(val) -> bool:
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def lower_graph(gm: torch.fx.GraphModule) -> IRGraph:
+    graph = IRGraph(gm)
+    env: dict[torch.fx.Node, Any] = {}
+
+    def lookup_env(a):
+        return env[a] if isinstance(a, torch.fx.Node) else a
+
+    for node in gm.graph.nodes:
+        graph.node = node
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            env[node] = _lower_placeholder(graph, node, val)
+        elif node.op == "get_attr":
+            env[node] = _lower_constant(graph, node)
+        elif node.op == "call_function":
+            if _is_symbolic_scalar(val):
+                env[node] = sympify(val)  # size arithmetic: the meta value already is the expression
+                continue
+            args = torch.fx.node.map_aggregate(node.args, lookup_env)
+            kwargs = torch.fx.node.map_aggregate(node.kwargs, lookup_env)
+            env[node] = _lower_call(graph, node, args, kwargs)
+            _maybe_realize(graph, node, env[node])
+        elif node.op == "output":
+            (results,) = node.args
+            graph.node = None
+            for fx_out in results:
+                value = env[fx_out] if isinstance(fx_out, torch.fx.Node) else fx_out
+                meta = fx_out.meta.get("val") if isinstance(fx_out, torch.fx.Node) else None
+                graph.outputs.append(_lower_output(graph, value, meta))
+        else:
+            raise LoweringError(f"smelt: unsupported FX node kind {node.op!r} ({node.format_node()})")
+    return graph
+
+
+def _lower_placeholder(graph: IRGraph, node, val):
+    if isinstance(val, torch.Tensor):
+        buffer = InputBuffer(node.name, _layout_of(val))
+        graph.inputs.append((node.name, buffer))
+        return TensorBox.of_storage(buffer)
+    if _is_symbolic_scalar(val):
+        expr = sympify(val)
+        graph.inputs.append((node.name, expr))
+        return expr
+    graph.inputs.append((node.name, None))
+    return val
+
+
+def _lower_constant(graph: IRGraph, node):
+    value = getattr(graph.gm, node.target)
+    if not isinstance(value, torch.Tensor):
+        return value
+    buffer = ConstantBuffer(node.name, _layout_of(value), value)
+    graph.constants[node.name] = buffer
+    return TensorBox.of_storage(buffer)
+
+
+def _lower_call(graph: IRGraph, node, args, kwargs):
+    target = node.target
+    if target is operator.getitem:
+        return args[0][args[1]]
+    fn = registry.lookup(target)
+    try:
+        if fn is not None:
+            result = fn(graph, *args, **kwargs)
+            if result is not NotImplemented:
+                _check_shape(node, result)
+                return result
+        from .extern_calls import fallback
+        return fallback(graph, target, args, kwargs)
+    except LoweringError:
+        raise
+    except Exception as e:
+        raise LoweringError(f"smelt: lowering {origin_name(node)} failed for `{node.format_node()}` "
+                            f"with inputs {_describe_inputs(node)}: {type(e).__name__}: {e}") from e
+
+
+def _describe_inputs(node) -> str:
+    parts = []
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        parts.append(f"{a.name}: {getattr(v, 'dtype', '')}{list(v.shape) if isinstance(v, torch.Tensor) else v}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _check_shape(node, result):
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and isinstance(result, TensorBox):
+        want = [sympify(s) for s in val.shape]
+        got = result.get_size()
+        if len(want) != len(got) or any(sympy.expand(a - b) != 0 for a, b in zip(want, got)):
+            raise LoweringError(f"smelt: lowering of {origin_name(node)} built shape {got}, "
+                                f"eager gives {want} (`{node.format_node()}`)")
+        if result.get_dtype() != val.dtype:
+            raise LoweringError(f"smelt: lowering of {origin_name(node)} built dtype {result.get_dtype()}, "
+                                f"eager gives {val.dtype}")
+
+
+def _maybe_realize(graph: IRGraph, node, value):
+    """Realize a loop nest read by several users, so that it is computed once and fused, not recomputed."""
+    if isinstance(value, TensorBox) and isinstance(value.data, StorageBox) and len(node.users) > 1:
+        if isinstance(value.data.data, Loops):
+            value.data.realize(graph)
+
+
+def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
+    if value is None:
+        return OutputSpec("none")
+    if isinstance(value, sympy.Expr) or isinstance(value, (int, float, bool)):
+        return OutputSpec("scalar", expr=sympify(value) if not isinstance(value, float) else value)
+    assert isinstance(value, TensorBox), value
+    data = value.data
+    if isinstance(data, StorageBox) and not data.is_realized():
+        buffer = data.realize(graph)
+        if meta is not None and isinstance(buffer.layout, FlexibleLayout):
+            stride = [sympify(s) for s in meta.stride()]
+            if stride != list(buffer.layout.stride) and _is_dense(meta):
+                buffer.fix_strides(stride)
+        return OutputSpec("buffer", name=buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name)
+    strided = graph.realize(value)
+    if isinstance(strided, ReinterpretView):
+        return OutputSpec("view", name=strided.name, layout=strided.layout)
+    name = strided.storage_name if isinstance(strided, ComputedBuffer) else strided.name
+    return OutputSpec("buffer", name=name)
+
+
+def _is_dense(meta: torch.Tensor) -> bool:
+    try:
+        return bool(meta.is_non_overlapping_and_dense())
+    except Exception:
+        return False

@@ -1,0 +1,220 @@
+"""Elementwise ops: math, comparisons, logic, casts, where, clamp, activations."""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from ..ir import ops
+from .common import common_dtype, is_tensor, make_pointwise
+from .registry import lowering
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# ATen op -> ops vocabulary name, for ops computed in the output dtype.
+_UNARY = {
+    aten.neg: "neg", aten.abs: "abs", aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1",
+    aten.log: "log", aten.log2: "log2", aten.log10: "log10", aten.log1p: "log1p", aten.sqrt: "sqrt",
+    aten.rsqrt: "rsqrt", aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.asin: "asin",
+    aten.acos: "acos", aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh", aten.tanh: "tanh",
+    aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf", aten.erfc: "erfc",
+    aten.erfinv: "erfinv", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal", aten.floor: "floor",
+    aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
+    aten.lgamma: "lgamma",
+}
+_BINARY = {
+    aten.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum", aten.atan2: "atan2",
+    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
+    aten.bitwise_left_shift: "left_shift", aten.bitwise_right_shift: "right_shift", aten.fmod: "fmod",
+    aten.remainder: "remainder", aten.floor_divide: "floordiv", aten.copysign: "copysign",
+    aten.hypot: "hypot",
+}
+# Ops whose result is bool: inputs are promoted among themselves first.
+_PREDICATES = {
+    aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge",
+    aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor",
+}
+
+
+def _register_table():
+    for op, name in _UNARY.items():
+        lowering(op)(lambda g, x, _name=name: make_pointwise(g, [x], getattr(ops, _name)))
+    for op, name in _BINARY.items():
+        lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, [a, b], getattr(ops, _name)))
+    for op, name in _PREDICATES.items():
+        lowering(op)(lambda g, a, b, _name=name: make_pointwise(
+            g, [a, b], getattr(ops, _name), compute_dtype=common_dtype(a, b)))
+
+
+_register_table()
+
+
+@lowering(aten.logical_not)
+def logical_not(g, x):
+    return make_pointwise(g, [x], ops.logical_not, compute_dtype=x.get_dtype())
+
+
+@lowering(aten.isnan, aten.isinf)
+def float_predicate(g, x):
+    name = "isnan" if g.node.target.overloadpacket is aten.isnan else "isinf"
+    if not x.get_dtype().is_floating_point:
+        return make_pointwise(g, [x], lambda v: ops.constant(False, torch.bool), compute_dtype=x.get_dtype())
+    return make_pointwise(g, [x], getattr(ops, name), compute_dtype=x.get_dtype())
+
+
+@lowering(aten.add, aten.sub)
+def add_sub(g, a, b, alpha=1):
+    name = "add" if g.node.target.overloadpacket is aten.add else "sub"
+    fn = getattr(ops, name)
+    if alpha != 1:
+        return make_pointwise(g, [a, b, alpha], lambda x, y, k: fn(x, ops.mul(y, k)))
+    return make_pointwise(g, [a, b], fn)
+
+
+@lowering(aten.rsub)
+def rsub(g, a, b, alpha=1):
+    return make_pointwise(g, [a, b, alpha], lambda x, y, k: ops.sub(y, ops.mul(x, k)))
+
+
+@lowering(aten.div)
+def div(g, a, b, rounding_mode=None):
+    out = g.out_meta.dtype
+    if rounding_mode is None:
+        return make_pointwise(g, [a, b], ops.truediv)
+    if out.is_floating_point:
+        rounder = ops.floor if rounding_mode == "floor" else ops.trunc
+        return make_pointwise(g, [a, b], lambda x, y: rounder(ops.truediv(x, y)))
+    if rounding_mode == "floor":
+        return make_pointwise(g, [a, b], ops.floordiv)
+    return make_pointwise(g, [a, b], _trunc_div)
+
+
+def _trunc_div(x, y):
+    q = ops.floordiv(x, y)
+    r = ops.sub(x, ops.mul(q, y))
+    # floor and truncation differ by one when the quotient is negative and inexact.
+    fix = ops.logical_and(ops.ne(r, ops.constant(0, torch.int64)),
+                          ops.lt(q, ops.constant(0, torch.int64)))
+    return ops.where(fix, ops.add(q, ops.constant(1, torch.int64)), q)
+
+
+@lowering(aten.pow)
+def pow_(g, a, b):
+    if is_tensor(a) and not is_tensor(b) and isinstance(b, (int, float, sympy.Number)):
+        exponent = float(b)
+        if exponent == 2:
+            return make_pointwise(g, [a], lambda x: ops.mul(x, x))
+        if exponent == 0.5:
+            return make_pointwise(g, [a], ops.sqrt)
+        if exponent == -1 and g.out_meta.dtype.is_floating_point:
+            return make_pointwise(g, [a], ops.reciprocal)
+        if exponent == 1:
+            return make_pointwise(g, [a], lambda x: x)
+        if exponent == 3:
+            return make_pointwise(g, [a], lambda x: ops.mul(ops.mul(x, x), x))
+    return make_pointwise(g, [a, b], ops.pow)
+
+
+@lowering(aten.where)
+def where(g, cond, a, b):
+    out = g.out_meta.dtype
+    return make_pointwise(g, [cond, a, b], ops.where, compute_dtype=[torch.bool, out, out])
+
+
+@lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
+def clamp(g, x, min=None, max=None):
+    if g.node.target.overloadpacket is aten.clamp_max:
+        min, max = None, min
+    args, bounds = [x], []
+    for bound, op in ((min, ops.maximum), (max, ops.minimum)):
+        if bound is not None:
+            args.append(bound)
+            bounds.append(op)
+
+    def fn(v, *limits):
+        for op, limit in zip(bounds, limits):
+            v = op(v, limit)
+        return v
+    return make_pointwise(g, args, fn)
+
+
+@lowering(aten.relu)
+def relu(g, x):
+    return make_pointwise(g, [x], ops.relu)
+
+
+@lowering(aten.gelu)
+def gelu(g, x, approximate="none"):
+    if approximate == "tanh":
+        k = math.sqrt(2 / math.pi)
+
+        def fn(v):
+            inner = ops.mul(ops.constant(k, torch.float32),
+                            ops.add(v, ops.mul(ops.constant(0.044715, torch.float32), ops.mul(ops.mul(v, v), v))))
+            return ops.mul(ops.mul(ops.constant(0.5, torch.float32), v),
+                           ops.add(ops.constant(1.0, torch.float32), ops.tanh(inner)))
+    else:
+        def fn(v):
+            cdf = ops.add(ops.constant(1.0, torch.float32),
+                          ops.erf(ops.mul(v, ops.constant(1 / math.sqrt(2), torch.float32))))
+            return ops.mul(ops.mul(v, ops.constant(0.5, torch.float32)), cdf)
+    return make_pointwise(g, [x], fn, compute_dtype=torch.float32)
+
+
+@lowering(aten.silu)
+def silu(g, x):
+    return make_pointwise(g, [x], lambda v: ops.mul(v, ops.sigmoid(v)), compute_dtype=torch.float32)
+
+
+@lowering(aten._to_copy, prims.convert_element_type)
+def to_copy(g, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    meta = g.out_meta
+    if meta.device != x.get_device():
+        return NotImplemented  # device copies run through ATen
+    return make_pointwise(g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=meta.dtype)
+
+
+@lowering(aten.clone, aten.alias, aten.lift_fresh_copy)
+def clone(g, x, memory_format=None):
+    return make_pointwise(g, [x], lambda v: v)
+
+
+@lowering(aten.masked_fill)
+def masked_fill(g, x, mask, value):
+    out = g.out_meta.dtype
+    return make_pointwise(g, [mask, value, x], ops.where, compute_dtype=[torch.bool, out, out])
+
+
+@lowering(aten.lerp)
+def lerp(g, start, end, weight):
+    return make_pointwise(g, [start, end, weight], lambda s, e, w: ops.add(s, ops.mul(w, ops.sub(e, s))))
+
+
+@lowering(aten.addcmul)
+def addcmul(g, x, a, b, value=1):
+    return make_pointwise(g, [x, a, b, value], lambda v, p, q, k: ops.add(v, ops.mul(k, ops.mul(p, q))))
+
+
+@lowering(aten.addcdiv)
+def addcdiv(g, x, a, b, value=1):
+    return make_pointwise(g, [x, a, b, value], lambda v, p, q, k: ops.add(v, ops.mul(k, ops.truediv(p, q))))
+
+
+@lowering(aten.sigmoid_backward)
+def sigmoid_backward(g, grad, y):
+    one = 1.0
+    return make_pointwise(g, [grad, y, one], lambda dy, s, o: ops.mul(dy, ops.mul(s, ops.sub(o, s))))
+
+
+@lowering(aten.tanh_backward)
+def tanh_backward(g, grad, y):
+    return make_pointwise(g, [grad, y, 1.0], lambda dy, t, o: ops.mul(dy, ops.sub(o, ops.mul(t, t))))
+
+
+@lowering(aten.threshold_backward)
+def threshold_backward(g, grad, x, threshold):
+    return make_pointwise(g, [grad, x, threshold, 0],
+                          lambda dy, v, t, z: ops.where(ops.le(v, t), z, dy))

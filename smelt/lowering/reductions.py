@@ -1,0 +1,172 @@
+"""Reductions: sum, mean, prod, amax/amin, max/min, argmax/argmin, any/all, var_mean (Welford)."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir import Reduction, StorageBox, TensorBox, ops
+from ..symbolic import product, sympify
+from .common import make_pointwise, out_size
+from .registry import lowering
+
+aten = torch.ops.aten
+
+
+def _dims(x, dims) -> list[int]:
+    ndim = len(x.get_size())
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d + ndim if d < 0 else d for d in dims}) if ndim else []
+
+
+def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What a sum or Welford pass accumulates in: float32 for half floats, int64 for integers."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    if not dtype.is_floating_point and not dtype.is_complex:
+        return torch.int64
+    return dtype
+
+
+def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, out_dtype: torch.dtype,
+                   src_dtype: torch.dtype, output_index: int = 0) -> TensorBox:
+    """A realized reduction of x over `dims`; its buffer has the shape eager gives (keepdim or not)."""
+    size = x.get_size()
+    dims = _dims(x, dims)
+    kept = [d for d in range(len(size)) if d not in dims]
+    ranges = [sympy.Integer(1) if d in dims else size[d] for d in range(len(size))] if keepdim \
+        else [size[d] for d in kept]
+    reduction_ranges = [size[d] for d in dims]
+    load = x.make_loader()
+
+    def inner_fn(index, rindex):
+        full = [None] * len(size)
+        out_dims = range(len(size)) if keepdim else kept
+        for d, i in zip(out_dims, index):
+            if d in kept:
+                full[d] = i
+        for d, r in zip(dims, rindex):
+            full[d] = r
+        value = load(full)
+        return value if x.get_dtype() == src_dtype else ops.to_dtype(value, src_dtype)
+
+    node = Reduction(x.get_device(), out_dtype, inner_fn, ranges, reduction_ranges, reduction_type,
+                     src_dtype, output_index, origins=g.origin | x.origins)
+    return TensorBox(StorageBox(g.register_computed(node)))
+
+
+def _shared_inner(g, x, dims, keepdim, reduction_type, out_dtype, src_dtype, outputs):
+    """Several outputs of one reduction (Welford): nodes that share inner_fn are computed once."""
+    first = make_reduction(g, x, dims, keepdim, reduction_type, out_dtype, src_dtype, outputs[0])
+    nodes = [first]
+    inner = first.data.data.data
+    for k in outputs[1:]:
+        node = Reduction(inner.device, out_dtype, inner.inner_fn, inner.ranges, inner.reduction_ranges,
+                         reduction_type, src_dtype, k, origins=inner.origins)
+        nodes.append(TensorBox(StorageBox(g.register_computed(node))))
+    return nodes
+
+
+@lowering(aten.sum)
+def sum_(g, x, dims=None, keepdim=False, dtype=None):
+    out = g.out_meta.dtype
+    acc = accumulator_dtype(out)
+    result = make_reduction(g, x, dims, keepdim, "sum", acc, acc)
+    return result if acc == out else make_pointwise(g, [result], lambda v: v, compute_dtype=acc)
+
+
+@lowering(aten.prod)
+def prod(g, x, dim=None, keepdim=False, dtype=None):
+    out = g.out_meta.dtype
+    acc = accumulator_dtype(out)
+    result = make_reduction(g, x, dim, keepdim, "prod", acc, acc)
+    return result if acc == out else make_pointwise(g, [result], lambda v: v, compute_dtype=acc)
+
+
+@lowering(aten.mean)
+def mean(g, x, dims=None, keepdim=False, dtype=None):
+    out = g.out_meta.dtype
+    acc = accumulator_dtype(out)
+    count = product(x.get_size()[d] for d in _dims(x, dims))
+    total = make_reduction(g, x, dims, keepdim, "sum", acc, acc)
+    return make_pointwise(g, [total, count], ops.truediv, compute_dtype=acc)
+
+
+def _extreme(kind):
+    def lower(g, x, dims=None, keepdim=False):
+        dtype = x.get_dtype()
+        return make_reduction(g, x, dims, keepdim, kind, dtype, dtype)
+    return lower
+
+
+lowering(aten.amax)(_extreme("max"))
+lowering(aten.amin)(_extreme("min"))
+
+
+@lowering(aten.max, aten.min)
+def max_min(g, x, dim=None, keepdim=False):
+    kind = "max" if g.node.target.overloadpacket is aten.max else "min"
+    if isinstance(dim, (torch.Tensor, TensorBox)):
+        return NotImplemented  # the binary form is aten.maximum's job; ATen runs it
+    dtype = x.get_dtype()
+    if dim is None:
+        return make_reduction(g, x, None, False, kind, dtype, dtype)
+    values = make_reduction(g, x, dim, keepdim, kind, dtype, dtype)
+    indices = make_reduction(g, x, dim, keepdim, "arg" + kind, torch.int64, dtype)
+    return values, indices
+
+
+@lowering(aten.argmax, aten.argmin)
+def argmax_argmin(g, x, dim=None, keepdim=False):
+    kind = "argmax" if g.node.target.overloadpacket is aten.argmax else "argmin"
+    if dim is None:
+        # Over the flattened tensor: the index eager returns is into x.reshape(-1).
+        numel = product(x.get_size())
+        size, load = x.get_size(), x.make_loader()
+        from ..symbolic import unflatten_index
+        from ..ir import View
+        flat = TensorBox(View(x.data, [numel], lambda i: unflatten_index(i[0], size), "reshape"))
+        result = make_reduction(g, flat, [0], False, kind, torch.int64, x.get_dtype())
+        if keepdim:
+            return TensorBox(View(result.data, [1] * len(size), lambda i: [], "reshape"))
+        return result
+    return make_reduction(g, x, dim, keepdim, kind, torch.int64, x.get_dtype())
+
+
+@lowering(aten.any, aten.all)
+def any_all(g, x, dim=None, keepdim=False):
+    kind = "any" if g.node.target.overloadpacket is aten.any else "all"
+    as_bool = x if x.get_dtype() == torch.bool else make_pointwise(
+        g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=torch.bool, size=x.get_size())
+    return make_reduction(g, as_bool, dim, keepdim, kind, torch.bool, torch.bool)
+
+
+@lowering(aten.var_mean)
+def var_mean(g, x, dims=None, *, correction=None, keepdim=False, unbiased=None):
+    var, mean_ = _var_and_mean(g, x, dims, correction, keepdim, unbiased)
+    return var, mean_
+
+
+@lowering(aten.var)
+def var(g, x, dims=None, *, correction=None, keepdim=False, unbiased=None):
+    return _var_and_mean(g, x, dims, correction, keepdim, unbiased)[0]
+
+
+def _var_and_mean(g, x, dims, correction, keepdim, unbiased):
+    metas = g.out_meta if isinstance(g.out_meta, (tuple, list)) else (g.out_meta,)
+    out = metas[0].dtype
+    acc = accumulator_dtype(out)
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    count = product(x.get_size()[d] for d in _dims(x, dims))
+    mean_acc, m2 = _shared_inner(g, x, dims, keepdim, "welford_reduce", acc, acc, [0, 1])
+    denominator = sympify(count - correction)
+    if denominator.is_Integer:
+        denominator = max(int(denominator), 0)
+    var_ = make_pointwise(g, [m2, denominator], ops.truediv, compute_dtype=acc, out_dtype=out,
+                          size=m2.get_size())
+    mean_ = mean_acc if acc == out else make_pointwise(g, [mean_acc], lambda v: v, compute_dtype=acc,
+                                                       out_dtype=out, size=mean_acc.get_size())
+    return var_, mean_

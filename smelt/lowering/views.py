@@ -1,0 +1,164 @@
+"""View ops: reshape, permute, expand, slice, select, squeeze, unsqueeze, as_strided, split."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir import FixedLayout, ReinterpretView, TensorBox, View
+from ..symbolic import flat_index, sympify, unflatten_index
+from .common import out_size
+from .registry import lowering
+
+aten = torch.ops.aten
+
+
+def _view(x: TensorBox, size, reindex, what: str) -> TensorBox:
+    return TensorBox(View(x.data, size, reindex, what))
+
+
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+@lowering(aten.view, aten.reshape, aten._unsafe_view, aten._reshape_alias)
+def reshape(g, x, *args):
+    new, old = out_size(g), x.get_size()
+    if [sympy.expand(a - b) for a, b in zip(new, old)] == [0] * len(new) and len(new) == len(old):
+        return x
+    return _view(x, new, lambda index: unflatten_index(flat_index(index, new), old), "reshape")
+
+
+@lowering(aten.permute)
+def permute(g, x, dims):
+    ndim = len(x.get_size())
+    dims = [_dim(d, ndim) for d in dims]
+    size = [x.get_size()[d] for d in dims]
+
+    def reindex(index):
+        old = [None] * ndim
+        for new_pos, old_pos in enumerate(dims):
+            old[old_pos] = index[new_pos]
+        return old
+    return _view(x, size, reindex, "permute")
+
+
+@lowering(aten.t, aten.transpose, aten.numpy_T)
+def transpose(g, x, dim0=0, dim1=1):
+    ndim = len(x.get_size())
+    if ndim < 2:
+        return x
+    dims = list(range(ndim))
+    a, b = _dim(dim0, ndim), _dim(dim1, ndim)
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute(g, x, dims)
+
+
+@lowering(aten.expand)
+def expand(g, x, size, implicit=False):
+    new, old = out_size(g), x.get_size()
+    lead = len(new) - len(old)
+
+    def reindex(index):
+        return [sympy.Integer(0) if o == 1 and n != 1 else i for i, o, n in zip(index[lead:], old, new[lead:])]
+    return _view(x, new, reindex, "expand")
+
+
+@lowering(aten.unsqueeze)
+def unsqueeze(g, x, dim):
+    dim = _dim(dim, len(x.get_size()) + 1)
+    return _view(x, out_size(g), lambda index: list(index[:dim]) + list(index[dim + 1:]), "unsqueeze")
+
+
+@lowering(aten.squeeze)
+def squeeze(g, x, dim=None):
+    old = x.get_size()
+    if dim is None:
+        dims = [d for d, s in enumerate(old) if s == 1]
+    else:
+        dims = [_dim(d, len(old)) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        dims = [d for d in dims if old[d] == 1]
+    keep = [d for d in range(len(old)) if d not in dims]
+
+    def reindex(index):
+        full = [sympy.Integer(0)] * len(old)
+        for i, d in zip(index, keep):
+            full[d] = i
+        return full
+    return _view(x, [old[d] for d in keep], reindex, "squeeze")
+
+
+def _normalize_start(start, size):
+    """The first index a slice reads, with eager's rules for negative and out-of-range starts."""
+    start, size = sympify(0 if start is None else start), sympify(size)
+    if start.is_Integer and start < 0:
+        start = start + size
+    if start.is_Integer and size.is_Integer:
+        start = sympy.Integer(min(max(int(start), 0), int(size)))
+    return start
+
+
+@lowering(aten.slice)
+def slice_(g, x, dim=0, start=None, end=None, step=1):
+    size = x.get_size()
+    dim = _dim(dim, len(size))
+    begin = _normalize_start(start, size[dim])
+    new = out_size(g)
+
+    def reindex(index):
+        index = list(index)
+        index[dim] = begin + index[dim] * step
+        return index
+    return _view(x, new, reindex, "slice")
+
+
+@lowering(aten.select)
+def select(g, x, dim, index):
+    size = x.get_size()
+    dim = _dim(dim, len(size))
+    index = sympify(index)
+    if index.is_Integer and int(index) < 0:
+        index = index + size[dim]
+
+    def reindex(idx):
+        return list(idx[:dim]) + [index] + list(idx[dim:])
+    return _view(x, out_size(g), reindex, "select")
+
+
+@lowering(aten.as_strided)
+def as_strided(g, x, size, stride, storage_offset=None):
+    buffer = g.realize(x)
+    base = buffer.buffer if isinstance(buffer, ReinterpretView) else buffer
+    offset = sympify(storage_offset) if storage_offset is not None else sympify(0)
+    layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(sympify(s) for s in size),
+                         tuple(sympify(s) for s in stride), offset)
+    return TensorBox(ReinterpretView(base, layout))
+
+
+@lowering(aten.split, aten.split_with_sizes)
+def split(g, x, sizes, dim=0):
+    metas = g.out_meta
+    dim = _dim(dim, len(x.get_size()))
+    outs, start = [], sympy.Integer(0)
+    for meta in metas:
+        length = sympify(meta.shape[dim])
+        outs.append(_slice_view(x, dim, start, [sympify(s) for s in meta.shape]))
+        start = start + length
+    return outs
+
+
+@lowering(aten.unbind)
+def unbind(g, x, dim=0):
+    dim = _dim(dim, len(x.get_size()))
+    outs = []
+    for k, meta in enumerate(g.out_meta):
+        outs.append(_view(x, [sympify(s) for s in meta.shape],
+                          lambda idx, k=k: list(idx[:dim]) + [sympy.Integer(k)] + list(idx[dim:]), "select"))
+    return outs
+
+
+def _slice_view(x, dim, start, size):
+    def reindex(index):
+        index = list(index)
+        index[dim] = start + index[dim]
+        return index
+    return _view(x, size, reindex, "slice")

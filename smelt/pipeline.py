@@ -1,0 +1,105 @@
+"""One FX graph through every stage: lower -> schedule -> codegen -> load."""
+from __future__ import annotations
+
+import itertools
+import logging
+
+import torch
+
+from . import config as config_module
+from . import observe
+from .codegen.simd import plan_kernel
+from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .codegen.wrapper import WrapperCodegen
+from .debug import dump_graph
+from .errors import KernelCompileError, SmeltError
+from .lowering import lower_graph
+from .runtime.compiled_graph import CompiledGraph
+from .runtime.launcher import TritonLauncher
+from .runtime.loader import load_module, source_path
+from .scheduler import schedule as make_schedule
+
+log = logging.getLogger("smelt")
+_graph_ids = itertools.count()
+
+
+def _graph_device(graph) -> torch.device:
+    for b in graph.buffers:
+        if b.layout is not None:
+            return b.get_device()
+    for _, v in graph.inputs:
+        if hasattr(v, "layout"):
+            return v.get_device()
+    return torch.device("cpu")
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
+    cfg = config_module.current()
+    graph_id = next(_graph_ids)
+    graph = lower_graph(gm)
+    sched = make_schedule(graph)
+    device = _graph_device(graph)
+    backend = cfg.backend_for(device.type)
+    if backend != "triton":
+        raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist yet "
+                         f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
+    interpret = device.type == "cpu"
+
+    kernels: dict[int, TritonKernelSource] = {}
+    for k, step in enumerate(sched.steps):
+        if step.is_extern:
+            continue
+        kernels[k] = generate_kernel(step, graph, interpret, cfg, len(kernels))
+
+    title = f"graph {graph_id} ({kind})"
+    wrapper_source = WrapperCodegen(graph, sched, kernels, title).generate()
+    namespace = {}
+    kernel_paths = {}
+    for kernel in kernels.values():
+        path = source_path(cfg.cache_dir, kernel.name, kernel.source)
+        kernel_paths[kernel.name] = path
+        try:
+            module = load_module(path, interpret=interpret)
+        except Exception as e:
+            raise KernelCompileError(f"smelt: kernel {kernel.name} did not load; source: {path}; from ATen ops: "
+                                     f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
+        xnumel_arg = len(kernel.params) + len(kernel.size_args)
+        namespace[kernel.name] = TritonLauncher(getattr(module, kernel.name), kernel.name, path, kernel.origins,
+                                                kernel.config, interpret, xnumel_arg)
+    wrapper_path = source_path(cfg.cache_dir, f"wrapper_{kind}", wrapper_source)
+    exec(compile(wrapper_source, wrapper_path, "exec"), namespace)
+    for name, constant in graph.constants.items():
+        namespace[name] = constant.value
+
+    compiled = CompiledGraph(
+        kind=kind, call=namespace["call"], kernel_names=[k.name for k in kernels.values()],
+        kernel_sources={k.name: k.source for k in kernels.values()}, kernel_paths=kernel_paths,
+        fallback_ops=list(graph.fallback_ops), wrapper_source=wrapper_source, wrapper_path=wrapper_path)
+    if cfg.debug_dir:
+        files = {"aten_graph.txt": gm.print_readable(print_output=False), "ir.txt": graph.describe(),
+                 "fused_groups.txt": sched.describe(), "wrapper.py": wrapper_source}
+        files.update({f"{k.name}.py": k.source for k in kernels.values()})
+        folder = dump_graph(cfg.debug_dir, kind, files)
+        log.info("smelt: %s dumped to %s", title, folder)
+    observe.record(compiled)
+    return compiled
+
+
+def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
+    plan = plan_kernel(step.group, step.stored)
+    config: BlockConfig = choose_blocks(plan, interpret, cfg.persistent_reduction_limit)
+    name = kernel_name(plan, config, index)
+    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph))
+    origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
+    members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
+    comments = [f"# aten ops: {', '.join(origins)}",
+                f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}",
+                f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
+                f"{' persistent' if config.persistent else ''}"]
+    source = kernel.source(name, interpret, comments)
+    size_args = [s for s in kernel.args.sizes]
+    import sympy
+    return TritonKernelSource(
+        name=name, source=source, params=kernel.args.call_order(),
+        size_args=[sympy.Symbol(s, integer=True, positive=True) for s in size_args],
+        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins)

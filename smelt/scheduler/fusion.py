@@ -1,0 +1,94 @@
+"""Fused groups: which loop nests run in one kernel, and the checks that make that legal.
+
+A kernel iterates an (xnumel, rnumel) space. Each member node is placed in it as a reduction
+(one output per x, reducing over r), an `xr` loop (one element per (x, r)) or an `x` loop (one
+element per x). A member that reads a buffer another member writes must read exactly the element
+written at the same (x, r) point; then the value is passed in registers and never goes to memory.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .nodes import SchedulerNode, same
+
+
+class FusedGroup:
+    def __init__(self, node: SchedulerNode):
+        self.nodes: list[SchedulerNode] = [node]
+        self.xnumel = None if node.is_extern else node.numel()
+        self.rnumel = None if node.is_extern else node.reduction_numel()
+
+    @property
+    def is_reduction(self) -> bool:
+        return any(n.is_reduction for n in self.nodes)
+
+    @property
+    def is_extern(self) -> bool:
+        return self.nodes[0].is_extern
+
+    @property
+    def names(self) -> set[str]:
+        return {n.write_name for n in self.nodes}
+
+    def read_names(self) -> set[str]:
+        return set().union(*(n.read_names for n in self.nodes))
+
+    def placements(self) -> dict[str, str]:
+        return {n.name: n.placement(self.xnumel, self.rnumel) for n in self.nodes}
+
+    def __repr__(self):
+        return f"FusedGroup({', '.join(n.name for n in self.nodes)} | {self.xnumel} x {self.rnumel})"
+
+
+def shape_with(group: FusedGroup, node: SchedulerNode):
+    """The (xnumel, rnumel) of group plus node, or None when their iteration spaces differ."""
+    if group.is_extern or node.is_extern:
+        return None
+    if node.is_reduction:
+        x, r = node.numel(), node.reduction_numel()
+        if group.is_reduction:
+            return (x, r) if same(x, group.xnumel) and same(r, group.rnumel) else None
+        # A pointwise group becomes the xr-part of this reduction when its numel matches.
+        return (x, r) if all(n.placement(x, r) for n in group.nodes) else None
+    if node.placement(group.xnumel, group.rnumel):
+        return group.xnumel, group.rnumel
+    return None
+
+
+def dependencies_line_up(nodes: list[SchedulerNode], xnumel, rnumel) -> bool:
+    """True when every read of a buffer written inside the kernel is of the element written there."""
+    writers = {n.write_name: n for n in nodes}
+    placement = {n.name: n.placement(xnumel, rnumel) for n in nodes}
+    if any(p is None for p in placement.values()):
+        return False
+    for node in nodes:
+        for name, index in node.reads_in_kernel(placement[node.name], xnumel, rnumel):
+            producer = writers.get(name)
+            if producer is None or producer is node:
+                continue
+            if producer.position > node.position:
+                # A later member overwrites what this one reads (an input mutation): safe only when
+                # each program reads an element before it writes that same element.
+                written = producer.store_index(placement[producer.name], xnumel, rnumel)
+                if sympy.expand(written - index) != 0 or placement[node.name] != placement[producer.name]:
+                    return False
+                continue
+            produced_at = placement[producer.name]
+            if produced_at == "xr" and placement[node.name] == "x":
+                return False  # an x loop cannot see values made per (x, r)
+            written = producer.store_index(produced_at, xnumel, rnumel)
+            if sympy.expand(written - index) != 0:
+                return False
+    return True
+
+
+def can_fuse(group: FusedGroup, node: SchedulerNode):
+    """The new kernel shape if node may join group, else None."""
+    shape = shape_with(group, node)
+    if shape is None:
+        return None
+    if group.nodes[0].buffer.get_device() != node.buffer.get_device():
+        return None
+    if not dependencies_line_up(group.nodes + [node], *shape):
+        return None
+    return shape

@@ -1,0 +1,99 @@
+"""What the scheduler knows about each buffer: how it iterates, what it reads and writes."""
+from __future__ import annotations
+
+import sympy
+
+from ..ir import ComputedBuffer, ExternKernel, MultiOutput, Pointwise, Reduction, use_handler
+from ..ir.ops import ReadsHandler
+from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
+
+XINDEX = index_var("xindex")
+RINDEX = index_var("rindex")
+
+
+def same(a: Expr, b: Expr) -> bool:
+    return sympy.expand(a - b) == 0
+
+
+class SchedulerNode:
+    """One buffer-producing step: a loop nest (ComputedBuffer) or an ATen call (ExternKernel)."""
+
+    def __init__(self, buffer, position: int):
+        self.buffer = buffer
+        self.position = position
+        self.name = buffer.name
+        self.is_extern = not isinstance(buffer, ComputedBuffer)
+        self.reads: list[tuple[str, Expr]] = []
+        if self.is_extern:
+            inputs = buffer.parent.inputs() if isinstance(buffer, MultiOutput) else buffer.inputs()
+            self.read_names = {getattr(i, "storage_name", None) or i.name for i in inputs}
+            if isinstance(buffer, MultiOutput):
+                self.read_names = {buffer.parent.name}
+        else:
+            self.reads = self._trace_reads()
+            self.read_names = {name for name, _ in self.reads}
+        self.write_name = buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name
+
+    @property
+    def data(self):
+        return self.buffer.data
+
+    @property
+    def is_reduction(self) -> bool:
+        return not self.is_extern and isinstance(self.data, Reduction)
+
+    def _trace_reads(self):
+        handler = ReadsHandler()
+        with use_handler(handler):
+            if isinstance(self.data, Reduction):
+                self.data.inner_fn(self.data.index_vars(), self.data.reduction_vars())
+            else:
+                self.data.inner_fn(self.data.index_vars())
+        return handler.reads
+
+    def numel(self) -> Expr:
+        return product(self.data.ranges)
+
+    def reduction_numel(self) -> Expr:
+        return self.data.reduction_numel() if self.is_reduction else sympy.Integer(1)
+
+    # ------------------------------------------------------------ placement in a kernel
+
+    def placement(self, xnumel: Expr, rnumel: Expr) -> str | None:
+        """How this node runs in a kernel of shape (xnumel, rnumel): 'reduction', 'x', 'xr' or None."""
+        if self.is_extern:
+            return None
+        if self.is_reduction:
+            ok = same(self.numel(), xnumel) and same(self.reduction_numel(), rnumel)
+            return "reduction" if ok else None
+        if same(self.numel(), xnumel):
+            return "x"
+        if rnumel != 1 and same(self.numel(), xnumel * rnumel):
+            return "xr"
+        return None
+
+    def kernel_index(self, placement: str, xnumel: Expr, rnumel: Expr):
+        """This node's index vars (and reduction vars) as expressions of the kernel's xindex/rindex."""
+        ranges = {XINDEX: xnumel, RINDEX: rnumel}
+        flat = XINDEX * rnumel + RINDEX if placement == "xr" else XINDEX
+        index = [simplify_index(e, ranges) for e in unflatten_index(flat, self.data.ranges)]
+        if placement == "reduction":
+            rindex = [simplify_index(e, ranges) for e in unflatten_index(RINDEX, self.data.reduction_ranges)]
+            return index, rindex
+        return index, None
+
+    def store_index(self, placement: str, xnumel: Expr, rnumel: Expr) -> Expr:
+        index, _ = self.kernel_index(placement, xnumel, rnumel)
+        return simplify_index(self.buffer.layout.index(index), {XINDEX: xnumel, RINDEX: rnumel})
+
+    def reads_in_kernel(self, placement: str, xnumel: Expr, rnumel: Expr) -> list[tuple[str, Expr]]:
+        """Every (buffer, index) this node loads, the index written in the kernel's xindex/rindex."""
+        index, rindex = self.kernel_index(placement, xnumel, rnumel)
+        subs = dict(zip(self.data.index_vars(), index))
+        if rindex is not None:
+            subs.update(zip(self.data.reduction_vars(), rindex))
+        ranges = {XINDEX: xnumel, RINDEX: rnumel}
+        return [(name, simplify_index(sympy.sympify(e).xreplace(subs), ranges)) for name, e in self.reads]
+
+    def __repr__(self):
+        return f"SchedulerNode({self.name})"

@@ -1,0 +1,143 @@
+"""From an IR graph to an ordered list of steps: dead code dropped, loop nests fused, memory planned."""
+from __future__ import annotations
+
+import dataclasses
+
+from .fusion import FusedGroup, can_fuse
+from .nodes import SchedulerNode
+
+
+@dataclasses.dataclass
+class Step:
+    """One launch: a fused kernel (group) or an ATen call (extern)."""
+
+    group: FusedGroup
+    stored: list[str] = dataclasses.field(default_factory=list)  # buffers the kernel writes to memory
+    frees: list[str] = dataclasses.field(default_factory=list)  # buffers dead after this step
+
+    @property
+    def is_extern(self) -> bool:
+        return self.group.is_extern
+
+
+@dataclasses.dataclass
+class Schedule:
+    graph: object
+    steps: list[Step]
+
+    def describe(self) -> str:
+        lines = []
+        for k, step in enumerate(self.steps):
+            g = step.group
+            if step.is_extern:
+                lines.append(f"step {k}: extern {g.nodes[0].buffer.describe()}")
+            else:
+                kind = "reduction" if g.is_reduction else "pointwise"
+                members = ", ".join(f"{n.name}({p})" for n, p in zip(g.nodes, g.placements().values()))
+                lines.append(f"step {k}: {kind} kernel over {g.xnumel} x {g.rnumel}: {members}; "
+                             f"stores {', '.join(step.stored) or 'nothing'}")
+            if step.frees:
+                lines.append(f"    then frees {', '.join(step.frees)}")
+        return "\n".join(lines)
+
+
+def schedule(graph) -> Schedule:
+    nodes = [SchedulerNode(b, k) for k, b in enumerate(graph.buffers)]
+    outputs = {o.name for o in graph.outputs if o.name is not None}
+    nodes = drop_dead(nodes, outputs)
+    groups = fuse(nodes)
+    steps = [Step(g) for g in groups]
+    plan_memory(steps, outputs, graph)
+    return Schedule(graph, steps)
+
+
+def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNode]:
+    needed = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        mutates = getattr(node.buffer, "mutates", None) is not None
+        if node.write_name in needed or mutates or node.name in needed:
+            kept.append(node)
+            needed |= node.read_names
+    return list(reversed(kept))
+
+
+def fuse(nodes: list[SchedulerNode]) -> list[FusedGroup]:
+    """Greedy fusion in program order: each node joins the best earlier group it may legally join."""
+    groups: list[FusedGroup] = []
+    group_index: dict[str, int] = {}  # buffer name -> index of the group that writes it
+    for node in nodes:
+        choice = None
+        if not node.is_extern:
+            for k in _candidates(groups, group_index, node):
+                shape = can_fuse(groups[k], node) if _order_allows(groups, group_index, k, node) else None
+                if shape is not None:
+                    choice = (k, shape)
+                    break
+        if choice is None:
+            groups.append(FusedGroup(node))
+            group_index[node.write_name] = len(groups) - 1
+            group_index[node.name] = len(groups) - 1
+        else:
+            k, (xnumel, rnumel) = choice
+            groups[k].nodes.append(node)
+            groups[k].xnumel, groups[k].rnumel = xnumel, rnumel
+            group_index[node.write_name] = k
+            group_index[node.name] = k
+    return groups
+
+
+def _candidates(groups, group_index, node) -> list[int]:
+    """Groups worth joining, best first: producers of what node reads, then groups sharing its inputs."""
+    producers = sorted({group_index[n] for n in node.read_names if n in group_index}, reverse=True)
+    sharing = sorted((k for k, g in enumerate(groups)
+                      if k not in producers and not g.is_extern and g.read_names() & node.read_names),
+                     key=lambda k: -len(groups[k].read_names() & node.read_names))
+    return producers + sharing
+
+
+def _order_allows(groups, group_index, k: int, node: SchedulerNode) -> bool:
+    """Node may run inside group k only if all it reads is ready by then and no later group
+    expects the old contents of what it writes."""
+    for name in node.read_names:
+        j = group_index.get(name)
+        if j is not None and j > k:
+            return False
+    if node.write_name != node.name:  # writes into a graph input: later readers want the old value
+        if any(node.write_name in groups[j].read_names() for j in range(k + 1, len(groups))):
+            return False
+    return True
+
+
+def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
+    """Decide which buffers each kernel stores and free every buffer after its last reader."""
+    readers_outside: dict[str, set[int]] = {}
+    for k, step in enumerate(steps):
+        for node in step.group.nodes:
+            for name in node.read_names:
+                readers_outside.setdefault(name, set()).add(k)
+    input_names = {name for name, value in graph.inputs if value is not None and hasattr(value, "layout")}
+    for k, step in enumerate(steps):
+        if step.is_extern:
+            continue
+        for node in step.group.nodes:
+            name = node.write_name
+            used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
+            if name in outputs or name in input_names or used_elsewhere:
+                step.stored.append(name)
+    last_use: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for node in step.group.nodes:
+            for name in node.read_names:
+                last_use[name] = k
+    written = {n for s in steps for n in (s.stored if not s.is_extern else [s.group.nodes[0].write_name])}
+    for name, k in last_use.items():
+        if name in outputs or name in graph.constants:
+            continue
+        if name in written or name in input_names:
+            steps[k].frees.append(name)
+    # An ATen call's output nobody reads (an unused part of a multi-output op) dies right away.
+    for step in steps:
+        name = step.group.nodes[0].write_name
+        if step.is_extern and name not in last_use and name not in outputs:
+            step.frees.append(name)

@@ -1,0 +1,286 @@
+"""Sizes and index expressions as sympy values, and the rules that simplify them.
+
+Every size and index in smelt is a sympy expression from the start. Static sizes are Integers;
+with `dynamic=True` they are the symbols Dynamo's ShapeEnv made (s0, s1, ...), so one compiled
+graph serves every value those symbols may take.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Iterable, Sequence
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+Expr = sympy.Expr
+
+
+class FloorDiv(sympy.Function):
+    """Integer floor division of two index expressions."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor):
+        if divisor == 1:
+            return base
+        if base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) // int(divisor))
+        if isinstance(base, FloorDiv):
+            return FloorDiv(base.args[0], base.args[1] * divisor)
+        # floor((d*a + b) / d) == a + floor(b / d) for integer a, so whole multiples come out.
+        whole, rest = _split_multiples(base, divisor)
+        if whole != 0:
+            return whole + FloorDiv(rest, divisor)
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """(base // divisor) % modulus: the index of one dimension inside a flattened index."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor, modulus):
+        if modulus == 1 or base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
+            return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        # Multiples of divisor*modulus contribute whole turns of the modulus: drop them.
+        whole, rest = _split_multiples(base, divisor * modulus)
+        if whole != 0:
+            return ModularIndexing(rest, divisor, modulus)
+        return None
+
+
+def _split_multiples(expr: Expr, divisor: Expr) -> tuple[Expr, Expr]:
+    """Split expr into (sum of terms t/divisor that are integers, the remaining terms)."""
+    whole, rest = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        quotient = sympy.cancel(term / divisor)
+        if quotient.is_integer and _is_polynomial_term(quotient):
+            whole += quotient
+        else:
+            rest += term
+    return whole, rest
+
+
+def _is_polynomial_term(expr: Expr) -> bool:
+    num, den = sympy.fraction(sympy.together(expr))
+    return den == 1
+
+
+def index_var(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def sympify(value) -> Expr:
+    """A size given as int, SymInt or sympy expression, as a sympy expression."""
+    if isinstance(value, sympy.Basic):
+        return value
+    node = getattr(value, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        return node.expr
+    return sympy.Integer(int(value))
+
+
+def product(values: Iterable) -> Expr:
+    result = sympy.Integer(1)
+    for v in values:
+        result = result * sympify(v)
+    return result
+
+
+def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
+    strides, running = [], sympy.Integer(1)
+    for s in reversed(size):
+        strides.append(running)
+        running = running * s
+    return list(reversed(strides))
+
+
+def static_int(expr: Expr) -> int | None:
+    """The value of expr if it has no free symbols, else None."""
+    expr = sympify(expr)
+    return int(expr) if expr.is_Integer else None
+
+
+def flat_index(index: Sequence[Expr], size: Sequence[Expr]) -> Expr:
+    return sum((i * s for i, s in zip(index, contiguous_strides(size))), sympy.Integer(0))
+
+
+def unflatten_index(flat: Expr, size: Sequence[Expr]) -> list[Expr]:
+    """The per-dimension indices of a row-major flat index over `size`."""
+    out, divisor = [], sympy.Integer(1)
+    for s in reversed(size):
+        out.append(sympy.Integer(0) if s == 1 else ModularIndexing(flat, divisor, s))
+        divisor = divisor * s
+    return list(reversed(out))
+
+
+# ---------------------------------------------------------------- range-aware simplification
+
+
+def _upper_bound(expr: Expr, ranges: dict) -> Expr | None:
+    """An inclusive upper bound of a non-negative index expression, or None when unknown."""
+    if expr.is_Integer:
+        return expr
+    if expr in ranges:
+        return ranges[expr] - 1
+    if expr.is_Symbol:
+        return None
+    if isinstance(expr, ModularIndexing):
+        return expr.args[2] - 1
+    if isinstance(expr, FloorDiv):
+        ub = _upper_bound(expr.args[0], ranges)
+        return None if ub is None else FloorDiv(ub, expr.args[1])
+    if expr.is_Add:
+        total = sympy.Integer(0)
+        for a in expr.args:
+            ub = _upper_bound(a, ranges)
+            if ub is None or not _nonnegative(a):
+                return None
+            total += ub
+        return total
+    if expr.is_Mul:
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff > 0 and not rest.is_Mul:
+            ub = _upper_bound(rest, ranges)
+            return None if ub is None else coeff * ub
+        # A product of size symbols and one index var: bound by the product of bounds.
+        total = sympy.Integer(1)
+        for a in expr.args:
+            ub = a if (a.is_Symbol and a not in ranges and a.is_positive) else _upper_bound(a, ranges)
+            if ub is None:
+                return None
+            total *= ub
+        return total
+    return None
+
+
+def _nonnegative(expr: Expr) -> bool:
+    return bool(expr.is_nonnegative) or (expr.is_Mul and expr.as_coeff_Mul()[0] > 0)
+
+
+def _less_than(a: Expr | None, b: Expr) -> bool:
+    if a is None:
+        return False
+    return bool(sympy.simplify(b - a).is_positive)
+
+
+def simplify_index(expr: Expr, ranges: dict) -> Expr:
+    """Simplify expr knowing each index var v of `ranges` lies in [0, ranges[v])."""
+
+    def visit(e: Expr) -> Expr:
+        if not e.args:
+            return e
+        e = e.func(*[visit(a) for a in e.args])
+        if isinstance(e, ModularIndexing):
+            base, div, mod = e.args
+            if _less_than(_upper_bound(base, ranges), div * mod):
+                return visit(FloorDiv(base, div))
+        if isinstance(e, FloorDiv):
+            base, div = e.args
+            if _less_than(_upper_bound(base, ranges), div):
+                return sympy.Integer(0)
+            # (d*a + b) // d == a when 0 <= b < d
+            whole, rest = _split_multiples(base, div)
+            if whole != 0 and _less_than(_upper_bound(rest, ranges), div):
+                return whole
+        return e
+
+    return _recombine(sympy.expand(visit(sympy.expand(expr))))
+
+
+def _split_index_factor(term: Expr):
+    """(multiplier, FloorDiv/ModularIndexing factor) of a product term, or None."""
+    for factor in sympy.Mul.make_args(term):
+        if isinstance(factor, (FloorDiv, ModularIndexing)):
+            return sympy.cancel(term / factor), factor
+    return None
+
+
+def _recombine(expr: Expr) -> Expr:
+    """Undo the split of one index into digits: c*b*(x // (a*b)) + c*((x // a) % b) == c*(x // a).
+
+    Reshapes that split and re-merge a dimension produce these pairs; folding them turns a
+    contiguous access back into a plain linear index.
+    """
+    while True:
+        terms = list(sympy.Add.make_args(expr))
+        split = [_split_index_factor(t) for t in terms]
+        merged = None
+        for i, si in enumerate(split):
+            if si is None or not isinstance(si[1], ModularIndexing):
+                continue
+            c, (x, a, b) = si[0], si[1].args
+            for j, sj in enumerate(split):
+                if j == i or sj is None or sympy.expand(sj[0] - c * b) != 0:
+                    continue
+                other = sj[1]
+                if isinstance(other, FloorDiv) and other.args[0] == x and sympy.expand(other.args[1] - a * b) == 0:
+                    merged = (i, j, c * FloorDiv(x, a))
+                elif (isinstance(other, ModularIndexing) and other.args[0] == x
+                      and sympy.expand(other.args[1] - a * b) == 0):
+                    merged = (i, j, c * ModularIndexing(x, a, b * other.args[2]))
+                if merged:
+                    break
+            if merged:
+                break
+        if merged is None:
+            return expr
+        i, j, replacement = merged
+        expr = sum((t for k, t in enumerate(terms) if k not in (i, j)), sympy.Integer(0)) + replacement
+
+
+# ---------------------------------------------------------------- printing
+
+
+class IndexPrinter(StrPrinter):
+    """Prints index expressions as Python/Triton integer code."""
+
+    def _operand(self, e):
+        text = self._print(e)
+        return text if (e.is_Atom or isinstance(e, sympy.Function)) else f"({text})"
+
+    def _print_FloorDiv(self, e):
+        return f"({self._operand(e.args[0])} // {self._operand(e.args[1])})"
+
+    def _print_ModularIndexing(self, e):
+        base, div, mod = e.args
+        inner = self._operand(base) if div == 1 else f"({self._operand(base)} // {self._operand(div)})"
+        return f"({inner} % {self._operand(mod)})"
+
+    def _print_Pow(self, e):
+        base, exp = e.args
+        if exp.is_Integer and exp > 0:
+            return "(" + " * ".join([self._print(base)] * int(exp)) + ")"
+        raise NotImplementedError(f"smelt: cannot print index power {e}")
+
+    def _print_Max(self, e):
+        return functools.reduce(lambda a, b: f"max({a}, {b})", (self._print(a) for a in e.args))
+
+    def _print_Min(self, e):
+        return functools.reduce(lambda a, b: f"min({a}, {b})", (self._print(a) for a in e.args))
+
+    def _print_CeilToInt(self, e):
+        return f"math.ceil({self._print(e.args[0])})"
+
+    def _print_FloorToInt(self, e):
+        return f"math.floor({self._print(e.args[0])})"
+
+
+_printer = IndexPrinter()
+
+
+def pexpr(expr) -> str:
+    return _printer.doprint(sympify(expr))
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
