@@ -175,7 +175,9 @@ class TritonKernel:
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
         dtype = node.buffer.get_dtype()
         text = value.name
-        if value.rank < rank or self.rank_of(index) < rank:
+        if value.rank == 0 and _is_literal(text):
+            text = f"tl.full({self.block_shape(rank)}, {text}, {triton_type(register_dtype(value.dtype))})"
+        elif value.rank < rank or self.rank_of(index) < rank:
             text = f"tl.broadcast_to({text}, {self.block_shape(rank)})"
         if register_dtype(value.dtype) != dtype:
             text = f"{text}.to({triton_type(dtype)})"
@@ -250,8 +252,8 @@ class TritonKernel:
             centered = self.emit(f"{value} - {mean}", dtype, 2)
             squares = self._masked(self.emit(f"{centered} * {centered}", dtype, 2), 0)
             m2 = self.emit(f"tl.reduce({squares}, 1, {add})[:, None]", dtype, 1)
-            weight = self.emit(f"tl.full([XBLOCK, 1], {count}, {triton_type(dtype)})", dtype, 1)
-            return mean, m2, weight
+            # Every lane of a persistent row counts, so the third Welford output is just rnumel.
+            return mean, m2, CSEVar(count, dtype, 0)
         raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
 
     def _reduce_looped(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:

@@ -158,7 +158,8 @@ class StorageBox(IRNode):
 
     @property
     def origins(self):
-        return self.data.origins
+        # The ops a reader inlines: none once realized (the reader loads from memory).
+        return frozenset() if self.is_realized() else self.data.origins
 
     def get_size(self):
         return self.data.get_size()

@@ -49,7 +49,7 @@ class ReinterpretView(IRNode):
 
     @property
     def origins(self):
-        return self.buffer.origins
+        return frozenset()  # a strided view loads from memory and inlines nothing
 
     @property
     def name(self):

@@ -15,8 +15,14 @@ class CompiledGraph:
     wrapper_source: str
     wrapper_path: str
 
-    # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs early.
-    _boxed_call = True
+    def __post_init__(self):
+        # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs
+        # early. An instance attribute, so that wrappers made with functools.wraps keep it.
+        self._boxed_call = True
 
-    def __call__(self, args):
-        return self.call(args)
+    def __call__(self, *args):
+        # Some AOTAutograd paths (a lazily compiled backward) call unboxed; graph inputs are
+        # tensors and numbers, never lists, so a single list argument is the boxed form.
+        if len(args) == 1 and isinstance(args[0], list):
+            return self.call(args[0])
+        return self.call(list(args))

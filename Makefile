@@ -1,0 +1,32 @@
+# `make demo` and `make test` set everything up on a fresh machine. Where python3 already has
+# torch (the GPU machines), that torch is used; otherwise a .venv gets torch 2.13 (CPU build).
+SYSTEM_HAS_TORCH := $(shell python3 -c "import torch" >/dev/null 2>&1 && echo yes)
+ifeq ($(SYSTEM_HAS_TORCH),yes)
+PY := python3
+else
+PY := $(CURDIR)/.venv/bin/python
+endif
+
+.PHONY: setup demo test test-gpu bench clean
+
+setup: .setup-done
+
+.setup-done: pyproject.toml
+ifneq ($(SYSTEM_HAS_TORCH),yes)
+	python3 -m venv .venv
+	.venv/bin/python -m pip install -q "torch==2.13.0"
+endif
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: setup
+	$(PY) -m smelt demo
+
+test: setup
+	SMELT_CPU_BACKEND=triton $(PY) -m pytest -q tests --ignore=tests/gpu
+
+test-gpu:
+	scripts/gpu_check
+
+clean:
+	rm -rf .venv .setup-done *.egg-info
