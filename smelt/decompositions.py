@@ -10,7 +10,7 @@ aten = torch.ops.aten
 
 _EXTRA = [
     aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.leaky_relu, aten.elu, aten.hardtanh,
-    aten.embedding, aten.native_group_norm, aten.native_batch_norm, aten._native_batch_norm_legit_functional,
+    aten.embedding, aten.native_group_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional,
     aten._native_batch_norm_legit_no_training,
 ]
 

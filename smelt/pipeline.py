@@ -89,7 +89,7 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
     plan = plan_kernel(step.group, step.stored)
     config: BlockConfig = choose_blocks(plan, interpret, cfg.persistent_reduction_limit)
     name = kernel_name(plan, config, index)
-    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph))
+    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret)
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
     members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
     comments = [f"# aten ops: {', '.join(origins)}",

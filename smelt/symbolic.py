@@ -184,6 +184,10 @@ def simplify_index(expr: Expr, ranges: dict) -> Expr:
             base, div, mod = e.args
             if _less_than(_upper_bound(base, ranges), div * mod):
                 return visit(FloorDiv(base, div))
+        if isinstance(e, ModularIndexing) and e.args[1] != 1:
+            reduced = _drop_small_part(e.args[0], e.args[1], ranges)
+            if reduced is not None:
+                return visit(ModularIndexing(reduced[0], reduced[1], e.args[2]))
         if isinstance(e, FloorDiv):
             base, div = e.args
             if _less_than(_upper_bound(base, ranges), div):
@@ -192,9 +196,29 @@ def simplify_index(expr: Expr, ranges: dict) -> Expr:
             whole, rest = _split_multiples(base, div)
             if whole != 0 and _less_than(_upper_bound(rest, ranges), div):
                 return whole
+            reduced = _drop_small_part(base, div, ranges)
+            if reduced is not None:
+                return visit(FloorDiv(*reduced))
         return e
 
     return _recombine(sympy.expand(visit(sympy.expand(expr))))
+
+
+def _drop_small_part(base: Expr, div: Expr, ranges: dict):
+    """(y, div/f) when base == f*y + r with 0 <= r < f for some factor f of div, else None.
+
+    Then base // div == y // (div/f): the low part r never carries into the quotient.
+    """
+    terms = sympy.Add.make_args(base)
+    for term in terms:
+        f = sympy.gcd(term.as_coeff_Mul()[0] * sympy.Mul(*[a for a in sympy.Mul.make_args(term)
+                                                           if a.is_Symbol and a not in ranges]), div)
+        if f == 1:
+            continue
+        y, r = _split_multiples(base, f)
+        if y != 0 and r != 0 and _less_than(_upper_bound(r, ranges), f):
+            return y, sympy.cancel(div / f)
+    return None
 
 
 def _split_index_factor(term: Expr):

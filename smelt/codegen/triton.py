@@ -39,7 +39,9 @@ class TritonKernelSource:
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
     """Block sizes from a heuristic: whole rows in registers when short enough, else loop over r."""
     xn, rn = plan.static_sizes()
-    budget = 1 << 16 if interpret else 4096  # elements one program handles
+    # Elements one program handles. The interpreter runs each program as numpy calls: big blocks
+    # for pointwise work, smaller ones for reductions, where some combines run element by element.
+    budget = (1 << 16 if not plan.is_reduction else 4096) if interpret else 4096
     if not plan.is_reduction:
         xblock = 1024 if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
         if xn is not None:
@@ -51,7 +53,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     else:
         rblock = 1024 if plan.r_contiguous() else 64
         if interpret:
-            rblock = 1024
+            rblock = 128
     xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
     if not interpret:
         xblock = min(xblock, 64)
@@ -72,8 +74,9 @@ def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
 class TritonKernel:
     """Generates the body of one kernel by running each member's loop body under TritonOps."""
 
-    def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str):
+    def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str, interpret: bool):
         self.plan = plan
+        self.interpret = interpret
         self.config = config
         self.graph = graph
         self.args = KernelArgs()
@@ -90,7 +93,8 @@ class TritonKernel:
         self.loop_epilogue: IndentedBuffer | None = None
         xn, rn = plan.static_sizes()
         self.need_xmask = xn is None or xn % config.XBLOCK != 0
-        self.need_rmask = plan.is_reduction and (rn is None or rn % config.RBLOCK != 0)
+        # An empty row (rnumel == 0) still runs one masked block, which yields the identity.
+        self.need_rmask = plan.is_reduction and (rn is None or rn == 0 or rn % config.RBLOCK != 0)
 
     # ------------------------------------------------------------ values
 
@@ -220,6 +224,8 @@ class TritonKernel:
         return f"tl.where({mask}, {value}, {literal(fill, register_dtype(value.dtype))})"
 
     def _combine_name(self, rtype: str, dtype: torch.dtype) -> str:
+        if rtype == "sum":
+            return "tl.standard._sum_combine"  # what tl.sum uses; the interpreter runs it natively
         base = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin",
                 "welford_reduce": "welford"}[rtype]
         if rtype in ("max", "min") and not dtype.is_floating_point:
@@ -233,11 +239,14 @@ class TritonKernel:
         masked = self._masked(value, identity(rtype, value.dtype))
         if rtype == "sum":
             return (self.emit(f"tl.reduce({masked}, 1, {self._combine_name('sum', dtype)})[:, None]", dtype, 1),)
+        if rtype in ("max", "min") and self.interpret:
+            return (self._interpreted_extreme(rtype, self.emit(masked, value.dtype, 2), dtype),)
         if rtype in ("max", "min", "prod"):
             return (self.emit(f"tl.reduce({masked}, 1, {self._combine_name(rtype, dtype)})[:, None]", dtype, 1),)
         if rtype in ("any", "all"):
-            combine = self._combine_name("max" if rtype == "any" else "min", torch.int8)
-            return (self.emit(f"tl.reduce(({masked}).to(tl.int8), 1, {combine})[:, None] != 0", torch.bool, 1),)
+            as_int = self.emit(f"({masked}).to(tl.int8)", torch.int8, 2)
+            extreme = self._extreme_of("max" if rtype == "any" else "min", as_int, torch.int8)
+            return (self.emit(f"{extreme} != 0", torch.bool, 1),)
         if rtype in ("argmax", "argmin"):
             masked_var = self.emit(masked, value.dtype, 2)
             positions = self.emit("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", torch.int64, 2)
@@ -255,6 +264,23 @@ class TritonKernel:
             # Every lane of a persistent row counts, so the third Welford output is just rnumel.
             return mean, m2, CSEVar(count, dtype, 0)
         raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
+
+    def _extreme_of(self, rtype: str, block: CSEVar, dtype: torch.dtype) -> CSEVar:
+        if self.interpret:
+            return self._interpreted_extreme(rtype, block, dtype)
+        return self.emit(f"tl.reduce({block}, 1, {self._combine_name(rtype, dtype)})[:, None]", dtype, 1)
+
+    def _interpreted_extreme(self, rtype: str, block: CSEVar, dtype: torch.dtype) -> CSEVar:
+        """max/min through Triton's own combine, which the interpreter runs with numpy (a custom
+        combine runs element by element in Python). numpy's nanmax skips NaN; eager's amax
+        returns NaN, so NaN is put back explicitly."""
+        combine = "tl.standard._elementwise_max" if rtype == "max" else "tl.standard._elementwise_min"
+        result = self.emit(f"tl.reduce({block}, 1, {combine})[:, None]", dtype, 1)
+        if not dtype.is_floating_point:
+            return result
+        nan_count = self.emit(f"tl.reduce(({block} != {block}).to(tl.int32), 1, tl.standard._sum_combine)[:, None]",
+                              torch.int32, 1)
+        return self.emit(f'tl.where({nan_count} > 0, float("nan"), {result})', dtype, 1)
 
     def _reduce_looped(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
         dtype = register_dtype(value.dtype)
@@ -275,9 +301,15 @@ class TritonKernel:
             }.get(rtype) or f"{self._combine_name(rtype, dtype)}({acc}, {masked})"
             self.body.writeline(f"{acc} = {update}")
             result = CSEVar(f"{acc}_result", dtype if rtype not in ("any", "all") else torch.bool, 1)
-            combine_type = {"any": "max", "all": "min"}.get(rtype, rtype)
-            combine = self._combine_name(combine_type, torch.int8 if rtype in ("any", "all") else dtype)
-            final = f"tl.reduce({acc}, 1, {combine})[:, None]" + (" != 0" if rtype in ("any", "all") else "")
+            if rtype in ("max", "min", "any", "all"):
+                kind = {"any": "max", "all": "min"}.get(rtype, rtype)
+                body, self.body = self.body, epi
+                extreme = self._extreme_of(kind, CSEVar(acc, torch.int8 if kind != rtype else dtype, 2),
+                                           torch.int8 if kind != rtype else dtype)
+                self.body = body
+                final = f"{extreme} != 0" if rtype in ("any", "all") else extreme.name
+            else:
+                final = f"tl.reduce({acc}, 1, {self._combine_name(rtype, dtype)})[:, None]"
             epi.writeline(f"{result} = {final}")
             return (result,)
         if rtype in ("argmax", "argmin"):

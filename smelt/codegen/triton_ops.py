@@ -27,7 +27,7 @@ def triton_type(dtype: torch.dtype) -> str:
 def literal(value, dtype: torch.dtype) -> str:
     """A Python literal for value in dtype, as Triton reads it inside a kernel."""
     if dtype == torch.bool:
-        return "1" if value else "0"
+        return "True" if value else "False"
     if dtype.is_floating_point:
         value = float(value)
         if math.isnan(value):
@@ -94,13 +94,10 @@ INT_BINARY = {
 }
 
 # Combine functions emitted into a kernel's module when its reductions need them.
-# Only Triton builtins and these helpers appear in kernels: Triton's own @jit library functions
-# (tl.sum, tl.sigmoid, ...) cannot run under the interpreter unless it was on when Triton loaded.
+# Only Triton builtins, tl.reduce with these helpers or with Triton's own combines appear in
+# kernels: Triton's @jit library functions (tl.sum, tl.sigmoid, ...) cannot run under the
+# interpreter unless it was on when Triton was imported.
 COMBINE_HELPERS = {
-    "_sum_combine": '''@triton.jit
-def _sum_combine(a, b):
-    return a + b
-''',
     "_max_combine": '''@triton.jit
 def _max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)

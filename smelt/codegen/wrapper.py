@@ -51,8 +51,10 @@ class WrapperCodegen:
     def strided(self, name: str, layout) -> str:
         size = ", ".join(pexpr(s) for s in layout.size)
         stride = ", ".join(pexpr(s) for s in layout.stride)
+        # Layout offsets count from the tensor's start, as_strided's from its storage's start.
+        offset = f"{name}.storage_offset()" + (f" + {pexpr(layout.offset)}" if layout.offset != 0 else "")
         return f"torch.as_strided({name}, ({size}{',' if len(layout.size) == 1 else ''}), " \
-               f"({stride}{',' if len(layout.stride) == 1 else ''}), {pexpr(layout.offset)})"
+               f"({stride}{',' if len(layout.stride) == 1 else ''}), {offset})"
 
     def allocate(self, out: IndentedBuffer, name: str, layout) -> None:
         size = ", ".join(pexpr(s) for s in layout.size)

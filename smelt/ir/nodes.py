@@ -86,7 +86,13 @@ class IRNode:
 
 
 class Buffer(IRNode):
-    """Memory with a name and a layout; readers load from it."""
+    """Memory with a name and a layout; readers load from it.
+
+    `storage_offset` is where the tensor starts in its storage (nonzero for an input that is a
+    view); layouts count from that start, as kernels receive the tensor's data pointer.
+    """
+
+    storage_offset = sympy.Integer(0)
 
     def __init__(self, name: str, layout: Layout):
         self.name = name

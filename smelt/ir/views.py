@@ -117,12 +117,12 @@ def as_strided_layout(node: IRNode) -> tuple[Buffer, Layout] | None:
     mapped = reindex(vars_)
     storage_index = mapped[0] if reindex.flat_storage else buffer.layout.index(mapped)
     storage_index = simplify_index(storage_index, dict(zip(vars_, size)))
-    poly = sympy.Poly(storage_index, *vars_) if vars_ else None
-    if poly is not None and (poly.total_degree() > 1 or not all(
-            c.free_symbols.isdisjoint(vars_) for c in poly.coeffs())):
-        return None
     if any(isinstance(a, sympy.Function) for a in sympy.preorder_traversal(storage_index)):
-        return None
+        return None  # div/mod left over: not expressible with strides
+    if vars_:
+        poly = sympy.Poly(storage_index, *vars_)
+        if poly.total_degree() > 1 or not all(c.free_symbols.isdisjoint(vars_) for c in poly.coeffs()):
+            return None
     stride = [storage_index.coeff(v) if v in storage_index.free_symbols else sympy.Integer(0) for v in vars_]
     offset = storage_index.subs({v: 0 for v in vars_})
     layout = FixedLayout(buffer.layout.device, buffer.layout.dtype, tuple(size), tuple(stride), offset)

@@ -8,7 +8,7 @@ import torch
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
 from ..ir.extern import walk_args
 from ..ir.nodes import InputBuffer
-from ..ir.views import ReinterpretView
+from ..symbolic import sympify
 from .graph import _layout_of, origin_name
 from .registry import lowering
 
@@ -28,6 +28,7 @@ def make_extern(g, op, args, kwargs, is_fallback: bool):
     origins = g.origin
     if isinstance(meta, torch.Tensor):
         node = ExternKernel(g.new_name(), _layout_of(meta), op, args, kwargs, origins, is_fallback)
+        node.storage_offset = sympify(meta.storage_offset())
         g.register_buffer(node)
         return TensorBox(StorageBox(node))
     node = ExternKernel(g.new_name(), None, op, args, kwargs, origins, is_fallback)
@@ -36,6 +37,7 @@ def make_extern(g, op, args, kwargs, is_fallback: bool):
     def outputs(value, path):
         if isinstance(value, torch.Tensor):
             out = MultiOutput(g.new_name(), _layout_of(value), node, path)
+            out.storage_offset = sympify(value.storage_offset())
             g.register_buffer(out)
             return TensorBox(StorageBox(out))
         if isinstance(value, (list, tuple)):

@@ -107,8 +107,10 @@ def origin_name(node: torch.fx.Node) -> str:
 
 
 def _layout_of(val: torch.Tensor, cls=FixedLayout):
+    """The layout of a real tensor as a kernel sees it: offsets count from its data pointer, which
+    already includes the storage offset."""
     return cls(val.device, val.dtype, tuple(sympify(s) for s in val.shape),
-               tuple(sympify(s) for s in val.stride()), sympify(val.storage_offset()))
+               tuple(sympify(s) for s in val.stride()))
 
 
 def _is_symbolic_scalar(val) -> bool:
@@ -152,6 +154,7 @@ def lower_graph(gm: torch.fx.GraphModule) -> IRGraph:
 def _lower_placeholder(graph: IRGraph, node, val):
     if isinstance(val, torch.Tensor):
         buffer = InputBuffer(node.name, _layout_of(val))
+        buffer.storage_offset = sympify(val.storage_offset())
         graph.inputs.append((node.name, buffer))
         return TensorBox.of_storage(buffer)
     if _is_symbolic_scalar(val):

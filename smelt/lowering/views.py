@@ -128,7 +128,8 @@ def select(g, x, dim, index):
 def as_strided(g, x, size, stride, storage_offset=None):
     buffer = g.realize(x)
     base = buffer.buffer if isinstance(buffer, ReinterpretView) else buffer
-    offset = sympify(storage_offset) if storage_offset is not None else sympify(0)
+    # as_strided's offset counts from the start of the storage; layouts count from the tensor's start.
+    offset = sympify(storage_offset) - base.storage_offset if storage_offset is not None else sympify(0)
     layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(sympify(s) for s in size),
                          tuple(sympify(s) for s in stride), offset)
     return TensorBox(ReinterpretView(base, layout))

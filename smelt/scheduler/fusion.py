@@ -44,6 +44,8 @@ def shape_with(group: FusedGroup, node: SchedulerNode):
     """The (xnumel, rnumel) of group plus node, or None when their iteration spaces differ."""
     if group.is_extern or node.is_extern:
         return None
+    if node.numel() == 0 or group.xnumel * group.rnumel == 0:
+        return None  # an empty tensor's kernel never launches; it has nothing to share
     if node.is_reduction:
         x, r = node.numel(), node.reduction_numel()
         if group.is_reduction:

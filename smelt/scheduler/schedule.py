@@ -130,6 +130,8 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
         for node in step.group.nodes:
             for name in node.read_names:
                 last_use[name] = k
+            if node.write_name != node.name:  # a write into a graph input uses that input too
+                last_use[node.write_name] = k
     written = {n for s in steps for n in (s.stored if not s.is_extern else [s.group.nodes[0].write_name])}
     for name, k in last_use.items():
         if name in outputs or name in graph.constants:

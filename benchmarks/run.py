@@ -1,0 +1,284 @@
+"""Time eager, Inductor and smelt on every workload and print a markdown table (last, on stdout).
+
+    python3 -m benchmarks.run [--only softmax,layer_norm] [--no-compile-time] [--json PATH]
+    python3 -m benchmarks.run --device cpu --small --only softmax   # harness check without a GPU
+
+Progress and error details go to stderr, so stdout holds only the results block.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+
+from benchmarks import compile_time
+from benchmarks.backends import compile_fn
+from benchmarks.measure import bench_ms, copy_bandwidth, synchronize
+from benchmarks.workloads import Workload, by_name
+
+COMPILED = ("inductor", "smelt")
+
+
+def log(*parts) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def _short(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    # Dynamo wraps a backend's exception (BackendCompilerFailed); the innermost names the problem.
+    while True:
+        inner = exc.__cause__ or getattr(exc, "inner_exception", None)
+        if inner is None or inner is exc:
+            return exc
+        exc = inner
+
+
+def _reason(exc: BaseException) -> str:
+    exc = _innermost(exc)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return _short(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+
+
+def _log_exception(what: str, exc: BaseException) -> None:
+    log(f"{what}:\n" + "".join(traceback.format_exception(_innermost(exc))[-30:]))
+
+
+def _mismatch(exc: AssertionError) -> str:
+    text = str(exc)
+    count = re.search(r"Mismatched elements: (\d+) / (\d+)", text)
+    diff = re.search(r"Greatest absolute difference: (\S+)", text)
+    if count and diff:
+        return f"{count[1]}/{count[2]} elements differ, max abs diff {diff[1]}"
+    return _short(text.strip().splitlines()[0] if text.strip() else "mismatch")
+
+
+def run_backend(backend: str, w: Workload, inputs, expected, device: str) -> dict:
+    """{'ms': float} on success, {'error': 'ERROR (...)' | 'FAIL (...)'} otherwise."""
+    try:
+        compiled = compile_fn(backend, w.fn)
+        out = compiled(*inputs)
+        synchronize(device)
+    except Exception as exc:
+        _log_exception(f"[{w.name}] {backend} raised", exc)
+        return {"error": f"ERROR ({_reason(exc)})"}
+    try:
+        if w.compare is not None:
+            w.compare(out, expected)
+        else:
+            torch.testing.assert_close(out, expected, **w.tolerance)
+    except AssertionError as exc:
+        log(f"[{w.name}] {backend} output differs from eager:\n{exc}")
+        return {"error": f"FAIL ({_mismatch(exc)})"}  # a wrong answer's time means nothing
+    try:
+        return {"ms": bench_ms(lambda: compiled(*inputs), device)}
+    except Exception as exc:
+        _log_exception(f"[{w.name}] {backend} raised while timing", exc)
+        return {"error": f"ERROR ({_reason(exc)})"}
+
+
+def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row: dict) -> None:
+    """Fills `row` in place, so a run stopped halfway still reports what it measured."""
+    inputs = w.make_inputs(args.device, args.small)
+    row.update(desc=w.describe(args.small), bytes=w.bytes_moved(inputs))
+    expected = w.fn(*inputs)
+    row["eager"] = {"ms": bench_ms(lambda: w.fn(*inputs), args.device)}
+    log(f"[{w.name}] eager {row['eager']['ms']:.4f} ms")
+    for backend in COMPILED:
+        row[backend] = run_backend(backend, w, inputs, expected, args.device)
+        log(f"[{w.name}] {backend} {row[backend]}")
+        if "ms" in row[backend]:
+            row[backend]["copy_bw_share"] = row["bytes"] / (row[backend]["ms"] * 1e-3) / copy_bw
+    del inputs, expected
+    torch._dynamo.reset()
+    gc.collect()
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+    row["compile"] = {}
+    for backend in COMPILED if not args.no_compile_time else ():
+        left = None if deadline is None else deadline - time.monotonic()
+        if "ERROR" in row[backend].get("error", ""):
+            row["compile"][backend] = ("—", "—")  # it did not compile in-process either
+        elif left is not None and left < 60:
+            row["compile"][backend] = ("skipped (time)", "skipped (time)")
+        else:
+            timeout = 180.0 if left is None else min(180.0, (left - 20) / 2)
+            row["compile"][backend] = compile_time.cold_and_warm(
+                backend, w.name, args.device, args.small, timeout
+            )
+        log(f"[{w.name}] {backend} compile cold/warm s: {row['compile'][backend]}")
+
+
+def _ms(result: dict | None) -> str:
+    if result is None:
+        return "—"
+    return f"{result['ms']:.4g}" if "ms" in result else result["error"]
+
+
+def _ratio(num: dict | None, den: dict | None) -> str:
+    return f"{num['ms'] / den['ms']:.2f}x" if num and den and "ms" in num and "ms" in den else "—"
+
+
+def _share(result: dict | None) -> str:
+    return f"{100 * result['copy_bw_share']:.0f}%" if result and "copy_bw_share" in result else "—"
+
+
+def _seconds(value) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+COLUMNS = [
+    "workload", "shape/dtype", "eager ms", "inductor ms", "smelt ms",
+    "smelt/eager speedup", "smelt/inductor speedup", "smelt % of copy BW", "inductor % of copy BW",
+    "compile cold s (inductor/smelt)", "compile warm s (inductor/smelt)",
+]
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        comp = r.get("compile", {})
+        na = ("—", "—")
+        cold = f"{_seconds(comp.get('inductor', na)[0])} / {_seconds(comp.get('smelt', na)[0])}"
+        warm = f"{_seconds(comp.get('inductor', na)[1])} / {_seconds(comp.get('smelt', na)[1])}"
+        eager, inductor, smelt = r.get("eager"), r.get("inductor"), r.get("smelt")
+        desc = ": ".join(filter(None, [r.get("desc"), r.get("error")])) or "—"
+        cells = [
+            r["name"], desc, _ms(eager), _ms(inductor), _ms(smelt),
+            _ratio(eager, smelt), _ratio(inductor, smelt), _share(smelt), _share(inductor), cold, warm,
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def geomean_line(rows: list[dict]) -> str:
+    ratios = [
+        r["inductor"]["ms"] / r["smelt"]["ms"]
+        for r in rows
+        if "ms" in r.get("inductor", {}) and "ms" in r.get("smelt", {})
+    ]
+    if not ratios:
+        return "Geometric mean smelt/inductor speedup: n/a (no workload ran correctly on both)"
+    g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    return f"Geometric mean smelt/inductor speedup: {g:.2f}x over {len(ratios)} workload(s)"
+
+
+def environment(device: str) -> dict:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception as exc:  # triton is optional for a CPU check
+        triton_version = f"unavailable ({type(exc).__name__})"
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = f"CPU {platform.processor() or platform.machine()}"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except Exception:
+        commit = ""
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "device": name,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "commit": commit or "unknown",
+    }
+
+
+def header(env: dict, copy_bw: float, args) -> str:
+    lines = [
+        f"### {env['date']} — {env['device']} — torch {env['torch']} — triton {env['triton']} — commit {env['commit']}",
+        "",
+        f"Copy bandwidth (device-to-device, read + write): {copy_bw / 1e9:.0f} GB/s."
+        + (" Shapes: --small." if args.small else ""),
+    ]
+    if args.note:
+        lines.append(args.note)
+    return "\n".join(lines)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _on_sigterm(signum, frame):
+    # `timeout` in scripts/gpu_check sends SIGTERM; stop and still print the rows we have.
+    raise _Stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated workload names")
+    parser.add_argument("--no-compile-time", action="store_true", help="skip the compile-time subprocesses")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true", help="tiny shapes, for checking the harness on a CPU")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the results block here")
+    parser.add_argument("--note", help="a line printed under the header (e.g. test results)")
+    parser.add_argument("--time-budget", type=float, metavar="S",
+                        help="skip compile-time runs that would end past S seconds from start")
+    args = parser.parse_args(argv)
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        log("CUDA is not available; use --device cpu --small to check the harness here.")
+        return 2
+    deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    workloads = by_name(args.only)
+    env = environment(args.device)
+    rows: list[dict] = []
+    copy_bw = float("nan")
+    try:
+        copy_bw = copy_bandwidth(args.device, (1 << 30) if args.device.startswith("cuda") else (64 << 20))
+        log(f"copy bandwidth {copy_bw / 1e9:.1f} GB/s")
+        for w in workloads:
+            rows.append({"name": w.name})
+            try:
+                run_workload(w, args, copy_bw, deadline, rows[-1])
+            except (_Stop, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # e.g. out of memory in eager: keep the other rows
+                _log_exception(f"[{w.name}] failed", exc)
+                rows[-1]["error"] = f"ERROR ({_reason(exc)})"
+    except (_Stop, KeyboardInterrupt):
+        log("stopped early; printing what was measured so far")
+        done = {r["name"] for r in rows}
+        rows += [{"name": w.name, "error": "not run (stopped)"} for w in workloads if w.name not in done]
+
+    block = "\n".join([header(env, copy_bw, args), "", table(rows), "", geomean_line(rows)])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"env": env, "copy_bw_bytes_per_s": copy_bw, "small": args.small, "rows": rows}, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(block + "\n")
+    print(block, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Shared fixtures for the smelt test suite.
+
+Environment knobs:
+  SMELT_TEST_DEVICE   device the tests run on ("cpu" by default, "cuda" on GPU CI).
+  SMELT_TEST_BACKEND  torch.compile backend under test ("smelt" by default).
+                      Use "eager" / "aot_eager" to validate the tests themselves;
+                      tests that introspect smelt (observe, debug dir, registration)
+                      skip in that case.
+
+Fixtures exposed to tests:
+  device        -> str, the device to create tensors on
+  compile_fn    -> compile_fn(fn, **kw): torch.compile(fn, backend=<backend>, fullgraph=True, **kw)
+  assert_close  -> assert_close(actual, expected, atol=None, rtol=None, **kw)
+  check         -> check(fn, *args, compile_kw=None, atol=None, rtol=None): compiles fn,
+                   runs compiled and eager on the same inputs, compares, returns (actual, expected)
+  observe       -> smelt.observe (skips unless the backend is smelt)
+  counting_backend -> CompileCounterWithBackend(<backend>) for counting dynamo compilations
+  smelt_only    -> marker: @pytest.mark.smelt_only skips unless the backend is smelt
+"""
+
+import os
+
+os.environ.setdefault("SMELT_CPU_BACKEND", "triton")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+import torch._dynamo.testing  # noqa: E402
+
+DEVICE = os.environ.get("SMELT_TEST_DEVICE", "cpu")
+BACKEND = os.environ.get("SMELT_TEST_BACKEND", "smelt")
+IS_SMELT = BACKEND == "smelt"
+
+if IS_SMELT:
+    import smelt  # noqa: E402,F401  (registers the "smelt" backend)
+    import smelt.observe  # noqa: E402,F401
+else:
+    smelt = None
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+SMELT_ONLY_REASON = f"introspects smelt internals; backend under test is {BACKEND!r}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "smelt_only: test inspects smelt itself; skipped when SMELT_TEST_BACKEND != smelt"
+    )
+    if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        raise pytest.UsageError("SMELT_TEST_DEVICE=cuda but torch.cuda.is_available() is False")
+
+
+def pytest_collection_modifyitems(config, items):
+    if IS_SMELT:
+        return
+    skip = pytest.mark.skip(reason=SMELT_ONLY_REASON)
+    for item in items:
+        if "smelt_only" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    return f"smelt tests: device={DEVICE} backend={BACKEND} SMELT_CPU_BACKEND={os.environ.get('SMELT_CPU_BACKEND')}"
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def _default_tols(dtype):
+    if dtype in LOW_PRECISION:
+        return 1e-2, 1e-2
+    if dtype == torch.float32:
+        return 1e-5, 1.3e-6  # torch.testing defaults for fp32
+    if dtype == torch.float64:
+        return 1e-7, 1e-7
+    return 0.0, 0.0  # integer / bool: exact
+
+
+def _assert_close_one(actual, expected, atol, rtol, path, **kw):
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{path}: expected a Tensor, got {type(actual).__name__}"
+        d_atol, d_rtol = _default_tols(expected.dtype)
+        a = d_atol if atol is None else atol
+        r = d_rtol if rtol is None else rtol
+        if not (expected.dtype.is_floating_point or expected.dtype.is_complex):
+            a, r = 0.0, 0.0
+        torch.testing.assert_close(
+            actual, expected, atol=a, rtol=r, equal_nan=True,
+            msg=lambda m: f"{path}: {m}", **kw,
+        )
+    elif isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)), f"{path}: expected a sequence, got {type(actual).__name__}"
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for i, (x, y) in enumerate(zip(actual, expected)):
+            _assert_close_one(x, y, atol, rtol, f"{path}[{i}]", **kw)
+    elif isinstance(expected, dict):
+        assert isinstance(actual, dict) and actual.keys() == expected.keys(), f"{path}: dict keys differ"
+        for k in expected:
+            _assert_close_one(actual[k], expected[k], atol, rtol, f"{path}[{k!r}]", **kw)
+    elif expected is None:
+        assert actual is None, f"{path}: expected None, got {type(actual).__name__}"
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def assert_close(actual, expected, atol=None, rtol=None, **kw):
+    """Compare (nested) outputs; tolerance defaults depend on the expected dtype.
+
+    fp32: torch.testing defaults; fp16/bf16: atol=rtol=1e-2; integer/bool: exact.
+    Dtype, shape and device must match.
+    """
+    _assert_close_one(actual, expected, atol, rtol, "output", **kw)
+
+
+def compile_fn(fn, **kw):
+    kw.setdefault("fullgraph", True)
+    return torch.compile(fn, backend=BACKEND, **kw)
+
+
+def _clone_args(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            c = a.detach().clone()  # clone keeps strides of dense non-overlapping tensors
+            c.requires_grad_(a.requires_grad)
+            out.append(c)
+        else:
+            out.append(a)
+    return out
+
+
+def check(fn, *args, compile_kw=None, atol=None, rtol=None, clone_inputs=False):
+    """Run fn eagerly and compiled on the same inputs and compare the outputs."""
+    expected = fn(*(_clone_args(args) if clone_inputs else args))
+    actual = compile_fn(fn, **(compile_kw or {}))(*args)
+    assert_close(actual, expected, atol=atol, rtol=rtol)
+    return actual, expected
+
+
+def kernel_count():
+    return sum(len(g.kernel_names) for g in smelt.observe.compiled_graphs())
+
+
+# ---------------------------------------------------------------------------
+# fixtures
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compile_state():
+    torch._dynamo.reset()
+    if IS_SMELT:
+        smelt.observe.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def device():
+    return DEVICE
+
+
+@pytest.fixture
+def backend():
+    return BACKEND
+
+
+@pytest.fixture(name="compile_fn")
+def compile_fn_fixture():
+    return compile_fn
+
+
+@pytest.fixture(name="assert_close")
+def assert_close_fixture():
+    return assert_close
+
+
+@pytest.fixture(name="check")
+def check_fixture():
+    return check
+
+
+@pytest.fixture
+def observe():
+    if not IS_SMELT:
+        pytest.skip(SMELT_ONLY_REASON)
+    return smelt.observe
+
+
+@pytest.fixture(name="kernel_count")
+def kernel_count_fixture(observe):
+    return kernel_count
+
+
+@pytest.fixture
+def counting_backend():
+    return torch._dynamo.testing.CompileCounterWithBackend(BACKEND)

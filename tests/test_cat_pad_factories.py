@@ -1,0 +1,112 @@
+"""torch.cat, constant padding, and tensor factories created inside the compiled fn."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def test_cat_two_inputs_dim0(device, check):
+    a = torch.randn(5, 33, device=device)
+    b = torch.randn(12, 33, device=device)
+    check(lambda a, b: torch.cat([a * 2, b + 1], dim=0), a, b)
+
+
+def test_cat_two_inputs_last_dim(device, check):
+    a = torch.randn(17, 5, device=device)
+    b = torch.randn(17, 28, device=device)
+    check(lambda a, b: torch.cat([a, b.exp()], dim=-1), a, b)
+
+
+def test_cat_three_inputs_middle_dim(device, check):
+    a = torch.randn(3, 4, 17, device=device)
+    b = torch.randn(3, 1, 17, device=device)
+    c = torch.randn(3, 9, 17, device=device)
+    check(lambda a, b, c: torch.cat([a, b.sigmoid(), c * c], dim=1), a, b, c)
+
+
+def test_cat_followed_by_reduction(device, check):
+    a = torch.randn(17, 20, device=device)
+    b = torch.randn(17, 13, device=device)
+    check(lambda a, b: torch.softmax(torch.cat([a, b], dim=1), dim=1), a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_cat_of_noncontiguous_inputs(device, check):
+    a = torch.randn(33, 17, device=device).t()
+    b = torch.randn(17, 66, device=device)[:, ::2]
+    check(lambda a, b: torch.cat([a, b, a - b], dim=0), a, b)
+
+
+def test_cat_integer_tensors(device, check):
+    a = torch.randint(-5, 5, (7, 3), device=device)
+    b = torch.randint(-5, 5, (7, 4), device=device)
+    check(lambda a, b: torch.cat([a, b * 2], dim=1), a, b)
+
+
+@pytest.mark.parametrize(
+    "pad",
+    [
+        pytest.param((1, 2), id="last_dim_positive"),
+        pytest.param((3, 0, 0, 2), id="two_dims_positive"),
+        pytest.param((-2, -3), id="last_dim_negative"),
+        pytest.param((2, -1, -3, 1), id="mixed_signs"),
+    ],
+)
+def test_constant_pad(pad, device, check):
+    x = torch.randn(17, 33, device=device)
+    check(lambda x: F.pad(x * 2, pad, mode="constant", value=0.5), x)
+
+
+def test_constant_pad_default_zero_then_sum(device, check):
+    x = torch.randn(5, 7, 33, device=device)
+    check(lambda x: F.pad(x, (1, 1, 2, 0)).sum(dim=-1), x, atol=1e-5, rtol=1e-5)
+
+
+def test_factories_combined_with_input(device, check):
+    x = torch.randn(17, 33, device=device)
+
+    def fn(x):
+        ones = torch.ones(17, 33, device=x.device)
+        zeros = torch.zeros(33, device=x.device)
+        full = torch.full((17, 1), 2.5, device=x.device)
+        return x * full + ones - zeros
+
+    check(fn, x)
+
+
+def test_arange_inside_compiled_fn(device, check):
+    x = torch.randn(17, 33, device=device)
+
+    def fn(x):
+        r = torch.arange(33, device=x.device)  # int64
+        s = torch.arange(0.0, 1.7, 0.1, device=x.device)  # float, 17 elements
+        return x + r, x * s[:, None], (r % 3 == 0)
+
+    check(fn, x)
+
+
+def test_like_factories(device, check):
+    x = torch.randn(17, 33, device=device)
+
+    def fn(x):
+        return torch.zeros_like(x) + x, torch.ones_like(x, dtype=torch.int32), torch.full_like(x, 7.0) - x, torch.empty_like(x).fill_(3.0)
+
+    check(fn, x)
+
+
+def test_factory_only_graph(device, check):
+    x = torch.randn(3, device=device)
+
+    def fn(x):
+        return torch.arange(12, device=x.device).view(3, 4) * 2, torch.full((5,), -1, device=x.device, dtype=torch.int32), x
+
+    check(fn, x)
+
+
+def test_eye_and_triu_mask(device, check):
+    x = torch.randn(17, 17, device=device)
+
+    def fn(x):
+        mask = torch.ones(17, 17, device=x.device, dtype=torch.bool).triu(1)
+        return x.masked_fill(mask, 0.0) + torch.eye(17, device=x.device)
+
+    check(fn, x)

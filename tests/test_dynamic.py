@@ -1,0 +1,93 @@
+"""dynamic=True: one compilation serves several input sizes."""
+
+import torch
+import torch.nn.functional as F
+
+BATCHES = (4, 3, 5, 11)  # first call, then three more sizes
+
+
+def _forward_graphs(observe):
+    return [g for g in observe.compiled_graphs() if g.kind in ("inference", "forward")]
+
+
+def _run_batches(fn, compiled, make_input, assert_close, **tol):
+    for n in BATCHES:
+        x = make_input(n)
+        assert_close(compiled(x), fn(x), **tol)
+
+
+def _pointwise(x):
+    return torch.sigmoid(x * 2 + 1) - x
+
+
+def test_dynamic_pointwise_compiles_once_across_batch_sizes(device, counting_backend, assert_close):
+    compiled = torch.compile(_pointwise, backend=counting_backend, dynamic=True, fullgraph=True)
+    _run_batches(_pointwise, compiled, lambda n: torch.randn(n, 33, device=device), assert_close)
+    assert counting_backend.frame_count == 1
+
+
+def test_dynamic_pointwise_makes_one_smelt_graph(device, compile_fn, observe, assert_close):
+    compiled = compile_fn(_pointwise, dynamic=True)
+    _run_batches(_pointwise, compiled, lambda n: torch.randn(n, 33, device=device), assert_close)
+    assert len(_forward_graphs(observe)) == 1
+
+
+def test_dynamic_both_dims_vary(device, compile_fn, assert_close):
+    compiled = compile_fn(_pointwise, dynamic=True)
+    for shape in [(4, 33), (3, 17), (11, 129), (5, 2)]:
+        x = torch.randn(shape, device=device)
+        assert_close(compiled(x), _pointwise(x))
+
+
+def _softmax(x):
+    return F.softmax(x, dim=-1)
+
+
+def test_dynamic_softmax(device, counting_backend, assert_close):
+    compiled = torch.compile(_softmax, backend=counting_backend, dynamic=True, fullgraph=True)
+    for n, m in [(4, 33), (3, 129), (5, 17), (11, 300)]:
+        x = torch.randn(n, m, device=device) * 3
+        assert_close(compiled(x), _softmax(x), atol=1e-5, rtol=1e-5)
+    assert counting_backend.frame_count == 1
+
+
+def _sum_rows(x):
+    return x.sum(dim=-1), x.sum(dim=0), x.amax()
+
+
+def test_dynamic_sum_reduction(device, counting_backend, assert_close):
+    compiled = torch.compile(_sum_rows, backend=counting_backend, dynamic=True, fullgraph=True)
+    for n, m in [(4, 33), (3, 129), (11, 17), (5, 300)]:
+        x = torch.randn(n, m, device=device)
+        assert_close(compiled(x), _sum_rows(x), atol=1e-4, rtol=1e-4)
+    assert counting_backend.frame_count == 1
+
+
+def test_dynamic_reduction_and_softmax_make_one_smelt_graph(device, compile_fn, observe, assert_close):
+    def fn(x):
+        return _softmax(x), x.sum(dim=-1)
+
+    compiled = compile_fn(fn, dynamic=True)
+    _run_batches(fn, compiled, lambda n: torch.randn(n, 65, device=device), assert_close, atol=1e-5, rtol=1e-5)
+    assert len(_forward_graphs(observe)) == 1
+
+
+def test_dynamic_mlp(device, counting_backend, assert_close):
+    model = torch.nn.Sequential(torch.nn.Linear(33, 20), torch.nn.ReLU(), torch.nn.Linear(20, 7)).to(device).eval()
+    compiled = torch.compile(model, backend=counting_backend, dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        _run_batches(model, compiled, lambda n: torch.randn(n, 33, device=device), assert_close, atol=1e-4, rtol=1e-4)
+    assert counting_backend.frame_count == 1
+
+
+def test_dynamic_broadcast_with_static_weight(device, counting_backend, assert_close):
+    w = torch.randn(33, device=device)
+
+    def fn(x, w):
+        return F.layer_norm(x, (33,)) * w + x.mean()
+
+    compiled = torch.compile(fn, backend=counting_backend, dynamic=True, fullgraph=True)
+    for n in BATCHES:
+        x = torch.randn(n, 33, device=device)
+        assert_close(compiled(x, w), fn(x, w), atol=1e-5, rtol=1e-5)
+    assert counting_backend.frame_count == 1

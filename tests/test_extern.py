@@ -1,0 +1,66 @@
+"""Ops that go to ATen extern calls (mm/bmm/addmm/linear/conv2d) mixed with pointwise ops."""
+
+import torch
+import torch.nn.functional as F
+
+TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+def test_mm_with_pointwise_prologue_and_epilogue(device, check):
+    a = torch.randn(17, 33, device=device)
+    b = torch.randn(33, 9, device=device)
+    check(lambda a, b: torch.relu(torch.mm(a * 0.5, b.exp()) + 1), a, b, **TOL)
+
+
+def test_matmul_operator_on_transposed_input(device, check):
+    a = torch.randn(33, 17, device=device)
+    b = torch.randn(33, 9, device=device)
+    check(lambda a, b: (a.t() @ b).tanh(), a, b, **TOL)
+
+
+def test_bmm_with_softmax(device, check):
+    q = torch.randn(3, 17, 8, device=device)
+    k = torch.randn(3, 33, 8, device=device)
+    v = torch.randn(3, 33, 8, device=device)
+    check(lambda q, k, v: torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.35, dim=-1), v), q, k, v, **TOL)
+
+
+def test_addmm_with_bias_and_activation(device, check):
+    bias = torch.randn(9, device=device)
+    a = torch.randn(17, 33, device=device)
+    b = torch.randn(33, 9, device=device)
+    check(lambda bias, a, b: F.gelu(torch.addmm(bias, a, b, beta=0.5, alpha=2.0)), bias, a, b, **TOL)
+
+
+def test_linear_with_and_without_bias(device, check):
+    x = torch.randn(17, 33, device=device)
+    w = torch.randn(9, 33, device=device)
+    b = torch.randn(9, device=device)
+    check(lambda x, w, b: (F.linear(x, w, b).sigmoid(), F.linear(x.cos(), w)), x, w, b, **TOL)
+
+
+def test_linear_on_3d_input(device, check):
+    x = torch.randn(3, 7, 33, device=device)
+    w = torch.randn(9, 33, device=device)
+    b = torch.randn(9, device=device)
+    check(lambda x, w, b: F.silu(F.linear(x, w, b)).sum(dim=1), x, w, b, **TOL)
+
+
+def test_conv2d_with_bias_and_relu(device, check):
+    x = torch.randn(2, 3, 9, 9, device=device)
+    w = torch.randn(4, 3, 3, 3, device=device)
+    b = torch.randn(4, device=device)
+    check(lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=1)) * 2, x, w, b, **TOL)
+
+
+def test_conv2d_stride_no_bias_then_mean(device, check):
+    x = torch.randn(2, 3, 11, 11, device=device)
+    w = torch.randn(5, 3, 3, 3, device=device)
+    check(lambda x, w: F.conv2d(x + 1, w, stride=2).mean(dim=(2, 3)), x, w, **TOL)
+
+
+def test_two_matmuls_chained_with_pointwise(device, check):
+    x = torch.randn(17, 33, device=device)
+    w1 = torch.randn(33, 20, device=device)
+    w2 = torch.randn(20, 7, device=device)
+    check(lambda x, w1, w2: torch.mm(torch.mm(x, w1).relu() - 0.1, w2) * 0.5, x, w1, w2, **TOL)

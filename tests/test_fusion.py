@@ -1,0 +1,89 @@
+"""Fusion counts (smelt only): how many Triton kernels a graph compiles to."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.smelt_only
+
+
+def _compile_and_check(compile_fn, assert_close, fn, *args, **tol):
+    assert_close(compile_fn(fn)(*args), fn(*args), **tol)
+
+
+def test_softmax_last_dim_is_one_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x: F.softmax(x, dim=-1), x, atol=1e-5, rtol=1e-5)
+    assert kernel_count() == 1
+
+
+def test_log_softmax_last_dim_is_one_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x: F.log_softmax(x, dim=-1), x, atol=1e-5, rtol=1e-5)
+    assert kernel_count() == 1
+
+
+def test_layer_norm_is_one_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    w = torch.randn(129, device=device)
+    b = torch.randn(129, device=device)
+    _compile_and_check(
+        compile_fn, assert_close, lambda x, w, b: F.layer_norm(x, (129,), w, b), x, w, b, atol=1e-5, rtol=1e-5
+    )
+    assert kernel_count() == 1
+
+
+def test_five_pointwise_ops_are_one_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    y = torch.randn(33, 129, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x, y: ((x + 1) * 2).sin().exp() - y, x, y)
+    assert kernel_count() == 1
+
+
+def test_broadcast_pointwise_chain_is_one_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(17, 1, device=device)
+    y = torch.randn(1, 33, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x, y: torch.relu(x + y) * y - x.sigmoid(), x, y)
+    assert kernel_count() == 1
+
+
+def test_pointwise_feeding_reduction_is_one_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x: (x.exp() * 2 + 1).sum(dim=-1), x, atol=1e-4, rtol=1e-5)
+    assert kernel_count() == 1
+
+
+def test_two_independent_outputs_of_pointwise_share_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x: (x.sin() + 1, x.sin() * 2), x)
+    assert kernel_count() == 1
+
+
+def test_pure_view_graph_needs_no_kernel(device, compile_fn, assert_close, kernel_count):
+    x = torch.randn(33, 129, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda x: x.t()[2:], x)
+    assert kernel_count() == 0
+
+
+def test_observe_record_is_consistent_with_extern_mm(device, compile_fn, assert_close, observe):
+    # extern calls must not break bookkeeping: every kernel name has a source
+    a = torch.randn(17, 33, device=device)
+    b = torch.randn(33, 9, device=device)
+    _compile_and_check(compile_fn, assert_close, lambda a, b: torch.relu(a @ b) + 1, a, b, atol=1e-4, rtol=1e-4)
+    for g in observe.compiled_graphs():
+        assert set(g.kernel_names) == set(g.kernel_sources), (g.kernel_names, list(g.kernel_sources))
+        assert len(set(g.kernel_names)) == len(g.kernel_names)
+        assert isinstance(g.wrapper_source, str) and g.wrapper_source
+        for name in g.kernel_names:
+            assert name in g.wrapper_source, f"kernel {name} is never launched by the wrapper"
+
+
+def test_compiled_graphs_are_recorded_in_order_and_reset_clears(device, compile_fn, observe):
+    x = torch.randn(17, 33, device=device)
+    compile_fn(lambda x: x.exp())(x)
+    compile_fn(lambda x: x.softmax(-1))(x)
+    graphs = observe.compiled_graphs()
+    assert len(graphs) == 2
+    assert [g.kind for g in graphs] == ["inference", "inference"]
+    observe.reset()
+    assert observe.compiled_graphs() == []

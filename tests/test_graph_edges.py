@@ -1,0 +1,165 @@
+"""Graph-level edge cases: output structure, aliasing, mutation, constants, fallbacks."""
+
+import pytest
+import torch
+
+
+def test_multiple_outputs_of_different_shapes_and_dtypes(device, check):
+    x = torch.randn(17, 33, device=device)
+    check(lambda x: (x + 1, x.sum(dim=0), x > 0, x.argmax(dim=1), (x * 2).to(torch.float16)), x)
+
+
+def test_tuple_output_containing_none(device, check):
+    x = torch.randn(17, 33, device=device)
+    actual, _ = check(lambda x: (x * 2, None, x.exp()), x)
+    assert actual[1] is None
+
+
+def test_dict_and_list_outputs(device, check):
+    x = torch.randn(17, 33, device=device)
+    check(lambda x: {"a": x.relu(), "b": [x.sin(), x.cos()]}, x)
+
+
+def test_returns_input_unchanged(device, compile_fn, assert_close):
+    x = torch.randn(17, 33, device=device)
+    a, b = compile_fn(lambda x: (x, x * 3))(x)
+    assert a is x or a.data_ptr() == x.data_ptr()
+    assert_close(b, x * 3)
+
+
+def test_same_value_returned_twice(device, check):
+    x = torch.randn(17, 33, device=device)
+    actual, _ = check(lambda x: (lambda y: (y, y))(x.tanh()), x)
+    assert actual[0].data_ptr() == actual[1].data_ptr()
+
+
+def test_inplace_add_mutates_input_like_eager(device, compile_fn, assert_close):
+    x = torch.randn(17, 33, device=device)
+    x_ref = x.clone()
+
+    def fn(x):
+        x.add_(1)
+        return x * 2
+
+    out = compile_fn(fn)(x)
+    out_ref = fn(x_ref)
+    assert_close(x, x_ref)  # the input itself was updated
+    assert_close(out, out_ref)
+
+
+def test_inplace_mutation_of_input_slice(device, compile_fn, assert_close):
+    x = torch.randn(17, 33, device=device)
+    y = torch.randn(33, device=device)
+    x_ref = x.clone()
+
+    def fn(x, y):
+        x[3].mul_(y)
+        x[:, 0] = 0.0
+        return x.sum(dim=1)
+
+    out = compile_fn(fn)(x, y)
+    out_ref = fn(x_ref, y)
+    assert_close(x, x_ref)
+    assert_close(out, out_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_inplace_mutation_returning_the_mutated_input(device, compile_fn, assert_close):
+    x = torch.randn(17, 33, device=device)
+    x_ref = x.clone()
+
+    def fn(x):
+        return x.mul_(2).clamp_(min=0)
+
+    out = compile_fn(fn)(x)
+    out_ref = fn(x_ref)
+    assert_close(x, x_ref)
+    assert_close(out, out_ref)
+    assert out.data_ptr() == x.data_ptr()
+
+
+def test_closure_constant_tensor(device, check):
+    table = torch.linspace(-1, 1, 33, device=device)
+    x = torch.randn(17, 33, device=device)
+    check(lambda x: x * table + table.sum(), x)
+
+
+class WithBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.arange(33, dtype=torch.float32) / 10)
+
+    def forward(self, x):
+        return torch.sigmoid(x) * self.scale
+
+
+def test_module_buffer_is_used(device, compile_fn, assert_close):
+    m = WithBuffer().to(device)
+    x = torch.randn(17, 33, device=device)
+    assert_close(compile_fn(m)(x), m(x))
+
+
+def test_buffer_mutation_in_forward(device, compile_fn, assert_close):
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(33))
+
+        def forward(self, x):
+            self.total.add_(x.sum(dim=0))
+            return x - self.total
+
+    m, m_ref = Counter().to(device), Counter().to(device)
+    compiled = compile_fn(m)
+    for _ in range(2):
+        x = torch.randn(17, 33, device=device)
+        assert_close(compiled(x), m_ref(x), atol=1e-5, rtol=1e-5)
+    assert_close(m.total, m_ref.total, atol=1e-5, rtol=1e-5)
+
+
+UNLOWERED = {
+    "bessel_j0": (lambda x: torch.special.bessel_j0(x) + 1, lambda d: torch.randn(17, 33, device=d) * 3),
+    "linalg_det": (lambda x: torch.linalg.det(x * 2) * 2, lambda d: torch.randn(5, 4, 4, device=d)),
+    "sort_values": (lambda x: torch.sort(x.exp(), dim=-1).values - 1, lambda d: torch.randn(17, 33, device=d)),
+    "cumsum": (lambda x: torch.cumsum(x * 2, dim=1).sin(), lambda d: torch.randn(17, 33, device=d)),
+    "topk": (lambda x: torch.topk(x + 1, 3, dim=-1).values, lambda d: torch.randn(17, 33, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNLOWERED))
+def test_exotic_op_without_lowering_still_correct(name, device, check):
+    fn, make = UNLOWERED[name]
+    check(fn, make(device), atol=1e-4, rtol=1e-4)
+
+
+def test_unlowered_op_is_recorded_as_fallback(device, compile_fn, observe, assert_close):
+    x = torch.randn(5, 4, 4, device=device)
+    fn = lambda x: torch.linalg.det(x * 2) + 1  # noqa: E731
+    assert_close(compile_fn(fn)(x), fn(x), atol=1e-4, rtol=1e-4)
+    fallbacks = [op for g in observe.compiled_graphs() for op in g.fallback_ops]
+    assert all(isinstance(op, str) for op in fallbacks)
+    assert any("det" in op for op in fallbacks), fallbacks
+
+
+def test_zero_dim_input_and_output(device, check):
+    x = torch.tensor(0.75, device=device)
+    y = torch.randn(17, device=device)
+    actual, _ = check(lambda x, y: (x * 2 + 1, (y * x).sum()), x, y)
+    assert actual[0].dim() == 0 and actual[1].dim() == 0
+
+
+def test_empty_tensor(device, check):
+    x = torch.randn(0, 33, device=device)
+    actual, _ = check(lambda x: (x * 2 + 1, x.sum(dim=0)), x)
+    assert actual[0].shape == (0, 33)
+
+
+def test_python_scalar_argument(device, check):
+    x = torch.randn(17, 33, device=device)
+    check(lambda x, s: x * s + s, x, 0.3)
+
+
+def test_int_and_bool_inputs_together(device, check):
+    x = torch.randn(17, 33, device=device)
+    i = torch.randint(0, 5, (17, 33), device=device)
+    m = torch.rand(17, 33, device=device) > 0.5
+    check(lambda x, i, m: torch.where(m, x * i, -i.float()), x, i, m)

@@ -1,0 +1,99 @@
+"""softmax / log_softmax / layer_norm, including long rows (looped reductions)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+LONG_TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_family_last_dim(fn, device, check):
+    x = torch.randn(33, 129, device=device) * 4
+    check(lambda x: fn(x, dim=-1), x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_family_middle_dim(fn, device, check):
+    x = torch.randn(5, 33, 17, device=device) * 4
+    check(lambda x: fn(x, dim=1), x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_family_first_dim(fn, device, check):
+    x = torch.randn(33, 17, device=device)
+    check(lambda x: fn(x, dim=0), x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_family_long_row(fn, device, check):
+    x = torch.randn(4, 5000, device=device) * 4
+    check(lambda x: fn(x, dim=-1), x, **LONG_TOL)
+
+
+def test_softmax_is_stable_for_large_logits(device, check):
+    x = torch.randn(33, 129, device=device) * 10 + 500.0  # naive exp would overflow
+    actual, _ = check(lambda x: F.softmax(x, dim=-1), x, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(actual).all()
+
+
+def test_softmax_with_masked_scores(device, check):
+    x = torch.randn(17, 33, device=device)
+    mask = torch.rand(17, 33, device=device) > 0.3
+    mask[:, 0] = True  # each row has at least one valid entry
+    check(lambda x, m: F.softmax(x.masked_fill(~m, float("-inf")), dim=-1), x, mask, atol=1e-5, rtol=1e-5)
+
+
+def test_softmax_of_pointwise_prologue_and_epilogue(device, check):
+    x = torch.randn(33, 129, device=device)
+    y = torch.randn(33, 129, device=device)
+    check(lambda x, y: F.softmax(x * 0.125 + y, dim=-1) * 2 - 1, x, y, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no_affine"])
+def test_layer_norm(affine, device, check):
+    x = torch.randn(33, 129, device=device) * 2 + 1
+    w = torch.randn(129, device=device)
+    b = torch.randn(129, device=device)
+    if affine:
+        check(lambda x, w, b: F.layer_norm(x, (129,), w, b, eps=1e-5), x, w, b, atol=1e-5, rtol=1e-5)
+    else:
+        check(lambda x: F.layer_norm(x, (129,)), x, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_norm_weight_only(device, check):
+    x = torch.randn(33, 129, device=device)
+    w = torch.randn(129, device=device)
+    check(lambda x, w: F.layer_norm(x, (129,), weight=w), x, w, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_norm_over_last_two_dims_3d(device, check):
+    x = torch.randn(5, 7, 33, device=device)
+    w = torch.randn(7, 33, device=device)
+    b = torch.randn(7, 33, device=device)
+    check(lambda x, w, b: F.layer_norm(x, (7, 33), w, b), x, w, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no_affine"])
+def test_layer_norm_long_row(affine, device, check):
+    x = torch.randn(4, 5000, device=device) * 3 + 2
+    w = torch.randn(5000, device=device) if affine else None
+    b = torch.randn(5000, device=device) if affine else None
+    check(lambda x, w, b: F.layer_norm(x, (5000,), w, b), x, w, b, **LONG_TOL)
+
+
+def test_layer_norm_module_with_residual(device, check):
+    ln = torch.nn.LayerNorm(129).to(device)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    x = torch.randn(33, 129, device=device)
+    r = torch.randn(33, 129, device=device)
+    with torch.no_grad():
+        check(lambda x, r: ln(x + r) + r, x, r, atol=1e-5, rtol=1e-5)
+
+
+def test_rms_norm_written_by_hand(device, check):
+    x = torch.randn(33, 129, device=device)
+    w = torch.randn(129, device=device)
+    check(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, x, w, atol=1e-5, rtol=1e-5)

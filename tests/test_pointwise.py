@@ -1,0 +1,227 @@
+"""Pointwise ops: arithmetic, math functions, activations, casts, comparisons, int/bool."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+SHAPE = (17, 33)
+
+
+def test_add_mul_sub_div_chain(device, check):
+    x = torch.randn(SHAPE, device=device)
+    y = torch.randn(SHAPE, device=device)
+    z = torch.rand(SHAPE, device=device) + 0.5
+    check(lambda x, y, z: (x + y) * z - x / z, x, y, z)
+
+
+UNARY_ANY = {
+    "exp": torch.exp,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "abs": torch.abs,
+    "neg": torch.neg,
+    "sin_cos": lambda x: torch.sin(x) + torch.cos(x),
+    "floor_ceil_round": lambda x: torch.floor(x * 3) + torch.ceil(x * 3) + torch.round(x * 3),
+}
+
+UNARY_POSITIVE = {
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "reciprocal": torch.reciprocal,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_ANY))
+def test_unary_math_matches_eager(name, device, check):
+    x = torch.randn(SHAPE, device=device)
+    check(UNARY_ANY[name], x)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_POSITIVE))
+def test_unary_math_on_positive_inputs_matches_eager(name, device, check):
+    x = torch.rand(SHAPE, device=device) * 4 + 0.1
+    check(UNARY_POSITIVE[name], x)
+
+
+@pytest.mark.parametrize(
+    "exponent_fn",
+    [
+        pytest.param(lambda x: x**2, id="square"),
+        pytest.param(lambda x: x**3, id="cube"),
+        pytest.param(lambda x: x**0.5, id="half"),
+        pytest.param(lambda x: x**-1.5, id="neg_frac"),
+        pytest.param(lambda x: 2.0**x, id="scalar_base"),
+    ],
+)
+def test_pow_with_scalar(exponent_fn, device, check):
+    x = torch.rand(SHAPE, device=device) * 3 + 0.2
+    check(exponent_fn, x)
+
+
+def test_maximum_minimum(device, check):
+    x = torch.randn(SHAPE, device=device)
+    y = torch.randn(SHAPE, device=device)
+    check(lambda x, y: torch.maximum(x, y) * 2 + torch.minimum(x, y), x, y)
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparison_produces_bool(op, device, check):
+    # integer-valued floats so that eq/ne/le/ge see ties
+    x = torch.randint(-3, 4, SHAPE, device=device).float()
+    y = torch.randint(-3, 4, SHAPE, device=device).float()
+    f = getattr(torch, op)
+    actual, _ = check(lambda x, y: f(x + 1, y), x, y)
+    assert actual.dtype == torch.bool
+
+
+def test_comparison_with_scalar_then_where(device, check):
+    x = torch.randn(SHAPE, device=device)
+    y = torch.randn(SHAPE, device=device)
+    check(lambda x, y: torch.where(x > 0.25, x * y, y - 1.0), x, y)
+
+
+def test_where_with_scalar_branches(device, check):
+    x = torch.randn(SHAPE, device=device)
+    check(lambda x: torch.where(x < 0, 0.0, x) + torch.where(x > 1, 1, 0), x)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.int32, torch.float32, torch.float64], ids=str
+)
+def test_cast_after_compute(dtype, device, check):
+    x = torch.randn(SHAPE, device=device) * 10
+    actual, _ = check(lambda x: (x * 1.5 + 0.25).to(dtype), x)
+    assert actual.dtype == dtype
+
+
+def test_cast_chain_roundtrip_through_half(device, check):
+    x = torch.randn(SHAPE, device=device)
+    # fp32 output, but a bf16 intermediate: a fused kernel may keep the product in fp32
+    check(lambda x: (x.to(torch.bfloat16) * 3).to(torch.float32) + x.to(torch.float16).float(), x, atol=1e-2, rtol=1e-2)
+
+
+def test_int_to_float_cast_and_back(device, check):
+    x = torch.randint(-100, 100, SHAPE, device=device, dtype=torch.int32)
+    check(lambda x: (x.to(torch.float32) / 7).to(torch.int64), x)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda x: torch.clamp(x, -0.5, 0.7), id="clamp"),
+        pytest.param(lambda x: torch.clamp_min(x, 0.1), id="clamp_min"),
+        pytest.param(lambda x: torch.clamp_max(x, -0.1), id="clamp_max"),
+        pytest.param(lambda x: x.clamp(min=0) * 2, id="clamp_min_kw"),
+    ],
+)
+def test_clamp_variants(fn, device, check):
+    x = torch.randn(SHAPE, device=device)
+    check(fn, x)
+
+
+def test_clamp_with_tensor_bounds(device, check):
+    x = torch.randn(SHAPE, device=device)
+    lo = torch.full((1, SHAPE[1]), -0.5, device=device)
+    hi = torch.rand((SHAPE[0], 1), device=device)
+    check(lambda x, lo, hi: torch.clamp(x, lo, hi), x, lo, hi)
+
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu_none": lambda x: F.gelu(x, approximate="none"),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "leaky_relu": lambda x: F.leaky_relu(x, negative_slope=0.1),
+    "elu": F.elu,
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.5),
+    "softplus": F.softplus,
+    "softplus_beta_threshold": lambda x: F.softplus(x, beta=2.0, threshold=1.0),
+    "mish": F.mish,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_matches_eager(name, device, check):
+    x = torch.randn(SHAPE, device=device) * 3
+    check(ACTIVATIONS[name], x)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda x: x + 3, id="add_int"),
+        pytest.param(lambda x: x * 2.5, id="mul_float"),
+        pytest.param(lambda x: 1 - x, id="rsub_int"),
+        pytest.param(lambda x: 2.0 / (x.abs() + 1), id="rdiv_float"),
+        pytest.param(lambda x: (x - 0.5) * 4 + 1, id="mixed_scalars"),
+    ],
+)
+def test_scalar_operands(fn, device, check):
+    x = torch.randn(SHAPE, device=device)
+    check(fn, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_add_mul(dtype, device, check):
+    x = torch.randint(-50, 50, SHAPE, device=device, dtype=dtype)
+    y = torch.randint(-50, 50, SHAPE, device=device, dtype=dtype)
+    actual, _ = check(lambda x, y: x * y + x * 3 - y, x, y)
+    assert actual.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_floor_division_and_remainder_with_negatives(dtype, device, check):
+    x = torch.randint(-50, 50, SHAPE, device=device, dtype=dtype)
+    y = torch.randint(1, 9, SHAPE, device=device, dtype=dtype)
+    sign = torch.where(torch.rand(SHAPE, device=device) > 0.5, 1, -1).to(dtype)
+    y = y * sign  # nonzero, mixed signs
+    check(
+        lambda x, y: (x // y, torch.remainder(x, y), torch.div(x, y, rounding_mode="trunc"), x % 7),
+        x,
+        y,
+    )
+
+
+def test_integer_true_division_gives_float(device, check):
+    x = torch.randint(-50, 50, SHAPE, device=device, dtype=torch.int64)
+    y = torch.randint(1, 9, SHAPE, device=device, dtype=torch.int64)
+    actual, _ = check(lambda x, y: x / y, x, y)
+    assert actual.dtype == torch.float32
+
+
+def test_int_tensor_plus_float_scalar_promotes(device, check):
+    x = torch.randint(-50, 50, SHAPE, device=device, dtype=torch.int32)
+    actual, _ = check(lambda x: x + 0.5, x)
+    assert actual.dtype == torch.float32
+
+
+def test_bool_logic(device, check):
+    a = torch.rand(SHAPE, device=device) > 0.5
+    b = torch.rand(SHAPE, device=device) > 0.3
+    check(
+        lambda a, b: (
+            torch.logical_and(a, b),
+            torch.logical_or(a, b),
+            torch.logical_not(a),
+            torch.logical_xor(a, b),
+            a & ~b,
+        ),
+        a,
+        b,
+    )
+
+
+def test_bool_mask_arithmetic(device, check):
+    x = torch.randn(SHAPE, device=device)
+    check(lambda x: (x > 0).float() * x + (x <= 0).to(torch.int32), x)
+
+
+def test_nan_and_inf_propagation(device, check):
+    x = torch.randn(SHAPE, device=device)
+    x[0, 0] = float("nan")
+    x[1, 1] = float("inf")
+    x[2, 2] = float("-inf")
+    check(lambda x: (torch.exp(x) + 1, torch.maximum(x, torch.zeros_like(x)), torch.isnan(x)), x)

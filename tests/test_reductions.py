@@ -1,0 +1,164 @@
+"""Reductions over first / middle / last / all dims, looped (long-row) reductions, ties."""
+
+import pytest
+import torch
+
+SHAPE = (5, 7, 33)
+DIMS = [pytest.param(0, id="dim0"), pytest.param(1, id="dim1"), pytest.param(2, id="dim2"), pytest.param(None, id="all")]
+LONG = (4, 5000)
+# long reductions accumulate in a different order than eager
+LONG_TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+def _float_input(device):
+    return torch.randn(SHAPE, device=device)
+
+
+def _red(op, dim, **kw):
+    """torch.<op>(x) over all elements when dim is None, else torch.<op>(x, dim=dim, **kw)."""
+    f = getattr(torch, op)
+    if dim is None:
+        return lambda x: f(x)
+    return lambda x: f(x, dim=dim, **kw)
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin", "prod"])
+def test_float_reduction_over_dim(op, dim, device, check):
+    if op == "prod":
+        x = 1 + 0.05 * torch.randn(SHAPE, device=device)  # keep products O(1)
+    else:
+        x = _float_input(device)
+    red = _red(op, dim)
+    check(lambda x: red(x * 2 - 0.5 if op != "prod" else x), x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_reductions_keepdim_true(dim, device, check):
+    x = _float_input(device)
+    actual, expected = check(
+        lambda x: (
+            torch.sum(x, dim=dim, keepdim=True),
+            torch.amax(x, dim=dim, keepdim=True) - 1,
+            torch.argmax(x, dim=dim, keepdim=True),
+            torch.mean(x, dim=dim, keepdim=True),
+        ),
+        x,
+    )
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and a.dim() == 3
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_argmax_argmin_over_dim(dim, device, check):
+    x = _float_input(device)
+    amax, amin = _red("argmax", dim), _red("argmin", dim)
+    actual, _ = check(lambda x: (amax(x * 3), amin(x + 1)), x)
+    assert actual[0].dtype == torch.int64 and actual[1].dtype == torch.int64
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_argmax_argmin_ties_pick_first_occurrence(dim, device, check):
+    # integer-valued floats from a small range -> lots of ties
+    x = torch.randint(0, 3, SHAPE, device=device).float()
+    amax, amin = _red("argmax", dim), _red("argmin", dim)
+    check(lambda x: (amax(x), amin(x)), x)
+
+
+def test_argmax_all_equal_returns_zero(device, check):
+    x = torch.ones(SHAPE, device=device)
+    actual, _ = check(lambda x: (torch.argmax(x, dim=2), torch.argmin(x, dim=0)), x)
+    assert (actual[0] == 0).all() and (actual[1] == 0).all()
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_any_all_over_dim_on_bool(dim, device, check):
+    mostly_true = torch.rand(SHAPE, device=device) < 0.95  # `all` yields a True/False mix
+    mostly_false = torch.rand(SHAPE, device=device) < 0.02  # `any` yields a True/False mix
+    red_all, red_any = _red("all", dim), _red("any", dim)
+    actual, _ = check(lambda a, b: (red_all(a), red_any(b)), mostly_true, mostly_false)
+    assert actual[0].dtype == torch.bool and actual[1].dtype == torch.bool
+
+
+def test_any_all_of_comparison_on_float(device, check):
+    x = _float_input(device)
+    check(lambda x: ((x > 2.0).any(dim=-1), (x > -3.0).all(dim=1)), x)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+@pytest.mark.parametrize("dim", DIMS)
+def test_var_mean(dim, correction, device, check):
+    x = _float_input(device)
+    if dim is None:
+        fn = lambda x: torch.var_mean(x, correction=correction)  # noqa: E731
+    else:
+        fn = lambda x: torch.var_mean(x, dim=dim, correction=correction)  # noqa: E731
+    check(fn, x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_var_mean_keepdim(dim, device, check):
+    x = _float_input(device)
+    check(lambda x: torch.var_mean(x, dim=dim, correction=1, keepdim=True), x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_var_and_std(dim, device, check):
+    x = _float_input(device) * 3 + 1
+    if dim is None:
+        fn = lambda x: (torch.var(x), torch.std(x, correction=0))  # noqa: E731
+    else:
+        fn = lambda x: (torch.var(x, dim=dim), torch.std(x, dim=dim, correction=0))  # noqa: E731
+    check(fn, x, atol=1e-5, rtol=1e-5)
+
+
+def test_reduction_over_multiple_dims(device, check):
+    x = _float_input(device)
+    check(lambda x: (x.sum(dim=(0, 2)), x.amax(dim=(0, 1), keepdim=True), x.mean(dim=(1, 2))), x)
+
+
+def test_integer_sum_promotes_to_int64(device, check):
+    x = torch.randint(-10, 10, SHAPE, device=device, dtype=torch.int32)
+    actual, _ = check(lambda x: (x.sum(dim=1), x.sum()), x)
+    assert actual[0].dtype == torch.int64
+
+
+def test_bool_sum_counts_true(device, check):
+    x = torch.rand(SHAPE, device=device) > 0.5
+    check(lambda x: x.sum(dim=-1), x)
+
+
+def test_reduction_followed_by_broadcast_pointwise(device, check):
+    x = _float_input(device)
+    check(lambda x: x - x.mean(dim=-1, keepdim=True) * x.amax(dim=0), x)
+
+
+# --- long rows: reductions that cannot fit in a single block ------------------
+
+
+def test_long_row_sum(device, check):
+    x = torch.randn(LONG, device=device)
+    check(lambda x: (x.sum(dim=-1), (x * 2).sum()), x, **LONG_TOL)
+
+
+def test_long_row_amax_amin(device, check):
+    x = torch.randn(LONG, device=device)
+    x[2, 4999] = 10.0  # max in the last element of the row
+    x[1, 0] = -10.0
+    check(lambda x: (x.amax(dim=-1), x.amin(dim=-1)), x)
+
+
+def test_long_row_argmax(device, check):
+    x = torch.randint(0, 5, LONG, device=device).float()  # ties across blocks
+    check(lambda x: (x.argmax(dim=-1), x.argmin(dim=-1)), x)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_long_row_var_mean(correction, device, check):
+    x = torch.randn(LONG, device=device) * 2 + 5  # nonzero mean stresses the variance algorithm
+    check(lambda x: torch.var_mean(x, dim=-1, correction=correction), x, **LONG_TOL)
+
+
+def test_long_column_sum(device, check):
+    x = torch.randn(5000, 3, device=device)
+    check(lambda x: x.sum(dim=0), x, **LONG_TOL)

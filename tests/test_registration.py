@@ -1,0 +1,56 @@
+"""Backend registration and the public entry points (smelt only)."""
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.smelt_only
+
+
+def _fn(x):
+    return torch.relu(x) * 2 + 1
+
+
+def test_smelt_is_listed_in_dynamo_backends():
+    import smelt  # noqa: F401
+
+    assert "smelt" in torch._dynamo.list_backends()
+
+
+def test_torch_compile_with_backend_string_works(device, assert_close):
+    import smelt  # noqa: F401
+
+    x = torch.randn(17, 33, device=device)
+    assert_close(torch.compile(_fn, backend="smelt")(x), _fn(x))
+
+
+def test_smelt_compile_convenience_works(device, assert_close, observe):
+    import smelt
+
+    x = torch.randn(17, 33, device=device)
+    assert_close(smelt.compile(_fn)(x), _fn(x))
+    assert len(observe.compiled_graphs()) == 1
+
+
+def test_smelt_compile_forwards_options(device, assert_close, observe):
+    import smelt
+
+    compiled = smelt.compile(_fn, dynamic=True, fullgraph=True)
+    for n in (4, 3, 5, 11):
+        x = torch.randn(n, 33, device=device)
+        assert_close(compiled(x), _fn(x))
+    assert len(observe.compiled_graphs()) == 1
+
+
+def test_smelt_compile_accepts_module(device, assert_close):
+    import smelt
+
+    lin = torch.nn.Linear(33, 9).to(device)
+    x = torch.randn(17, 33, device=device)
+    with torch.no_grad():
+        assert_close(smelt.compile(lin)(x), lin(x), atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_compile_error_is_an_exception_class():
+    import smelt.errors
+
+    assert issubclass(smelt.errors.KernelCompileError, Exception)

@@ -1,0 +1,140 @@
+"""Broadcasting, non-contiguous inputs, and outputs that are views."""
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+def test_broadcast_column_plus_row(device, check):
+    a = torch.randn(17, 1, device=device)
+    b = torch.randn(1, 33, device=device)
+    actual, _ = check(lambda a, b: a + b * 2, a, b)
+    assert actual.shape == (17, 33)
+
+
+def test_broadcast_vector_over_matrix(device, check):
+    v = torch.randn(33, device=device)
+    m = torch.randn(17, 33, device=device)
+    check(lambda v, m: (v + m, m * v - v), v, m)
+
+
+def test_broadcast_3d_three_ways(device, check):
+    a = torch.randn(5, 1, 33, device=device)
+    b = torch.randn(1, 7, 1, device=device)
+    c = torch.randn(33, device=device)
+    actual, _ = check(lambda a, b, c: torch.where(a > b, a * c, b - c), a, b, c)
+    assert actual.shape == (5, 7, 33)
+
+
+def test_broadcast_scalar_tensor_0d(device, check):
+    s = torch.tensor(1.5, device=device)
+    x = torch.randn(17, 33, device=device)
+    check(lambda s, x: x * s + s, s, x)
+
+
+def test_transposed_input(device, check):
+    x = torch.randn(33, 17, device=device)
+    y = torch.randn(17, 33, device=device)
+    xt = x.t()
+    assert not xt.is_contiguous()
+    check(lambda xt, y: xt * 2 + y, xt, y)
+
+
+def test_transposed_input_reduction(device, check):
+    x = torch.randn(33, 17, device=device).t()
+    check(lambda x: (x.sum(dim=-1), x.amax(dim=0), torch.softmax(x, dim=-1)), x, atol=1e-5, rtol=1e-5)
+
+
+def test_step_sliced_input(device, check):
+    base = torch.randn(17, 66, device=device)
+    x = base[:, ::2]
+    assert x.shape == (17, 33) and not x.is_contiguous()
+    check(lambda x: torch.exp(x) - x, x)
+
+
+def test_offset_sliced_input(device, check):
+    base = torch.randn(20, 40, device=device)
+    x = base[3:, 5:38]  # nonzero storage offset
+    check(lambda x: (x + 1).sum(dim=0), x, atol=1e-5, rtol=1e-5)
+
+
+def test_expanded_input(device, check):
+    x = torch.randn(17, 1, device=device).expand(17, 33)
+    y = torch.randn(17, 33, device=device)
+    assert x.stride() == (1, 0)
+    check(lambda x, y: x * y + x, x, y)
+
+
+def test_permuted_3d_input(device, check):
+    x = torch.randn(33, 5, 7, device=device).permute(1, 2, 0)
+    check(lambda x: torch.tanh(x) * 3 + x.mean(dim=1, keepdim=True), x, atol=1e-5, rtol=1e-5)
+
+
+def test_channels_last_input(device, check):
+    x = torch.randn(2, 5, 7, 9, device=device).to(memory_format=torch.channels_last)
+    check(lambda x: torch.relu(x) + x.mean(dim=1, keepdim=True), x, atol=1e-5, rtol=1e-5)
+
+
+def test_returns_transpose_of_computed_value(device, check):
+    x = torch.randn(17, 33, device=device)
+    actual, _ = check(lambda x: (x * 2 + 1).t(), x)
+    assert actual.shape == (33, 17)
+
+
+def test_returns_view_and_base_of_computed_value(device, check):
+    x = torch.randn(17, 33, device=device)
+    check(lambda x: (lambda y: (y, y[2:5], y.view(33, 17), y.unsqueeze(0)))(x.sin()), x)
+
+
+def test_returns_view_of_input_aliases_input(device, compile_fn, assert_close):
+    x = torch.randn(17, 33, device=device)
+    out = compile_fn(lambda x: x[1:])(x)
+    assert_close(out, x[1:])
+    # the output must alias the input, exactly like eager
+    assert out.data_ptr() == x[1:].data_ptr()
+    assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_returns_input_view_and_computed_value(device, compile_fn, assert_close):
+    x = torch.randn(17, 33, device=device)
+    v, y = compile_fn(lambda x: (x.t(), x.cos() + 1))(x)
+    assert_close(v, x.t())
+    assert_close(y, x.cos() + 1)
+    assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_reshape_view_chain(device, check):
+    x = torch.randn(4, 6, 35, device=device)
+    check(lambda x: (x.reshape(24, 35) * 2).view(4, 6, 5, 7).permute(0, 3, 1, 2).sum(dim=-1), x, atol=1e-5, rtol=1e-5)
+
+
+def test_flatten_after_transpose_needs_copy(device, check):
+    x = torch.randn(17, 33, device=device)
+    check(lambda x: (x + 1).t().reshape(-1)[::3], x)
+
+
+def test_integer_indexing_and_select(device, check):
+    x = torch.randn(5, 7, 33, device=device)
+    check(lambda x: x[:, 2] * x[1].sum(dim=0) + x.select(2, 4).unsqueeze(-1).sum(), x, atol=1e-5, rtol=1e-5)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    rows=st.integers(2, 40),
+    cols=st.integers(2, 40),
+    transpose=st.booleans(),
+    step=st.integers(1, 3),
+)
+def test_random_shapes_and_strides_pointwise(rows, cols, transpose, step, device, check):
+    torch._dynamo.reset()
+    base = torch.randn(rows, cols * step, device=device)
+    x = base[:, ::step]
+    if transpose:
+        x = x.t()
+    y = torch.randn(x.shape[-1], device=device)
+    check(lambda x, y: torch.sigmoid(x) * y + x.sum(dim=0, keepdim=True), x, y, atol=1e-5, rtol=1e-5)
