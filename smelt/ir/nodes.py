@@ -125,6 +125,19 @@ class ConstantBuffer(Buffer):
     def __init__(self, name: str, layout: Layout, value: torch.Tensor):
         super().__init__(name, layout)
         self.value = value
+        self.scalar = None
+        if value.numel() == 1:
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            with unset_fake_temporarily():  # lowering runs under fake mode; this tensor is real
+                self.scalar = value.item()
+
+    def make_loader(self) -> Loader:
+        if self.scalar is not None:
+            # A one-element constant (often a 0-d CPU tensor in a CUDA graph) is inlined as a
+            # literal: no memory read, and no pointer from another device handed to a kernel.
+            scalar, dtype = self.scalar, self.value.dtype
+            return lambda index: ops.constant(scalar, dtype)
+        return super().make_loader()
 
 
 class ComputedBuffer(Buffer):

@@ -29,22 +29,26 @@ def cat(g, tensors, dim=0):
     dtype = meta.dtype
 
     def inner_fn(index):
-        i = index[dim]
+        position = ops.index_expr(index[dim], torch.int64)
         result = None
-        # Walk pieces from last to first: each masked load only reads inside its own piece.
-        for t, start, load in reversed(list(zip(pieces, starts, loaders))):
+        # Each piece is read only where the output index falls inside it, so no load strays
+        # outside its input; the pieces are then chained with where.
+        for k, (t, start, load) in enumerate(zip(pieces, starts, loaders)):
             shifted = list(index)
-            shifted[dim] = i - start
+            shifted[dim] = index[dim] - start
+            end = start + sympify(t.get_size()[dim])
+            inside = None
+            if k > 0:
+                inside = ops.ge(position, ops.index_expr(start, torch.int64))
+            if k < len(pieces) - 1:
+                below = ops.lt(position, ops.index_expr(end, torch.int64))
+                inside = below if inside is None else ops.logical_and(inside, below)
 
             def body(load=load, shifted=shifted, t=t):
                 v = load(shifted)
                 return v if t.get_dtype() == dtype else ops.to_dtype(v, dtype)
-            if result is None:
-                result = body()
-                continue
-            end = start + sympify(t.get_size()[dim])
-            inside = ops.lt(ops.index_expr(i, torch.int64), ops.index_expr(end, torch.int64))
-            result = ops.where(inside, ops.masked(inside, body, 0), result)
+            value = ops.masked(inside, body, 0)
+            result = value if result is None else ops.where(inside, value, result)
         return result
     origins = g.origin.union(*[t.origins for t in pieces])
     return TensorBox.of_storage(Pointwise(meta.device, dtype, inner_fn, size, origins))
@@ -84,5 +88,5 @@ def constant_pad_nd(g, x, pad, value=0):
         inside = conditions[0]
         for c in conditions[1:]:
             inside = ops.logical_and(inside, c)
-        return ops.where(inside, ops.masked(inside, lambda: load(source), value), scalar_value(value, dtype))
+        return ops.masked(inside, lambda: load(source), value)
     return TensorBox.of_storage(Pointwise(g.out_meta.device, dtype, inner_fn, size, g.origin | x.origins))
