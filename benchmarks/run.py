@@ -12,6 +12,7 @@ import datetime
 import gc
 import json
 import math
+import os
 import platform
 import re
 import signal
@@ -193,12 +194,15 @@ def environment(device: str) -> dict:
         name = torch.cuda.get_device_name(torch.device(device))
     else:
         name = f"CPU {platform.processor() or platform.machine()}"
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except Exception:
-        commit = ""
+    # The GPU machine gets a copy of the work tree without .git: the caller may name the commit.
+    commit = os.environ.get("SMELT_COMMIT", "")
+    if not commit:
+        try:
+            commit = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        except Exception:
+            commit = ""
     return {
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "device": name,
