@@ -97,9 +97,6 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
                 f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
                 f"{' persistent' if config.persistent else ''}"]
     source = kernel.source(name, interpret, comments)
-    size_args = [s for s in kernel.args.sizes]
-    import sympy
     return TritonKernelSource(
-        name=name, source=source, params=kernel.args.call_order(),
-        size_args=[sympy.Symbol(s, integer=True, positive=True) for s in size_args],
+        name=name, source=source, params=kernel.args.call_order(), size_args=list(kernel.args.sizes),
         xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins)

@@ -29,7 +29,7 @@ class TritonKernelSource:
     name: str
     source: str
     params: list[tuple[str, str]]  # (parameter, buffer name)
-    size_args: list[sympy.Expr]
+    size_args: list[str]  # size symbols, bound by name in the wrapper
     xnumel: sympy.Expr
     rnumel: sympy.Expr | None
     config: BlockConfig

@@ -94,7 +94,7 @@ class WrapperCodegen:
                     if name not in allocated:
                         self.allocate(body, name, buffers[name].layout)
                         allocated.add(name)
-                args = [buffer for _, buffer in kernel.params] + [pexpr(s) for s in kernel.size_args]
+                args = [buffer for _, buffer in kernel.params] + list(kernel.size_args)
                 args.append(pexpr(kernel.xnumel))
                 if kernel.rnumel is not None:
                     args.append(pexpr(kernel.rnumel))

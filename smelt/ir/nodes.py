@@ -169,16 +169,11 @@ class ComputedBuffer(Buffer):
         return f"{self.name}: {self.layout}{target} = {self.data}"
 
 
-class StorageBox(IRNode):
-    """Owns storage: an unrealized loop nest until `realize`, then a Buffer."""
+class _Wrapper(IRNode):
+    """Asks its data for everything about the tensor it stands for."""
 
     def __init__(self, data: IRNode):
         self.data = data
-
-    @property
-    def origins(self):
-        # The ops a reader inlines: none once realized (the reader loads from memory).
-        return frozenset() if self.is_realized() else self.data.origins
 
     def get_size(self):
         return self.data.get_size()
@@ -191,6 +186,15 @@ class StorageBox(IRNode):
 
     def make_loader(self) -> Loader:
         return self.data.make_loader()
+
+
+class StorageBox(_Wrapper):
+    """Owns storage: an unrealized loop nest until `realize`, then a Buffer."""
+
+    @property
+    def origins(self):
+        # The ops a reader inlines: none once realized (the reader loads from memory).
+        return frozenset() if self.is_realized() else self.data.origins
 
     def is_realized(self) -> bool:
         return isinstance(self.data, Buffer)
@@ -204,11 +208,8 @@ class StorageBox(IRNode):
         return f"StorageBox({self.data})"
 
 
-class TensorBox(IRNode):
+class TensorBox(_Wrapper):
     """What a lowering returns: a handle whose data may be replaced by a realized form."""
-
-    def __init__(self, data: IRNode):
-        self.data = data
 
     @staticmethod
     def of_storage(node: IRNode) -> "TensorBox":
@@ -217,18 +218,6 @@ class TensorBox(IRNode):
     @property
     def origins(self):
         return self.data.origins
-
-    def get_size(self):
-        return self.data.get_size()
-
-    def get_dtype(self):
-        return self.data.get_dtype()
-
-    def get_device(self):
-        return self.data.get_device()
-
-    def make_loader(self) -> Loader:
-        return self.data.make_loader()
 
     def __str__(self):
         return f"TensorBox({self.data})"

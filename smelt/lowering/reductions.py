@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import Reduction, StorageBox, TensorBox, ops
-from ..symbolic import product, sympify
+from ..ir import Reduction, StorageBox, TensorBox, View, ops
+from ..symbolic import product, sympify, unflatten_index
 from .common import make_pointwise, out_size
 from .registry import lowering
 
@@ -31,8 +31,13 @@ def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, out_dtype: torch.dtype,
-                   src_dtype: torch.dtype, output_index: int = 0) -> TensorBox:
-    """A realized reduction of x over `dims`; its buffer has the shape eager gives (keepdim or not)."""
+                   src_dtype: torch.dtype, outputs: tuple[int, ...] = (0,)):
+    """A realized reduction of x over `dims`, its buffer shaped as eager's result (keepdim or not).
+
+    A reduction that yields several values (Welford) gets one buffer per index in `outputs`; they
+    share one inner_fn, so a kernel computes them together, once. Returns a TensorBox, or a
+    list of them when several outputs are asked for.
+    """
     size = x.get_size()
     dims = _dims(x, dims)
     kept = [d for d in range(len(size)) if d not in dims]
@@ -52,37 +57,24 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
         value = load(full)
         return value if x.get_dtype() == src_dtype else ops.to_dtype(value, src_dtype)
 
-    node = Reduction(x.get_device(), out_dtype, inner_fn, ranges, reduction_ranges, reduction_type,
-                     src_dtype, output_index, origins=g.origin | x.origins)
-    return TensorBox(StorageBox(g.register_computed(node)))
+    results = [TensorBox(StorageBox(g.register_computed(
+        Reduction(x.get_device(), out_dtype, inner_fn, ranges, reduction_ranges, reduction_type, src_dtype, k,
+                  origins=g.origin | x.origins)))) for k in outputs]
+    return results[0] if len(outputs) == 1 else results
 
 
-def _shared_inner(g, x, dims, keepdim, reduction_type, out_dtype, src_dtype, outputs):
-    """Several outputs of one reduction (Welford): nodes that share inner_fn are computed once."""
-    first = make_reduction(g, x, dims, keepdim, reduction_type, out_dtype, src_dtype, outputs[0])
-    nodes = [first]
-    inner = first.data.data.data
-    for k in outputs[1:]:
-        node = Reduction(inner.device, out_dtype, inner.inner_fn, inner.ranges, inner.reduction_ranges,
-                         reduction_type, src_dtype, k, origins=inner.origins)
-        nodes.append(TensorBox(StorageBox(g.register_computed(node))))
-    return nodes
+def _accumulating(kind: str):
+    """sum / prod: accumulate in float32 for half floats (int64 for integers), then cast."""
+    def lower(g, x, dims=None, keepdim=False, dtype=None):
+        out = g.out_meta.dtype
+        acc = accumulator_dtype(out)
+        result = make_reduction(g, x, dims, keepdim, kind, acc, acc)
+        return result if acc == out else make_pointwise(g, [result], lambda v: v, compute_dtype=acc)
+    return lower
 
 
-@lowering(aten.sum)
-def sum_(g, x, dims=None, keepdim=False, dtype=None):
-    out = g.out_meta.dtype
-    acc = accumulator_dtype(out)
-    result = make_reduction(g, x, dims, keepdim, "sum", acc, acc)
-    return result if acc == out else make_pointwise(g, [result], lambda v: v, compute_dtype=acc)
-
-
-@lowering(aten.prod)
-def prod(g, x, dim=None, keepdim=False, dtype=None):
-    out = g.out_meta.dtype
-    acc = accumulator_dtype(out)
-    result = make_reduction(g, x, dim, keepdim, "prod", acc, acc)
-    return result if acc == out else make_pointwise(g, [result], lambda v: v, compute_dtype=acc)
+lowering(aten.sum)(_accumulating("sum"))
+lowering(aten.prod)(_accumulating("prod"))
 
 
 @lowering(aten.mean)
@@ -124,9 +116,7 @@ def argmax_argmin(g, x, dim=None, keepdim=False):
     if dim is None:
         # Over the flattened tensor: the index eager returns is into x.reshape(-1).
         numel = product(x.get_size())
-        size, load = x.get_size(), x.make_loader()
-        from ..symbolic import unflatten_index
-        from ..ir import View
+        size = x.get_size()
         flat = TensorBox(View(x.data, [numel], lambda i: unflatten_index(i[0], size), "reshape"))
         result = make_reduction(g, flat, [0], False, kind, torch.int64, x.get_dtype())
         if keepdim:
@@ -161,7 +151,7 @@ def _var_and_mean(g, x, dims, correction, keepdim, unbiased):
     if correction is None:
         correction = 0 if unbiased is False else 1
     count = product(x.get_size()[d] for d in _dims(x, dims))
-    mean_acc, m2 = _shared_inner(g, x, dims, keepdim, "welford_reduce", acc, acc, [0, 1])
+    mean_acc, m2 = make_reduction(g, x, dims, keepdim, "welford_reduce", acc, acc, outputs=(0, 1))
     denominator = sympify(count - correction)
     if denominator.is_Integer:
         denominator = max(int(denominator), 0)
