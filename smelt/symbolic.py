@@ -32,9 +32,10 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(base) // int(divisor))
         if isinstance(base, FloorDiv):
             return FloorDiv(base.args[0], base.args[1] * divisor)
-        # floor((d*a + b) / d) == a + floor(b / d) for integer a, so whole multiples come out.
+        # floor((d*a + b) / d) == a + floor(b / d) for integer a, so whole multiples come out;
+        # only while b stays non-negative, as generated code divides like C (toward zero).
         whole, rest = _split_multiples(base, divisor)
-        if whole != 0:
+        if whole != 0 and (rest == 0 or rest.is_nonnegative):
             return whole + FloorDiv(rest, divisor)
         return None
 
@@ -52,8 +53,9 @@ class ModularIndexing(sympy.Function):
         if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))
         # Multiples of divisor*modulus contribute whole turns of the modulus: drop them.
+        # Also only while the rest stays non-negative: generated code takes % like C.
         whole, rest = _split_multiples(base, divisor * modulus)
-        if whole != 0:
+        if whole != 0 and (rest == 0 or rest.is_nonnegative):
             return ModularIndexing(rest, divisor, modulus)
         return None
 
@@ -194,7 +196,7 @@ def simplify_index(expr: Expr, ranges: dict) -> Expr:
                 return sympy.Integer(0)
             # (d*a + b) // d == a when 0 <= b < d
             whole, rest = _split_multiples(base, div)
-            if whole != 0 and _less_than(_upper_bound(rest, ranges), div):
+            if whole != 0 and (rest == 0 or rest.is_nonnegative) and _less_than(_upper_bound(rest, ranges), div):
                 return whole
             reduced = _drop_small_part(base, div, ranges)
             if reduced is not None:
@@ -216,7 +218,7 @@ def _drop_small_part(base: Expr, div: Expr, ranges: dict):
         if f == 1:
             continue
         y, r = _split_multiples(base, f)
-        if y != 0 and r != 0 and _less_than(_upper_bound(r, ranges), f):
+        if y != 0 and r != 0 and r.is_nonnegative and _less_than(_upper_bound(r, ranges), f):
             return y, sympy.cancel(div / f)
     return None
 

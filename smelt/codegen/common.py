@@ -94,11 +94,19 @@ class KernelArgs:
         self.inputs: dict[str, str] = {}
         self.outputs: dict[str, str] = {}
         self.sizes: list[str] = []
+        self._made = {"in_ptr": 0, "out_ptr": 0}  # names are never reused, even after a move
+
+    def _new(self, prefix: str) -> str:
+        name = f"{prefix}{self._made[prefix]}"
+        self._made[prefix] += 1
+        return name
 
     def input(self, buffer: str) -> str:
         if buffer in self.outputs:
             return self.outputs[buffer]
-        return self.inputs.setdefault(buffer, f"in_ptr{len(self.inputs)}")
+        if buffer not in self.inputs:
+            self.inputs[buffer] = self._new("in_ptr")
+        return self.inputs[buffer]
 
     def output(self, buffer: str) -> str:
         if buffer in self.inputs:
@@ -106,7 +114,9 @@ class KernelArgs:
             ptr = self.inputs.pop(buffer)
             self.outputs[buffer] = ptr
             return ptr
-        return self.outputs.setdefault(buffer, f"out_ptr{len(self.outputs)}")
+        if buffer not in self.outputs:
+            self.outputs[buffer] = self._new("out_ptr")
+        return self.outputs[buffer]
 
     def size(self, name: str) -> str:
         if name not in self.sizes:

@@ -11,6 +11,7 @@ import dataclasses
 
 import sympy
 
+from ..ir.ops import is_indirect
 from ..scheduler.fusion import FusedGroup
 from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode
 from ..symbolic import static_int
@@ -87,4 +88,4 @@ def kernel_sizes_symbols(plan: KernelPlan) -> list[sympy.Symbol]:
             found |= index.free_symbols
         found |= node.store_index(plan.placement[node.name], plan.xnumel, plan.rnumel).free_symbols
     found -= {XINDEX, RINDEX}
-    return sorted(found, key=str)
+    return sorted((s for s in found if not is_indirect(s)), key=str)

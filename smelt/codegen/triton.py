@@ -6,6 +6,7 @@ import dataclasses
 import sympy
 import torch
 
+from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
@@ -88,6 +89,7 @@ class TritonKernel:
         self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
         self.node_values: dict[str, CSEVar] = {}  # x-level values and reduction results by buffer
         self.current: list = []  # members whose bodies are being generated, innermost last
+        self.indirect_ranks: dict[str, int] = {}  # indirect index variable -> its rank
         self.deferred_stores: list = []
         self.loop_prologue: IndentedBuffer | None = None
         self.loop_epilogue: IndentedBuffer | None = None
@@ -100,7 +102,8 @@ class TritonKernel:
 
     def rank_of(self, expr: sympy.Expr) -> int:
         symbols = sympy.sympify(expr).free_symbols
-        return 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
+        rank = 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
+        return max([rank] + [self.indirect_ranks[str(s)] for s in symbols if str(s) in self.indirect_ranks])
 
     def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
         return self.cse.generate(self.body, expr, dtype, rank)
@@ -110,7 +113,8 @@ class TritonKernel:
 
     def index_text(self, expr: sympy.Expr) -> str:
         for symbol in expr.free_symbols - {XINDEX, RINDEX}:
-            self.args.size(str(symbol))
+            if not is_indirect(symbol):
+                self.args.size(str(symbol))
         return pexpr(expr)
 
     def mask_for(self, rank: int) -> str | None:
@@ -209,7 +213,10 @@ class TritonKernel:
         rtype = node.data.reduction_type
         key = (rtype, value.name)
         if key not in self.reduction_results:
-            if value.rank < 2:
+            if value.rank == 0 and _is_literal(value.name):
+                full = f"tl.full([XBLOCK, RBLOCK], {value}, {triton_type(register_dtype(value.dtype))})"
+                value = self.emit(full, value.dtype, 2)
+            elif value.rank < 2:
                 value = self.emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", value.dtype, 2)
             if self.config.persistent:
                 self.reduction_results[key] = self._reduce_persistent(rtype, value)
@@ -477,6 +484,20 @@ class TritonOps:
     def where(self, cond, a, b):
         dtype = torch.promote_types(a.dtype, b.dtype)
         return self.k.emit(f"tl.where({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
+
+    def indirect_indexing(self, value: CSEVar, size) -> sympy.Symbol:
+        k = self.k
+        symbol = indirect_symbol(len(k.indirect_ranks))
+        size_text = k.index_text(k.simplify(size))
+        # Negative indices count from the end, as in eager.
+        k.body.writeline(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})")
+        mask = k.mask_for(value.rank) if value.rank else None
+        bounds = f"(0 <= {symbol}) & ({symbol} < {size_text})"
+        # Checked under the interpreter and in Triton's debug mode; compiled out otherwise.
+        k.body.writeline(f'tl.device_assert({bounds}{" | ~(" + mask + ")" if mask else ""}, '
+                         f'"index out of bounds: not in [0, {size_text})")')
+        k.indirect_ranks[str(symbol)] = value.rank
+        return symbol
 
     def masked(self, mask, body, other):
         self.k.mask_stack.append(mask.name)

@@ -25,7 +25,10 @@ BINARY_OPS = (
     "eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
     "left_shift right_shift"
 ).split()
-OTHER_OPS = "load constant index_expr to_dtype where masked".split()
+OTHER_OPS = "load constant index_expr to_dtype where masked indirect_indexing".split()
+# `indirect_indexing(value, size)` turns a loaded integer (negative counts from the end, as in
+# eager) into a sympy symbol that index expressions may use: gather, index, embedding.
+INDIRECT_PREFIX = "indirect"
 ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
 
 _handler: contextvars.ContextVar[Any] = contextvars.ContextVar("smelt_ops_handler", default=None)
@@ -85,6 +88,20 @@ class TextHandler:
 
     def masked(self, mask, body, other):
         return f"masked({mask}, {body()}, {other!r})"
+
+    def indirect_indexing(self, value, size):
+        count = getattr(self, "_indirect_count", 0)
+        self._indirect_count = count + 1
+        return indirect_symbol(count)
+
+
+def indirect_symbol(k: int):
+    import sympy
+    return sympy.Symbol(f"{INDIRECT_PREFIX}{k}", integer=True)
+
+
+def is_indirect(symbol) -> bool:
+    return str(symbol).startswith(INDIRECT_PREFIX)
 
 
 class ReadsHandler(TextHandler):

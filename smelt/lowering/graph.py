@@ -179,6 +179,8 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     if target is operator.getitem:
         return args[0][args[1]]
     fn = registry.lookup(target)
+    if _touches_complex(node):
+        fn = None  # smelt's kernels have no complex numbers: ATen computes these
     try:
         if fn is not None:
             result = fn(graph, *args, **kwargs)
@@ -192,6 +194,14 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     except Exception as e:
         raise LoweringError(f"smelt: lowering {origin_name(node)} failed for `{node.format_node()}` "
                             f"with inputs {_describe_inputs(node)}: {type(e).__name__}: {e}") from e
+
+
+def _touches_complex(node) -> bool:
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    flat = []
+    for v in vals:
+        flat.extend(v if isinstance(v, (list, tuple)) else [v])
+    return any(isinstance(v, torch.Tensor) and v.dtype.is_complex for v in flat)
 
 
 def _describe_inputs(node) -> str:
