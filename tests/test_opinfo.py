@@ -1,0 +1,28 @@
+"""PyTorch's OpInfo samples through smelt on the CPU: no op may fail outside the known list."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+KNOWN = pathlib.Path(__file__).with_name("opinfo_known_failures_cpu_float32.txt")
+
+
+@pytest.mark.smelt_only
+def test_opinfo_failures_stay_within_the_known_list(device, tmp_path):
+    if device != "cpu":
+        pytest.skip("the GPU check runs the OpInfo runner on its own")
+    report = tmp_path / "opinfo.json"
+    env = dict(os.environ, SMELT_CPU_BACKEND="triton")
+    subprocess.run([sys.executable, "-m", "smelt.tools.opinfo", "--device", "cpu", "--dtype", "float32",
+                    "--jobs", str(min(4, os.cpu_count() or 2)), "--json", str(report)],
+                   check=True, env=env, capture_output=True, timeout=1500)
+    results = json.loads(report.read_text())
+    known = {line.split("\t")[0] for line in KNOWN.read_text().splitlines() if line and not line.startswith("#")}
+    failing = {r["name"]: r["reason"] for r in results["results"] if r["status"] in ("fail", "error")}
+    new = {name: reason for name, reason in failing.items() if name not in known}
+    assert not new, "ops that newly fail (fix them; do not add them to the list):\n" + "\n".join(
+        f"{name}: {reason}" for name, reason in sorted(new.items()))
+    assert results["summary"]["pass_rate"] >= 0.95, results["summary"]
