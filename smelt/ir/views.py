@@ -12,6 +12,7 @@ import sympy
 
 from ..symbolic import Expr, index_var, simplify_index, sympify
 from .nodes import Buffer, FixedLayout, IRNode, Layout
+from .ops import ops
 
 
 class View(IRNode):
@@ -66,7 +67,6 @@ class ReinterpretView(IRNode):
 
     def make_loader(self):
         name, layout = self.name, self.layout
-        from .ops import ops
         return lambda index: ops.load(name, layout.index(index))
 
     def __str__(self):

@@ -6,7 +6,7 @@ import torch
 
 from ..ir import Pointwise, TensorBox, ops
 from ..symbolic import sympify
-from .common import out_size, scalar_value
+from .common import out_size
 from .registry import lowering
 
 aten = torch.ops.aten

@@ -1,7 +1,6 @@
 """Walks an ATen FX graph and builds the IR graph: buffers in program order, inputs, outputs."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import operator
 from dataclasses import dataclass
@@ -12,10 +11,10 @@ import torch
 import torch.fx
 
 from ..errors import LoweringError
-from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, FixedLayout, FlexibleLayout, InputBuffer,
-                  Loops, Pointwise, StorageBox, TensorBox, View, as_strided_layout, make_contiguous_layout)
+from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer,
+                  Loops, Pointwise, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout)
 from ..ir.views import ReinterpretView
-from ..symbolic import contiguous_strides, sympify
+from ..symbolic import sympify
 from . import registry
 
 log = logging.getLogger("smelt.lowering")

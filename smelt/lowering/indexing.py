@@ -4,20 +4,10 @@ from __future__ import annotations
 import torch
 
 from ..ir import Pointwise, TensorBox, ops
-from ..symbolic import sympify
 from .common import broadcast_loader, out_size
 from .registry import lowering
 
 aten = torch.ops.aten
-
-
-def _indexer(index_tensor: TensorBox, size, dim_size):
-    """A function from an output index to the index tensor's value there, as an index symbol."""
-    load = broadcast_loader(index_tensor, size)
-
-    def value(index):
-        return ops.indirect_indexing(load(index), dim_size)
-    return value
 
 
 @lowering(aten.index, aten._unsafe_index)

@@ -6,7 +6,7 @@ import torch
 
 from ..ir import Reduction, StorageBox, TensorBox, View, ops
 from ..symbolic import product, sympify, unflatten_index
-from .common import make_pointwise, out_size
+from .common import make_pointwise
 from .registry import lowering
 
 aten = torch.ops.aten

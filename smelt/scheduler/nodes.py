@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..ir import ComputedBuffer, ExternKernel, MultiOutput, Pointwise, Reduction, use_handler
+from ..ir import ComputedBuffer, MultiOutput, Reduction, use_handler
 from ..ir.ops import ReadsHandler
 from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
 
