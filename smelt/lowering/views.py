@@ -72,6 +72,8 @@ def unsqueeze(g, x, dim):
 @lowering(aten.squeeze)
 def squeeze(g, x, dim=None):
     old = x.get_size()
+    if not old:
+        return x  # squeezing a 0-d tensor (any dim) leaves it as it is
     if dim is None:
         dims = [d for d, s in enumerate(old) if s == 1]
     else:
