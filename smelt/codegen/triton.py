@@ -150,13 +150,7 @@ class TritonKernel:
         return self.compute(node)
 
     def _dtype_of(self, buffer: str) -> torch.dtype:
-        for b in self.graph.buffers:
-            if getattr(b, "storage_name", b.name) == buffer or b.name == buffer:
-                return b.get_dtype()
-        for name, value in self.graph.inputs:
-            if name == buffer:
-                return value.get_dtype()
-        return self.graph.constants[buffer].get_dtype()
+        return self.graph.dtype_of(buffer)
 
     # ------------------------------------------------------------ members
 

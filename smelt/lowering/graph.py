@@ -42,6 +42,7 @@ class IRGraph:
         self.fallback_ops: list[str] = []
         self.node: torch.fx.Node | None = None
         self._counter = 0
+        self._dtypes: dict | None = None
 
     # ------------------------------------------------------------ building
 
@@ -84,6 +85,17 @@ class IRGraph:
             return ReinterpretView(buffer, layout)
         loops = Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), data.get_size(), data.origins)
         return self.register_computed(loops)
+
+    def dtype_of(self, name: str) -> torch.dtype:
+        """The element type of a buffer, input or constant by name (storage names included)."""
+        if self._dtypes is None:  # built once lowering is over; buffers no longer change then
+            self._dtypes = {name: c.get_dtype() for name, c in self.constants.items()}
+            self._dtypes.update((n, v.get_dtype()) for n, v in self.inputs if hasattr(v, "layout"))
+            for b in self.buffers:
+                if b.layout is not None:
+                    self._dtypes.setdefault(getattr(b, "storage_name", b.name), b.get_dtype())
+                    self._dtypes[b.name] = b.get_dtype()
+        return self._dtypes[name]
 
     # ------------------------------------------------------------ text
 

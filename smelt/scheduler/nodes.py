@@ -33,6 +33,15 @@ class SchedulerNode:
             self.reads = self._trace_reads()
             self.read_names = {name for name, _ in self.reads}
         self.write_name = buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name
+        # Fusion checks, planning and codegen ask for the same placements again and again, and
+        # each answer costs sympy simplification: computed once per (placement, xnumel, rnumel).
+        self._memo: dict = {}
+
+    def _cached(self, what: str, placement: str, xnumel, rnumel, compute):
+        key = (what, placement, xnumel, rnumel)
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @property
     def data(self):
@@ -74,6 +83,10 @@ class SchedulerNode:
 
     def kernel_index(self, placement: str, xnumel: Expr, rnumel: Expr):
         """This node's index vars (and reduction vars) as expressions of the kernel's xindex/rindex."""
+        return self._cached("index", placement, xnumel, rnumel,
+                            lambda: self._kernel_index(placement, xnumel, rnumel))
+
+    def _kernel_index(self, placement: str, xnumel: Expr, rnumel: Expr):
         ranges = {XINDEX: xnumel, RINDEX: rnumel}
         flat = XINDEX * rnumel + RINDEX if placement == "xr" else XINDEX
         index = [simplify_index(e, ranges) for e in unflatten_index(flat, self.data.ranges)]
@@ -83,11 +96,17 @@ class SchedulerNode:
         return index, None
 
     def store_index(self, placement: str, xnumel: Expr, rnumel: Expr) -> Expr:
-        index, _ = self.kernel_index(placement, xnumel, rnumel)
-        return simplify_index(self.buffer.layout.index(index), {XINDEX: xnumel, RINDEX: rnumel})
+        def compute():
+            index, _ = self.kernel_index(placement, xnumel, rnumel)
+            return simplify_index(self.buffer.layout.index(index), {XINDEX: xnumel, RINDEX: rnumel})
+        return self._cached("store", placement, xnumel, rnumel, compute)
 
     def reads_in_kernel(self, placement: str, xnumel: Expr, rnumel: Expr) -> list[tuple[str, Expr]]:
         """Every (buffer, index) this node loads, the index written in the kernel's xindex/rindex."""
+        return self._cached("reads", placement, xnumel, rnumel,
+                            lambda: self._reads_in_kernel(placement, xnumel, rnumel))
+
+    def _reads_in_kernel(self, placement: str, xnumel: Expr, rnumel: Expr):
         index, rindex = self.kernel_index(placement, xnumel, rnumel)
         subs = dict(zip(self.data.index_vars(), index))
         if rindex is not None:
