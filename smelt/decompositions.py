@@ -12,6 +12,8 @@ _EXTRA = [
     aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.leaky_relu, aten.elu, aten.hardtanh,
     aten.embedding, aten.native_group_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional,
     aten._native_batch_norm_legit_no_training,
+    # Composites whose parts smelt lowers, so they fuse instead of running through ATen.
+    aten.linalg_vector_norm, aten.round.decimals, aten.i0, aten.addmv, aten.dist,
 ]
 
 

@@ -1,5 +1,6 @@
 """Ops that go to ATen extern calls (mm/bmm/addmm/linear/conv2d) mixed with pointwise ops."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -64,3 +65,13 @@ def test_two_matmuls_chained_with_pointwise(device, check):
     w1 = torch.randn(33, 20, device=device)
     w2 = torch.randn(20, 7, device=device)
     check(lambda x, w1, w2: torch.mm(torch.mm(x, w1).relu() - 0.1, w2) * 0.5, x, w1, w2, **TOL)
+
+
+def test_linalg_error_check_runs_and_raises_like_eager(device, check, compile_fn):
+    # linalg.inv checks its LAPACK status through an effectful op (with_effects): it must run
+    # even though nothing reads its result, and raise on a singular matrix as eager does.
+    a = torch.randn(4, 4, device=device, dtype=torch.float64) + 4 * torch.eye(4, device=device, dtype=torch.float64)
+    check(lambda m: torch.linalg.inv(m) * 2, a)
+    fn = compile_fn(lambda m: torch.linalg.inv(m) * 2)
+    with pytest.raises(Exception, match="singular"):
+        fn(torch.zeros(4, 4, device=device, dtype=torch.float64))

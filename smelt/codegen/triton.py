@@ -182,7 +182,7 @@ class TritonKernel:
         elif value.rank < rank or self.rank_of(index) < rank:
             text = f"tl.broadcast_to({text}, {self.block_shape(rank)})"
         if register_dtype(value.dtype) != dtype:
-            text = f"{text}.to({triton_type(dtype)})"
+            text = self.cast(text, register_dtype(value.dtype), dtype)
         ptr = self.args.output(node.write_name)
         index_text = self.index_text(index)
         if self.rank_of(index) < rank:
@@ -190,6 +190,16 @@ class TritonKernel:
                 f"tl.full({self.block_shape(rank)}, 0, tl.int32)"
         mask = self.mask_for(rank)
         self.body.writeline(f"tl.store({ptr} + ({index_text}), {text}{', ' + mask if mask else ''})")
+
+    def cast(self, value: str, src: torch.dtype, dst: torch.dtype) -> str:
+        """`value` converted from src to dst."""
+        if self.interpret and dst == torch.bfloat16:
+            # The GPU rounds to nearest even; the interpreter's own conversion truncates floats
+            # and reinterprets integers.
+            if not src.is_floating_point:
+                value = f"{value}.to(tl.float32)"
+            return f"libdevice.round_to_bfloat16({value})"
+        return f"{value}.to({triton_type(dst)})"
 
     def block_shape(self, rank: int) -> str:
         if not self.plan.is_reduction:
@@ -456,7 +466,10 @@ class TritonOps:
         expr = self.k.simplify(expr)
         if expr.is_Integer:
             return self._const(str(int(expr)), dtype)
-        return self.k.emit(self.k.index_text(expr), dtype, self.k.rank_of(expr))
+        text = self.k.index_text(expr)
+        if triton_type(dtype) != self.k.index_dtype:  # index math runs in int32 where sizes allow
+            text = f"({text}).to({triton_type(dtype)})"
+        return self.k.emit(text, dtype, self.k.rank_of(expr))
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
         if x.dtype == dtype:
@@ -468,11 +481,11 @@ class TritonOps:
         src, dst = register_dtype(x.dtype), register_dtype(dtype)
         if dst == src:
             if dst != dtype:  # a half-float cast: round through the narrow type
-                return self.k.emit(f"{x}.to({triton_type(dtype)}).to({triton_type(dst)})", dtype, x.rank)
+                return self.k.emit(f"{self.k.cast(x.name, src, dtype)}.to({triton_type(dst)})", dtype, x.rank)
             return CSEVar(x.name, dtype, x.rank)
         text = f"{self._operand(x)}.to({triton_type(dst)})"
         if dst != dtype:
-            text = f"{self._operand(x)}.to({triton_type(dtype)}).to({triton_type(dst)})"
+            text = f"{self.k.cast(self._operand(x), src, dtype)}.to({triton_type(dst)})"
         return self.k.emit(text, dtype, x.rank)
 
     def where(self, cond, a, b):
@@ -530,8 +543,13 @@ class TritonOps:
         dtype = torch.promote_types(a.dtype, b.dtype)
         if name in ("logical_and", "logical_or", "logical_xor"):
             a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
-            symbol = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[name]
-            return self.k.emit(f"{self._operand(a)} {symbol} {self._operand(b)}", torch.bool, rank)
+            name = {"logical_and": "bitwise_and", "logical_or": "bitwise_or", "logical_xor": "bitwise_xor"}[name]
+            dtype = torch.bool
+        if dtype == torch.bool and name in ("bitwise_and", "bitwise_or", "bitwise_xor") and self.k.interpret \
+                and a.rank != b.rank and not (_is_literal(a.name) or _is_literal(b.name)):
+            # The interpreter's numpy cannot combine a loaded bool scalar with a bool block.
+            text = f"({a}.to(tl.int8) {INFIX[name]} {b}.to(tl.int8)) != 0"
+            return self.k.emit(text, torch.bool, rank)
         if not dtype.is_floating_point and name in ("floordiv", "remainder"):
             return self._int_floor_op(name, a, b, dtype, rank)
         if dtype.is_floating_point and name == "remainder":

@@ -60,6 +60,7 @@ FLOAT_UNARY = {
     "erf": "tl.erf({0})", "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "sigmoid": "1.0 / (1.0 + tl.exp(-{0}))",
     "abs": "tl.abs({0})", "reciprocal": "1.0 / {0}", "isnan": "{0} != {0}",
     "isinf": 'tl.abs({0}) == float("inf")', "round": "libdevice.nearbyint({0})",
+    "i0": "libdevice.cyl_bessel_i0({0})",
 }
 for _name in ("tanh expm1 log1p log10 tan asin acos atan sinh cosh asinh acosh atanh erfc erfinv "
               "lgamma trunc signbit").split():

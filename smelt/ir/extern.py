@@ -21,6 +21,7 @@ class ExternKernel(Buffer):
         self.kwargs = kwargs
         self.origins = origins
         self.is_fallback = is_fallback
+        self.has_side_effects = False  # kept even when nothing reads it
 
     def inputs(self) -> list:
         """The IR inputs among the arguments, in order."""

@@ -18,7 +18,7 @@ from typing import Any, Callable
 UNARY_OPS = (
     "neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh "
     "tanh asinh acosh atanh erf erfc erfinv sigmoid reciprocal floor ceil trunc round sign signbit "
-    "isnan isinf logical_not bitwise_not relu lgamma"
+    "isnan isinf logical_not bitwise_not relu lgamma i0"
 ).split()
 BINARY_OPS = (
     "add sub mul truediv floordiv remainder fmod pow maximum minimum atan2 copysign hypot "

@@ -20,11 +20,12 @@ def _realize_args(g, value):
     return walk_args(value, lambda a: g.realize(a) if isinstance(a, TensorBox) else a)
 
 
-def make_extern(g, op, args, kwargs, is_fallback: bool):
-    """Run `op` through ATen, its tensor inputs realized, its outputs described by the FX meta."""
+def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effects: bool = False):
+    """Run `op` through ATen, its tensor inputs realized, its outputs described by `meta` (by
+    default the FX node's)."""
     args = _realize_args(g, tuple(args))
     kwargs = {k: _realize_args(g, v) for k, v in kwargs.items()}
-    meta = g.out_meta
+    meta = g.out_meta if meta is None else meta
     origins = g.origin
     if isinstance(meta, torch.Tensor):
         node = ExternKernel(g.new_name(), _layout_of(meta), op, args, kwargs, origins, is_fallback)
@@ -32,6 +33,7 @@ def make_extern(g, op, args, kwargs, is_fallback: bool):
         g.register_buffer(node)
         return TensorBox(StorageBox(node))
     node = ExternKernel(g.new_name(), None, op, args, kwargs, origins, is_fallback)
+    node.has_side_effects = has_side_effects
     g.register_buffer(node)
 
     def outputs(value, path):
@@ -53,6 +55,20 @@ def fallback(g, op, args, kwargs):
     log.debug("smelt: no lowering for %s; it runs through its ATen kernel", name)
     g.fallback_ops.append(name)
     return make_extern(g, op, args, kwargs, is_fallback=True)
+
+
+@lowering(torch.ops.higher_order.with_effects)
+def with_effects(g, token, op, *args, **kwargs):
+    """An op ordered by an effect token (linalg's error checks, prints): it runs through ATen and
+    is never dropped as dead. The token is an empty tensor that only orders effects; the
+    scheduler keeps externs in program order, so the input token serves as the output token."""
+    if not isinstance(op, torch._ops.OpOverload):
+        raise NotImplementedError(f"smelt: with_effects around {op}, which is not an ATen op overload")
+    log.debug("smelt: %s runs through its ATen kernel (an effectful op)", op)
+    g.fallback_ops.append(str(op))
+    _, result_meta = g.out_meta
+    result = make_extern(g, op, args, kwargs, is_fallback=True, meta=result_meta, has_side_effects=True)
+    return token, result
 
 
 @lowering(aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten._convolution,

@@ -22,10 +22,10 @@ _UNARY = {
     aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf", aten.erfc: "erfc",
     aten.erfinv: "erfinv", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal", aten.floor: "floor",
     aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
-    aten.lgamma: "lgamma",
+    aten.lgamma: "lgamma", aten.round: "round", prims.round: "round", prims.bessel_i0: "i0",
 }
 _BINARY = {
-    aten.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum", aten.atan2: "atan2",
+    aten.mul: "mul", prims.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum", aten.atan2: "atan2",
     aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
     aten.bitwise_left_shift: "left_shift", aten.bitwise_right_shift: "right_shift", aten.fmod: "fmod",
     aten.remainder: "remainder", aten.floor_divide: "floordiv", aten.copysign: "copysign",

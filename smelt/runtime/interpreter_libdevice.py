@@ -1,111 +1,64 @@
 """Stand-ins for libdevice under the Triton interpreter, which cannot call libdevice.
 
 CPU graphs run Triton kernels through the interpreter; their kernels import this module in place
-of `triton.language.extra.libdevice`. Each function is built from `tl` primitives the interpreter
-supports. They are for exercising codegen on the CPU, not for speed or last-ulp accuracy.
+of `triton.language.extra.libdevice`. Under the interpreter a block is a numpy array, so each
+stand-in applies the matching torch function to it: one table instead of a hand-written
+approximation per function, and accurate enough that a CPU test failure points at codegen rather
+than at the stand-in. The GPU runs the real libdevice.
 """
+import numpy as np
+import torch
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction as _interpreted
+from triton.runtime.interpreter import TensorHandle
 
 
-@_interpreted
-def tanh(x):
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+def _array(value, like: np.ndarray) -> np.ndarray:
+    if isinstance(value, tl.tensor):
+        return value.handle.data
+    return np.asarray(value, dtype=like.dtype)  # a literal printed into the kernel
 
 
-@_interpreted
-def expm1(x):
-    # exp(x) - 1 loses every digit for tiny x; the series is exact enough there.
-    return tl.where(tl.abs(x) < 1e-5, x + 0.5 * x * x, tl.exp(x) - 1.0)
+def _standin(name: str, torch_fn, predicate: bool = False):
+    def apply(*args):
+        first = next(a for a in args if isinstance(a, tl.tensor))
+        like = first.handle.data
+        result = torch_fn(*(torch.from_numpy(np.ascontiguousarray(_array(a, like))) for a in args)).numpy()
+        scalar = tl.int1 if predicate else first.dtype.scalar
+        if predicate:
+            result = result.astype(np.bool_)
+        else:
+            result = result.astype(like.dtype, copy=False)
+        block = tl.block_type(scalar, list(result.shape)) if result.ndim else scalar
+        return tl.tensor(TensorHandle(result, scalar), block)
+    apply.__name__ = apply.__qualname__ = name
+    return apply
 
 
-@_interpreted
-def log1p(x):
-    return tl.where(tl.abs(x) < 1e-5, x - 0.5 * x * x, tl.log(1.0 + x))
+_UNARY = {
+    "tanh": torch.tanh, "expm1": torch.expm1, "log1p": torch.log1p, "log10": torch.log10,
+    "sinh": torch.sinh, "cosh": torch.cosh, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos,
+    "atan": torch.atan, "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh,
+    "erfc": torch.erfc, "erfinv": torch.erfinv, "lgamma": torch.lgamma, "trunc": torch.trunc,
+    "nearbyint": torch.round,  # round half to even, like rint
+    "j0": torch.special.bessel_j0, "j1": torch.special.bessel_j1, "y0": torch.special.bessel_y0,
+    "y1": torch.special.bessel_y1, "cyl_bessel_i0": torch.special.i0, "cyl_bessel_i1": torch.special.i1,
+    "log2": torch.log2, "exp2": torch.exp2, "cbrt": lambda x: x.sign() * x.abs() ** (1 / 3),
+}
+_BINARY = {
+    "pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod, "copysign": torch.copysign,
+    "hypot": torch.hypot, "nextafter": torch.nextafter, "ldexp": lambda x, e: x * torch.exp2(e.to(x.dtype)),
+}
+_PREDICATES = {"signbit": torch.signbit}
+
+for _name, _fn in {**_UNARY, **_BINARY}.items():
+    globals()[_name] = _standin(_name, _fn)
+for _name, _fn in _PREDICATES.items():
+    globals()[_name] = _standin(_name, _fn, predicate=True)
 
 
-@_interpreted
-def log10(x):
-    return tl.log(x) * 0.4342944819032518
-
-
-@_interpreted
-def sinh(x):
-    return 0.5 * (tl.exp(x) - tl.exp(-x))
-
-
-@_interpreted
-def cosh(x):
-    return 0.5 * (tl.exp(x) + tl.exp(-x))
-
-
-@_interpreted
-def tan(x):
-    return tl.sin(x) / tl.cos(x)
-
-
-@_interpreted
-def asinh(x):
-    return tl.where(x < 0, -1.0, 1.0) * tl.log(tl.abs(x) + tl.sqrt(x * x + 1.0))
-
-
-@_interpreted
-def acosh(x):
-    return tl.log(x + tl.sqrt(x * x - 1.0))
-
-
-@_interpreted
-def atanh(x):
-    return 0.5 * tl.log((1.0 + x) / (1.0 - x))
-
-
-@_interpreted
-def erfc(x):
-    return 1.0 - tl.erf(x)
-
-
-@_interpreted
-def trunc(x):
-    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
-
-
-@_interpreted
-def nearbyint(x):
-    # Round half to even, as torch.round does.
-    floor = tl.floor(x)
-    diff = x - floor
-    even = tl.floor(floor * 0.5) * 2.0 == floor
-    up = (diff > 0.5) | ((diff == 0.5) & ~even)
-    return tl.where(up, floor + 1.0, floor)
-
-
-@_interpreted
-def pow(x, y):
-    y = x * 0.0 + y  # a literal exponent becomes a tensor like x
-    magnitude = tl.exp(y * tl.log(tl.abs(x)))
-    y_int = tl.floor(y) == y
-    odd = y_int & (tl.floor(y * 0.5) * 2.0 != y)
-    signed = tl.where((x < 0) & odd, -magnitude, magnitude)
-    result = tl.where((x < 0) & ~y_int, float("nan"), signed)
-    return tl.where(y == 0, 1.0, tl.where((x == 0) & (y > 0), 0.0, result))
-
-
-@_interpreted
-def fmod(x, y):
-    q = x / y
-    return x - tl.where(q < 0, tl.ceil(q), tl.floor(q)) * y
-
-
-@_interpreted
-def copysign(x, y):
-    return tl.where(y < 0, -tl.abs(x), tl.abs(x))
-
-
-@_interpreted
-def hypot(x, y):
-    return tl.sqrt(x * x + y * y)
-
-
-@_interpreted
-def signbit(x):
-    return x < 0
+def round_to_bfloat16(x):
+    """float -> bfloat16 rounded to nearest even, as the GPU converts; the interpreter's own
+    conversion truncates. Not a libdevice function: smelt's kernels call it only when interpreted."""
+    data = torch.from_numpy(np.ascontiguousarray(x.handle.data)).to(torch.bfloat16).view(torch.uint16).numpy()
+    block = tl.block_type(tl.bfloat16, list(data.shape)) if data.ndim else tl.bfloat16
+    return tl.tensor(TensorHandle(data, tl.bfloat16), block)

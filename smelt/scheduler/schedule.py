@@ -56,7 +56,8 @@ def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNo
     kept = []
     for node in reversed(nodes):
         mutates = getattr(node.buffer, "mutates", None) is not None
-        if node.write_name in needed or mutates or node.name in needed:
+        effectful = getattr(node.buffer, "has_side_effects", False)
+        if node.write_name in needed or mutates or effectful or node.name in needed:
             kept.append(node)
             needed |= node.read_names
     return list(reversed(kept))
