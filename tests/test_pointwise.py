@@ -225,3 +225,30 @@ def test_nan_and_inf_propagation(device, check):
     x[1, 1] = float("inf")
     x[2, 2] = float("-inf")
     check(lambda x: (torch.exp(x) + 1, torch.maximum(x, torch.zeros_like(x)), torch.isnan(x)), x)
+
+
+@pytest.mark.parametrize("fn", [torch.acos, torch.asin, torch.atan, torch.erfinv, torch.lgamma, torch.log1p,
+                                torch.special.i0, lambda x: torch.round(x, decimals=2)],
+                         ids=["acos", "asin", "atan", "erfinv", "lgamma", "log1p", "i0", "round_decimals"])
+def test_libdevice_math_on_blocks_and_0d(device, check, fn):
+    x = torch.rand(SHAPE, device=device) * 1.8 - 0.9
+    check(fn, x)
+    check(lambda s: fn(s) * 2, x[3, 4].clone())  # a 0-d operand: a scalar load in the kernel
+
+
+def test_atan2_broadcasts_a_0d_operand(device, check):
+    check(torch.atan2, torch.randn(SHAPE, device=device), torch.randn((), device=device))
+
+
+def test_bfloat16_casts_round_to_nearest_even(device, check):
+    # -8.47 lies nearer -8.5 than -8.4375 in bf16; integers above 256 need rounding too.
+    x = torch.tensor([-8.47, 3.3, 1.00390625 * 1.0001, -0.0, 3e38], device=device)
+    n = torch.arange(-300, 300, 7, device=device)
+    actual, expected = check(lambda a, b: (a.to(torch.bfloat16), b.to(torch.bfloat16)), x, n)
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+
+
+def test_logical_ops_with_a_0d_tensor(device, check):
+    x = torch.randn(SHAPE, device=device)
+    s = torch.tensor(1.0, device=device)
+    check(lambda a, b: (torch.logical_and(a > 0, b), torch.logical_or(a, b), torch.logical_xor(a > 0, b)), x, s)

@@ -138,3 +138,10 @@ def test_random_shapes_and_strides_pointwise(rows, cols, transpose, step, device
         x = x.t()
     y = torch.randn(x.shape[-1], device=device)
     check(lambda x, y: torch.sigmoid(x) * y + x.sum(dim=0, keepdim=True), x, y, atol=1e-5, rtol=1e-5)
+
+
+def test_output_takes_eagers_strides_for_a_transposed_result(device, check):
+    actual, expected = check(lambda x: x.t() * 2, torch.randn(5, 7, device=device))
+    assert actual.stride() == expected.stride()
+    actual, expected = check(lambda x: x.permute(2, 0, 1) + 1, torch.randn(3, 4, 6, device=device))
+    assert actual.stride() == expected.stride()

@@ -265,7 +265,14 @@ def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
 
 
 def _is_dense(meta: torch.Tensor) -> bool:
-    try:
-        return bool(meta.is_non_overlapping_and_dense())
-    except Exception:
+    """Whether the strides pack the elements with no gaps or overlaps (a permutation of a
+    contiguous layout); symbolic strides count as not dense."""
+    if any(isinstance(v, torch.SymInt) for v in (*meta.stride(), *meta.size())):
         return False
+    dims = sorted((st, sz) for st, sz in zip(meta.stride(), meta.size()) if sz != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True

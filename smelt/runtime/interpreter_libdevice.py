@@ -18,6 +18,14 @@ def _array(value, like: np.ndarray) -> np.ndarray:
     return np.asarray(value, dtype=like.dtype)  # a literal printed into the kernel
 
 
+def _result_type(args, shape, scalar):
+    # An operand of the result's shape gives its type: a scalar block's array has shape (1,).
+    for a in args:
+        if isinstance(a, tl.tensor) and a.handle.data.shape == shape:
+            return a.type.with_element_ty(scalar) if a.type.is_block() else scalar
+    return tl.block_type(scalar, list(shape))
+
+
 def _standin(name: str, torch_fn, predicate: bool = False):
     def apply(*args):
         first = next(a for a in args if isinstance(a, tl.tensor))
@@ -28,8 +36,7 @@ def _standin(name: str, torch_fn, predicate: bool = False):
             result = result.astype(np.bool_)
         else:
             result = result.astype(like.dtype, copy=False)
-        block = tl.block_type(scalar, list(result.shape)) if result.ndim else scalar
-        return tl.tensor(TensorHandle(result, scalar), block)
+        return tl.tensor(TensorHandle(result, scalar), _result_type(args, result.shape, scalar))
     apply.__name__ = apply.__qualname__ = name
     return apply
 
@@ -60,5 +67,4 @@ def round_to_bfloat16(x):
     """float -> bfloat16 rounded to nearest even, as the GPU converts; the interpreter's own
     conversion truncates. Not a libdevice function: smelt's kernels call it only when interpreted."""
     data = torch.from_numpy(np.ascontiguousarray(x.handle.data)).to(torch.bfloat16).view(torch.uint16).numpy()
-    block = tl.block_type(tl.bfloat16, list(data.shape)) if data.ndim else tl.bfloat16
-    return tl.tensor(TensorHandle(data, tl.bfloat16), block)
+    return tl.tensor(TensorHandle(data, tl.bfloat16), _result_type([x], data.shape, tl.bfloat16))
