@@ -248,7 +248,8 @@ def test_heavy_tailed_and_discrete_samplers(device, compile_fn):
 
 def test_randperm_runs_in_aten_with_eager_values(device, compile_fn, observe):
     # No lowering: ATen draws from the same generator, so under one seed it even matches eager.
-    fn = lambda n: torch.randperm(n.shape[0], device=n.device) * 2  # noqa: E731
+    def fn(x):
+        return torch.randperm(x.shape[0], device=x.device) * 2
     x = torch.empty(50, device=device)
     torch.manual_seed(7)
     expected = fn(x)

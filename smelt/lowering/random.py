@@ -70,10 +70,12 @@ def _random_node(g, slot, draw: Callable, combine: Callable, inputs=(), size=Non
     return TensorBox.of_storage(Pointwise(device, dtype, inner_fn, size, origins))
 
 
-def _uniform_draw(dtype: torch.dtype) -> Callable:
-    """U[0, 1) in the compute dtype of `dtype`, never rounding up to 1.0 in `dtype` itself."""
+def _uniform_draw(dtype: torch.dtype, exact_in_dtype: bool = False) -> Callable:
+    """U[0, 1) in the compute dtype of `dtype`. With `exact_in_dtype`, a half-float value keeps
+    only the bits that dtype has, so rounding it to the output can never give 1.0; transforms
+    (log, tan, ...) want every bit instead, or their tails would be cut short."""
     compute = _compute_dtype(dtype)
-    bits = _MANTISSA_BITS.get(dtype)
+    bits = _MANTISSA_BITS.get(dtype) if exact_in_dtype else None
 
     def draw(seed, offset):
         u = ops.to_dtype(ops.rand(seed, offset), compute)
@@ -89,10 +91,9 @@ def _normal_draw(dtype: torch.dtype) -> Callable:
     return lambda seed, offset: ops.to_dtype(ops.randn(seed, offset), compute)
 
 
-def _uniform(g, combine: Callable = lambda u: u, inputs=(), **out) -> TensorBox:
-    dtype = out.get("dtype") or g.out_meta.dtype
-    return _random_node(g, _seed_slot(g, out.get("device") or g.out_meta.device), _uniform_draw(dtype), combine,
-                        inputs, **out)
+def _uniform(g, combine: Callable = lambda u: u, inputs=(), exact_in_dtype: bool = False) -> TensorBox:
+    draw = _uniform_draw(g.out_meta.dtype, exact_in_dtype)
+    return _random_node(g, _seed_slot(g, g.out_meta.device), draw, combine, inputs)
 
 
 def _normal(g, combine: Callable = lambda n: n, inputs=()) -> TensorBox:
@@ -109,14 +110,14 @@ def _no_generator(kwargs) -> bool:
 
 @lowering(aten.rand.default, aten.rand_like.default)
 def rand(g, *args, **kwargs):
-    return _uniform(g)
+    return _uniform(g, exact_in_dtype=True)
 
 
 @lowering(aten.uniform.default)
 def uniform(g, x, low=0.0, high=1.0, **kwargs):
     if not _no_generator(kwargs):
         return NotImplemented
-    return _uniform(g, lambda u, lo, hi: ops.add(lo, ops.mul(u, ops.sub(hi, lo))), (low, high))
+    return _uniform(g, lambda u, lo, hi: ops.add(lo, ops.mul(u, ops.sub(hi, lo))), (low, high), exact_in_dtype=True)
 
 
 @lowering(aten.randn.default, aten.randn_like.default)
@@ -245,7 +246,7 @@ def bernoulli_p(g, x, p=0.5, **kwargs):
 
 @lowering(aten.native_dropout.default)
 def native_dropout(g, x, p, train):
-    out_meta, mask_meta = g.out_meta
+    out_meta = g.out_meta[0]
     size = x.get_size()
     if train is False:
         load = x.make_loader()
