@@ -284,3 +284,24 @@ def test_dynamic_shapes_dropout(device, compile_fn):
         assert torch.equal(out, fn(x))
         assert out.shape == (n,)
         _within((out == 0).float().mean().item(), 0.25, math.sqrt(0.25 * 0.75 / n), f"drop rate, n={n}")
+
+
+def test_module_with_dropout_trains_and_evaluates(device, compile_fn, check):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.5), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(device)
+    x = torch.randn(8, 16, device=device)
+    compiled = compile_fn(model)
+    model.train()
+    compiled(x).square().sum().backward()
+    first = model[0].weight.grad
+    assert torch.isfinite(first).all() and first.abs().sum() > 0
+    model.zero_grad()
+    torch.manual_seed(3)
+    a = compiled(x)
+    torch.manual_seed(3)
+    b = compiled(x)
+    assert torch.equal(a, b)
+    model.eval()
+    with torch.no_grad():
+        check(model, x, atol=1e-5, rtol=1e-5)
