@@ -11,6 +11,7 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_random import INTERPRETER_IMPORT, randint64, uniform_or_normal
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, identity, literal, register_dtype, triton_type)
 
@@ -91,6 +92,7 @@ class TritonKernel:
         self.current: list = []  # members whose bodies are being generated, innermost last
         self.indirect_ranks: dict[str, int] = {}  # indirect index variable -> its rank
         self.deferred_stores: list = []
+        self.uses_random = False  # set by the random ops: interpreted kernels import Philox then
         self.loop_prologue: IndentedBuffer | None = None
         self.loop_epilogue: IndentedBuffer | None = None
         xn, rn = plan.static_sizes()
@@ -417,6 +419,8 @@ class TritonKernel:
         out.writeline("import triton.language as tl")
         if interpret:
             out.writeline("from smelt.runtime import interpreter_libdevice as libdevice")
+            if self.uses_random:
+                out.writeline(INTERPRETER_IMPORT)
         else:
             out.writeline("from triton.language.extra import libdevice")
         out.writeline()
@@ -505,6 +509,15 @@ class TritonOps:
                          f'"index out of bounds: not in [0, {size_text})")')
         k.indirect_ranks[str(symbol)] = value.rank
         return symbol
+
+    def rand(self, seed, offset):
+        return uniform_or_normal(self.k, "rand", seed, offset)
+
+    def randn(self, seed, offset):
+        return uniform_or_normal(self.k, "randn", seed, offset)
+
+    def randint64(self, seed, offset, low, high):
+        return randint64(self.k, seed, offset, low, high)
 
     def masked(self, mask, body, other):
         self.k.mask_stack.append(mask.name)

@@ -25,10 +25,13 @@ BINARY_OPS = (
     "eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
     "left_shift right_shift"
 ).split()
-OTHER_OPS = "load constant index_expr to_dtype where masked indirect_indexing".split()
+OTHER_OPS = "load constant index_expr to_dtype where masked indirect_indexing rand randn randint64".split()
 # `indirect_indexing(value, size)` turns a loaded integer (negative counts from the end, as in
 # eager) into a sympy symbol that index expressions may use: gather, index, embedding.
 INDIRECT_PREFIX = "indirect"
+# `rand(seed, offset)` / `randn(seed, offset)` give a float32 drawn from U[0, 1) / N(0, 1), and
+# `randint64(seed, offset, low, high)` an int64 in [low, high): counter-based Philox values, a pure
+# function of (seed, offset), so recomputing one anywhere gives the same number.
 ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
 
 _handler: contextvars.ContextVar[Any] = contextvars.ContextVar("smelt_ops_handler", default=None)
@@ -88,6 +91,15 @@ class TextHandler:
 
     def masked(self, mask, body, other):
         return f"masked({mask}, {body()}, {other!r})"
+
+    def rand(self, seed, offset):
+        return f"rand({seed}, {offset})"
+
+    def randn(self, seed, offset):
+        return f"randn({seed}, {offset})"
+
+    def randint64(self, seed, offset, low, high):
+        return f"randint64({seed}, {offset}, {low}, {high})"
 
     def indirect_indexing(self, value, size):
         count = getattr(self, "_indirect_count", 0)

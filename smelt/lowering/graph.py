@@ -40,6 +40,7 @@ class IRGraph:
         self.constants: dict[str, ConstantBuffer] = {}
         self.outputs: list[OutputSpec] = []
         self.fallback_ops: list[str] = []
+        self.random_seeds: dict = {}  # device -> RandomSeeds, made by the first random op on it
         self.node: torch.fx.Node | None = None
         self._counter = 0
         self._dtypes: dict | None = None
