@@ -70,6 +70,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     exec(compile(wrapper_source, wrapper_path, "exec"), namespace)
     for name, constant in graph.constants.items():
         namespace[name] = constant.value
+    namespace.update(graph.subgraphs)
 
     compiled = CompiledGraph(
         kind=kind, call=namespace["call"], kernel_names=[k.name for k in kernels.values()],

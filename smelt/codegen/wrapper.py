@@ -6,6 +6,8 @@ import torch
 
 from ..ir import InputBuffer
 from ..ir.extern import ExternKernel, MultiOutput
+from ..ir.control_flow import Conditional
+from ..ir.scalars import AssertScalar, DynamicScalar
 from ..ir.views import ReinterpretView
 from ..symbolic import pexpr
 from .common import IndentedBuffer
@@ -121,6 +123,20 @@ class WrapperCodegen:
     def extern_call(self, out: IndentedBuffer, buffer) -> None:
         if isinstance(buffer, MultiOutput):
             out.writeline(f"{buffer.name} = {buffer.parent.name}{''.join(f'[{i}]' for i in buffer.path)}")
+            return
+        if isinstance(buffer, DynamicScalar):
+            out.writeline(f"{buffer.symbol} = {self.literal(buffer.source)}.item()")
+            self.bound.add(buffer.symbol)
+            return
+        if isinstance(buffer, Conditional):
+            pred = buffer.predicate
+            test = f"{self.literal(pred)}.item()" if hasattr(pred, "name") else self.literal(pred)
+            operands = ", ".join(self.literal(o) for o in buffer.operands)
+            out.writeline(f"{buffer.name} = ({buffer.true_branch} if {test} else {buffer.false_branch})([{operands}])")
+            return
+        if isinstance(buffer, AssertScalar):
+            out.writeline(f"if not ({pexpr(buffer.condition)}):")
+            out.writeline(f"    raise RuntimeError({buffer.message!r})")
             return
         assert isinstance(buffer, ExternKernel)
         op = buffer.op

@@ -35,7 +35,11 @@ def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effe
     node = ExternKernel(g.new_name(), None, op, args, kwargs, origins, is_fallback)
     node.has_side_effects = has_side_effects
     g.register_buffer(node)
+    return outputs_of(g, node, meta)
 
+
+def outputs_of(g, node, meta):
+    """One MultiOutput per tensor in a step's nested results, described by `meta`."""
     def outputs(value, path):
         if isinstance(value, torch.Tensor):
             out = MultiOutput(g.new_name(), _layout_of(value), node, path)

@@ -40,6 +40,7 @@ class IRGraph:
         self.constants: dict[str, ConstantBuffer] = {}
         self.outputs: list[OutputSpec] = []
         self.fallback_ops: list[str] = []
+        self.subgraphs: dict[str, object] = {}  # name -> compiled graph called by the wrapper (torch.cond)
         self.random_seeds: dict = {}  # device -> RandomSeeds, made by the first random op on it
         self.node: torch.fx.Node | None = None
         self._counter = 0
@@ -144,7 +145,7 @@ def lower_graph(gm: torch.fx.GraphModule) -> IRGraph:
         elif node.op == "get_attr":
             env[node] = _lower_constant(graph, node)
         elif node.op == "call_function":
-            if _is_symbolic_scalar(val):
+            if _is_symbolic_scalar(val) and node.target is not torch.ops.aten._local_scalar_dense.default:
                 env[node] = sympify(val)  # size arithmetic: the meta value already is the expression
                 continue
             args = torch.fx.node.map_aggregate(node.args, lookup_env)

@@ -1,11 +1,15 @@
 """What the scheduler knows about each buffer: how it iterates, what it reads and writes."""
 from __future__ import annotations
 
+import re
+
 import sympy
 
 from ..ir import ComputedBuffer, MultiOutput, Reduction, use_handler
 from ..ir.ops import ReadsHandler
 from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
+
+_NAME = re.compile(r"\b[a-z]+\d+\b")
 
 XINDEX = index_var("xindex")
 RINDEX = index_var("rindex")
@@ -42,6 +46,30 @@ class SchedulerNode:
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
+
+    def mentioned_symbols(self) -> set[str]:
+        """Names of the size symbols this step's shapes, indices, bodies or arguments use."""
+        if "symbols" not in self._memo:
+            found = set()
+            layout = getattr(self.buffer, "layout", None)
+            if layout is not None:
+                for e in (*layout.size, *layout.stride, layout.offset):
+                    found |= sympy.sympify(e).free_symbols
+            if self.is_extern:
+                found |= _symbols_in_args(getattr(self.buffer, "args", ()), getattr(self.buffer, "kwargs", {}))
+                condition = getattr(self.buffer, "condition", None)
+                if condition is not None:
+                    found |= condition.free_symbols
+            else:
+                data = self.data
+                for e in (*data.ranges, *getattr(data, "reduction_ranges", ())):
+                    found |= sympy.sympify(e).free_symbols
+                for _, index in self.reads:
+                    found |= index.free_symbols
+                # Symbols used as values (ops.index_expr) show only in the body's text.
+                found |= set(_NAME.findall(data.body_text()))
+            self._memo["symbols"] = {str(s) for s in found}
+        return self._memo["symbols"]
 
     @property
     def data(self):
@@ -116,3 +144,17 @@ class SchedulerNode:
 
     def __repr__(self):
         return f"SchedulerNode({self.name})"
+
+
+def _symbols_in_args(args, kwargs) -> set:
+    found = set()
+
+    def visit(a):
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+        elif isinstance(a, sympy.Basic):
+            found.update(a.free_symbols)
+    visit(args)
+    visit(tuple(kwargs.values()))
+    return found

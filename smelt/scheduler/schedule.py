@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from .fusion import FusedGroup, can_fuse
+from ..ir.scalars import DynamicScalar
 from .nodes import SchedulerNode
 
 
@@ -43,12 +44,25 @@ class Schedule:
 
 def schedule(graph) -> Schedule:
     nodes = [SchedulerNode(b, k) for k, b in enumerate(graph.buffers)]
+    _add_scalar_reads(nodes)
     outputs = {o.name for o in graph.outputs if o.name is not None}
     nodes = drop_dead(nodes, outputs)
     groups = fuse(nodes)
     steps = [Step(g) for g in groups]
     plan_memory(steps, outputs, graph)
     return Schedule(graph, steps)
+
+
+def _add_scalar_reads(nodes: list[SchedulerNode]) -> None:
+    """A node whose sizes or body use a symbol bound by `.item()` reads the step that binds it,
+    so that step stays alive and runs first."""
+    binders = {str(n.buffer.symbol): n.name for n in nodes if isinstance(n.buffer, DynamicScalar)}
+    if not binders:
+        return
+    for node in nodes:
+        for symbol in node.mentioned_symbols() & binders.keys():
+            if binders[symbol] != node.name:
+                node.read_names = node.read_names | {binders[symbol]}
 
 
 def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNode]:
@@ -134,13 +148,15 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
             if node.write_name != node.name:  # a write into a graph input uses that input too
                 last_use[node.write_name] = k
     written = {n for s in steps for n in (s.stored if not s.is_extern else [s.group.nodes[0].write_name])}
+    unbound = {n.name for s in steps for n in s.group.nodes if not getattr(n.buffer, "binds_name", True)}
     for name, k in last_use.items():
-        if name in outputs or name in graph.constants:
+        if name in outputs or name in graph.constants or name in unbound:
             continue
         if name in written or name in input_names:
             steps[k].frees.append(name)
     # An ATen call's output nobody reads (an unused part of a multi-output op) dies right away.
     for step in steps:
         name = step.group.nodes[0].write_name
-        if step.is_extern and name not in last_use and name not in outputs:
+        if step.is_extern and name not in last_use and name not in outputs \
+                and getattr(step.group.nodes[0].buffer, "binds_name", True):
             step.frees.append(name)

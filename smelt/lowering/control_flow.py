@@ -1,0 +1,32 @@
+"""torch.cond: each branch compiled by smelt as a graph of its own, chosen at run time."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir import TensorBox
+from ..ir.control_flow import Conditional
+from ..symbolic import sympify
+from .extern_calls import outputs_of
+from .registry import lowering
+
+
+@lowering(torch.ops.higher_order.cond)
+def cond(g, predicate, true_gm, false_gm, operands):
+    from ..pipeline import compile_graph  # the pipeline imports the lowerings: import at use
+
+    operands = [g.realize(o) if isinstance(o, TensorBox) else o for o in operands]
+    examples = [n.meta.get("val") for n in g.node.args[3]]
+    branches = []
+    index = len(g.subgraphs) // 2
+    for label, gm in (("true", true_gm), ("false", false_gm)):
+        name = f"cond{index}_{label}_branch"
+        g.subgraphs[name] = compile_graph(gm, examples, kind=name)
+        branches.append(name)
+    if isinstance(predicate, TensorBox):
+        predicate = g.realize(predicate)
+    elif not isinstance(predicate, (bool, sympy.Basic)):
+        predicate = sympify(predicate)
+    node = Conditional(g.new_name(), predicate, branches[0], branches[1], operands, g.origin)
+    g.register_buffer(node)
+    return outputs_of(g, node, g.out_meta)
