@@ -11,6 +11,7 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_scatter import emit_scatter
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, identity, literal, register_dtype, triton_type)
 
@@ -197,6 +198,8 @@ class TritonKernel:
         return "[XBLOCK, 1]" if rank == 1 else "[XBLOCK, RBLOCK]"
 
     def emit_member(self, node) -> None:
+        if node.is_scatter:
+            return emit_scatter(self, node)
         value = self.compute(node)
         if node.write_name in self.plan.stored:
             self.store(node, value)

@@ -123,7 +123,7 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
         for node in step.group.nodes:
             name = node.write_name
             used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
-            if name in outputs or name in input_names or used_elsewhere:
+            if name in outputs or name in input_names or used_elsewhere or node.is_scatter:
                 step.stored.append(name)
     last_use: dict[str, int] = {}
     for k, step in enumerate(steps):
