@@ -208,7 +208,7 @@ def _broadcast_sizes(sizes):
 def index_put(g, x, indices, values, accumulate=False):
     """x[indices] = values (or += with accumulate), with numpy's advanced-indexing rules."""
     if any(i is not None and i.get_dtype() in (torch.bool, torch.uint8) for i in indices):
-        return _unsupported(g, "a boolean mask index gives data-dependent positions")
+        return _index_put_masked(g, x, indices, values, accumulate)
     xsize = x.get_size()
     indices = list(indices) + [None] * (len(xsize) - len(indices))
     dims = [d for d, i in enumerate(indices) if i is not None]
@@ -245,6 +245,36 @@ def index_put(g, x, indices, values, accumulate=False):
     load_values = broadcast_loader(values, ranges)
     target = copy_to_new_buffer(g, x)
     return TensorBox.of_storage(scatter_into(g, target, ranges, load_values, output_index, mode, values.origins))
+
+
+def _index_put_masked(g, x, indices, values, accumulate):
+    """x[mask] = values where every selected slice gets the same values (a scalar, or one row
+    broadcast over the selection): a pointwise where. Values per selected slice sit at positions
+    that depend on how many elements the mask holds before them: ATen does those."""
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if len(dims) != 1:
+        return _unsupported(g, "a boolean mask index together with other indices")
+    xsize = x.get_size()
+    (d,) = dims
+    mask = indices[d]
+    k = len(mask.get_size())
+    # The written shape is xsize[:d] + [count] + xsize[d + k:]; values align to it from the right.
+    per_selection = [sympy.Integer(1)] + list(xsize[d + k:])
+    vsize = values.get_size()
+    if len(vsize) > len(per_selection) - 1 and vsize[len(vsize) - len(per_selection)] != 1:
+        return _unsupported(g, "boolean mask index with a different value per selected element")
+    written = list(xsize[:d]) + per_selection
+    load_x, load_mask, load_values = x.make_loader(), mask.make_loader(), broadcast_loader(values, written)
+    dtype = x.get_dtype()
+
+    def inner_fn(index):
+        old = load_x(index)
+        new = ops.to_dtype(load_values(list(index[:d]) + [sympy.Integer(0)] + list(index[d + k:])), dtype)
+        if accumulate:
+            new = ops.add(old, new)
+        return ops.where(ops.to_dtype(load_mask(index[d:d + k]), torch.bool), new, old)
+    origins = g.origin | x.origins | mask.origins | values.origins
+    return TensorBox.of_storage(Pointwise(x.get_device(), dtype, inner_fn, xsize, origins))
 
 
 # ---------------------------------------------------------------- embedding one tensor in another
