@@ -49,7 +49,7 @@ def test_scatter_add_with_duplicates(device, lowered, dtype):
     lowered(lambda x, i, s: torch.scatter(x, 1, i, s, reduce="add"), x, index, src)
 
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_scatter_reduce(device, lowered, reduce, include_self, dtype):
@@ -59,17 +59,26 @@ def test_scatter_reduce(device, lowered, reduce, include_self, dtype):
     lowered(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, index, src)
 
 
-def test_scatter_reduce_prod_runs_in_aten(device, check, backend):
-    x = torch.randn(5, 4, device=device)
+def test_scatter_multiply_many_duplicates(device, lowered):
+    # Thousands of products into a few elements: the compare-and-swap loop retries until all land.
+    x = torch.randn(7, device=device)
+    index = torch.randint(0, 7, (3000,), device=device)
+    src = 1 + 0.01 * torch.randn(3000, device=device)
+    lowered(lambda x, i, s: (torch.scatter(x, 0, i, s, reduce="multiply"), x.scatter_reduce(0, i, s, "prod")),
+            x, index, src, rtol=1e-4, atol=1e-5)
+
+
+def test_scatter_reduce_without_atomic_runs_in_aten(device, check, backend):
+    x = torch.randn(5, 4, device=device).to(torch.bfloat16)
     index = torch.randint(0, 5, (7, 4), device=device)
-    src = torch.randn(7, 4, device=device)
-    check(lambda x, i, s: x.scatter_reduce(0, i, s, "prod", include_self=False) + 1, x, index, src)
+    src = torch.randn(7, 4, device=device).to(torch.bfloat16)
+    check(lambda x, i, s: x.scatter_reduce(0, i, s, "amax", include_self=False) + 1, x, index, src)
     if backend == "smelt":
         import smelt.observe
         assert any("scatter_reduce" in op for g in smelt.observe.compiled_graphs() for op in g.fallback_ops)
 
 
-@pytest.mark.parametrize("reduce", ["mean", "amax", "amin"])
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 def test_index_reduce(device, lowered, reduce, include_self):
     x = torch.randn(4, 6, device=device)

@@ -4,7 +4,7 @@ A scatter lowering first copies `self` into a fresh buffer (an ordinary Pointwis
 a Scatter as a ComputedBuffer that `mutates` that buffer: for every index of `ranges`,
 
     out[output_index(index)] = inner_fn(index)          (mode None: plain store)
-    out[output_index(index)] op= inner_fn(index)        (an atomic mode: add, max, min)
+    out[output_index(index)] op= inner_fn(index)        (an atomic mode: add, max, min, mul)
 
 `output_index(index)` is a loop body too: it may load index tensors and call
 `ops.indirect_indexing`, and returns an index into the output's shape. Several indices may land on
@@ -20,9 +20,10 @@ import torch
 from .loops import Loops
 from .ops import TextHandler, use_handler
 
-# Store modes and the Triton atomic each one prints as.
+# Store modes and the Triton atomic each one prints as. Triton has no atomic multiply: it is a
+# compare-and-swap loop.
 SCATTER_MODES = {None: "tl.store", "atomic_add": "tl.atomic_add", "atomic_max": "tl.atomic_max",
-                 "atomic_min": "tl.atomic_min"}
+                 "atomic_min": "tl.atomic_min", "atomic_mul": None}
 
 # Element types each atomic takes (Triton 3.6+, compiled and interpreted alike). bfloat16 add
 # depends on the GPU, and 8/16-bit integers have none: those scatters run in ATen.
@@ -30,6 +31,7 @@ ATOMIC_DTYPES = {
     "atomic_add": {torch.float16, torch.float32, torch.float64, torch.int32, torch.int64},
     "atomic_max": {torch.float32, torch.float64, torch.int32, torch.int64},
     "atomic_min": {torch.float32, torch.float64, torch.int32, torch.int64},
+    "atomic_mul": {torch.float32, torch.float64, torch.int32, torch.int64},
 }
 
 

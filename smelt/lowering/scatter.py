@@ -4,8 +4,8 @@
 Every op that writes at loaded positions builds the same two steps: a fresh buffer holding a copy
 of `self` (an ordinary Pointwise, fused with whatever computes `self`), then a Scatter that updates
 that buffer in place (its values computed in the scatter kernel). Reductions that Triton has an
-atomic for (sum, amax, amin; mean as a sum and a count) are lowered; prod and the element types
-without atomics run through ATen.
+atomic for (sum, amax, amin; mean as a sum and a count; prod as a compare-and-swap loop) are
+lowered; element types without atomics run through ATen.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
 
 REDUCE_MODES = {"sum": "atomic_add", "add": "atomic_add", "mean": "atomic_add", "amax": "atomic_max",
-                "amin": "atomic_min"}
+                "amin": "atomic_min", "prod": "atomic_mul"}
 
 
 # ---------------------------------------------------------------- the two steps
@@ -92,6 +92,8 @@ def _reduce_into(g, x: TensorBox, ranges, value_fn, output_index, reduce: str, i
 def _reduction_identity(reduce: str, dtype: torch.dtype):
     if reduce in ("sum", "mean", "add"):
         return 0
+    if reduce == "prod":
+        return 1
     info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
     if dtype.is_floating_point:
         return float("-inf") if reduce == "amax" else float("inf")
@@ -156,9 +158,7 @@ def _scatter_common(g, x, dim, index, src, reduce, include_self=True):
 @lowering(aten.scatter)
 def scatter(g, x, dim, index, src, reduce=None):
     """scatter.src / .value, and the deprecated reduce='add' | 'multiply' forms."""
-    if reduce == "multiply":
-        return _unsupported(g, "no Triton atomic multiply")
-    return _scatter_common(g, x, dim, index, src, {"add": "sum"}.get(reduce, reduce))
+    return _scatter_common(g, x, dim, index, src, {"add": "sum", "multiply": "prod"}.get(reduce, reduce))
 
 
 @lowering(aten.scatter_add)
