@@ -68,11 +68,24 @@ def test_scatter_multiply_many_duplicates(device, lowered):
             x, index, src, rtol=1e-4, atol=1e-5)
 
 
-def test_scatter_reduce_without_atomic_runs_in_aten(device, check, backend):
-    x = torch.randn(5, 4, device=device).to(torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.bool])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin"])
+def test_scatter_reduce_narrow_types_combine_wider(device, lowered, dtype, reduce):
+    # No atomics for these types: combined in float32 / int32 and cast back. Sums and products of
+    # int8 wrap; the cast back wraps the same way.
+    x = (torch.randn(5, 4, device=device) * 60).to(dtype)
+    index = torch.randint(0, 5, (9, 4), device=device)
+    src = (torch.randn(9, 4, device=device) * 60).to(dtype)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype.is_floating_point else {}
+    for include_self in (True, False):
+        lowered(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, index, src, **tol)
+
+
+def test_integer_mean_without_atomic_runs_in_aten(device, check, backend):
+    x = torch.randint(-100, 100, (5, 4), device=device, dtype=torch.int8)
     index = torch.randint(0, 5, (7, 4), device=device)
-    src = torch.randn(7, 4, device=device).to(torch.bfloat16)
-    check(lambda x, i, s: x.scatter_reduce(0, i, s, "amax", include_self=False) + 1, x, index, src)
+    src = torch.randint(-100, 100, (7, 4), device=device, dtype=torch.int8)
+    check(lambda x, i, s: x.scatter_reduce(0, i, s, "mean") + 1, x, index, src)
     if backend == "smelt":
         import smelt.observe
         assert any("scatter_reduce" in op for g in smelt.observe.compiled_graphs() for op in g.fallback_ops)
@@ -165,11 +178,11 @@ def test_reader_of_scattered_buffer_sees_every_write(device, lowered, kernel_cou
     assert kernel_count() == 3
 
 
-def test_scatter_low_precision_falls_back_correctly(device, check):
+def test_index_put_accumulate_bfloat16(device, lowered):
     x = torch.randn(6, 4, device=device, dtype=torch.bfloat16)
     idx = torch.tensor([1, 1, 5], device=device)
     v = torch.randn(3, 4, device=device, dtype=torch.bfloat16)
-    check(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v)
+    lowered(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v)
 
 
 def test_index_put_dynamic_shapes(device, check):

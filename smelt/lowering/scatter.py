@@ -60,33 +60,56 @@ def _reduce_into(g, x: TensorBox, ranges, value_fn, output_index, reduce: str, i
     mode = REDUCE_MODES.get(reduce)
     if mode is None:
         return _unsupported(g, f"no Triton atomic for reduce={reduce!r}")
-    if not mode_supports(mode, dtype):
+    work = _combining_dtype(mode, dtype, reduce)
+    if work is None:
         return _unsupported(g, f"no Triton {mode} for {dtype}")
     if any(s == 0 for s in ranges):
         return TensorBox.of_storage(copy_to_new_buffer(g, x))
-    target = copy_to_new_buffer(g, x)
+    target = copy_to_new_buffer(g, x, work)
     if reduce == "mean":  # made before the scatters, so that both scatters may share one kernel
         counts = g.register_computed(Pointwise(x.get_device(), torch.int32,
                                                lambda index: ops.constant(int(include_self), torch.int32),
                                                x.get_size(), g.origin))
     if not include_self:
-        start = _reduction_identity(reduce, dtype)
-        scatter_into(g, target, ranges, lambda index: ops.constant(start, dtype), output_index, None)
+        start = _reduction_identity(reduce, work)
+        scatter_into(g, target, ranges, lambda index: ops.constant(start, work), output_index, None)
     result = scatter_into(g, target, ranges, value_fn, output_index, mode, origins)
+    load_result = result.make_loader()
     if reduce != "mean":
-        return TensorBox.of_storage(result)
+        if work == dtype:
+            return TensorBox.of_storage(result)
+        return TensorBox.of_storage(Pointwise(x.get_device(), dtype, lambda index: ops.to_dtype(
+            load_result(index), dtype), x.get_size(), g.origin))
 
     # mean: the sum divided by how many values each element received (self counting as one).
     counted = scatter_into(g, counts, ranges, lambda index: ops.constant(1, torch.int32), output_index,
                            "atomic_add")
-    load_sum, load_count = result.make_loader(), counted.make_loader()
+    load_count = counted.make_loader()
 
     def mean(index):
         # An element nobody wrote keeps self (count 0 only when include_self=False).
-        count = ops.to_dtype(ops.maximum(load_count(index), ops.constant(1, torch.int32)), dtype)
-        divide = ops.truediv if dtype.is_floating_point else ops.floordiv
-        return divide(load_sum(index), count)
+        count = ops.to_dtype(ops.maximum(load_count(index), ops.constant(1, torch.int32)), work)
+        divide = ops.truediv if work.is_floating_point else ops.floordiv
+        return ops.to_dtype(divide(load_result(index), count), dtype)
     return TensorBox.of_storage(Pointwise(x.get_device(), dtype, mean, x.get_size(), g.origin))
+
+
+def _combining_dtype(mode: str, dtype: torch.dtype, reduce: str) -> torch.dtype | None:
+    """The type to combine in: dtype, or one with an atomic whose result cast back is eager's.
+
+    Half floats combine in float32 (rounded once instead of at every step). Narrow integers and
+    bool combine in int32: sums and products wrap to the same bits once truncated, max and min
+    are exact, and a bool sum/max/prod is nonzero exactly when eager's or/and is true. Not for
+    an integer mean, which divides the unwrapped sum."""
+    if mode_supports(mode, dtype):
+        return dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        wide = torch.float32
+    elif dtype in (torch.int8, torch.int16, torch.uint8, torch.bool) and reduce != "mean":
+        wide = torch.int32
+    else:
+        return None
+    return wide if mode_supports(mode, wide) else None
 
 
 def _reduction_identity(reduce: str, dtype: torch.dtype):
@@ -214,9 +237,6 @@ def index_put(g, x, indices, values, accumulate=False):
     dims = [d for d, i in enumerate(indices) if i is not None]
     if not dims:
         return _unsupported(g, "no index tensor")
-    mode = "atomic_add" if accumulate else None
-    if not mode_supports(mode, x.get_dtype()):
-        return _unsupported(g, f"no Triton atomic add for {x.get_dtype()}")
     tensors = [indices[d] for d in dims]
     bshape = _broadcast_sizes([t.get_size() for t in tensors])
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
@@ -240,11 +260,13 @@ def index_put(g, x, indices, values, accumulate=False):
             out[d] = i
         return out
 
+    load_values = broadcast_loader(values, ranges)
+    if accumulate:
+        return _reduce_into(g, x, ranges, load_values, output_index, "sum", True, values.origins)
     if any(s == 0 for s in ranges):
         return TensorBox.of_storage(copy_to_new_buffer(g, x))
-    load_values = broadcast_loader(values, ranges)
     target = copy_to_new_buffer(g, x)
-    return TensorBox.of_storage(scatter_into(g, target, ranges, load_values, output_index, mode, values.origins))
+    return TensorBox.of_storage(scatter_into(g, target, ranges, load_values, output_index, None, values.origins))
 
 
 def _index_put_masked(g, x, indices, values, accumulate):
