@@ -11,9 +11,9 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
-from .triton_scatter import emit_scatter
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, identity, literal, register_dtype, triton_type)
+from .triton_scatter import emit_scatter
 
 
 @dataclasses.dataclass
@@ -484,11 +484,15 @@ class TritonOps:
 
     def indirect_indexing(self, value: CSEVar, size) -> sympy.Symbol:
         k = self.k
-        symbol = indirect_symbol(len(k.indirect_ranks))
         size_text = k.index_text(k.simplify(size))
+        mask = k.mask_for(value.rank) if value.rank else None
+        key = f"indirect_indexing({value}, {size_text}, {mask})"  # e.g. a scatter's and a gather's same index
+        if k.cse.lookup(key) is not None:
+            return sympy.Symbol(k.cse.lookup(key).name, integer=True)
+        symbol = indirect_symbol(len(k.indirect_ranks))
+        k.cse.remember(key, CSEVar(str(symbol), torch.int64, value.rank))
         # Negative indices count from the end, as in eager.
         k.body.writeline(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})")
-        mask = k.mask_for(value.rank) if value.rank else None
         bounds = f"(0 <= {symbol}) & ({symbol} < {size_text})"
         # Checked under the interpreter and in Triton's debug mode; compiled out otherwise.
         k.body.writeline(f'tl.device_assert({bounds}{" | ~(" + mask + ")" if mask else ""}, '

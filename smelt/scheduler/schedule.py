@@ -55,7 +55,8 @@ def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNo
     needed = set(outputs)
     kept = []
     for node in reversed(nodes):
-        mutates = getattr(node.buffer, "mutates", None) is not None
+        # A write into a graph input is kept even when nothing reads it; a scatter only when its target is.
+        mutates = getattr(node.buffer, "mutates", None) is not None and not node.is_scatter
         if node.write_name in needed or mutates or node.name in needed:
             kept.append(node)
             needed |= node.read_names
