@@ -14,6 +14,7 @@ from .simd import KernelPlan, kernel_sizes_symbols
 from .triton_random import INTERPRETER_IMPORT, randint64, uniform_or_normal
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, identity, literal, register_dtype, triton_type)
+from .triton_scatter import emit_scatter
 
 
 @dataclasses.dataclass
@@ -209,6 +210,8 @@ class TritonKernel:
         return "[XBLOCK, 1]" if rank == 1 else "[XBLOCK, RBLOCK]"
 
     def emit_member(self, node) -> None:
+        if node.is_scatter:
+            return emit_scatter(self, node)
         value = self.compute(node)
         if node.write_name in self.plan.stored:
             self.store(node, value)
@@ -498,11 +501,15 @@ class TritonOps:
 
     def indirect_indexing(self, value: CSEVar, size) -> sympy.Symbol:
         k = self.k
-        symbol = indirect_symbol(len(k.indirect_ranks))
         size_text = k.index_text(k.simplify(size))
+        mask = k.mask_for(value.rank) if value.rank else None
+        key = f"indirect_indexing({value}, {size_text}, {mask})"  # e.g. a scatter's and a gather's same index
+        if k.cse.lookup(key) is not None:
+            return sympy.Symbol(k.cse.lookup(key).name, integer=True)
+        symbol = indirect_symbol(len(k.indirect_ranks))
+        k.cse.remember(key, CSEVar(str(symbol), torch.int64, value.rank))
         # Negative indices count from the end, as in eager.
         k.body.writeline(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})")
-        mask = k.mask_for(value.rank) if value.rank else None
         bounds = f"(0 <= {symbol}) & ({symbol} < {size_text})"
         # Checked under the interpreter and in Triton's debug mode; compiled out otherwise.
         k.body.writeline(f'tl.device_assert({bounds}{" | ~(" + mask + ")" if mask else ""}, '

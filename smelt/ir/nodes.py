@@ -143,7 +143,8 @@ class ConstantBuffer(Buffer):
 class ComputedBuffer(Buffer):
     """A buffer whose elements a loop nest (Pointwise or Reduction) computes.
 
-    `mutates` names a graph input this buffer's elements are written into instead of fresh memory.
+    `mutates` names an existing buffer this one's elements are written into instead of fresh
+    memory: a graph input (an input mutation), or the buffer a Scatter updates in place.
     """
 
     def __init__(self, name: str, layout: Layout, data, mutates: str | None = None):

@@ -84,10 +84,20 @@ def dependencies_line_up(nodes: list[SchedulerNode], xnumel, rnumel) -> bool:
     return True
 
 
+def scatter_target_untouched(group: FusedGroup, node: SchedulerNode) -> bool:
+    """A scatter writes elements that other programs of its kernel may be reading or writing, so
+    nothing else in the kernel may touch its target: not the writer it follows, not a reader."""
+    for member in group.nodes:
+        for scatter, other in ((member, node), (node, member)):
+            if scatter.is_scatter and (scatter.write_name in other.read_names or scatter.write_name == other.write_name):
+                return False
+    return True
+
+
 def can_fuse(group: FusedGroup, node: SchedulerNode):
     """The new kernel shape if node may join group, else None."""
     shape = shape_with(group, node)
-    if shape is None:
+    if shape is None or not scatter_target_untouched(group, node):
         return None
     if group.nodes[0].buffer.get_device() != node.buffer.get_device():
         return None

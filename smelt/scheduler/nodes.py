@@ -5,7 +5,7 @@ import re
 
 import sympy
 
-from ..ir import ComputedBuffer, MultiOutput, Reduction, use_handler
+from ..ir import ComputedBuffer, MultiOutput, Reduction, Scatter, use_handler
 from ..ir.ops import ReadsHandler
 from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
 
@@ -37,6 +37,9 @@ class SchedulerNode:
             self.reads = self._trace_reads()
             self.read_names = {name for name, _ in self.reads}
         self.write_name = buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name
+        if self.is_scatter:
+            # A scatter updates what its target holds: it runs after the target's writer.
+            self.read_names.add(self.write_name)
         # Fusion checks, planning and codegen ask for the same placements again and again, and
         # each answer costs sympy simplification: computed once per (placement, xnumel, rnumel).
         self._memo: dict = {}
@@ -79,6 +82,10 @@ class SchedulerNode:
     def is_reduction(self) -> bool:
         return not self.is_extern and isinstance(self.data, Reduction)
 
+    @property
+    def is_scatter(self) -> bool:
+        return not self.is_extern and isinstance(self.data, Scatter)
+
     def _trace_reads(self):
         handler = ReadsHandler()
         with use_handler(handler):
@@ -86,6 +93,8 @@ class SchedulerNode:
                 self.data.inner_fn(self.data.index_vars(), self.data.reduction_vars())
             else:
                 self.data.inner_fn(self.data.index_vars())
+            if isinstance(self.data, Scatter):
+                self.data.output_index(self.data.index_vars())
         return handler.reads
 
     def numel(self) -> Expr:
@@ -103,6 +112,8 @@ class SchedulerNode:
         if self.is_reduction:
             ok = same(self.numel(), xnumel) and same(self.reduction_numel(), rnumel)
             return "reduction" if ok else None
+        if self.is_scatter:  # one element per program lane; never inside a reduction's r loop
+            return "x" if rnumel == 1 and same(self.numel(), xnumel) else None
         if same(self.numel(), xnumel):
             return "x"
         if rnumel != 1 and same(self.numel(), xnumel * rnumel):
@@ -126,6 +137,9 @@ class SchedulerNode:
     def store_index(self, placement: str, xnumel: Expr, rnumel: Expr) -> Expr:
         def compute():
             index, _ = self.kernel_index(placement, xnumel, rnumel)
+            if self.is_scatter:
+                with use_handler(ReadsHandler()):  # loads the positions; indirect ones become symbols
+                    index = self.data.output_index(index)
             return simplify_index(self.buffer.layout.index(index), {XINDEX: xnumel, RINDEX: rnumel})
         return self._cached("store", placement, xnumel, rnumel, compute)
 

@@ -69,7 +69,8 @@ def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNo
     needed = set(outputs)
     kept = []
     for node in reversed(nodes):
-        mutates = getattr(node.buffer, "mutates", None) is not None
+        # A write into a graph input is kept even when nothing reads it; a scatter only when its target is.
+        mutates = getattr(node.buffer, "mutates", None) is not None and not node.is_scatter
         effectful = getattr(node.buffer, "has_side_effects", False)
         if node.write_name in needed or mutates or effectful or node.name in needed:
             kept.append(node)
@@ -138,7 +139,7 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
         for node in step.group.nodes:
             name = node.write_name
             used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
-            if name in outputs or name in input_names or used_elsewhere:
+            if name in outputs or name in input_names or used_elsewhere or node.is_scatter:
                 step.stored.append(name)
     last_use: dict[str, int] = {}
     for k, step in enumerate(steps):

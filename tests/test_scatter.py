@@ -1,0 +1,242 @@
+"""Writes through index tensors: scatter, scatter_reduce, index_put and friends, the *_scatter ops,
+and embedding's backward. Compared with eager on real inputs, duplicates and negative indices
+included; most cases must also run without any ATen fallback."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@pytest.fixture
+def lowered(check, backend):
+    """check(fn, *args), then (under smelt) that nothing ran through an ATen fallback."""
+    def run(fn, *args, **kw):
+        result = check(fn, *args, **kw)
+        if backend == "smelt":
+            import smelt.observe
+            fallbacks = [op for g in smelt.observe.compiled_graphs() for op in g.fallback_ops]
+            assert not fallbacks, f"ran in ATen: {fallbacks}"
+        return result
+    return run
+
+
+def _values(shape, dtype, device):
+    if dtype.is_floating_point:
+        return torch.randn(shape, device=device, dtype=dtype)
+    return torch.randint(-20, 20, shape, device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------- scatter family
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_src_and_value(device, lowered, dim):
+    x = torch.randn(5, 7, device=device)
+    # Part of a permutation along dim: no duplicates, so a plain store is deterministic.
+    index = torch.rand(5, 7, device=device).argsort(dim=dim)[:3, :4]
+    src = torch.randn(6, 8, device=device)
+    lowered(lambda x, i, s: (torch.scatter(x, dim, i, s), torch.scatter(x, dim, i, 2.5)), x, index, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.float64])
+def test_scatter_add_with_duplicates(device, lowered, dtype):
+    x = _values((4, 6), dtype, device)
+    index = torch.randint(0, 6, (4, 9), device=device)  # 9 values into 6 slots per row: duplicates
+    src = _values((4, 9), dtype, device)
+    lowered(lambda x, i, s: torch.scatter_add(x, 1, i, s), x, index, src)
+    lowered(lambda x, i, s: torch.scatter(x, 1, i, s, reduce="add"), x, index, src)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter_reduce(device, lowered, reduce, include_self, dtype):
+    x = _values((5, 4), dtype, device)
+    index = torch.randint(0, 5, (7, 4), device=device)
+    src = _values((7, 4), dtype, device)
+    lowered(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, index, src)
+
+
+def test_scatter_multiply_many_duplicates(device, lowered):
+    # Thousands of products into a few elements: the compare-and-swap loop retries until all land.
+    x = torch.randn(7, device=device)
+    index = torch.randint(0, 7, (3000,), device=device)
+    src = 1 + 0.01 * torch.randn(3000, device=device)
+    lowered(lambda x, i, s: (torch.scatter(x, 0, i, s, reduce="multiply"), x.scatter_reduce(0, i, s, "prod")),
+            x, index, src, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.bool])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin"])
+def test_scatter_reduce_narrow_types_combine_wider(device, lowered, dtype, reduce):
+    # No atomics for these types: combined in float32 / int32 and cast back. Sums and products of
+    # int8 wrap; the cast back wraps the same way.
+    x = (torch.randn(5, 4, device=device) * 60).to(dtype)
+    index = torch.randint(0, 5, (9, 4), device=device)
+    src = (torch.randn(9, 4, device=device) * 60).to(dtype)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype.is_floating_point else {}
+    lowered(lambda x, i, s: (x.scatter_reduce(0, i, s, reduce, include_self=True),
+                             x.scatter_reduce(0, i, s, reduce, include_self=False)), x, index, src, **tol)
+
+
+def test_integer_mean_without_atomic_runs_in_aten(device, check, backend):
+    x = torch.randint(-100, 100, (5, 4), device=device, dtype=torch.int8)
+    index = torch.randint(0, 5, (7, 4), device=device)
+    src = torch.randint(-100, 100, (7, 4), device=device, dtype=torch.int8)
+    check(lambda x, i, s: x.scatter_reduce(0, i, s, "mean") + 1, x, index, src)
+    if backend == "smelt":
+        import smelt.observe
+        assert any("scatter_reduce" in op for g in smelt.observe.compiled_graphs() for op in g.fallback_ops)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(device, lowered, reduce, include_self):
+    x = torch.randn(4, 6, device=device)
+    index = torch.tensor([0, 5, 2, 5, 5], device=device)
+    source = torch.randn(4, 5, device=device)
+    lowered(lambda x, i, s: x.index_reduce(1, i, s, reduce, include_self=include_self), x, index, source)
+
+
+# ---------------------------------------------------------------- index_put
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_index_put_forms(device, lowered, accumulate, dtype):
+    x = _values((6, 5, 4), dtype, device)
+    rows = torch.tensor([0, -1, 3], device=device)  # negative counts from the end
+    cols = torch.tensor([3, 1, -4], device=device)
+    put = torch.ops.aten.index_put  # takes None for a dimension that is not indexed
+    lowered(lambda x, r, c: (
+        put(x, [r], torch.full((3, 5, 4), 3, dtype=dtype, device=device), accumulate),  # x[r] = v
+        put(x, [None, c], torch.ones((), dtype=dtype, device=device), accumulate),  # x[:, c] = 1
+        put(x, [None, None, c], torch.ones(6, 5, 3, dtype=dtype, device=device), accumulate),
+        # Index tensors apart: the broadcast index dims come first in the written shape.
+        put(x, [r, None, c[:, None]], torch.full((3, 3, 5), 2, dtype=dtype, device=device), accumulate),
+    ), x, rows, cols)
+
+
+def test_index_put_accumulate_duplicates_exact(device, lowered):
+    x = torch.zeros(8, 3, device=device)
+    idx = torch.tensor([1, 1, 1, 7, -1, 0, 1], device=device)
+    v = torch.randn(7, 3, device=device)
+    lowered(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v)
+
+
+def test_index_put_inplace_on_input(device, compile_fn, assert_close):
+    x = torch.randn(6, 3, device=device)
+    idx = torch.tensor([5, 0, 2], device=device)
+
+    def fn(x, i):
+        x[i] += 1.5  # index, add, index_put_ on the input: the input itself is updated
+        return x.sum()
+    x_eager, x_compiled = x.clone(), x.clone()
+    expected = fn(x_eager, idx)
+    actual = compile_fn(fn)(x_compiled, idx)
+    assert_close(actual, expected)
+    assert_close(x_compiled, x_eager)
+
+
+def test_index_put_boolean_mask_is_pointwise(device, lowered):
+    x = torch.randn(5, 4, device=device)
+    mask = torch.tensor([True, False, True, True, False], device=device)
+    row = torch.randn(4, device=device)
+    lowered(lambda x, m, r: (torch.index_put(x, (m,), r), torch.index_put(x, (m,), r, accumulate=True),
+                             torch.index_put(x, (x > 0,), torch.tensor(0.0, device=device))), x, mask, row)
+
+
+def test_index_add_copy_fill(device, lowered):
+    x = torch.randn(5, 6, device=device)
+    idx = torch.tensor([4, 0, 4, 2], device=device)
+    src = torch.randn(5, 4, device=device)
+    lowered(lambda x, i, s: (x.index_add(1, i, s, alpha=2), x.index_fill(1, i, -1.0)), x, idx, src)
+    unique = torch.tensor([3, 0, 5, 1], device=device)
+    lowered(lambda x, i, s: x.index_copy(1, i, s), x, unique, src)
+
+
+def test_scatter_values_computed_in_scatter_kernel(device, lowered, kernel_count, observe):
+    x = torch.randn(10, 8, device=device)
+    idx = torch.tensor([9, 2, 2, 0], device=device)
+    v = torch.randn(4, 8, device=device)
+    lowered(lambda x, i, v: torch.index_put(x, (i,), v * 2, accumulate=True), x, idx, v)
+    # One kernel copies x; one computes v * 2 and adds it in place.
+    assert kernel_count() == 2
+    (graph,) = observe.compiled_graphs()
+    scatter_source = [s for s in graph.kernel_sources.values() if "atomic_add" in s]
+    assert len(scatter_source) == 1 and "* 2.0" in scatter_source[0]
+
+
+def test_reader_of_scattered_buffer_sees_every_write(device, lowered, kernel_count):
+    # If the reader ran in the scatter's kernel it would see only its own lane's value.
+    x = torch.zeros(16, device=device)
+    idx = torch.tensor([3] * 16, device=device)
+    v = torch.arange(16.0, device=device)
+    lowered(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True) * 2 + v, x, idx, v)
+    assert kernel_count() == 3
+
+
+def test_index_put_accumulate_bfloat16(device, lowered):
+    x = torch.randn(6, 4, device=device, dtype=torch.bfloat16)
+    idx = torch.tensor([1, 1, 5], device=device)
+    v = torch.randn(3, 4, device=device, dtype=torch.bfloat16)
+    lowered(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v)
+
+
+def test_index_put_dynamic_shapes(device, check):
+    for n in (7, 11):
+        x = torch.randn(n, 3, device=device)
+        idx = torch.tensor([0, n - 1, 0], device=device)
+        v = torch.randn(3, 3, device=device)
+        check(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v,
+              compile_kw={"dynamic": True})
+
+
+# ---------------------------------------------------------------- embedding one tensor in another
+
+
+def test_select_slice_diagonal_scatter(device, lowered):
+    x = torch.randn(6, 7, device=device)
+    lowered(lambda x: (torch.select_scatter(x, torch.ones(7, device=device), 0, -2),
+                       torch.slice_scatter(x, torch.zeros(6, 3, device=device), 1, 1, 7, 2),
+                       torch.slice_scatter(x, torch.zeros(2, 7, device=device), 0, -3, -1),
+                       torch.diagonal_scatter(x, torch.arange(5.0, device=device), 2),
+                       torch.diagonal_scatter(x, torch.arange(4.0, device=device), -2)), x)
+
+
+def test_as_strided_scatter(device, lowered):
+    x = torch.randn(4, 5, device=device)
+    src = torch.randn(3, 2, device=device)
+    lowered(lambda x, s: (torch.as_strided_scatter(x, s, (3, 2), (5, 2), 1),
+                          torch.as_strided_scatter(x.t(), s, (3, 2), (1, 7), 2)), x, src)
+
+
+def test_masked_scatter_correct(device, check):
+    x = torch.randn(4, 5, device=device)
+    mask = x > 0
+    src = torch.randn(4, 5, device=device)
+    check(lambda x, m, s: x.masked_scatter(m, s), x, mask, src)
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_embedding_training_step_grads_match(device, compile_fn, assert_close, observe):
+    ref = nn.Sequential(nn.Embedding(12, 8, padding_idx=0), nn.Linear(8, 3)).to(device)
+    model = copy.deepcopy(ref)
+    ids = torch.tensor([[1, 5, 5, 0], [11, 5, 2, 1]], device=device)  # repeats: grads accumulate
+    target = torch.randint(0, 3, (2, 4), device=device)
+
+    def loss_fn(model, ids, target):
+        return F.cross_entropy(model(ids).flatten(0, 1), target.flatten())
+    loss = compile_fn(loss_fn)(model, ids, target)
+    loss.backward()
+    ref_loss = loss_fn(ref, ids, target)
+    ref_loss.backward()
+    assert_close(loss, ref_loss, atol=1e-5, rtol=1e-5)
+    for p, p_ref in zip(model.parameters(), ref.parameters()):
+        assert_close(p.grad, p_ref.grad, atol=1e-5, rtol=1e-5)
+    fallbacks = [op for g in observe.compiled_graphs() for op in g.fallback_ops]
+    assert not any("index_put" in op or "embedding" in op for op in fallbacks), fallbacks
