@@ -310,3 +310,15 @@ def pexpr(expr) -> str:
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
+
+
+def dense_dim_order(size, stride) -> list[int] | None:
+    """The dims from outermost to innermost if static (size, stride) covers its storage exactly
+    once (a permutation of a contiguous layout), else None."""
+    order = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+    expected = 1
+    for d in reversed(order):
+        if stride[d] != expected:
+            return None
+        expected *= size[d]
+    return order

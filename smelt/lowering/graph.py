@@ -14,7 +14,7 @@ from ..errors import LoweringError
 from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer,
                   Loops, Pointwise, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout)
 from ..ir.views import ReinterpretView
-from ..symbolic import sympify
+from ..symbolic import dense_dim_order, sympify
 from . import registry
 
 log = logging.getLogger("smelt.lowering")
@@ -267,14 +267,7 @@ def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
 
 
 def _is_dense(meta: torch.Tensor) -> bool:
-    """Whether the strides pack the elements with no gaps or overlaps (a permutation of a
-    contiguous layout); symbolic strides count as not dense."""
+    """Whether eager's strides pack the elements with no gaps or overlaps; symbolic ones do not count."""
     if any(isinstance(v, torch.SymInt) for v in (*meta.stride(), *meta.size())):
         return False
-    dims = sorted((st, sz) for st, sz in zip(meta.stride(), meta.size()) if sz != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return dense_dim_order(list(meta.size()), list(meta.stride())) is not None

@@ -16,7 +16,7 @@ import torch
 
 from ..ir import ComputedBuffer, Pointwise, Scatter, TensorBox, ops
 from ..ir.scatter import mode_supports
-from ..symbolic import FloorDiv, ModularIndexing, product, static_int, sympify
+from ..symbolic import FloorDiv, ModularIndexing, dense_dim_order, product, static_int, sympify
 from .common import broadcast_loader, scalar_value
 from .graph import origin_name
 from .registry import lowering
@@ -356,17 +356,6 @@ def diagonal_scatter(g, x, src, offset=0, dim1=0, dim2=1):
     return _embed(g, x, src, inside, src_index)
 
 
-def _dense_order(size, stride):
-    """The dims from outermost to innermost if (size, stride) covers its storage exactly once."""
-    order = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
-    expected = 1
-    for d in reversed(order):
-        if stride[d] != expected:
-            return None
-        expected *= size[d]
-    return order
-
-
 @lowering(aten.as_strided_scatter)
 def as_strided_scatter(g, x, src, size, stride, storage_offset=None):
     """src written where as_strided(copy of x, size, stride, storage_offset) would read.
@@ -380,7 +369,7 @@ def as_strided_scatter(g, x, src, size, stride, storage_offset=None):
     out_size, out_strides = [int(s) for s in meta.shape], [int(s) for s in meta.stride()]
     size, stride = [int(s) for s in size], [int(s) for s in stride]
     base = int(storage_offset or 0)
-    order = _dense_order(out_size, out_strides)
+    order = dense_dim_order(out_size, out_strides)
     if order is None:
         return _unsupported(g, f"output strides {out_strides} of size {out_size} are not dense")
     load_src = src.make_loader()
