@@ -56,3 +56,10 @@ def test_boolean_mask_index_still_correct(device, check):
     x = torch.randn(5, 4, device=device)
     mask = x[:, 0] > 0
     check(lambda x, m: x[m].sum(), x, mask, compile_kw={"fullgraph": False})
+
+
+def test_gather_with_an_empty_index_of_another_rank(device, check):
+    # eager accepts an index whose rank differs from the input's when it has no elements
+    actual, _ = check(lambda x, i: torch.gather(x, 0, i), torch.randn(5, device=device),
+                      torch.empty(2, 0, dtype=torch.int64, device=device))
+    assert actual.shape == (2, 0)

@@ -67,6 +67,10 @@ def gather(g, x, dim, index, sparse_grad=False):
     dim = dim + len(xsize) if dim < 0 else dim
     load, index_load = x.make_loader(), index.make_loader()
     size = out_size(g)
+    if len(index.get_size()) != len(xsize):
+        # Eager allows an index of another rank only when it is empty: nothing to load.
+        return TensorBox.of_storage(Pointwise(x.get_device(), x.get_dtype(),
+                                              lambda i: ops.constant(0, x.get_dtype()), size, g.origin))
 
     def inner_fn(out_index):
         source = list(out_index)
