@@ -11,6 +11,7 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_scan import ScanEmitter
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, identity, literal, register_dtype, triton_type)
 
@@ -84,6 +85,8 @@ class TritonKernel:
         self.cse = CSE()
         self.body = IndentedBuffer(1)
         self.helpers: set[str] = set()
+        self.helper_sources: dict[str, str] = {}  # functions made for this kernel (scan combines)
+        self.scans = ScanEmitter(self)
         self.index_dtype = index_dtype
         self.mask_stack: list[str] = []
         self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
@@ -164,6 +167,8 @@ class TritonKernel:
                 value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
         finally:
             self.current.pop()
+        if placement == "scan":
+            return self.scans.scan(node, value)  # made per (x, r) like an xr value, so not kept
         value = TritonOps(self).to_dtype(value, node.data.dtype if placement != "reduction" else node.data.src_dtype)
         if placement == "reduction":
             value = self.reduction(node, value)
@@ -173,7 +178,7 @@ class TritonKernel:
 
     def store(self, node, value: CSEVar) -> None:
         placement = self.plan.placement[node.name]
-        rank = 2 if placement == "xr" else 1
+        rank = 2 if placement in ("xr", "scan") else 1
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
         dtype = node.buffer.get_dtype()
         text = value.name
@@ -357,7 +362,7 @@ class TritonKernel:
         for phase in range(plan.num_phases):
             for node in plan.members_of_phase(phase, ("x",)):
                 self.emit_member(node)
-            looped = plan.members_of_phase(phase, ("xr", "reduction"))
+            looped = plan.members_of_phase(phase, ("xr", "reduction", "scan"))
             if not looped:
                 continue
             if self.config.persistent:
@@ -413,6 +418,10 @@ class TritonKernel:
         for helper in sorted(self.helpers):
             out.writeline()
             for line in COMBINE_HELPERS[helper].splitlines():
+                out.writeline(line)
+        for source in self.helper_sources.values():
+            out.writeline()
+            for line in source.splitlines():
                 out.writeline(line)
         out.writeline()
         out.writeline("@triton.jit")

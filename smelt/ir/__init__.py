@@ -4,9 +4,10 @@ from .loops import REDUCTION_OUTPUTS, Loops, Pointwise, Reduction
 from .nodes import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, IRNode,
                     Layout, StorageBox, TensorBox, make_contiguous_layout)
 from .ops import ops, use_handler
+from .scan import SCAN_COMBINES, Scan, ScanCombine
 from .views import ReinterpretView, View, as_strided_layout
 
 __all__ = ["Buffer", "ComputedBuffer", "ConstantBuffer", "ExternKernel", "FixedLayout", "FlexibleLayout", "IRNode",
            "InputBuffer", "Layout", "Loops", "MultiOutput", "Pointwise", "REDUCTION_OUTPUTS", "Reduction",
-           "ReinterpretView", "StorageBox", "TensorBox", "View", "as_strided_layout", "make_contiguous_layout", "ops",
-           "use_handler"]
+           "ReinterpretView", "SCAN_COMBINES", "Scan", "ScanCombine", "StorageBox", "TensorBox", "View",
+           "as_strided_layout", "make_contiguous_layout", "ops", "use_handler"]
