@@ -86,11 +86,12 @@ def test_zero_dim_one_element_and_empty(device, check, observe, op):
 
 @pytest.mark.parametrize("dim", [0, 1])
 def test_long_rows_loop_over_blocks(device, check, looped, dim):
-    # Rows of 10000 with a scan limit of 16: every row is scanned in many blocks.
-    x = torch.rand(3, 10000, device=device) if dim == 1 else torch.rand(10000, 3, device=device)
-    check(lambda x: torch.cumsum(x, dim), x, atol=1e-3, rtol=1e-5)
-    check(lambda x: torch.logcumsumexp(x, dim), x, atol=1e-4, rtol=1e-5)
-    check(lambda x: torch.cummax(x, dim), x)
+    # With a scan limit of 16 every row is scanned in many blocks. The interpreter runs a combine
+    # of smelt's own element by element, so those rows are shorter than the cumsum's.
+    def rows(n):
+        return torch.rand(3, n, device=device) if dim == 1 else torch.rand(n, 3, device=device)
+    check(lambda x: torch.cumsum(x, dim), rows(10000), atol=1e-3, rtol=1e-5)
+    check(lambda x: (torch.logcumsumexp(x, dim), torch.cummax(x, dim)), rows(1000), atol=1e-4, rtol=1e-5)
 
 
 def test_long_rows_in_registers(device, check):

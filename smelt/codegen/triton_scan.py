@@ -139,17 +139,17 @@ class ScanEmitter:
                 results.append(CSEVar(total, own.dtype, 2))
             results = tuple(results)
         for carry, total in zip(carries, results):
-            body.writeline(f"{carry} = {self._last_lane(total)}")
+            self._take_last_lane(carry, total)
         return results
 
-    @staticmethod
-    def _last_lane(value: CSEVar) -> str:
-        """value[:, RBLOCK - 1] as [XBLOCK, 1]: a sum in which every other lane is zero, taken over
-        the bits so that NaN, infinities and -0.0 come through unchanged."""
+    def _take_last_lane(self, carry: str, value: CSEVar) -> None:
+        """carry = value[:, RBLOCK - 1], as [XBLOCK, 1]: a sum in which every other lane is zero,
+        taken over the bits so that NaN, infinities and -0.0 come through unchanged."""
         dtype = value.dtype
         bits = {torch.float32: "tl.int32", torch.float64: "tl.int64"}.get(dtype)
-        text = f"{value}.to({bits}, bitcast=True)" if bits else value.name
-        picked = f"tl.where(rbase == RBLOCK - 1, {text}, 0)"
-        total = f"tl.reduce({picked}, 1, tl.standard._sum_combine)[:, None]"
-        return f"{total}.to({triton_type(dtype)}, bitcast=True)" if bits else total
-
+        lane = self._fresh("last")
+        self.k.body.writeline(f"{lane} = tl.where(rbase == RBLOCK - 1, "
+                              f"{f'{value}.to({bits}, bitcast=True)' if bits else value}, 0)")
+        total = f"tl.reduce({lane}, 1, tl.standard._sum_combine)[:, None]"
+        self.k.body.writeline(f"{carry} = {total}.to({triton_type(dtype)}, bitcast=True)" if bits
+                              else f"{carry} = {total}")
