@@ -11,9 +11,9 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
-from .triton_scan import ScanEmitter
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, identity, literal, register_dtype, triton_type)
+from .triton_scan import ScanEmitter
 
 
 @dataclasses.dataclass

@@ -69,7 +69,7 @@ class ScanEmitter:
         dtypes = [scan_register_dtype(d) for d in data.dtypes]
         ops = TritonOps(self.k)
         blocks = tuple(self._as_block(ops.to_dtype(v, d), dtype) for v, d, dtype in zip(values, data.dtypes, dtypes))
-        key = (data.combine.name, tuple(b.name for b in blocks))
+        key = (data.combine, tuple(b.name for b in blocks))
         if key not in self.results:
             function = self._function(data.combine, dtypes)
             if self.k.config.persistent:
