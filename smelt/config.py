@@ -30,6 +30,11 @@ class Config:
     persistent_reduction_limit: int = dataclasses.field(
         default_factory=lambda: int(_env("SMELT_PERSISTENT_REDUCTION_LIMIT", "4096"))
     )
+    # Scans (cumsum, cummax, ...) whose rows are at most this long scan the whole row in registers;
+    # longer rows are scanned block by block, carrying the running value.
+    persistent_scan_limit: int = dataclasses.field(
+        default_factory=lambda: int(_env("SMELT_PERSISTENT_SCAN_LIMIT", "4096"))
+    )
 
     def backend_for(self, device_type: str) -> str:
         if device_type == "cpu":

@@ -88,7 +88,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
 
 def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
     plan = plan_kernel(step.group, step.stored)
-    config: BlockConfig = choose_blocks(plan, interpret, cfg.persistent_reduction_limit)
+    limit = cfg.persistent_reduction_limit
+    if plan.has_scan:
+        limit = min(limit, cfg.persistent_scan_limit)
+    config: BlockConfig = choose_blocks(plan, interpret, limit)
     name = kernel_name(plan, config, index)
     kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret)
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})

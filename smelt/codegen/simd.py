@@ -41,6 +41,10 @@ class KernelPlan:
     def is_reduction(self) -> bool:
         return self.group.is_reduction
 
+    @property
+    def has_scan(self) -> bool:
+        return any(n.is_scan for n in self.nodes)
+
     def writer_of(self, buffer: str) -> SchedulerNode | None:
         for n in self.nodes:
             if n.write_name == buffer:

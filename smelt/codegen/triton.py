@@ -13,8 +13,9 @@ from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
 from .triton_random import INTERPRETER_IMPORT, randint64, uniform_or_normal
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
-                         PREDICATE_OPS, identity, literal, register_dtype, triton_type)
+                         PREDICATE_OPS, cast_text, identity, literal, register_dtype, triton_type)
 from .triton_scatter import emit_scatter
+from .triton_scan import ScanEmitter
 
 
 @dataclasses.dataclass
@@ -86,6 +87,8 @@ class TritonKernel:
         self.cse = CSE()
         self.body = IndentedBuffer(1)
         self.helpers: set[str] = set()
+        self.helper_sources: dict[str, str] = {}  # functions made for this kernel (scan combines)
+        self.scans = ScanEmitter(self)
         self.index_dtype = index_dtype
         self.mask_stack: list[str] = []
         self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
@@ -167,6 +170,8 @@ class TritonKernel:
                 value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
         finally:
             self.current.pop()
+        if placement == "scan":
+            return self.scans.scan(node, value)  # made per (x, r) like an xr value, so not kept
         value = TritonOps(self).to_dtype(value, node.data.dtype if placement != "reduction" else node.data.src_dtype)
         if placement == "reduction":
             value = self.reduction(node, value)
@@ -176,7 +181,7 @@ class TritonKernel:
 
     def store(self, node, value: CSEVar) -> None:
         placement = self.plan.placement[node.name]
-        rank = 2 if placement == "xr" else 1
+        rank = 2 if placement in ("xr", "scan") else 1
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
         dtype = node.buffer.get_dtype()
         text = value.name
@@ -195,14 +200,7 @@ class TritonKernel:
         self.body.writeline(f"tl.store({ptr} + ({index_text}), {text}{', ' + mask if mask else ''})")
 
     def cast(self, value: str, src: torch.dtype, dst: torch.dtype) -> str:
-        """`value` converted from src to dst."""
-        if self.interpret and dst == torch.bfloat16:
-            # The GPU rounds to nearest even; the interpreter's own conversion truncates floats
-            # and reinterprets integers.
-            if not src.is_floating_point:
-                value = f"{value}.to(tl.float32)"
-            return f"libdevice.round_to_bfloat16({value})"
-        return f"{value}.to({triton_type(dst)})"
+        return cast_text(value, src, dst, self.interpret)
 
     def block_shape(self, rank: int) -> str:
         if not self.plan.is_reduction:
@@ -372,7 +370,7 @@ class TritonKernel:
         for phase in range(plan.num_phases):
             for node in plan.members_of_phase(phase, ("x",)):
                 self.emit_member(node)
-            looped = plan.members_of_phase(phase, ("xr", "reduction"))
+            looped = plan.members_of_phase(phase, ("xr", "reduction", "scan"))
             if not looped:
                 continue
             if self.config.persistent:
@@ -430,6 +428,10 @@ class TritonKernel:
         for helper in sorted(self.helpers):
             out.writeline()
             for line in COMBINE_HELPERS[helper].splitlines():
+                out.writeline(line)
+        for source in self.helper_sources.values():
+            out.writeline()
+            for line in source.splitlines():
                 out.writeline(line)
         out.writeline()
         out.writeline("@triton.jit")

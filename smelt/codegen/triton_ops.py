@@ -145,3 +145,14 @@ def _welford_combine(mean_a, m2_a, count_a, mean_b, m2_b, count_b):
     return mean_a + delta * share_b, m2_a + m2_b + delta * delta * count_a * share_b, count
 ''',
 }
+
+
+def cast_text(value: str, src: torch.dtype, dst: torch.dtype, interpret: bool) -> str:
+    """`value` converted from src to dst."""
+    if interpret and dst == torch.bfloat16:
+        # The GPU rounds to nearest even; the interpreter's own conversion truncates floats and
+        # reinterprets integers.
+        if not src.is_floating_point:
+            value = f"{value}.to(tl.float32)"
+        return f"libdevice.round_to_bfloat16({value})"
+    return f"{value}.to({triton_type(dst)})"

@@ -5,9 +5,10 @@ from .nodes import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, Flexibl
                     Layout, StorageBox, TensorBox, make_contiguous_layout)
 from .ops import ops, use_handler
 from .scatter import Scatter
+from .scan import SCAN_COMBINES, Scan, ScanCombine
 from .views import ReinterpretView, View, as_strided_layout
 
 __all__ = ["Buffer", "ComputedBuffer", "ConstantBuffer", "ExternKernel", "FixedLayout", "FlexibleLayout", "IRNode",
            "InputBuffer", "Layout", "Loops", "MultiOutput", "Pointwise", "REDUCTION_OUTPUTS", "Reduction",
-           "ReinterpretView", "Scatter", "StorageBox", "TensorBox", "View", "as_strided_layout", "make_contiguous_layout", "ops",
-           "use_handler"]
+           "ReinterpretView", "SCAN_COMBINES", "Scan", "ScanCombine", "Scatter", "StorageBox", "TensorBox", "View",
+           "as_strided_layout", "make_contiguous_layout", "ops", "use_handler"]

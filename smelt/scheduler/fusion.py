@@ -1,9 +1,10 @@
 """Fused groups: which loop nests run in one kernel, and the checks that make that legal.
 
 A kernel iterates an (xnumel, rnumel) space. Each member node is placed in it as a reduction
-(one output per x, reducing over r), an `xr` loop (one element per (x, r)) or an `x` loop (one
-element per x). A member that reads a buffer another member writes must read exactly the element
-written at the same (x, r) point; then the value is passed in registers and never goes to memory.
+(one output per x, reducing over r), a scan (one output per (x, r), combining along r), an `xr`
+loop (one element per (x, r)) or an `x` loop (one element per x). A member that reads a buffer
+another member writes must read exactly the element written at the same (x, r) point; then the
+value is passed in registers and never goes to memory.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ class FusedGroup:
 
     @property
     def is_reduction(self) -> bool:
-        return any(n.is_reduction for n in self.nodes)
+        """Whether the kernel has an r axis: some member reduces or scans over it."""
+        return any(n.is_reduction or n.is_scan for n in self.nodes)
 
     @property
     def is_extern(self) -> bool:
@@ -46,7 +48,7 @@ def shape_with(group: FusedGroup, node: SchedulerNode):
         return None
     if node.numel() == 0 or group.xnumel * group.rnumel == 0:
         return None  # an empty tensor's kernel never launches; it has nothing to share
-    if node.is_reduction:
+    if node.is_reduction or node.is_scan:
         x, r = node.numel(), node.reduction_numel()
         if group.is_reduction:
             return (x, r) if same(x, group.xnumel) and same(r, group.rnumel) else None
@@ -76,7 +78,7 @@ def dependencies_line_up(nodes: list[SchedulerNode], xnumel, rnumel) -> bool:
                     return False
                 continue
             produced_at = placement[producer.name]
-            if produced_at == "xr" and placement[node.name] == "x":
+            if produced_at in ("xr", "scan") and placement[node.name] == "x":
                 return False  # an x loop cannot see values made per (x, r)
             written = producer.store_index(produced_at, xnumel, rnumel)
             if sympy.expand(written - index) != 0:

@@ -5,7 +5,7 @@ import re
 
 import sympy
 
-from ..ir import ComputedBuffer, MultiOutput, Reduction, Scatter, use_handler
+from ..ir import ComputedBuffer, MultiOutput, Reduction, Scan, Scatter, use_handler
 from ..ir.ops import ReadsHandler
 from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
 
@@ -86,6 +86,10 @@ class SchedulerNode:
     def is_scatter(self) -> bool:
         return not self.is_extern and isinstance(self.data, Scatter)
 
+    @property
+    def is_scan(self) -> bool:
+        return not self.is_extern and isinstance(self.data, Scan)
+
     def _trace_reads(self):
         handler = ReadsHandler()
         with use_handler(handler):
@@ -98,20 +102,23 @@ class SchedulerNode:
         return handler.reads
 
     def numel(self) -> Expr:
-        return product(self.data.ranges)
+        """The x extent of a kernel this node leads: a scan runs one program lane per scanned row."""
+        return self.data.outer_numel() if self.is_scan else product(self.data.ranges)
 
     def reduction_numel(self) -> Expr:
+        if self.is_scan:
+            return self.data.scan_numel()
         return self.data.reduction_numel() if self.is_reduction else sympy.Integer(1)
 
     # ------------------------------------------------------------ placement in a kernel
 
     def placement(self, xnumel: Expr, rnumel: Expr) -> str | None:
-        """How this node runs in a kernel of shape (xnumel, rnumel): 'reduction', 'x', 'xr' or None."""
+        """How this node runs in a kernel of shape (xnumel, rnumel): 'reduction', 'scan', 'x', 'xr' or None."""
         if self.is_extern:
             return None
-        if self.is_reduction:
+        if self.is_reduction or self.is_scan:
             ok = same(self.numel(), xnumel) and same(self.reduction_numel(), rnumel)
-            return "reduction" if ok else None
+            return ("scan" if self.is_scan else "reduction") if ok else None
         if self.is_scatter:  # one element per program lane; never inside a reduction's r loop
             return "x" if rnumel == 1 and same(self.numel(), xnumel) else None
         if same(self.numel(), xnumel):
@@ -127,6 +134,10 @@ class SchedulerNode:
 
     def _kernel_index(self, placement: str, xnumel: Expr, rnumel: Expr):
         ranges = {XINDEX: xnumel, RINDEX: rnumel}
+        if placement == "scan":  # the scanned dimension runs along r, the others along x
+            outer = unflatten_index(XINDEX, self.data.outer_ranges())
+            outer.insert(self.data.dim, RINDEX)
+            return [simplify_index(e, ranges) for e in outer], None
         flat = XINDEX * rnumel + RINDEX if placement == "xr" else XINDEX
         index = [simplify_index(e, ranges) for e in unflatten_index(flat, self.data.ranges)]
         if placement == "reduction":

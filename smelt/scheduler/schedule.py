@@ -33,7 +33,7 @@ class Schedule:
             if step.is_extern:
                 lines.append(f"step {k}: extern {g.nodes[0].buffer.describe()}")
             else:
-                kind = "reduction" if g.is_reduction else "pointwise"
+                kind = "pointwise" if not g.is_reduction else ("scan" if any(n.is_scan for n in g.nodes) else "reduction")
                 members = ", ".join(f"{n.name}({p})" for n, p in zip(g.nodes, g.placements().values()))
                 lines.append(f"step {k}: {kind} kernel over {g.xnumel} x {g.rnumel}: {members}; "
                              f"stores {', '.join(step.stored) or 'nothing'}")
