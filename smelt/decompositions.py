@@ -14,8 +14,18 @@ _EXTRA = [
     aten._native_batch_norm_legit_no_training,
 ]
 
+# Core decompositions smelt skips: its own lowerings of these are plain index math, where the
+# decompositions build index tensors with arange and read through them.
+_LOWERED_INSTEAD = [
+    aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d, aten.replication_pad1d,
+    aten.replication_pad2d, aten.replication_pad3d, aten.roll,
+]
+
 
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
+    for packet in _LOWERED_INSTEAD:
+        for name in packet.overloads():
+            table.pop(getattr(packet, name), None)
     return table

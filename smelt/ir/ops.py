@@ -21,7 +21,7 @@ UNARY_OPS = (
     "isnan isinf logical_not bitwise_not relu lgamma"
 ).split()
 BINARY_OPS = (
-    "add sub mul truediv floordiv remainder fmod pow maximum minimum atan2 copysign hypot "
+    "add sub mul truediv floordiv remainder fmod pow maximum minimum atan2 copysign hypot nextafter "
     "eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
     "left_shift right_shift"
 ).split()

@@ -107,5 +107,18 @@ def hypot(x, y):
 
 
 @_interpreted
+def nextafter(x, y):
+    # Adding one to the integer holding a float's bits moves it one step away from zero.
+    int_type = tl.int64 if x.dtype == tl.float64 else tl.int32
+    bits = x.to(int_type, bitcast=True)
+    away = (y > x) == (x > 0)
+    stepped = tl.where(away, bits + 1, bits - 1).to(x.dtype, bitcast=True)
+    tiniest = (bits * 0 + 1).to(x.dtype, bitcast=True)  # the smallest subnormal
+    result = tl.where(x == 0, tl.where(y > 0, tiniest, -tiniest), stepped)
+    result = tl.where(x == y, y, result)
+    return tl.where((x != x) | (y != y), x + y, result)
+
+
+@_interpreted
 def signbit(x):
     return x < 0
