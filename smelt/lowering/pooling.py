@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from ..ir import Pointwise, Reduction, StorageBox, TensorBox, ops
-from ..symbolic import Expr, FloorDiv, flat_index, product, static_int, sympify
+from ..symbolic import Expr, FloorDiv, flat_index, product, static_int, sympify, unflatten_index
 from .common import low_precision
 from .registry import lowering
 
@@ -206,11 +206,9 @@ def _window_max(x, windows: list[Window], index):
 
 
 def _max_pool(g, x, windows: list[Window], out_size):
-    """(values, indices) of a max pool, both Pointwise nodes over the output."""
+    """(values, indices) of a max pool over the output."""
     if product(w.length for w in windows) > UNROLL_LIMIT:
-        log.debug("smelt: %s window of %s elements is too large to unroll; it runs through ATen",
-                  g.node.target, [w.length for w in windows])
-        return NotImplemented
+        return _max_pool_reduction(g, x, windows, out_size)
     dtype = x.get_dtype()
     origins = g.origin | x.origins
     values = Pointwise(x.get_device(), dtype, lambda index: ops.to_dtype(_window_max(x, windows, index)[0], dtype),
@@ -218,6 +216,60 @@ def _max_pool(g, x, windows: list[Window], out_size):
     indices = Pointwise(x.get_device(), torch.int64, lambda index: _window_max(x, windows, index)[1], out_size,
                         origins)
     return TensorBox.of_storage(values), TensorBox.of_storage(indices)
+
+
+def _max_pool_reduction(g, x, windows: list[Window], out_size):
+    """A max pool over a window too large to unroll: reductions over its flattened offsets.
+
+    argmax finds the first maximum, and the first NaN where eager takes the last one, so a second
+    argmax over the offsets in reverse finds the last NaN. Masked offsets read -inf, so argmax
+    could land on one only when offset 0 may lie outside the input: padded windows run in ATen.
+    """
+    if any(w.padding for w in windows):
+        log.debug("smelt: %s padded window of %s elements is too large to unroll; it runs through ATen",
+                  g.node.target, [w.length for w in windows])
+        return NotImplemented
+    n = len(windows)
+    dtype = x.get_dtype()
+    lengths = [sympy.Integer(w.length) for w in windows]
+    numel = product(lengths)
+    load = x.make_loader()
+    lowest = _lowest(dtype)
+
+    def read(index, offset):
+        batch, outs = list(index[:-n]), index[-n:]
+        ks = unflatten_index(offset, lengths)
+        pos = [w.position(o, k) for w, o, k in zip(windows, outs, ks)]
+        inside = _all([w.inside(o, k) for w, o, k in zip(windows, outs, ks)])
+        return load(batch + pos) if inside is None else ops.masked(inside, lambda: load(batch + pos), lowest)
+
+    def forward(index, rindex):
+        return read(index, rindex[0])
+
+    def is_nan_backward(index, rindex):
+        return ops.to_dtype(ops.isnan(read(index, numel - 1 - rindex[0])), torch.int32)
+
+    origins = g.origin | x.origins
+
+    def reduce(fn, kind, out_dtype, src_dtype):
+        node = Reduction(x.get_device(), out_dtype, fn, out_size, [numel], kind, src_dtype, origins=origins)
+        return TensorBox(StorageBox(g.register_computed(node)))
+    values = reduce(forward, "max", dtype, dtype)
+    first_max = reduce(forward, "argmax", torch.int64, dtype).make_loader()
+    if dtype.is_floating_point:
+        last_nan = reduce(is_nan_backward, "argmax", torch.int64, torch.int32).make_loader()
+        load_value = values.make_loader()
+
+    def flat_position(index):
+        offset = first_max(index)
+        if dtype.is_floating_point:
+            reversed_offset = ops.sub(ops.constant(int(numel) - 1, torch.int64), last_nan(index))
+            offset = ops.where(ops.isnan(load_value(index)), reversed_offset, offset)
+        ks = unflatten_index(ops.indirect_indexing(offset, numel), lengths)
+        pos = [w.position(o, k) for w, o, k in zip(windows, index[-n:], ks)]
+        return _index(flat_index(pos, [w.size for w in windows]))
+    indices = Pointwise(x.get_device(), torch.int64, flat_position, out_size, origins)
+    return values, TensorBox.of_storage(indices)
 
 
 def _multi_out_size(g):

@@ -109,6 +109,7 @@ def hypot(x, y):
 @_interpreted
 def nextafter(x, y):
     # Adding one to the integer holding a float's bits moves it one step away from zero.
+    x, y = tl.broadcast(x, y)
     int_type = tl.int64 if x.dtype == tl.float64 else tl.int32
     bits = x.to(int_type, bitcast=True)
     away = (y > x) == (x > 0)
