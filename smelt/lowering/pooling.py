@@ -15,14 +15,14 @@ import sympy
 import torch
 
 from ..ir import Pointwise, Reduction, StorageBox, TensorBox, ops
-from ..symbolic import Expr, FloorDiv, flat_index, product, static_int, sympify, unflatten_index
+from ..symbolic import Expr, FloorDiv, contiguous_strides, flat_index, product, static_int, sympify, unflatten_index
 from .common import low_precision
 from .registry import lowering
 
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
 
-UNROLL_LIMIT = 25  # window elements a Pointwise node reads one by one
+UNROLL_LIMIT = 27  # window elements a Pointwise node reads one by one: up to a 3x3x3 window
 
 
 def _provable(relation) -> bool:
@@ -97,6 +97,16 @@ class Window:
                 checks.append(ops.le(_index(h - self.start(o)), ops.constant(span - 1, torch.int64)))
             result.append((o, _all(checks)))
         return result
+
+    def first_inside(self, o):
+        """An ops int64 value: the first position of fixed window o that is not padding."""
+        start = _index(self.start(o))
+        if self.padding == 0:
+            return start
+        dilation = ops.constant(self.dilation, torch.int64)
+        skipped = ops.floordiv(ops.add(ops.neg(start), ops.constant(self.dilation - 1, torch.int64)), dilation)
+        skipped = ops.maximum(skipped, ops.constant(0, torch.int64))
+        return ops.add(start, ops.mul(skipped, dilation))
 
     def count(self, o, include_padding: bool):
         """An ops int64 value: how many positions of window o an average divides by, as eager counts."""
@@ -222,13 +232,9 @@ def _max_pool_reduction(g, x, windows: list[Window], out_size):
     """A max pool over a window too large to unroll: reductions over its flattened offsets.
 
     argmax finds the first maximum, and the first NaN where eager takes the last one, so a second
-    argmax over the offsets in reverse finds the last NaN. Masked offsets read -inf, so argmax
-    could land on one only when offset 0 may lie outside the input: padded windows run in ATen.
+    argmax over the offsets in reverse finds the last NaN. Masked offsets read -inf, so in a
+    window of only -inf argmax may land on padding: eager's first element inside is computed then.
     """
-    if any(w.padding for w in windows):
-        log.debug("smelt: %s padded window of %s elements is too large to unroll; it runs through ATen",
-                  g.node.target, [w.length for w in windows])
-        return NotImplemented
     n = len(windows)
     dtype = x.get_dtype()
     lengths = [sympy.Integer(w.length) for w in windows]
@@ -266,8 +272,16 @@ def _max_pool_reduction(g, x, windows: list[Window], out_size):
             reversed_offset = ops.sub(ops.constant(int(numel) - 1, torch.int64), last_nan(index))
             offset = ops.where(ops.isnan(load_value(index)), reversed_offset, offset)
         ks = unflatten_index(ops.indirect_indexing(offset, numel), lengths)
-        pos = [w.position(o, k) for w, o, k in zip(windows, index[-n:], ks)]
-        return _index(flat_index(pos, [w.size for w in windows]))
+        plane = [w.size for w in windows]
+        found = _index(flat_index([w.position(o, k) for w, o, k in zip(windows, index[-n:], ks)], plane))
+        if not any(w.padding for w in windows):
+            return found
+        first = [w.first_inside(o) for w, o in zip(windows, index[-n:])]
+        first_flat = first[-1]
+        for pos, stride in zip(first[:-1], contiguous_strides(plane)[:-1]):
+            first_flat = ops.add(first_flat, ops.mul(pos, _index(stride)))
+        all_lowest = ops.eq(values.make_loader()(index), ops.constant(lowest, dtype))
+        return ops.where(all_lowest, first_flat, found)
     indices = Pointwise(x.get_device(), torch.int64, flat_position, out_size, origins)
     return values, TensorBox.of_storage(indices)
 
