@@ -13,11 +13,21 @@ _EXTRA = [
     aten.embedding, aten.native_group_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional,
     aten._native_batch_norm_legit_no_training,
     # Composites whose parts smelt lowers, so they fuse instead of running through ATen.
-    aten.linalg_vector_norm, aten.round.decimals, aten.i0, aten.addmv, aten.dist,
+    aten.linalg_vector_norm, aten.i0, aten.addmv, aten.dist,
+]
+
+# Core decompositions smelt skips: its own lowerings of these are plain index math, where the
+# decompositions build index tensors with arange and read through them.
+_LOWERED_INSTEAD = [
+    aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d, aten.replication_pad1d,
+    aten.replication_pad2d, aten.replication_pad3d, aten.roll,
 ]
 
 
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
+    for packet in _LOWERED_INSTEAD:
+        for name in packet.overloads():
+            table.pop(getattr(packet, name), None)
     return table

@@ -85,7 +85,7 @@ PREDICATE_OPS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"
 FLOAT_BINARY = {
     "pow": "libdevice.pow({0}, {1})", "atan2": "libdevice.atan2({0}, {1})",
     "copysign": "libdevice.copysign({0}, {1})", "hypot": "libdevice.hypot({0}, {1})",
-    "fmod": "libdevice.fmod({0}, {1})",
+    "fmod": "libdevice.fmod({0}, {1})", "nextafter": "libdevice.nextafter({0}, {1})",
     "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "floordiv": "tl.floor({0} / {1})",

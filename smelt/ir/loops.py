@@ -46,8 +46,8 @@ class Pointwise(Loops):
         return self.inner_fn
 
     def body_text(self) -> str:
-        with use_handler(TextHandler()):
-            return str(self.inner_fn(self.index_vars()))
+        with use_handler(TextHandler()) as handler:
+            return handler.render(self.inner_fn(self.index_vars()))
 
     def __str__(self):
         return f"Pointwise[{', '.join(map(str, self.ranges))}]({self.body_text()})"
@@ -81,8 +81,8 @@ class Reduction(Loops):
         return [index_var(f"r{k}") for k in range(len(self.reduction_ranges))]
 
     def body_text(self) -> str:
-        with use_handler(TextHandler()):
-            return str(self.inner_fn(self.index_vars(), self.reduction_vars()))
+        with use_handler(TextHandler()) as handler:
+            return handler.render(self.inner_fn(self.index_vars(), self.reduction_vars()))
 
     def __str__(self):
         which = f"[{self.output_index}]" if REDUCTION_OUTPUTS[self.reduction_type] > 1 else ""

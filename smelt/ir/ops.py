@@ -21,7 +21,7 @@ UNARY_OPS = (
     "isnan isinf logical_not bitwise_not relu lgamma i0"
 ).split()
 BINARY_OPS = (
-    "add sub mul truediv floordiv remainder fmod pow maximum minimum atan2 copysign hypot "
+    "add sub mul truediv floordiv remainder fmod pow maximum minimum atan2 copysign hypot nextafter "
     "eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
     "left_shift right_shift"
 ).split()
@@ -67,30 +67,48 @@ def use_handler(handler):
 
 
 class TextHandler:
-    """Renders a loop body as one readable expression, for IR dumps and error messages."""
+    """Renders a loop body as readable text, for IR dumps and error messages.
+
+    A long subexpression gets a name (t0, t1, ...) and a line of its own in `lines`, so a body
+    that uses a value many times (a chain of wheres) renders in linear, not exponential, size.
+    """
+
+    NAME_ABOVE = 60  # characters
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def _named(self, text: str) -> str:
+        if len(text) <= self.NAME_ABOVE:
+            return text
+        self.lines.append(f"t{len(self.lines)} = {text}")
+        return f"t{len(self.lines) - 1}"
+
+    def render(self, value) -> str:
+        return "; ".join(self.lines + [str(value)])
 
     def __getattr__(self, name: str):
         if name in UNARY_OPS or name in BINARY_OPS:
-            return lambda *args: f"{name}({', '.join(map(str, args))})"
+            return lambda *args: self._named(f"{name}({', '.join(map(str, args))})")
         raise AttributeError(name)
 
     def load(self, name, index):
-        return f"{name}[{index}]"
+        return self._named(f"{name}[{index}]")
 
     def constant(self, value, dtype):
         return repr(value)
 
     def index_expr(self, expr, dtype):
-        return f"index({expr})"
+        return self._named(f"index({expr})")
 
     def to_dtype(self, x, dtype):
-        return f"{x}.to({str(dtype).replace('torch.', '')})"
+        return self._named(f"{x}.to({str(dtype).replace('torch.', '')})")
 
     def where(self, cond, a, b):
-        return f"where({cond}, {a}, {b})"
+        return self._named(f"where({cond}, {a}, {b})")
 
     def masked(self, mask, body, other):
-        return f"masked({mask}, {body()}, {other!r})"
+        return self._named(f"masked({mask}, {body()}, {other!r})")
 
     def rand(self, seed, offset):
         return f"rand({seed}, {offset})"
@@ -120,6 +138,7 @@ class ReadsHandler(TextHandler):
     """Records every (buffer name, index) a loop body loads."""
 
     def __init__(self):
+        super().__init__()
         self.reads: list[tuple[str, Any]] = []
 
     def load(self, name, index):

@@ -1,6 +1,6 @@
 """ATen -> IR. Importing this package registers every lowering family."""
-from . import (cat_pad, control_flow, extern_calls, factories, indexing, pointwise, random, reductions,  # noqa: F401
-               scalars, scans, scatter, views)  # registration
+from . import (cat_pad, control_flow, extern_calls, factories, float_ops, indexing, movement,  # noqa: F401
+               padding, pointwise, pooling, random, reductions, scalars, scans, scatter, views)  # registration
 from .graph import IRGraph, OutputSpec, lower_graph
 
 __all__ = ["IRGraph", "OutputSpec", "lower_graph"]

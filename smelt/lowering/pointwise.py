@@ -22,7 +22,7 @@ _UNARY = {
     aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf", aten.erfc: "erfc",
     aten.erfinv: "erfinv", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal", aten.floor: "floor",
     aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
-    aten.lgamma: "lgamma", aten.round: "round", prims.round: "round", prims.bessel_i0: "i0",
+    aten.lgamma: "lgamma", prims.bessel_i0: "i0",
 }
 _BINARY = {
     aten.mul: "mul", prims.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum", aten.atan2: "atan2",

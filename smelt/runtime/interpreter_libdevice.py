@@ -53,7 +53,7 @@ _UNARY = {
 }
 _BINARY = {
     "pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod, "copysign": torch.copysign,
-    "hypot": torch.hypot, "nextafter": torch.nextafter, "ldexp": lambda x, e: x * torch.exp2(e.to(x.dtype)),
+    "hypot": torch.hypot, "nextafter": torch.nextafter,
 }
 _PREDICATES = {"signbit": torch.signbit}
 

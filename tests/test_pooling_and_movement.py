@@ -1,0 +1,141 @@
+"""Pooling, padding modes and data movement lowered to index math, compared with eager."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _no_fallback(observe):
+    assert not any(g.fallback_ops for g in observe.compiled_graphs()), \
+        [g.fallback_ops for g in observe.compiled_graphs()]
+
+
+def _tricky(*shape):
+    """Random values with ties, NaNs and all -inf planes: what max-pool indices must get right."""
+    x = torch.randn(*shape)
+    x[0, 0] = -INF
+    x[0, 1, :3] = 2.0
+    x[1, 0, 2, 3] = NAN
+    x[1, 0, 3, 4] = NAN
+    return x
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), dilation=(2, 1)),
+    dict(kernel_size=2),
+    dict(kernel_size=(6, 5), stride=(2, 3), padding=(3, 2), dilation=(1, 2), ceil_mode=True),  # reduction path
+])
+def test_max_pool2d_values_and_indices(check, observe, kwargs):
+    x = _tricky(2, 3, 9, 11)
+    check(lambda x: F.max_pool2d(x, return_indices=True, **kwargs), x)
+    _no_fallback(observe)
+
+
+def test_max_pool2d_channels_last(check, observe):
+    x = _tricky(2, 4, 7, 8).contiguous(memory_format=torch.channels_last)
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x)
+    _no_fallback(observe)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=(3, 2), stride=2, padding=1, divisor_override=5),
+    dict(kernel_size=(7, 6), stride=1, padding=2),  # a Reduction over the window
+])
+def test_avg_pool2d(check, observe, kwargs):
+    x = torch.randn(2, 3, 9, 11)
+    check(lambda x: F.avg_pool2d(x, **kwargs), x)
+    _no_fallback(observe)
+
+
+@pytest.mark.parametrize("size", [(4, 5), (1, 1), (3, 11), (9, 2)])
+def test_adaptive_pools(check, observe, size):
+    x = _tricky(2, 3, 9, 11)
+    check(lambda x: (F.adaptive_avg_pool2d(x, size), F.adaptive_max_pool2d(x, size, return_indices=True)), x)
+    _no_fallback(observe)
+
+
+def test_pools_3d(check, observe):
+    x = _tricky(2, 3, 5, 6, 7)
+    check(lambda x: (F.max_pool3d(x, 3, 1, 1, return_indices=True), F.max_pool3d(x, 2, ceil_mode=True),
+                     F.avg_pool3d(x, (2, 3, 2), 2, 1, ceil_mode=True, count_include_pad=False),
+                     F.adaptive_avg_pool3d(x, (2, 4, 3))), x)
+    _no_fallback(observe)
+
+
+@pytest.mark.parametrize("pool", [
+    torch.nn.MaxPool2d(3, 2, 1), torch.nn.MaxPool2d(2), torch.nn.MaxPool2d((2, 3), (1, 2), 1, dilation=(2, 1)),
+    torch.nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), torch.nn.AvgPool2d((4, 2), (1, 3), (2, 1)),
+    torch.nn.AvgPool2d(3, 2, divisor_override=4), torch.nn.MaxPool3d(2, 1, 1), torch.nn.AvgPool3d(3, 2, 1),
+])
+def test_training_step_through_pool(compile_fn, assert_close, observe, pool):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3) if "2d" in type(pool).__name__ else torch.nn.Conv3d(3, 4, 3)
+    shape = (2, 3, 11, 12) if "2d" in type(pool).__name__ else (2, 3, 7, 8, 9)
+    x = torch.randn(*shape)
+
+    def loss_of(y):
+        return (y * torch.arange(y.numel()).reshape(y.shape).sin()).sum()
+
+    eager, compiled = conv, copy.deepcopy(conv)
+    expected = loss_of(pool(eager(x)))
+    expected.backward()
+    actual = loss_of(compile_fn(lambda x: pool(compiled(x)))(x))
+    actual.backward()
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    assert_close(compiled.weight.grad, eager.weight.grad, atol=1e-4, rtol=1e-4)
+    assert not any(op.startswith(("aten.max_pool", "aten.avg_pool")) for g in observe.compiled_graphs()
+                   for op in g.fallback_ops)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_pad_modes(check, observe, mode):
+    x = torch.randn(2, 3, 5, 6, 7)
+    check(lambda x: (F.pad(x[0, 0, 0], (2, 3), mode=mode), F.pad(x[0], (2, 3, 1, 4), mode=mode),
+                     F.pad(x, (2, 3, 1, 4, 3, 1), mode=mode), F.pad(x[0], (-1, 3, 1, -2), mode=mode)), x)
+    _no_fallback(observe)
+
+
+def test_circular_pad(check):
+    x = torch.randn(2, 3, 5, 6)
+    check(lambda x: F.pad(x, (2, 3, 1, 4), mode="circular"), x)
+
+
+def test_flip_roll_repeat(check, observe):
+    x = torch.randn(4, 5, 6)
+    check(lambda x: (x.flip(0, 2), x.roll(2, 1), x.roll((2, -7), (0, 2)), x.roll(5), x.repeat(2, 1, 3, 2),
+                     torch.fliplr(x), torch.flipud(x) + 1), x)
+    _no_fallback(observe)
+
+
+def test_views_unfold_diagonal(check, observe):
+    x = torch.randn(4, 5, 6)
+    check(lambda x: (x.unfold(1, 2, 2) + 1, x.unfold(2, 3, 1), x.diagonal(1, 0, 2) * 2, x.diagonal(-2, 2, 1),
+                     torch.narrow_copy(x, 1, -3, 2), torch.as_strided_copy(x, (3, 3), (2, 5), 4)), x)
+    _no_fallback(observe)
+
+
+def test_rounding_and_nan_aware_math(check, observe):
+    x = torch.randn(4, 5, 6) * 100
+    a, b = x.clone(), torch.randn(4, 5, 6)
+    a[0, 0] = NAN
+    b[0, :, 0] = NAN
+    check(lambda x: (torch.round(x), torch.round(x, decimals=2), torch.round(x, decimals=-1)), x, atol=0, rtol=0)
+    check(lambda a, b: (torch.fmax(a, b), torch.fmin(a, b), torch.angle(a), torch.ldexp(b, (a % 7).int())), a, b)
+    check(lambda i: torch.angle(i), torch.randint(-3, 3, (5,)))
+    _no_fallback(observe)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nextafter(check, observe, dtype):
+    x = torch.tensor([0.0, 1, -1, 1, INF, 3, -0.0, NAN, 1e-30], dtype=dtype)
+    y = torch.tensor([1.0, 2, -2, 0, 0, 3, -1, 1, -INF], dtype=dtype)
+    check(lambda x, y: (torch.nextafter(x, y), torch.nextafter(x, y[1])), x, y, atol=0, rtol=0)
+    _no_fallback(observe)
