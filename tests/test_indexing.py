@@ -63,3 +63,10 @@ def test_gather_with_an_empty_index_of_another_rank(device, check):
     actual, _ = check(lambda x, i: torch.gather(x, 0, i), torch.randn(5, device=device),
                       torch.empty(2, 0, dtype=torch.int64, device=device))
     assert actual.shape == (2, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a second device")
+def test_cpu_indices_into_a_cuda_tensor_run_through_aten(check):
+    x = torch.randn(6, 4, device="cuda")
+    i = torch.tensor([0, 2, 5])
+    check(lambda x, i, v: (x[i] * 2, torch.index_put(x, (i,), v, accumulate=True)), x, i, torch.ones(3, 4, device="cuda"))

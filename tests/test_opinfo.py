@@ -25,4 +25,4 @@ def test_opinfo_failures_stay_within_the_known_list(device, tmp_path):
     new = {name: reason for name, reason in failing.items() if name not in known}
     assert not new, "ops that newly fail (fix them; do not add them to the list):\n" + "\n".join(
         f"{name}: {reason}" for name, reason in sorted(new.items()))
-    assert results["summary"]["pass_rate"] >= 0.95, results["summary"]
+    assert results["summary"]["pass_rate"] >= 0.98, results["summary"]  # issue 3's acceptance

@@ -77,6 +77,8 @@ def test_scatter_reduce_narrow_types_combine_wider(device, lowered, dtype, reduc
     index = torch.randint(0, 5, (9, 4), device=device)
     src = (torch.randn(9, 4, device=device) * 60).to(dtype)
     tol = {"atol": 2e-2, "rtol": 2e-2} if dtype.is_floating_point else {}
+    if device.startswith("cuda") and dtype == torch.bool and reduce != "sum":
+        pytest.skip("eager's CUDA scatter_reduce has no bool prod/amax/amin to compare with")
     lowered(lambda x, i, s: (x.scatter_reduce(0, i, s, reduce, include_self=True),
                              x.scatter_reduce(0, i, s, reduce, include_self=False)), x, index, src, **tol)
 

@@ -552,8 +552,12 @@ class TritonOps:
             if name == "logical_not":
                 return self.k.emit(f"{self._operand(x)} == 0", torch.bool, rank)
             if name == "sign":
-                zero = literal(0, x.dtype)
-                text = f"tl.where({x} > {zero}, 1, tl.where({x} < {zero}, -1, 0)).to({triton_type(register_dtype(x.dtype))})"
+                # Literals of the value's own type: no int -> float conversion to get wrong (bf16 on the GPU).
+                reg = register_dtype(x.dtype)
+                one, minus_one, zero = literal(1, reg), literal(-1, reg), literal(0, reg)
+                text = f"tl.where({x} > {zero}, {one}, tl.where({x} < {zero}, {minus_one}, {zero}))"
+                if not reg.is_floating_point:
+                    text += f".to({triton_type(reg)})"
                 return self.k.emit(text, x.dtype, rank)
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
             template = table.get(name) or COMMON_UNARY.get(name)

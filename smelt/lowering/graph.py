@@ -194,6 +194,8 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     fn = registry.lookup(target)
     if _touches_complex(node):
         fn = None  # smelt's kernels have no complex numbers: ATen computes these
+    if _mixes_devices(node):
+        fn = None  # a kernel reads one device's memory (e.g. CPU indices into a CUDA tensor): ATen moves them
     try:
         if fn is not None:
             result = fn(graph, *args, **kwargs)
@@ -207,6 +209,12 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     except Exception as e:
         raise LoweringError(f"smelt: lowering {origin_name(node)} failed for `{node.format_node()}` "
                             f"with inputs {_describe_inputs(node)}: {type(e).__name__}: {e}") from e
+
+
+def _mixes_devices(node) -> bool:
+    devices = {a.meta["val"].device for a in node.all_input_nodes
+               if isinstance(a.meta.get("val"), torch.Tensor)}
+    return len(devices) > 1
 
 
 def _touches_complex(node) -> bool:
