@@ -81,3 +81,15 @@ def test_linalg_error_check_runs_and_raises_like_eager(device, check, compile_fn
             fn(singular)
     else:
         fn(singular)  # eager does not check on this device; neither need smelt
+
+
+def test_an_op_returning_nothing_is_kept_for_its_effect(device, compile_fn):
+    # Nothing reads the result of a check; it must run anyway.
+    def f(m, info):
+        torch.ops.aten._linalg_check_errors(info, "linalg.inv", is_matrix=True)
+        return m * 2
+    fn = compile_fn(f)
+    torch.testing.assert_close(fn(torch.ones(3, device=device), torch.tensor(0, dtype=torch.int32, device=device)),
+                               torch.full((3,), 2.0, device=device))
+    with pytest.raises(RuntimeError, match="singular"):
+        fn(torch.ones(3, device=device), torch.tensor(1, dtype=torch.int32, device=device))

@@ -26,6 +26,8 @@ def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effe
     args = _realize_args(g, tuple(args))
     kwargs = {k: _realize_args(g, v) for k, v in kwargs.items()}
     meta = g.out_meta if meta is None else meta
+    # An op that returns nothing (a check like _linalg_check_errors) is called for its effect.
+    has_side_effects = has_side_effects or (isinstance(op, torch._ops.OpOverload) and not op._schema.returns)
     origins = g.origin
     if isinstance(meta, torch.Tensor):
         node = ExternKernel(g.new_name(), _layout_of(meta), op, args, kwargs, origins, is_fallback)

@@ -13,8 +13,9 @@ import torch.fx
 from ..errors import LoweringError
 from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer,
                   Loops, Pointwise, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout)
+from ..ir.ops import ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
-from ..symbolic import dense_dim_order, sympify
+from ..symbolic import dense_dim_order, index_var, sympify
 from . import registry
 
 log = logging.getLogger("smelt.lowering")
@@ -194,7 +195,7 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     fn = registry.lookup(target)
     if _touches_complex(node):
         fn = None  # smelt's kernels have no complex numbers: ATen computes these
-    if _mixes_devices(node):
+    if _mixes_devices(args, kwargs):
         fn = None  # a kernel reads one device's memory (e.g. CPU indices into a CUDA tensor): ATen moves them
     try:
         if fn is not None:
@@ -211,10 +212,27 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
                             f"with inputs {_describe_inputs(node)}: {type(e).__name__}: {e}") from e
 
 
-def _mixes_devices(node) -> bool:
-    devices = {a.meta["val"].device for a in node.all_input_nodes
-               if isinstance(a.meta.get("val"), torch.Tensor)}
+def _mixes_devices(args, kwargs) -> bool:
+    """Whether the op reads the memory of more than one device. A value computed from inlined
+    constants (a CPU scalar tensor in a CUDA graph) reads no memory and goes with any device."""
+    devices = set()
+
+    def visit(a):
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+        elif isinstance(a, TensorBox) and _reads_memory(a):
+            devices.add(a.get_device())
+    visit(args)
+    visit(tuple(kwargs.values()))
     return len(devices) > 1
+
+
+def _reads_memory(box: TensorBox) -> bool:
+    handler = ReadsHandler()
+    with use_handler(handler):
+        box.make_loader()([index_var(f"i{k}") for k in range(len(box.get_size()))])
+    return bool(handler.reads)
 
 
 def _touches_complex(node) -> bool:
