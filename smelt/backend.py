@@ -11,6 +11,11 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from .decompositions import decomposition_table
 from .pipeline import compile_graph
 
+# Checks that return nothing: older torch (2.11) does not thread them through effect tokens, so
+# without this mark FX dead-code elimination drops them and a singular matrix passes silently.
+for _check in (torch.ops.aten._linalg_check_errors.default,):
+    torch.fx.node.has_side_effect(_check)
+
 
 def _compiler(kind: str):
     return functools.partial(_compile, kind=kind)

@@ -23,39 +23,31 @@ log = logging.getLogger("smelt")
 _graph_ids = itertools.count()
 
 
-def _graph_device(graph) -> torch.device:
-    for b in graph.buffers:
-        if b.layout is not None:
-            return b.get_device()
-    for _, v in graph.inputs:
-        if hasattr(v, "layout"):
-            return v.get_device()
-    return torch.device("cpu")
-
-
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
     graph_id = next(_graph_ids)
     graph = lower_graph(gm)
     sched = make_schedule(graph)
-    device = _graph_device(graph)
-    backend = cfg.backend_for(device.type)
-    if backend != "triton":
-        raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist yet "
-                         f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
-    interpret = device.type == "cpu"
-
+    # Each kernel runs on its own members' device: a graph may copy between devices.
     kernels: dict[int, TritonKernelSource] = {}
+    interpreted: dict[int, bool] = {}
     for k, step in enumerate(sched.steps):
         if step.is_extern:
             continue
-        kernels[k] = generate_kernel(step, graph, interpret, cfg, len(kernels))
+        device = step.group.nodes[0].buffer.get_device()
+        backend = cfg.backend_for(device.type)
+        if backend != "triton":
+            raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist yet "
+                             f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
+        interpreted[k] = device.type == "cpu"
+        kernels[k] = generate_kernel(step, graph, interpreted[k], cfg, len(kernels))
 
     title = f"graph {graph_id} ({kind})"
     wrapper_source = WrapperCodegen(graph, sched, kernels, title).generate()
     namespace = {}
     kernel_paths = {}
-    for kernel in kernels.values():
+    for k, kernel in kernels.items():
+        interpret = interpreted[k]
         path = source_path(cfg.cache_dir, kernel.name, kernel.source)
         kernel_paths[kernel.name] = path
         try:

@@ -93,3 +93,10 @@ def test_an_op_returning_nothing_is_kept_for_its_effect(device, compile_fn):
                                torch.full((3,), 2.0, device=device))
     with pytest.raises(RuntimeError, match="singular"):
         fn(torch.ones(3, device=device), torch.tensor(1, dtype=torch.int32, device=device))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a second device")
+def test_device_copy_between_cpu_and_cuda_is_not_a_fallback(check, observe):
+    observe.reset()
+    check(lambda x: ((x * 2).to("cuda") + 1).cpu().sum(), torch.randn(8, 16))
+    assert not any(g.fallback_ops for g in observe.compiled_graphs())

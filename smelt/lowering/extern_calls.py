@@ -63,6 +63,12 @@ def fallback(g, op, args, kwargs):
     return make_extern(g, op, args, kwargs, is_fallback=True)
 
 
+def device_copy(g, x, **kwargs):
+    """A copy to another device (and maybe dtype): the copy engine does it, through ATen's
+    _to_copy, by design rather than as a fallback."""
+    return make_extern(g, aten._to_copy.default, (x,), kwargs, is_fallback=False)
+
+
 @lowering(torch.ops.higher_order.with_effects)
 def with_effects(g, token, op, *args, **kwargs):
     """An op ordered by an effect token (linalg's error checks, prints): it runs through ATen and

@@ -173,7 +173,9 @@ def to_copy(g, x, dtype=None, layout=None, device=None, pin_memory=None, non_blo
             memory_format=None):
     meta = g.out_meta
     if meta.device != x.get_device():
-        return NotImplemented  # device copies run through ATen
+        from .extern_calls import device_copy
+        return device_copy(g, x, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+                           non_blocking=non_blocking, memory_format=memory_format)
     return make_pointwise(g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=meta.dtype)
 
 
