@@ -1,8 +1,8 @@
 """Pooling: max and average pools over fixed windows, adaptive pools, and their backward passes.
 
 Each output element reads a window of its input. A window of at most UNROLL_LIMIT elements is
-unrolled into one Pointwise node (a max or a sum over masked loads); a larger average window
-becomes a Reduction over the window's offsets. The backward passes gather instead of scatter:
+unrolled into one Pointwise node (a max or a sum over masked loads); a larger window becomes
+Reductions over the window's offsets. The backward passes gather instead of scatter:
 each input element sums the gradients of the few output windows that can contain it.
 """
 from __future__ import annotations
@@ -384,7 +384,6 @@ def _gather_backward(g, grad, x, windows: list[Window], contribution, need_reach
     output windows that may contain it; `contribution` returns an ops value in the accumulator dtype."""
     n = len(windows)
     dtype = g.out_meta.dtype
-    acc = torch.float32 if low_precision(dtype) else dtype
 
     def inner_fn(index):
         batch, hs = list(index[:-n]), index[-n:]
@@ -402,15 +401,19 @@ def _gather_backward(g, grad, x, windows: list[Window], contribution, need_reach
     return TensorBox.of_storage(Pointwise(x.get_device(), dtype, inner_fn, x.get_size(), origins))
 
 
-def _candidates(windows: list[Window]) -> int:
-    return product(((w.length - 1) * w.dilation) // w.stride + 1 for w in windows)
+def _too_many_candidates(g, windows: list[Window]) -> bool:
+    count = product(((w.length - 1) * w.dilation) // w.stride + 1 for w in windows)
+    if count > UNROLL_LIMIT:
+        log.debug("smelt: %s: each input element lies in up to %s windows, too many to unroll; "
+                  "it runs through ATen", g.node.target, count)
+    return count > UNROLL_LIMIT
 
 
 @lowering(aten.max_pool2d_with_indices_backward, aten.max_pool3d_with_indices_backward)
 def max_pool_backward(g, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     n = 3 if g.node.target.overloadpacket is aten.max_pool3d_with_indices_backward else 2
     windows = _windows(x, grad.get_size(), kernel_size, stride, padding, dilation, n)
-    if _candidates(windows) > UNROLL_LIMIT:
+    if _too_many_candidates(g, windows):
         return NotImplemented
     acc = torch.float32 if low_precision(grad.get_dtype()) else grad.get_dtype()
     load_grad, load_index = grad.make_loader(), indices.make_loader()
@@ -427,7 +430,7 @@ def max_pool_backward(g, grad, x, kernel_size, stride, padding, dilation, ceil_m
 def avg_pool_backward(g, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     n = 3 if g.node.target.overloadpacket is aten.avg_pool3d_backward else 2
     windows = _windows(x, grad.get_size(), kernel_size, stride, padding, 1, n)
-    if _candidates(windows) > UNROLL_LIMIT:
+    if _too_many_candidates(g, windows):
         return NotImplemented
     acc = torch.float32 if low_precision(grad.get_dtype()) else grad.get_dtype()
     load_grad = grad.make_loader()
