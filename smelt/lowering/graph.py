@@ -215,17 +215,19 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
 def _mixes_devices(args, kwargs) -> bool:
     """Whether the op reads the memory of more than one device. A value computed from inlined
     constants (a CPU scalar tensor in a CUDA graph) reads no memory and goes with any device."""
-    devices = set()
+    boxes = []
 
     def visit(a):
         if isinstance(a, (list, tuple)):
             for x in a:
                 visit(x)
-        elif isinstance(a, TensorBox) and _reads_memory(a):
-            devices.add(a.get_device())
+        elif isinstance(a, TensorBox):
+            boxes.append(a)
     visit(args)
     visit(tuple(kwargs.values()))
-    return len(devices) > 1
+    if len({b.get_device() for b in boxes}) < 2:
+        return False  # the common case: no body needs tracing
+    return len({b.get_device() for b in boxes if _reads_memory(b)}) > 1
 
 
 def _reads_memory(box: TensorBox) -> bool:
