@@ -102,7 +102,7 @@ def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row:
     for backend in COMPILED:
         row[backend] = run_backend(backend, w, inputs, expected, args.device)
         log(f"[{w.name}] {backend} {row[backend]}")
-        if "ms" in row[backend]:
+        if "ms" in row[backend] and row["bytes"]:
             row[backend]["copy_bw_share"] = row["bytes"] / (row[backend]["ms"] * 1e-3) / copy_bw
     del inputs, expected
     torch._dynamo.reset()
