@@ -214,7 +214,8 @@ WORKLOADS: list[Workload] = [
     Workload("softmax_long", softmax, (256, 262144), (4, 8192), torch.float32),
     Workload("cross_entropy", cross_entropy, (8192, 32768), (64, 1024), torch.bfloat16,
              build=_cross_entropy_inputs),
-    Workload("column_sum", column_sum, (32768, 4096), (256, 64), torch.float32),
+    # Sums of 32768 elements: a different summation order moves near-zero results by ~1e-4.
+    Workload("column_sum", column_sum, (32768, 4096), (256, 64), torch.float32, tolerance=dict(rtol=1e-4, atol=1e-3)),
     Workload("var_mean", var_mean, (32768, 2048), (64, 128), torch.float32),
     Workload("cumsum", cumsum, (32768, 2048), (64, 128), torch.float32),
     Workload("transpose_add", transpose_add, (8192, 8192), (96, 96), torch.float32, build=randn(2)),

@@ -136,6 +136,17 @@ def test_random_value_read_twice_is_the_same_value(device, compile_fn):
     torch.testing.assert_close(doubled / 2, shifted - 1)
 
 
+def test_uniform_values_agree_across_kernel_shapes(device, compile_fn):
+    # A pointwise kernel draws four lanes per Philox call; a reduction picks each lane's word
+    # alone. With the same seed both must see the same numbers.
+    x = torch.empty(8, 100, device=device)
+    torch.manual_seed(7)
+    drawn = compile_fn(lambda x: torch.rand_like(x))(x)
+    torch.manual_seed(7)
+    summed = compile_fn(lambda x: torch.rand_like(x).sum(-1))(x)
+    torch.testing.assert_close(summed, drawn.sum(-1))
+
+
 # ------------------------------------------------------------------ distributions
 
 

@@ -11,7 +11,7 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
-from .triton_random import INTERPRETER_IMPORT, randint64, uniform_or_normal
+from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, cast_text, identity, literal, register_dtype, triton_type)
 from .triton_scatter import emit_scatter
@@ -97,6 +97,7 @@ class TritonKernel:
         self.indirect_ranks: dict[str, int] = {}  # indirect index variable -> its rank
         self.deferred_stores: list = []
         self.uses_random = False  # set by the random ops: interpreted kernels import Philox then
+        self.index_exprs: dict[str, sympy.Expr] = {}  # CSE name of an index_expr value -> its expression
         self.loop_prologue: IndentedBuffer | None = None
         self.loop_epilogue: IndentedBuffer | None = None
         xn, rn = plan.static_sizes()
@@ -478,7 +479,9 @@ class TritonOps:
         text = self.k.index_text(expr)
         if triton_type(dtype) != self.k.index_dtype:  # index math runs in int32 where sizes allow
             text = f"({text}).to({triton_type(dtype)})"
-        return self.k.emit(text, dtype, self.k.rank_of(expr))
+        value = self.k.emit(text, dtype, self.k.rank_of(expr))
+        self.k.index_exprs[value.name] = expr
+        return value
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
         if x.dtype == dtype:
@@ -520,10 +523,10 @@ class TritonOps:
         return symbol
 
     def rand(self, seed, offset):
-        return uniform_or_normal(self.k, "rand", seed, offset)
+        return uniform(self.k, seed, offset, self.k.index_exprs.get(offset.name))
 
     def randn(self, seed, offset):
-        return uniform_or_normal(self.k, "randn", seed, offset)
+        return normal(self.k, seed, offset)
 
     def randint64(self, seed, offset, low, high):
         return randint64(self.k, seed, offset, low, high)

@@ -1,4 +1,4 @@
-"""Triton's Philox random functions (tl.rand, tl.randn, tl.randint4x), runnable under the interpreter.
+"""Triton's Philox random functions (tl.rand, tl.rand4x, tl.randn, tl.randint4x), runnable under the interpreter.
 
 Interpreted CPU kernels cannot call Triton's @jit library functions (they were not made in
 interpreter mode). These are the same functions, from the same source, rebuilt as interpreted
@@ -21,3 +21,4 @@ for _name, _value in list(_scope.items()):
 rand = _scope["rand"]
 randn = _scope["randn"]
 randint4x = _scope["randint4x"]
+rand4x = _scope["rand4x"]
