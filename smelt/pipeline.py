@@ -57,7 +57,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
                                      f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
         xnumel_arg = len(kernel.params) + len(kernel.size_args)
         namespace[kernel.name] = TritonLauncher(getattr(module, kernel.name), kernel.name, path, kernel.origins,
-                                                kernel.config, interpret, xnumel_arg)
+                                                kernel.config, interpret, xnumel_arg, kernel.workspace)
     wrapper_path = source_path(cfg.cache_dir, f"wrapper_{kind}", wrapper_source)
     exec(compile(wrapper_source, wrapper_path, "exec"), namespace)
     for name, constant in graph.constants.items():
@@ -95,4 +95,5 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
     source = kernel.source(name, interpret, comments)
     return TritonKernelSource(
         name=name, source=source, params=kernel.args.call_order(), size_args=list(kernel.args.sizes),
-        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins)
+        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins,
+        workspace=(config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None)

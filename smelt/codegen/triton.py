@@ -15,6 +15,7 @@ from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, cast_text, identity, literal, register_dtype, triton_type)
 from .triton_scatter import emit_scatter
+from .triton_row_split import CHUNK, RowSplit, row_split_for
 from .triton_scan import ScanEmitter
 
 
@@ -24,6 +25,7 @@ class BlockConfig:
     RBLOCK: int | None
     num_warps: int
     persistent: bool
+    row_split: int = 1  # programs sharing one row (see triton_row_split.py)
 
 
 @dataclasses.dataclass
@@ -38,6 +40,7 @@ class TritonKernelSource:
     rnumel: sympy.Expr | None
     config: BlockConfig
     origins: list[str]
+    workspace: tuple[int, int, int] | None = None  # row split: (programs per row, barriers, partial slots)
 
 
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
@@ -51,6 +54,9 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         if xn is not None:
             xblock = max(1, min(xblock, next_power_of_2(xn)))
         return BlockConfig(xblock, None, 4 if xblock >= 512 else 2, False)
+    row_split = row_split_for(plan, interpret, persistent_limit)
+    if row_split > 1:
+        return BlockConfig(1, CHUNK, 8, True, row_split)
     persistent = rn is not None and rn <= persistent_limit
     if persistent:
         rblock = next_power_of_2(rn)
@@ -69,6 +75,8 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
 
 def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
     kind = "poi" if not plan.is_reduction else ("per" if config.persistent else "red")
+    if config.row_split > 1:
+        kind = "split"
     # "aten._softmax.default" -> "softmax"
     ops = sorted({o.split(".")[1].strip("_") if o.count(".") >= 1 else o for n in plan.nodes for o in n.buffer.origins})
     ops = [o for o in ops if o][:5]
@@ -98,6 +106,7 @@ class TritonKernel:
         self.deferred_stores: list = []
         self.uses_random = False  # set by the random ops: interpreted kernels import Philox then
         self.index_exprs: dict[str, sympy.Expr] = {}  # CSE name of an index_expr value -> its expression
+        self.row_split = RowSplit(self, config.row_split) if config.row_split > 1 else None
         self.loop_prologue: IndentedBuffer | None = None
         self.loop_epilogue: IndentedBuffer | None = None
         xn, rn = plan.static_sizes()
@@ -228,6 +237,9 @@ class TritonKernel:
                 value = self.emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", value.dtype, 2)
             if self.config.persistent:
                 self.reduction_results[key] = self._reduce_persistent(rtype, value)
+                if self.row_split is not None:
+                    self.reduction_results[key] = tuple(self.row_split.exchange(rtype, part)
+                                                        for part in self.reduction_results[key])
             else:
                 self.reduction_results[key] = self._reduce_looped(rtype, value)
         return self.reduction_results[key][node.data.output_index]
@@ -365,7 +377,7 @@ class TritonKernel:
                 self.emit_member(node)
             return
         if self.config.persistent:
-            self.body.writeline("rindex = rbase")
+            self.body.writeline(self.row_split.rindex_line() if self.row_split else "rindex = rbase")
             if self.need_rmask:
                 self.body.writeline("rmask = rindex < rnumel")
         for phase in range(plan.num_phases):
@@ -415,6 +427,9 @@ class TritonKernel:
         if plan.is_reduction:
             params.append("rnumel")
         consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.is_reduction else [])
+        if self.row_split:
+            params += ["sync_ptr", "partials_ptr"]
+            consts.append("ROW_SPLIT: tl.constexpr")
         out = IndentedBuffer()
         out.writelines(comment_lines)
         out.writeline("import triton")
@@ -439,7 +454,10 @@ class TritonKernel:
         out.writeline(f"def {name}({', '.join(params + consts)}):")
         with out.indent():
             pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
-            out.writeline(f"xoffset = {pid} * XBLOCK")
+            if self.row_split:
+                self.row_split.prologue(out)
+            else:
+                out.writeline(f"xoffset = {pid} * XBLOCK")
             if plan.is_reduction:
                 out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
             else:
@@ -449,6 +467,10 @@ class TritonKernel:
             if plan.is_reduction:
                 out.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
         out.splice(self.body)
+        if self.row_split:
+            with out.indent():
+                self.row_split.epilogue(out)
+            return self.row_split.finish(out.getvalue())
         return out.getvalue()
 
 

@@ -1,0 +1,141 @@
+"""Rows too long for one program's registers, kept in the registers of several programs.
+
+A softmax over rows of 256k elements needs each row's max and sum before it can write anything.
+One program per row cannot hold the row, so it reads the row again for every pass (three reads
+and a write where the floor is one of each). Here each row is split into ROW_SPLIT chunks, one
+program per chunk, each holding its chunk in registers for the whole kernel. A reduction becomes:
+every program reduces its chunk, stores the partial, waits at a barrier until all programs of its
+row have stored theirs, then reads all ROW_SPLIT partials and combines them. The input is read
+once and the output written once.
+
+A barrier across programs is only safe while every program it waits for is running or can start.
+Programs take their place (row, chunk) from a ticket counter in the order they start, not from
+program_id: every ticket below a running program's belongs to a program that has started, so a
+row whose tickets are all handed out always completes, and a waiting row only needs ROW_SPLIT
+programs resident at once. ROW_SPLIT is capped well below the number of programs an H100 keeps
+resident. The interpreter runs programs one after another, so interpreted kernels never split.
+
+The sync buffer (int32, zero between launches) holds the ticket counter, a finished counter and
+one arrival counter per (row group, barrier); the last program to finish zeroes it again.
+"""
+from __future__ import annotations
+
+import torch
+
+from .common import CSEVar
+from .triton_ops import register_dtype
+
+# A chunk per program: 8192 float32 values are 32 registers a thread at 8 warps.
+CHUNK = 8192
+# At most this many programs cooperate on a row; an H100 keeps hundreds resident.
+MAX_ROW_SPLIT = 64
+COMBINABLE = ("sum", "max", "min")
+SYNC_HEADER = 2  # ticket counter, finished counter
+
+
+def row_split_for(plan, interpret: bool, persistent_limit: int) -> int:
+    """Programs per row for this kernel, or 1 (no split)."""
+    xn, rn = plan.static_sizes()
+    if interpret or not plan.is_reduction or plan.has_scan or xn is None or rn is None:
+        return 1
+    if rn <= persistent_limit or rn > CHUNK * MAX_ROW_SPLIT:
+        return 1
+    if plan.num_phases < 2:
+        return 1  # nothing reads the row after a reduction: a looped pass reads it once anyway
+    for node in plan.nodes:
+        if node.is_scatter:
+            return 1
+        if node.is_reduction:
+            if node.data.reduction_type not in COMBINABLE or register_dtype(node.data.src_dtype) != torch.float32:
+                return 1
+    return -(-rn // CHUNK)
+
+
+class RowSplit:
+    """Emits the ticket prologue, the partial exchanges and the sync-buffer reset of one kernel."""
+
+    def __init__(self, kernel, row_split: int):
+        self.k = kernel
+        self.row_split = row_split
+        self.barriers = 0  # arrival counters per row group
+        self.slots = 0  # partial values exchanged per row
+
+    def prologue(self, out) -> None:
+        out.writeline("# Place (row group, chunk) by arrival order: see smelt/codegen/triton_row_split.py.")
+        out.writeline("ticket = tl.atomic_add(sync_ptr, 1)")
+        out.writeline("row_group = ticket // ROW_SPLIT")
+        out.writeline("rchunk = ticket % ROW_SPLIT")
+        out.writeline("xoffset = row_group * XBLOCK")
+
+    def rindex_line(self) -> str:
+        return "rindex = rchunk * RBLOCK + rbase"
+
+    def exchange(self, rtype: str, local: CSEVar) -> CSEVar:
+        """The row's reduction from this program's partial `local` ([XBLOCK, 1])."""
+        k = self.k
+        dtype = register_dtype(local.dtype)
+        slot, barrier = self.slots, self.barriers
+        self.slots += 1
+        self.barriers += 1
+        body = k.body
+        base = f"partials_ptr + {slot} * tl.cdiv(xnumel, XBLOCK) * XBLOCK * ROW_SPLIT"
+        body.writeline(f"tl.store({base} + xindex * ROW_SPLIT + rchunk, {local})")
+        counter = f"sync_ptr + {SYNC_HEADER} + row_group * {{barriers}} + {barrier}"
+        body.writeline("tl.debug_barrier()")  # every thread's partial is written before the release
+        body.writeline(f"arrived = tl.atomic_add({counter}, 1, sem='acq_rel') + 1")
+        body.writeline("while arrived < ROW_SPLIT:")
+        body.writeline(f"    arrived = tl.atomic_add({counter}, 0, sem='acquire')")
+        lanes = f"tl.arange(0, {_pow2(self.row_split)})[None, :]"
+        mask = f"{lanes} < ROW_SPLIT" + (" & xmask" if k.need_xmask else "")
+        fill = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[rtype]
+        # .cg: read through L2, never a line this SM's L1 cached before the partials were final.
+        parts = k.emit(f"tl.load({base} + xindex * ROW_SPLIT + {lanes}, {mask}, other={fill}, cache_modifier='.cg')",
+                       dtype, 2)
+        if rtype == "sum":
+            return k.emit(f"tl.sum({parts}, 1)[:, None]", dtype, 1)
+        return k.emit(f"tl.reduce({parts}, 1, {k._combine_name(rtype, dtype)})[:, None]", dtype, 1)
+
+    def epilogue(self, out) -> None:
+        out.writeline("# The last program to finish zeroes the sync buffer for the next launch.")
+        out.writeline("finished = tl.atomic_add(sync_ptr + 1, 1, sem='acq_rel')")
+        out.writeline("if finished == tl.num_programs(0) - 1:")
+        out.writeline(f"    for start in range(0, {SYNC_HEADER} + tl.cdiv(xnumel, XBLOCK) * {self.barriers}, 1024):")
+        out.writeline("        clear = start + tl.arange(0, 1024)")
+        out.writeline(f"        tl.store(sync_ptr + clear, tl.zeros([1024], tl.int32), "
+                      f"clear < {SYNC_HEADER} + tl.cdiv(xnumel, XBLOCK) * {self.barriers})")
+
+    def finish(self, source: str) -> str:
+        return source.replace("{barriers}", str(self.barriers))
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+class RowSplitWorkspace:
+    """The launcher's side: the sync buffer (allocated zeroed once per device, kept zero by the
+    kernel) and the partials buffer, sized for the rows of each call."""
+
+    def __init__(self, row_split: int, barriers: int, slots: int, xblock: int):
+        self.row_split, self.barriers, self.slots, self.xblock = row_split, barriers, slots, xblock
+        self.sync: dict = {}
+        self.partials: dict = {}
+
+    def buffers(self, xnumel: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        groups = -(-xnumel // self.xblock)
+        sync_size = SYNC_HEADER + groups * self.barriers
+        partial_size = max(1, self.slots * groups * self.xblock * self.row_split)
+        sync = self.sync.get(device)
+        if sync is None or sync.numel() < sync_size:
+            sync = self.sync[device] = torch.zeros(sync_size, dtype=torch.int32, device=device)
+        partials = self.partials.get(device)
+        if partials is None or partials.numel() < partial_size:
+            partials = self.partials[device] = torch.empty(partial_size, dtype=torch.float32, device=device)
+        return sync, partials
+
+    def grid(self, xnumel: int) -> int:
+        return -(-xnumel // self.xblock) * self.row_split
+

@@ -1,0 +1,43 @@
+"""Rows too long for one program, split over programs that meet at a barrier (CUDA only: the
+interpreter runs programs one after another, so interpreted kernels never split)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _split_kernels(observe):
+    return [name for g in observe.compiled_graphs() for name in g.kernel_names if "_split_" in name]
+
+
+@pytest.mark.parametrize("shape", [(4, 65536), (3, 100003), (300, 131072), (1, 262144)])
+def test_softmax_of_long_rows(shape, check, observe):
+    x = torch.randn(shape, device="cuda") * 4
+    fn = lambda x: torch.softmax(x, dim=-1)  # noqa: E731
+    check(fn, x, rtol=1e-5, atol=1e-6)
+    assert _split_kernels(observe), "expected a row-split kernel"
+
+
+def test_split_kernel_runs_again_after_a_launch(compile_fn, assert_close):
+    # The sync buffer must be zero again after every launch.
+    fn = compile_fn(lambda x: F.log_softmax(x, dim=-1))
+    for k in range(3):
+        x = torch.randn(7, 70000, device="cuda") + k
+        assert_close(fn(x), F.log_softmax(x, dim=-1), rtol=1e-5, atol=1e-5)
+
+
+def test_normalize_long_rows(check):
+    def fn(x):
+        centered = x - x.mean(-1, keepdim=True)
+        return centered / centered.abs().amax(-1, keepdim=True)
+    check(fn, torch.randn(16, 50000, device="cuda"), rtol=1e-5, atol=1e-5)
+
+
+def test_row_with_inf_and_nan(check):
+    x = torch.randn(4, 40000, device="cuda")
+    x[0, 5] = float("inf")
+    x[1, 39999] = float("nan")
+    x[2] = float("-inf")
+    check(lambda x: torch.softmax(x, dim=-1), x, rtol=1e-5, atol=1e-6)
