@@ -15,7 +15,7 @@ from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, cast_text, identity, literal, register_dtype, triton_type)
 from .triton_scatter import emit_scatter
-from .triton_row_split import CHUNK, RowSplit, row_split_for
+from .triton_row_split import CHUNK, WARPS, RowSplit, row_split_for
 from .triton_scan import ScanEmitter
 
 
@@ -56,7 +56,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         return BlockConfig(xblock, None, 4 if xblock >= 512 else 2, False)
     row_split = row_split_for(plan, interpret, persistent_limit)
     if row_split > 1:
-        return BlockConfig(1, CHUNK, 8, True, row_split)
+        return BlockConfig(1, CHUNK, WARPS, True, row_split)
     persistent = rn is not None and rn <= persistent_limit
     if persistent:
         rblock = next_power_of_2(rn)
