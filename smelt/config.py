@@ -36,6 +36,10 @@ class Config:
         default_factory=lambda: int(_env("SMELT_PERSISTENT_SCAN_LIMIT", "4096"))
     )
 
+    # Time a few block configurations of each kernel on its first launch and keep the fastest
+    # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.
+    autotune: bool = dataclasses.field(default_factory=lambda: _env("SMELT_AUTOTUNE", "0") == "1")
+
     def backend_for(self, device_type: str) -> str:
         if device_type == "cpu":
             return self.cpu_backend

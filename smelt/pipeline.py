@@ -8,6 +8,7 @@ import torch
 
 from . import config as config_module
 from . import observe
+from .codegen.block_candidates import candidates, masks_needed
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 from .codegen.wrapper import WrapperCodegen
@@ -15,6 +16,7 @@ from .debug import dump_graph
 from .errors import KernelCompileError, SmeltError
 from .lowering import lower_graph
 from .runtime.compiled_graph import CompiledGraph
+from .runtime.autotune import Autotuner
 from .runtime.launcher import TritonLauncher
 from .runtime.loader import load_module, source_path
 from .scheduler import schedule as make_schedule
@@ -56,8 +58,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             raise KernelCompileError(f"smelt: kernel {kernel.name} did not load; source: {path}; from ATen ops: "
                                      f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
         xnumel_arg = len(kernel.params) + len(kernel.size_args)
+        tuner = Autotuner(kernel.source, kernel.candidates, cfg.cache_dir) if len(kernel.candidates) > 1 else None
         namespace[kernel.name] = TritonLauncher(getattr(module, kernel.name), kernel.name, path, kernel.origins,
-                                                kernel.config, interpret, xnumel_arg, kernel.workspace)
+                                                kernel.config, interpret, xnumel_arg, kernel.workspace, tuner)
     wrapper_path = source_path(cfg.cache_dir, f"wrapper_{kind}", wrapper_source)
     exec(compile(wrapper_source, wrapper_path, "exec"), namespace)
     for name, constant in graph.constants.items():
@@ -78,22 +81,30 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     return compiled
 
 
+def tunable(step) -> bool:
+    """Whether launching the kernel again leaves the same result: no input written in place,
+    no scatter accumulating into its target."""
+    return all(n.write_name == n.name and not n.is_scatter for n in step.group.nodes)
+
+
 def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
     plan = plan_kernel(step.group, step.stored)
     limit = cfg.persistent_reduction_limit
     if plan.has_scan:
         limit = min(limit, cfg.persistent_scan_limit)
     config: BlockConfig = choose_blocks(plan, interpret, limit)
+    configs = candidates(plan, config, interpret) if cfg.autotune and tunable(step) else [config]
     name = kernel_name(plan, config, index)
-    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret)
+    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs))
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
     members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
     comments = [f"# aten ops: {', '.join(origins)}",
                 f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}",
                 f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
-                f"{' persistent' if config.persistent else ''}"]
+                f"{' persistent' if config.persistent else ''}"
+                f"{f'; autotuned over {len(configs)} configs' if len(configs) > 1 else ''}"]
     source = kernel.source(name, interpret, comments)
     return TritonKernelSource(
         name=name, source=source, params=kernel.args.call_order(), size_args=list(kernel.args.sizes),
         xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins,
-        workspace=(config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None)
+        candidates=configs, workspace=(config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None)

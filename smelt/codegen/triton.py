@@ -10,6 +10,7 @@ from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
+from .block_candidates import masks_needed
 from .simd import KernelPlan, kernel_sizes_symbols
 from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
@@ -40,6 +41,7 @@ class TritonKernelSource:
     rnumel: sympy.Expr | None
     config: BlockConfig
     origins: list[str]
+    candidates: list[BlockConfig] = dataclasses.field(default_factory=list)  # timed when autotuning
     workspace: tuple[int, int, int] | None = None  # row split: (programs per row, barriers, partial slots)
 
 
@@ -86,7 +88,8 @@ def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
 class TritonKernel:
     """Generates the body of one kernel by running each member's loop body under TritonOps."""
 
-    def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str, interpret: bool):
+    def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str, interpret: bool,
+                 masks: tuple[bool, bool] | None = None):
         self.plan = plan
         self.interpret = interpret
         self.config = config
@@ -109,10 +112,8 @@ class TritonKernel:
         self.row_split = RowSplit(self, config.row_split) if config.row_split > 1 else None
         self.loop_prologue: IndentedBuffer | None = None
         self.loop_epilogue: IndentedBuffer | None = None
-        xn, rn = plan.static_sizes()
-        self.need_xmask = xn is None or xn % config.XBLOCK != 0
         # An empty row (rnumel == 0) still runs one masked block, which yields the identity.
-        self.need_rmask = plan.is_reduction and (rn is None or rn == 0 or rn % config.RBLOCK != 0)
+        self.need_xmask, self.need_rmask = masks or masks_needed(plan, [config])
 
     # ------------------------------------------------------------ values
 

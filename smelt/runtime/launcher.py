@@ -17,37 +17,56 @@ from ..errors import KernelCompileError
 
 class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
-                 workspace: tuple[int, int, int] | None = None):
+                 workspace: tuple[int, int, int] | None = None, autotuner=None):
         self.fn = fn
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments
         self.name = name
         self.path = path
         self.origins = origins
-        self.xblock = config.XBLOCK
+        self.interpret = interpret
+        self.row_split = workspace[0] if workspace is not None else None
+        # Several programs per row meet through a sync buffer (row split kernels are never tuned).
+        self.workspace = RowSplitWorkspace(*workspace, config.XBLOCK) if workspace is not None else None
+        self.autotuner = autotuner
+        self.launched = False
+        self.binaries: dict[tuple, object] | None = {}
+        self._use(config)
+
+    def _use(self, config) -> None:
+        self.config = config
         self.constexprs = {"XBLOCK": config.XBLOCK}
         if config.RBLOCK is not None:
             self.constexprs["RBLOCK"] = config.RBLOCK
-        if not interpret:  # the interpreter takes no launch options
-            self.constexprs["num_warps"] = config.num_warps
-        self.launched = False
-        self.interpret = interpret
+        if self.row_split is not None:
+            self.constexprs["ROW_SPLIT"] = self.row_split
         # Constexpr values in the kernel's parameter order, for calling a compiled binary directly.
-        self.constexpr_values = [v for k, v in self.constexprs.items() if k != "num_warps"]
-        self.binaries: dict[tuple, object] = {}
-        self.workspace = None
-        if workspace is not None:  # several programs per row: they meet through a sync buffer
-            self.workspace = RowSplitWorkspace(*workspace, config.XBLOCK)
-            self.constexprs["ROW_SPLIT"] = workspace[0]
-            self.constexpr_values.append(workspace[0])
+        self.constexpr_values = list(self.constexprs.values())
+        if not self.interpret:  # the interpreter takes no launch options
+            self.constexprs["num_warps"] = config.num_warps
+        if self.binaries is not None:
+            self.binaries = {}
 
     def __call__(self, *args):
-        grid = ((args[self.xnumel_arg] + self.xblock - 1) // self.xblock,)
-        if grid[0] == 0:
+        xnumel = args[self.xnumel_arg]
+        if xnumel == 0:
             return
+        if self.autotuner is not None:
+            sizes = tuple(a for a in args if isinstance(a, int))
+            config = self.autotuner.pick(sizes, _device_of(args), lambda c: self._launch_with(c, args))
+            if config != self.config:
+                self._use(config)
         if self.workspace is not None:
-            device = next(a.device for a in args if isinstance(a, torch.Tensor))
-            args = (*args, *self.workspace.buffers(args[self.xnumel_arg], device))
-            grid = (self.workspace.grid(args[self.xnumel_arg]),)
+            args = (*args, *self.workspace.buffers(xnumel, _device_of(args)))
+            grid = (self.workspace.grid(xnumel),)
+        else:
+            grid = (-(-xnumel // self.config.XBLOCK),)
+        self._launch(grid, args)
+
+    def _launch_with(self, config, args) -> None:
+        self._use(config)
+        self._launch((-(-args[self.xnumel_arg] // config.XBLOCK),), args)
+
+    def _launch(self, grid, args) -> None:
         if self.binaries is not None and not self.interpret:
             key = _specialization(args)
             binary = self.binaries.get(key)
@@ -71,6 +90,10 @@ class TritonLauncher:
 
     def __repr__(self):
         return f"<{self.name} from {self.path}>"
+
+
+def _device_of(args):
+    return next(a.device for a in args if isinstance(a, torch.Tensor))
 
 
 def _specialization(args) -> tuple:

@@ -1,0 +1,52 @@
+"""Block configurations worth timing for one kernel, when autotuning is on.
+
+Every candidate shares the kernel's source: the same structure (persistent or looped, row split
+or not) and the same masks, so they differ only in constexpr block sizes and num_warps. The
+heuristic's choice comes first, and is what runs when autotuning is off.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..symbolic import next_power_of_2
+
+# At most this many elements in one program's block: beyond it registers spill.
+MAX_BLOCK_ELEMENTS = 16384
+
+
+def candidates(plan, heuristic, interpret: bool) -> list:
+    if heuristic.row_split > 1 or plan.has_scan or any(n.is_scatter for n in plan.nodes):
+        return [heuristic]
+    xn, rn = plan.static_sizes()
+    if xn is None or (plan.is_reduction and rn is None):
+        return [heuristic]
+    found = [heuristic]
+
+    def add(**change):
+        config = dataclasses.replace(heuristic, **change)
+        x = config.XBLOCK
+        if x > next_power_of_2(xn) or x * (config.RBLOCK or 1) > MAX_BLOCK_ELEMENTS or config in found:
+            return
+        found.append(config)
+
+    if not plan.is_reduction:
+        for xblock, warps in ((512, 4), (1024, 8), (2048, 8), (256, 4)):
+            add(XBLOCK=xblock, num_warps=warps)
+    elif heuristic.persistent:
+        for xblock in (1, 2, 4, 8):
+            for warps in (4, 8, 16):
+                elements = xblock * heuristic.RBLOCK
+                if elements // (warps * 32) >= 4 or warps == 4:  # at least 4 values a thread
+                    add(XBLOCK=xblock, num_warps=warps)
+    else:
+        for xblock, rblock, warps in ((1, 2048, 8), (1, 4096, 8), (2, 1024, 8), (4, 512, 4), (1, 1024, 4)):
+            add(XBLOCK=xblock, RBLOCK=rblock, num_warps=warps)
+    return found
+
+
+def masks_needed(plan, configs) -> tuple[bool, bool]:
+    """(x mask, r mask) that make the one source correct for every candidate."""
+    xn, rn = plan.static_sizes()
+    need_x = xn is None or any(xn % c.XBLOCK for c in configs)
+    need_r = plan.is_reduction and (rn is None or rn == 0 or any(rn % c.RBLOCK for c in configs))
+    return need_x, need_r

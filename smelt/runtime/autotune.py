@@ -1,0 +1,86 @@
+"""Picks a kernel's block configuration by timing the candidates on the first launch.
+
+The winner is stored on disk under the cache dir, keyed by the kernel's source, the device and
+the launch's sizes, so another process launching the same kernel reads it and times nothing.
+Only kernels whose launches are idempotent are tuned (every output fully rewritten, nothing
+accumulated in place): the candidates run many times on the real arguments.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import statistics
+import time
+
+import torch
+
+log = logging.getLogger("smelt")
+
+
+class Autotuner:
+    def __init__(self, source: str, configs: list, cache_dir: str):
+        self.configs = configs
+        self.digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+        self.folder = os.path.join(cache_dir, "autotune")
+        self.chosen: dict[tuple, object] = {}
+
+    def pick(self, sizes: tuple, device, run) -> object:
+        """The best config for these sizes; `run(config)` launches the kernel once with it."""
+        if sizes in self.chosen:
+            return self.chosen[sizes]
+        path = self._path(sizes, device)
+        config = self._read(path)
+        if config is None:
+            timings = [(self._time(lambda c=c: run(c), device), k) for k, c in enumerate(self.configs)]
+            best = min(timings)[1]
+            config = self.configs[best]
+            log.debug("smelt: autotuned %s over %d configs: %s (%s)", path, len(self.configs), config,
+                      ", ".join(f"{t * 1e3:.1f}us" for t, _ in timings))
+            self._write(path, config)
+        self.chosen[sizes] = config
+        return config
+
+    def _path(self, sizes, device) -> str:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        key = hashlib.sha256(f"{self.digest}|{name}|{sizes}".encode()).hexdigest()[:32]
+        return os.path.join(self.folder, f"{key}.json")
+
+    def _read(self, path: str):
+        try:
+            with open(path) as f:
+                fields = json.load(f)
+            config = dataclasses.replace(self.configs[0], **fields)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError) as e:
+            log.info("smelt: ignoring unreadable autotune entry %s: %s", path, e)
+            return None
+        if config not in self.configs:
+            log.info("smelt: ignoring autotune entry %s: not one of this kernel's candidates", path)
+            return None
+        return config
+
+    def _write(self, path: str, config) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        fields = {k: getattr(config, k) for k in ("XBLOCK", "RBLOCK", "num_warps")}
+        temp = f"{path}.{os.getpid()}.tmp"
+        with open(temp, "w") as f:
+            json.dump(fields, f)
+        os.replace(temp, path)  # atomic: a reader never sees half a file
+
+    @staticmethod
+    def _time(fn, device) -> float:
+        """Median milliseconds of one launch."""
+        fn()  # compiles
+        if device.type == "cuda":
+            from triton.testing import do_bench
+            return float(do_bench(fn, warmup=5, rep=25, return_mode="median"))
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
