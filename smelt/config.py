@@ -30,6 +30,16 @@ class Config:
     persistent_reduction_limit: int = dataclasses.field(
         default_factory=lambda: int(_env("SMELT_PERSISTENT_REDUCTION_LIMIT", "4096"))
     )
+    # Reductions with few outputs over many elements run in two kernels: partial results over
+    # chunks of each row, then a reduction of the partials (lowering/split_reduction.py).
+    split_reductions: bool = dataclasses.field(
+        default_factory=lambda: _env("SMELT_SPLIT_REDUCTIONS", "1") not in ("0", "false", "False", "")
+    )
+    # Only reductions whose every program would read at least this many elements are split (a
+    # row's length, or a column block's rows times columns); tests lower it to split small tensors.
+    split_reduction_min_numel: int = dataclasses.field(
+        default_factory=lambda: int(_env("SMELT_SPLIT_REDUCTION_MIN_NUMEL", "32768"))
+    )
     # Scans (cumsum, cummax, ...) whose rows are at most this long scan the whole row in registers;
     # longer rows are scanned block by block, carrying the running value.
     persistent_scan_limit: int = dataclasses.field(

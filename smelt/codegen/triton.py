@@ -6,6 +6,7 @@ import dataclasses
 import sympy
 import torch
 
+from ..ir.loops import reduction_identity as identity
 from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
@@ -14,7 +15,7 @@ from .block_candidates import masks_needed
 from .simd import KernelPlan, kernel_sizes_symbols
 from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
-                         PREDICATE_OPS, cast_text, identity, literal, register_dtype, triton_type)
+                         PREDICATE_OPS, cast_text, literal, register_dtype, triton_type)
 from .triton_scatter import emit_scatter
 from .triton_row_split import CHUNK, WARPS, RowSplit, row_split_for
 from .triton_scan import ScanEmitter
@@ -45,6 +46,10 @@ class TritonKernelSource:
     workspace: tuple[int, int, int] | None = None  # row split: (programs per row, barriers, partial slots)
 
 
+# Fewest neighbouring outputs a compiled column reduction's program reads at once (a 128-byte line of float32).
+MIN_COLUMN_XBLOCK = 32
+
+
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
     """Block sizes from a heuristic: whole rows in registers when short enough, else loop over r."""
     xn, rn = plan.static_sizes()
@@ -59,7 +64,10 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     row_split = row_split_for(plan, interpret, persistent_limit)
     if row_split > 1:
         return BlockConfig(1, CHUNK, WARPS, True, row_split)
-    persistent = rn is not None and rn <= persistent_limit
+    # A column reduction (r strided in memory) reads coalesced only across x, so a persistent one
+    # must leave room for enough columns per program beside its whole column.
+    persistent = rn is not None and rn <= persistent_limit and (
+        interpret or rn * MIN_COLUMN_XBLOCK <= budget or plan.r_contiguous())
     if persistent:
         rblock = next_power_of_2(rn)
     else:
@@ -183,7 +191,11 @@ class TritonKernel:
             self.current.pop()
         if placement == "scan":
             return self.scans.scan(node, value)  # made per (x, r) like an xr value, so not kept
-        value = TritonOps(self).to_dtype(value, node.data.dtype if placement != "reduction" else node.data.src_dtype)
+        dtype = node.data.dtype if placement != "reduction" else node.data.src_dtype
+        if isinstance(value, tuple):  # a reduction over tuples (welford_combine)
+            value = tuple(TritonOps(self).to_dtype(v, dtype) for v in value)
+        else:
+            value = TritonOps(self).to_dtype(value, dtype)
         if placement == "reduction":
             value = self.reduction(node, value)
         if placement != "xr":
@@ -227,15 +239,11 @@ class TritonKernel:
 
     # ------------------------------------------------------------ reductions
 
-    def reduction(self, node, value: CSEVar) -> CSEVar:
+    def reduction(self, node, value: CSEVar | tuple[CSEVar, ...]) -> CSEVar:
         rtype = node.data.reduction_type
-        key = (rtype, value.name)
+        key = (rtype, tuple(v.name for v in value) if isinstance(value, tuple) else value.name)
         if key not in self.reduction_results:
-            if value.rank == 0 and _is_literal(value.name):
-                full = f"tl.full([XBLOCK, RBLOCK], {value}, {triton_type(register_dtype(value.dtype))})"
-                value = self.emit(full, value.dtype, 2)
-            elif value.rank < 2:
-                value = self.emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", value.dtype, 2)
+            value = tuple(map(self._as_block, value)) if isinstance(value, tuple) else self._as_block(value)
             if self.config.persistent:
                 self.reduction_results[key] = self._reduce_persistent(rtype, value)
                 if self.row_split is not None:
@@ -244,6 +252,15 @@ class TritonKernel:
             else:
                 self.reduction_results[key] = self._reduce_looped(rtype, value)
         return self.reduction_results[key][node.data.output_index]
+
+    def _as_block(self, value: CSEVar) -> CSEVar:
+        """value broadcast to [XBLOCK, RBLOCK]."""
+        if value.rank == 0 and _is_literal(value.name):
+            full = f"tl.full([XBLOCK, RBLOCK], {value}, {triton_type(register_dtype(value.dtype))})"
+            return self.emit(full, value.dtype, 2)
+        if value.rank < 2:
+            return self.emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", value.dtype, 2)
+        return value
 
     def _masked(self, value: CSEVar, fill) -> str:
         mask = self.mask_for(2)
@@ -255,14 +272,21 @@ class TritonKernel:
         if rtype == "sum":
             return "tl.standard._sum_combine"  # what tl.sum uses; the interpreter runs it natively
         base = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin",
-                "welford_reduce": "welford"}[rtype]
+                "welford_reduce": "welford", "welford_combine": "welford"}[rtype]
         if rtype in ("max", "min") and not dtype.is_floating_point:
             base = "int_" + base
         name = f"_{base}_combine"
         self.helpers.add(name)
         return name
 
-    def _reduce_persistent(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
+    def _reduce_persistent(self, rtype: str, value) -> tuple[CSEVar, ...]:
+        if rtype == "welford_combine":
+            # Masked-off lanes are empty partials (count 0), which the combine leaves out. tl.reduce
+            # wants operands of one shape: a part made from rindex alone is [1, RBLOCK].
+            parts = ", ".join(f"tl.broadcast_to({self._masked(v, 0)}, [XBLOCK, RBLOCK])" for v in value)
+            dtype = register_dtype(value[0].dtype)
+            merged = self.emit(f"tl.reduce(({parts}), 1, {self._combine_name(rtype, dtype)})", dtype, 1)
+            return tuple(self.emit(f"{merged}[{k}][:, None]", dtype, 1) for k in range(3))
         dtype = register_dtype(value.dtype)
         masked = self._masked(value, identity(rtype, value.dtype))
         if rtype == "sum":
@@ -310,12 +334,14 @@ class TritonKernel:
                               torch.int32, 1)
         return self.emit(f'tl.where({nan_count} > 0, float("nan"), {result})', dtype, 1)
 
-    def _reduce_looped(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
-        dtype = register_dtype(value.dtype)
-        ttype = triton_type(dtype)
+    def _reduce_looped(self, rtype: str, value) -> tuple[CSEVar, ...]:
         pro, epi = self.loop_prologue, self.loop_epilogue
         acc = f"acc{self.cse.counter}"
         self.cse.counter += 1
+        if rtype == "welford_combine":
+            return self._combine_looped(acc, value)
+        dtype = register_dtype(value.dtype)
+        ttype = triton_type(dtype)
         fill = identity(rtype, value.dtype)
         masked = self._masked(value, fill)
         if rtype in ("sum", "prod", "max", "min", "any", "all"):
@@ -368,6 +394,20 @@ class TritonKernel:
                           f"1, {combine})")
             return tuple(CSEVar(f"{acc}_{p}_r[:, None]", dtype, 1) for p in ("mean", "m2", "count"))
         raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
+
+    def _combine_looped(self, acc: str, value: tuple[CSEVar, ...]) -> tuple[CSEVar, ...]:
+        """welford_combine over r blocks: each lane merges its partials in; masked-off lanes are
+        empty partials (count 0), which leave it unchanged."""
+        dtype = register_dtype(value[0].dtype)
+        parts = ("mean", "m2", "count")
+        for part in parts:
+            self.loop_prologue.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {triton_type(dtype)})")
+        state = ", ".join(f"{acc}_{p}" for p in parts)
+        combine = self._combine_name("welford_combine", dtype)
+        incoming = ", ".join(self._masked(v, 0) for v in value)
+        self.body.writeline(f"{state} = {combine}({state}, {incoming})")
+        self.loop_epilogue.writeline(f"{acc}_mean_r, {acc}_m2_r, {acc}_count_r = tl.reduce(({state}), 1, {combine})")
+        return tuple(CSEVar(f"{acc}_{p}_r[:, None]", dtype, 1) for p in parts)
 
     # ------------------------------------------------------------ structure
 

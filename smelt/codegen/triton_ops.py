@@ -38,21 +38,6 @@ def literal(value, dtype: torch.dtype) -> str:
     return str(int(value))
 
 
-def identity(reduction_type: str, dtype: torch.dtype):
-    """The value a masked-off lane contributes to a reduction."""
-    if reduction_type in ("sum", "any", "welford_reduce"):
-        return 0
-    if reduction_type in ("prod", "all"):
-        return 1
-    low = reduction_type in ("max", "argmax")
-    if dtype.is_floating_point:
-        return float("-inf") if low else float("inf")
-    if dtype == torch.bool:
-        return 0 if low else 1
-    info = torch.iinfo(dtype)
-    return info.min if low else info.max
-
-
 # Unary ops on floats: Triton builtins where they exist, libdevice otherwise.
 FLOAT_UNARY = {
     "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
@@ -140,7 +125,7 @@ def _argmin_combine(a, a_index, b, b_index):
     "_welford_combine": '''@triton.jit
 def _welford_combine(mean_a, m2_a, count_a, mean_b, m2_b, count_b):
     count = count_a + count_b
-    share_b = tl.where(count == 0.0, 0.0, count_b / count)
+    share_b = count_b / tl.maximum(count, 1.0)  # counts are whole numbers: 0 / 1 when both are empty
     delta = mean_b - mean_a
     return mean_a + delta * share_b, m2_a + m2_b + delta * delta * count_a * share_b, count
 ''',

@@ -11,10 +11,26 @@ from .ops import TextHandler, use_handler
 
 # Reduction kinds, each with how many values it yields. welford_reduce yields (mean, m2, count)
 # in one pass; argmax/argmin yield the index of the first extreme value, as eager does.
+# welford_combine merges partial (mean, m2, count) triples: its inner_fn returns such a triple.
 REDUCTION_OUTPUTS = {
     "sum": 1, "prod": 1, "max": 1, "min": 1, "any": 1, "all": 1,
-    "argmax": 1, "argmin": 1, "welford_reduce": 3,
+    "argmax": 1, "argmin": 1, "welford_reduce": 3, "welford_combine": 3,
 }
+
+
+def reduction_identity(reduction_type: str, dtype: torch.dtype):
+    """The value that leaves a reduction unchanged: what a masked-off element contributes."""
+    if reduction_type in ("sum", "any", "welford_reduce", "welford_combine"):
+        return 0
+    if reduction_type in ("prod", "all"):
+        return 1
+    low = reduction_type in ("max", "argmax")
+    if dtype.is_floating_point:
+        return float("-inf") if low else float("inf")
+    if dtype == torch.bool:
+        return 0 if low else 1
+    info = torch.iinfo(dtype)
+    return info.min if low else info.max
 
 
 class Loops(IRNode):
@@ -82,7 +98,8 @@ class Reduction(Loops):
 
     def body_text(self) -> str:
         with use_handler(TextHandler()) as handler:
-            return handler.render(self.inner_fn(self.index_vars(), self.reduction_vars()))
+            value = self.inner_fn(self.index_vars(), self.reduction_vars())
+            return handler.render(f"({', '.join(map(str, value))})" if isinstance(value, tuple) else value)
 
     def __str__(self):
         which = f"[{self.output_index}]" if REDUCTION_OUTPUTS[self.reduction_type] > 1 else ""

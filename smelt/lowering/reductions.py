@@ -4,10 +4,13 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import Reduction, StorageBox, TensorBox, View, ops
-from ..symbolic import product, sympify, unflatten_index
+from .. import config
+from ..ir import Reduction, StorageBox, TensorBox, ops
+from ..symbolic import product, sympify
 from .common import make_pointwise
 from .registry import lowering
+from .split_reduction import choose_split, reads_columns
+from .two_stage_reduction import SPLITTABLE, make_split_reduction
 
 aten = torch.ops.aten
 
@@ -36,7 +39,8 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
 
     A reduction that yields several values (Welford) gets one buffer per index in `outputs`; they
     share one inner_fn, so a kernel computes them together, once. Returns a TensorBox, or a
-    list of them when several outputs are asked for.
+    list of them when several outputs are asked for. Few outputs over many elements are reduced
+    in two kernels (split_reduction.py).
     """
     size = x.get_size()
     dims = _dims(x, dims)
@@ -45,6 +49,14 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
         else [size[d] for d in kept]
     reduction_ranges = [size[d] for d in dims]
     load = x.make_loader()
+    split = None
+    if reduction_type in SPLITTABLE:
+        split = choose_split(product(size[d] for d in kept), product(reduction_ranges),
+                             lambda: reads_columns(load, size, dims), config.current())
+    if split is not None:
+        results = make_split_reduction(g, x, dims, keepdim, ranges, reduction_type, out_dtype, src_dtype, outputs,
+                                       split)
+        return results[0] if len(outputs) == 1 else results
 
     def inner_fn(index, rindex):
         full = [None] * len(size)
@@ -114,14 +126,9 @@ def max_min(g, x, dim=None, keepdim=False):
 def argmax_argmin(g, x, dim=None, keepdim=False):
     kind = "argmax" if g.node.target.overloadpacket is aten.argmax else "argmin"
     if dim is None:
-        # Over the flattened tensor: the index eager returns is into x.reshape(-1).
-        numel = product(x.get_size())
-        size = x.get_size()
-        flat = TensorBox(View(x.data, [numel], lambda i: unflatten_index(i[0], size), "reshape"))
-        result = make_reduction(g, flat, [0], False, kind, torch.int64, x.get_dtype())
-        if keepdim:
-            return TensorBox(View(result.data, [1] * len(size), lambda i: [], "reshape"))
-        return result
+        # Over every dim: a reduction's position runs over its reduced elements in row-major
+        # order, which is the index into x.reshape(-1) that eager returns.
+        return make_reduction(g, x, None, keepdim, kind, torch.int64, x.get_dtype())
     return make_reduction(g, x, dim, keepdim, kind, torch.int64, x.get_dtype())
 
 
