@@ -5,6 +5,9 @@ import torch
 
 from . import config, errors, observe
 from .backend import smelt_backend
+from .preload import import_lazy_dependencies
+
+import_lazy_dependencies()
 
 __all__ = ["compile", "config", "errors", "observe", "smelt_backend"]
 

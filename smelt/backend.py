@@ -1,14 +1,18 @@
 """The torch.compile entry: Dynamo hands us an FX graph; AOTAutograd splits it into forward and
-backward ATen graphs (min-cut partitioned) and each goes through smelt's pipeline."""
+backward ATen graphs (min-cut partitioned) and each goes through smelt's pipeline.
+
+AOTAutograd is called directly rather than through torch._dynamo's `aot_autograd` helper, which
+imports a large part of Inductor on its first use only to set up logging.
+"""
 from __future__ import annotations
 
-import functools
-
 import torch
-from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+from . import config as config_module
 from .decompositions import decomposition_table
+from .graph_cache.dynamo_level import DynamoCacheSlot
 from .pipeline import compile_graph
 
 # Checks that return nothing: older torch (2.11) does not thread them through effect tokens, so
@@ -17,21 +21,43 @@ for _check in (torch.ops.aten._linalg_check_errors.default,):
     torch.fx.node.has_side_effect(_check)
 
 
-def _compiler(kind: str):
-    return functools.partial(_compile, kind=kind)
+class _Compiler:
+    """What AOTAutograd calls for each ATen graph of one Dynamo graph."""
+
+    def __init__(self, kind: str, slot: DynamoCacheSlot):
+        self.kind = kind
+        self.slot = slot
+
+    def __call__(self, gm, example_inputs):
+        compiled = compile_graph(gm, example_inputs, self.kind)
+        self.slot.observe_compile(self.kind, gm, compiled)
+        return compiled
 
 
-def _compile(gm, example_inputs, kind):
-    return compile_graph(gm, example_inputs, kind)
+class _BackwardCompiler(_Compiler):
+    # Dynamo must neither trace the compiler nor the backward graph it returns: AOTAutograd may
+    # compile the backward lazily, from inside a compiled region.
+    def __call__(self, gm, example_inputs):
+        compile_backward = torch._dynamo.disable(super().__call__)
+        return torch._dynamo.disable(compile_backward(gm, example_inputs))
 
 
 def smelt_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    backend = aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=_compiler("inference"),
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        from torch._dynamo.utils import flatten_graph_inputs  # compiled autograd's boxed inputs
+        return flatten_graph_inputs(gm, example_inputs, smelt_backend)
+    slot = DynamoCacheSlot(gm, example_inputs, config_module.current())
+    cached = slot.lookup()
+    if cached is not None:
+        return cached
+    compiled = aot_module_simplified(
+        gm, example_inputs,
+        fw_compiler=_Compiler("forward", slot),
+        bw_compiler=_BackwardCompiler("backward", slot),
+        inference_compiler=_Compiler("inference", slot),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs, **kwargs)
+    slot.commit()
+    return torch._dynamo.disable(compiled)

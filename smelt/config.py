@@ -26,6 +26,8 @@ class Config:
     cache_dir: str = dataclasses.field(
         default_factory=lambda: _env("SMELT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "smelt_cache"))
     )
+    # Compiled graphs are kept under cache_dir and reused by later processes (SMELT_GRAPH_CACHE=0: never).
+    graph_cache: bool = dataclasses.field(default_factory=lambda: _env("SMELT_GRAPH_CACHE", "1") != "0")
     # Reductions whose rows are at most this long keep the whole row in registers.
     persistent_reduction_limit: int = dataclasses.field(
         default_factory=lambda: int(_env("SMELT_PERSISTENT_REDUCTION_LIMIT", "4096"))

@@ -7,18 +7,17 @@ import logging
 import torch
 
 from . import config as config_module
-from . import observe
+from . import graph_cache, observe
 from .codegen.block_candidates import candidates, masks_needed
+from .codegen.generated import GeneratedGraph, GeneratedKernel
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
-from .errors import KernelCompileError, SmeltError
+from .errors import SmeltError
 from .lowering import lower_graph
+from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
-from .runtime.autotune import Autotuner
-from .runtime.launcher import TritonLauncher
-from .runtime.loader import load_module, source_path
 from .scheduler import schedule as make_schedule
 
 log = logging.getLogger("smelt")
@@ -27,6 +26,14 @@ _graph_ids = itertools.count()
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
+    generated = graph_cache.load_or_generate(gm, kind, cfg, generate_graph)
+    compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg))
+    compiled.kind = kind
+    observe.record(compiled)
+    return compiled
+
+
+def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     graph_id = next(_graph_ids)
     graph = lower_graph(gm)
     sched = make_schedule(graph)
@@ -46,39 +53,21 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
 
     title = f"graph {graph_id} ({kind})"
     wrapper_source = WrapperCodegen(graph, sched, kernels, title).generate()
-    namespace = {}
-    kernel_paths = {}
-    for k, kernel in kernels.items():
-        interpret = interpreted[k]
-        path = source_path(cfg.cache_dir, kernel.name, kernel.source)
-        kernel_paths[kernel.name] = path
-        try:
-            module = load_module(path, interpret=interpret)
-        except Exception as e:
-            raise KernelCompileError(f"smelt: kernel {kernel.name} did not load; source: {path}; from ATen ops: "
-                                     f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
-        xnumel_arg = len(kernel.params) + len(kernel.size_args)
-        tuner = Autotuner(kernel.source, kernel.candidates, cfg.cache_dir) if len(kernel.candidates) > 1 else None
-        namespace[kernel.name] = TritonLauncher(getattr(module, kernel.name), kernel.name, path, kernel.origins,
-                                                kernel.config, interpret, xnumel_arg, kernel.workspace, tuner)
-    wrapper_path = source_path(cfg.cache_dir, f"wrapper_{kind}", wrapper_source)
-    exec(compile(wrapper_source, wrapper_path, "exec"), namespace)
-    for name, constant in graph.constants.items():
-        namespace[name] = constant.value
-    namespace.update(graph.subgraphs)
-
-    compiled = CompiledGraph(
-        kind=kind, call=namespace["call"], kernel_names=[k.name for k in kernels.values()],
-        kernel_sources={k.name: k.source for k in kernels.values()}, kernel_paths=kernel_paths,
-        fallback_ops=list(graph.fallback_ops), wrapper_source=wrapper_source, wrapper_path=wrapper_path)
+    objects = {name: constant.value for name, constant in graph.constants.items()}
+    objects.update(graph.subgraphs)
+    generated = GeneratedGraph(
+        kind=kind, title=title, wrapper_source=wrapper_source, fallback_ops=list(graph.fallback_ops), objects=objects,
+        kernels=[GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
+                                 config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
+                                 xnumel_arg=len(kernel.params) + len(kernel.size_args), interpret=interpreted[k])
+                 for k, kernel in kernels.items()])
     if cfg.debug_dir:
         files = {"aten_graph.txt": gm.print_readable(print_output=False), "ir.txt": graph.describe(),
                  "fused_groups.txt": sched.describe(), "wrapper.py": wrapper_source}
         files.update({f"{k.name}.py": k.source for k in kernels.values()})
         folder = dump_graph(cfg.debug_dir, kind, files)
         log.info("smelt: %s dumped to %s", title, folder)
-    observe.record(compiled)
-    return compiled
+    return generated
 
 
 def tunable(step) -> bool:

@@ -1,6 +1,7 @@
 """Shared fixtures for the smelt test suite.
 
 Environment knobs:
+  SMELT_GRAPH_CACHE   "0" by default here (every graph compiles); "1" reuses cached graphs.
   SMELT_TEST_DEVICE   device the tests run on ("cpu" by default, "cuda" on GPU CI).
   SMELT_TEST_BACKEND  torch.compile backend under test ("smelt" by default).
                       Use "eager" / "aot_eager" to validate the tests themselves;
@@ -21,6 +22,9 @@ Fixtures exposed to tests:
 import os
 
 os.environ.setdefault("SMELT_CPU_BACKEND", "triton")
+# Tests look at what a compile does (lowerings, fallbacks, log lines), so graphs compile every time;
+# tests/test_compile_cache.py turns the graph cache on. SMELT_GRAPH_CACHE=1 runs the suite from the cache.
+os.environ.setdefault("SMELT_GRAPH_CACHE", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -14,6 +14,7 @@ class CompiledGraph:
     fallback_ops: list[str]
     wrapper_source: str
     wrapper_path: str
+    cache_key: str | None = None  # its graph cache entry, if it has one
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs

@@ -4,7 +4,9 @@ The first launch goes through Triton's JIT, which compiles (or loads from its di
 binary specialized on the arguments: integers equal to 1 or divisible by 16, pointers aligned to
 16 bytes, 32- or 64-bit integers. Later launches whose arguments have the same specialization
 call that binary directly, which skips the JIT's argument binding and cache lookup (tens of
-microseconds a launch, enough to leave the GPU idle between small kernels).
+microseconds a launch, enough to leave the GPU idle between small kernels). With a kept-kernels
+folder, the binaries are also kept on disk (kernel_binaries.py), and a later process launches
+them without going through the JIT at all.
 """
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import triton
 
 from ..codegen.triton_row_split import RowSplitWorkspace
 from ..errors import KernelCompileError
+from .kernel_binaries import KeptKernels
 
 
 class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
-                 workspace: tuple[int, int, int] | None = None, autotuner=None):
+                 workspace: tuple[int, int, int] | None = None, autotuner=None, kept: KeptKernels | None = None):
         self.fn = fn
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments
         self.name = name
@@ -30,6 +33,7 @@ class TritonLauncher:
         self.autotuner = autotuner
         self.launched = False
         self.binaries: dict[tuple, object] | None = {}
+        self.kept = kept if not interpret else None  # binaries kept on disk for later processes
         self._use(config)
 
     def _use(self, config) -> None:
@@ -70,6 +74,10 @@ class TritonLauncher:
         if self.binaries is not None and not self.interpret:
             key = _specialization(args)
             binary = self.binaries.get(key)
+            if binary is None and self.kept is not None:
+                binary = self.kept.load(args, self.constexprs, self.constexpr_values)
+                if binary is not None:
+                    self.binaries[key] = binary
             if binary is not None:
                 try:
                     binary[(*grid, 1, 1)[:3]](*args, *self.constexpr_values)
@@ -80,6 +88,8 @@ class TritonLauncher:
             compiled = self.fn[grid](*args, **self.constexprs)
             if self.binaries is not None and not self.interpret and _can_launch_directly(compiled):
                 self.binaries[key] = compiled
+                if self.kept is not None:
+                    self.kept.save(args, self.constexprs, compiled)
         except Exception as e:
             if self.launched and not isinstance(e, triton.CompilationError):
                 raise

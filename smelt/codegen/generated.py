@@ -1,0 +1,66 @@
+"""What code generation leaves for one graph: the wrapper source, each kernel's source and launch
+settings, and the few Python objects the wrapper refers to by name.
+
+It is everything `smelt.runtime.assemble` needs to build the callable, so a graph whose
+`objects` are empty can be written to disk as JSON and rebuilt in another process.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .triton import BlockConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedKernel:
+    name: str
+    source: str
+    origins: tuple[str, ...]  # the ATen ops fused into it, for error messages
+    config: BlockConfig
+    candidates: tuple[BlockConfig, ...]  # more than one: timed on the first launch (autotuning)
+    workspace: tuple[int, int, int] | None  # row split: (programs per row, barriers, partial slots)
+    xnumel_arg: int  # position of xnumel among the launch arguments
+    interpret: bool  # a CPU kernel, run by the Triton interpreter
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "origins": list(self.origins),
+                "config": dataclasses.asdict(self.config),
+                "candidates": [dataclasses.asdict(c) for c in self.candidates],
+                "workspace": list(self.workspace) if self.workspace is not None else None,
+                "xnumel_arg": self.xnumel_arg, "interpret": self.interpret}
+
+    @classmethod
+    def from_json(cls, data: dict) -> GeneratedKernel:
+        workspace = data["workspace"]
+        return cls(name=data["name"], source=data["source"], origins=tuple(data["origins"]),
+                   config=BlockConfig(**data["config"]),
+                   candidates=tuple(BlockConfig(**c) for c in data["candidates"]),
+                   workspace=tuple(workspace) if workspace is not None else None,
+                   xnumel_arg=data["xnumel_arg"], interpret=data["interpret"])
+
+
+@dataclasses.dataclass
+class GeneratedGraph:
+    kind: str  # "inference" | "forward" | "backward"
+    title: str
+    wrapper_source: str
+    kernels: list[GeneratedKernel]
+    fallback_ops: list[str]
+    # Names the wrapper reads that are not source: constant tensors and compiled subgraphs.
+    objects: dict[str, object] = dataclasses.field(default_factory=dict)
+    cache_key: str | None = None  # the graph cache's key for it, once written to or read from the cache
+
+    @property
+    def serializable(self) -> bool:
+        return not self.objects
+
+    def to_json(self) -> dict:
+        assert self.serializable, "a graph that refers to Python objects cannot be written out"
+        return {"kind": self.kind, "title": self.title, "wrapper_source": self.wrapper_source,
+                "kernels": [k.to_json() for k in self.kernels], "fallback_ops": list(self.fallback_ops)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> GeneratedGraph:
+        return cls(kind=data["kind"], title=data["title"], wrapper_source=data["wrapper_source"],
+                   kernels=[GeneratedKernel.from_json(k) for k in data["kernels"]],
+                   fallback_ops=list(data["fallback_ops"]))

@@ -1,0 +1,143 @@
+"""The cache one level up: a Dynamo graph whose AOTAutograd result is a plain inference graph.
+
+For such a graph AOTAutograd's runtime wrapper only turns grad mode off around the compiled ATen
+graph, whose inputs are Dynamo's inputs in the same order and whose outputs are Dynamo's outputs.
+When a later process meets the same Dynamo graph with the same inputs, it can run the cached ATen
+graph directly and skip AOTAutograd's tracing. A graph qualifies only when that is provably so,
+checked on AOTAutograd's own metadata while the first process compiles it: no input mutations, no
+outputs aliasing inputs or each other, no effect tokens, no tensor subclasses, no grad-mode change
+inside, no autocast, a single inference graph. Anything else compiles as usual.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .. import observe
+from ..runtime.assemble import assemble
+from . import enabled, load_generated, stats
+from .fingerprint import Uncacheable, digest, dynamo_graph_text, environment_text
+from .store import read_entry, write_entry
+
+log = logging.getLogger("smelt.graph_cache")
+
+
+class DynamoCacheSlot:
+    """The cache entry for one Dynamo graph: read before AOTAutograd runs, written after it, when
+    the graph qualifies."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, cfg):
+        self.cfg = cfg
+        self.num_inputs = len(example_inputs)
+        self.num_outputs = _count_outputs(gm)
+        self.key = None
+        self.compiled_kinds: list[str] = []
+        self.inference_key = None
+        self.reason = None  # why the graph does not qualify, once known
+        if not enabled(cfg):
+            return
+        try:
+            if next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
+                raise Uncacheable("the graph owns parameters or buffers")
+            if torch._C._is_any_autocast_enabled():
+                raise Uncacheable("autocast is on")
+            self.key = digest(f"{environment_text(cfg)}\n{dynamo_graph_text(gm, example_inputs)}")
+        except Uncacheable as e:
+            stats["dynamo_uncacheable"] += 1
+            log.debug("smelt: Dynamo graph not cached: %s", e)
+
+    def lookup(self):
+        """The compiled callable from the cache, or None."""
+        if self.key is None:
+            return None
+        body = read_entry(self.cfg.cache_dir, "dynamo", self.key)
+        if body is None:
+            stats["dynamo_miss"] += 1
+            return None
+        if body.get("num_inputs") != self.num_inputs or not isinstance(body.get("aten_key"), str):
+            log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
+            return None
+        generated = load_generated(body["aten_key"], self.cfg)
+        if generated is None:
+            stats["dynamo_miss"] += 1
+            return None
+        generated.cache_key = body["aten_key"]
+        compiled = assemble(generated, self.cfg.cache_dir, keep_kernels=True)
+        compiled.kind = "inference"
+        observe.record(compiled)
+        stats["dynamo_hit"] += 1
+        log.debug("smelt: graph cache hit for a Dynamo graph (%s): AOTAutograd skipped", self.key[:16])
+        return torch._dynamo.disable(InferenceGraph(compiled.call))
+
+    def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:
+        """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph."""
+        self.compiled_kinds.append(kind)
+        if self.key is None or kind != "inference":
+            return
+        try:
+            _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
+            if compiled.cache_key is None:
+                raise Uncacheable("its ATen graph is not cached")
+            self.inference_key = compiled.cache_key
+        except Uncacheable as e:
+            self.reason = str(e)
+
+    def commit(self) -> None:
+        """After AOTAutograd: write the entry if the graph turned out to qualify."""
+        if self.key is None:
+            return
+        if self.compiled_kinds != ["inference"] or self.inference_key is None:
+            log.debug("smelt: Dynamo graph not cached: %s",
+                      self.reason or f"AOTAutograd compiled {', '.join(self.compiled_kinds) or 'nothing'}")
+            return
+        write_entry(self.cfg.cache_dir, "dynamo", self.key,
+                    {"aten_key": self.inference_key, "num_inputs": self.num_inputs})
+        stats["dynamo_stored"] += 1
+
+
+class InferenceGraph:
+    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: with grad mode off."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def __call__(self, *args):
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            return self.call(list(args))
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+
+
+def _count_outputs(gm: torch.fx.GraphModule) -> int:
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    results = output.args[0]
+    return len(results) if isinstance(results, (list, tuple)) else -1
+
+
+def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> None:
+    """Raises Uncacheable unless AOTAutograd's wrapper around this inference graph does nothing but
+    turn grad mode off (see the module docstring)."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if meta is None:
+        raise Uncacheable("AOTAutograd's metadata is not available")
+    if any(i.mutates_data or i.mutates_metadata or getattr(i, "mutates_storage_metadata", False)
+           for i in meta.input_info):
+        raise Uncacheable("it mutates an input")
+    if any(o.output_type.name != "non_alias" for o in meta.output_info):
+        raise Uncacheable("an output aliases an input or another output")
+    if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0):
+        raise Uncacheable("AOTAutograd adds outputs, effect tokens or RNG state")
+    if getattr(meta, "grad_enabled_mutation", None) is not None:
+        raise Uncacheable("it changes grad mode")
+    if any(type(m).__name__ == "SubclassCreationMeta"
+           for m in [*getattr(meta, "subclass_inp_meta", []), *getattr(meta, "subclass_fw_graph_out_meta", [])]):
+        raise Uncacheable("it involves tensor subclasses")
+    placeholders = sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder")
+    if placeholders != num_inputs or len(meta.output_info) != num_outputs or _count_outputs(aten_gm) != num_outputs:
+        raise Uncacheable("AOTAutograd changed the inputs or outputs")

@@ -1,0 +1,154 @@
+"""Cache keys: a text that names everything a compiled graph depends on, or the reason there is none.
+
+A key holds the graph's code, the metadata of every value in it (sizes, strides, storage offsets,
+dtypes, devices), smelt's own source, the versions of torch, Triton, sympy and Python, smelt's
+settings, and torch's global state that tracing reads (grad mode, default dtype, autocast,
+deterministic algorithms, matmul and attention flags). Graphs with symbolic sizes, constants,
+submodules or calls into code outside torch have no key: they compile every time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import operator
+import os
+import sys
+
+import sympy
+import torch
+import torch._functorch.config
+import triton
+
+FORMAT_VERSION = 1
+
+
+class Uncacheable(Exception):
+    """Raised while building a key; the message says why the graph is compiled afresh."""
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def smelt_source_digest() -> str:
+    """One hash of every Python file of smelt: any change to the compiler invalidates the cache."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            h.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def settings_text(cfg) -> str:
+    # Where things are written and whether the cache is on do not change what is compiled.
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+              if f.name not in ("cache_dir", "debug_dir", "graph_cache")}
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def torch_state_text() -> str:
+    """torch's global state that changes what tracing produces or what the compiled code computes."""
+    parts = {"default_dtype": str(torch.get_default_dtype()),
+             "grad": torch.is_grad_enabled(),
+             "deterministic": torch.are_deterministic_algorithms_enabled(),
+             "matmul_precision": torch.get_float32_matmul_precision(),
+             "cuda_matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+             "cudnn": [torch.backends.cudnn.enabled, torch.backends.cudnn.allow_tf32,
+                       torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark],
+             "sdp": [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
+                     torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled()]}
+    guard = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    if guard is not None and hasattr(guard.GlobalStateGuard, "__getstate__"):
+        parts["dynamo_global_state"] = guard.GlobalStateGuard().__getstate__()
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=None)
+def _versions_text() -> str:
+    return json.dumps({"format": FORMAT_VERSION, "smelt": smelt_source_digest(), "torch": torch.__version__,
+                       "triton": triton.__version__, "sympy": sympy.__version__,
+                       "python": list(sys.version_info[:2])})
+
+
+def environment_text(cfg) -> str:
+    return f"{_versions_text()}\n{settings_text(cfg)}\n{torch_state_text()}"
+
+
+def value_text(value) -> str:
+    """Metadata of one value of a graph; raises Uncacheable for symbolic or unknown values."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise Uncacheable(f"a {value.layout} tensor")
+        sizes = (*value.shape, *value.stride(), value.storage_offset())
+        if not all(type(s) is int for s in sizes):
+            raise Uncacheable("symbolic sizes")
+        return (f"T({value.dtype},{value.device},{tuple(value.shape)},{value.stride()},"
+                f"{value.storage_offset()},{int(value.requires_grad)})")
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(value_text(v) for v in value) + "]"
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Uncacheable("symbolic scalars")
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
+        return repr(value)
+    raise Uncacheable(f"a value of type {type(value).__name__}")
+
+
+def aten_graph_text(gm: torch.fx.GraphModule, kind: str) -> str:
+    """The code of an ATen graph and the metadata of every node in it."""
+    lines = [kind, gm.code]
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            raise Uncacheable(f"the graph holds {node.op} {node.target}")
+        if node.op == "output":
+            continue
+        lines.append(f"{node.name}: {value_text(node.meta.get('val'))}")
+    return "\n".join(lines)
+
+
+_TRUSTED_MODULES = ("torch", "operator", "_operator", "math", "builtins")
+_TRUSTED_OP_NAMESPACES = ("aten", "prims")
+
+
+def _check_target(target) -> None:
+    """A Dynamo graph is traced again by AOTAutograd: a call is safe to key by its printed name
+    only when what it does is fixed by the torch version (not user code, not a custom op)."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if str(target).split(".")[0] not in _TRUSTED_OP_NAMESPACES:
+            raise Uncacheable(f"it calls the custom op {target}")
+        return
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        raise Uncacheable(f"it calls {target.name()}")
+    if target in (operator.getitem,):
+        return
+    module = getattr(target, "__module__", None) or ""
+    if module.split(".")[0] not in _TRUSTED_MODULES or module.startswith("torch._dynamo"):
+        raise Uncacheable(f"it calls {getattr(target, '__qualname__', target)} from {module or 'unknown code'}")
+
+
+def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs) -> str:
+    """The code of a Dynamo graph and the metadata of its inputs."""
+    lines = [gm.code]
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            raise Uncacheable(f"the graph holds {node.op} {node.target}")
+        if node.op == "call_function":
+            _check_target(node.target)
+    for x in example_inputs:
+        if not isinstance(x, torch.Tensor):
+            raise Uncacheable(f"an input of type {type(x).__name__}")
+        if type(x).__name__ not in ("FakeTensor", "Tensor", "Parameter"):
+            raise Uncacheable(f"a {type(x).__name__} input")
+        lines.append(value_text(x))
+        if x.device.type == "cuda":
+            lines.append(f"{torch.cuda.get_device_name(x.device)} {torch.cuda.get_device_capability(x.device)}")
+    functorch_config = torch._functorch.config.get_config_copy()
+    lines.append(json.dumps(functorch_config, sort_keys=True, default=repr))
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Builds the callable for one generated graph: writes and loads its kernels, runs the wrapper module."""
+from __future__ import annotations
+
+from ..codegen.generated import GeneratedGraph
+from ..errors import KernelCompileError
+from .autotune import Autotuner
+from .compiled_graph import CompiledGraph
+from .kernel_binaries import KeptKernels
+from .launcher import TritonLauncher
+from .loader import load_module, source_path
+
+
+def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> CompiledGraph:
+    """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries)."""
+    namespace = {}
+    kernel_paths = {}
+    for kernel in generated.kernels:
+        path = source_path(cache_dir, kernel.name, kernel.source)
+        kernel_paths[kernel.name] = path
+        try:
+            module = load_module(path, interpret=kernel.interpret)
+        except Exception as e:
+            raise KernelCompileError(f"smelt: kernel {kernel.name} did not load; source: {path}; from ATen ops: "
+                                     f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
+        fn = getattr(module, kernel.name)
+        tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
+        kept = KeptKernels(fn, kernel.source, cache_dir) if keep_kernels and not kernel.interpret else None
+        namespace[kernel.name] = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config,
+                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, kept)
+    wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
+    exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
+    namespace.update(generated.objects)
+    return CompiledGraph(
+        kind=generated.kind, call=namespace["call"], kernel_names=[k.name for k in generated.kernels],
+        kernel_sources={k.name: k.source for k in generated.kernels}, kernel_paths=kernel_paths,
+        fallback_ops=list(generated.fallback_ops), wrapper_source=generated.wrapper_source,
+        wrapper_path=wrapper_path, cache_key=generated.cache_key)

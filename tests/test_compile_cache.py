@@ -1,0 +1,289 @@
+"""The graph cache (smelt.graph_cache): compiled graphs reused by later compiles and processes.
+
+Each test gets its own SMELT_CACHE_DIR. Within one process, `torch._dynamo.reset()` makes Dynamo
+hand the same graph to smelt again, which then reads the disk cache as a fresh process would; one
+test runs a real second process.
+"""
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from smelt import graph_cache
+
+pytestmark = pytest.mark.smelt_only
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path / "smelt_cache"))
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "1")
+    monkeypatch.delenv("SMELT_DEBUG_DIR", raising=False)
+    graph_cache.stats.clear()
+    return tmp_path / "smelt_cache"
+
+
+def compile_again(fn, *args, compile_fn):
+    """Compile `fn` from scratch (Dynamo's in-memory cache cleared) and run it; the hit counts of this compile."""
+    torch._dynamo.reset()
+    graph_cache.stats.clear()
+    out = compile_fn(fn)(*args)
+    return out, dict(graph_cache.stats)
+
+
+def entries(cache_dir, section):
+    return sorted((cache_dir / "graphs" / section).rglob("*.json"))
+
+
+def softmax(x):
+    return torch.softmax(x * 2, dim=-1)
+
+
+SUBPROCESS_SCRIPT = textwrap.dedent("""
+    import json, sys, torch, smelt
+    from smelt import graph_cache
+    x = torch.linspace(-3, 3, 8 * 24).reshape(8, 24)
+    out = torch.compile(lambda x: torch.softmax(x * 2, dim=-1), backend="smelt")(x)
+    error = (out - torch.softmax(x * 2, dim=-1)).abs().max().item()
+    print(json.dumps({"stats": dict(graph_cache.stats), "error": error,
+                      "kernels": [k for g in smelt.observe.compiled_graphs() for k in g.kernel_names]}))
+""")
+
+
+def test_second_process_hits_the_cache(cache_dir, device):
+    if device != "cpu":
+        pytest.skip("the script builds CPU tensors")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", SUBPROCESS_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["stats"] == {"dynamo_miss": 1, "aten_miss": 1, "dynamo_stored": 1}
+    assert second["stats"] == {"dynamo_hit": 1}
+    assert first["error"] < 1e-6 and second["error"] < 1e-6
+    assert second["kernels"] == first["kernels"] and len(first["kernels"]) == 1
+
+
+def test_hit_gives_eager_answer_and_is_observable(cache_dir, device, compile_fn, assert_close, observe):
+    x = torch.randn(16, 40, device=device)
+    first, stats = compile_again(softmax, x, compile_fn=compile_fn)
+    assert stats["dynamo_stored"] == 1 and len(entries(cache_dir, "dynamo")) == 1
+    observe.reset()
+    again, stats = compile_again(softmax, x, compile_fn=compile_fn)
+    assert stats == {"dynamo_hit": 1}
+    assert_close(again, softmax(x))
+    assert not again.requires_grad
+    (graph,) = observe.compiled_graphs()
+    assert graph.kind == "inference" and graph.cache_key is not None and len(graph.kernel_names) == 1
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "stride", "setting"])
+def test_a_changed_input_or_setting_misses(change, cache_dir, device, compile_fn, assert_close, monkeypatch):
+    x = torch.randn(16, 40, device=device)
+    compile_again(softmax, x, compile_fn=compile_fn)
+    if change == "shape":
+        x = torch.randn(16, 48, device=device)
+    elif change == "dtype":
+        x = x.double()
+    elif change == "stride":
+        x = torch.randn(40, 16, device=device).t()
+    else:
+        monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", "16")  # rows of 40 now loop
+    out, stats = compile_again(softmax, x, compile_fn=compile_fn)
+    assert stats.get("dynamo_hit", 0) == 0 and stats.get("aten_hit", 0) == 0, stats
+    assert stats["aten_miss"] == 1
+    assert_close(out, softmax(x))
+    assert len(entries(cache_dir, "aten")) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "edit"])
+def test_a_damaged_entry_is_ignored_and_rewritten(damage, cache_dir, device, compile_fn, assert_close, caplog):
+    x = torch.randn(8, 24, device=device)
+    compile_again(softmax, x, compile_fn=compile_fn)
+    (aten_entry,) = entries(cache_dir, "aten")
+    text = aten_entry.read_text()
+    if damage == "truncate":
+        aten_entry.write_text(text[: len(text) // 2])
+    elif damage == "garbage":
+        aten_entry.write_bytes(b"\x00\xff not json")
+    else:  # valid JSON whose contents no longer match their hash: a kernel that computes something else
+        entry = json.loads(text)
+        entry["body"]["wrapper_source"] = entry["body"]["wrapper_source"].replace("return (", "return (0 * ")
+        aten_entry.write_text(json.dumps(entry))
+    with caplog.at_level(logging.WARNING, logger="smelt.graph_cache"):
+        out, stats = compile_again(softmax, x, compile_fn=compile_fn)
+    assert_close(out, softmax(x))
+    assert any("corrupted graph cache entry" in r.getMessage() and str(aten_entry) in r.getMessage()
+               for r in caplog.records), caplog.text
+    assert stats.get("dynamo_hit", 0) == 0 and stats["aten_miss"] == 1
+    out, stats = compile_again(softmax, x, compile_fn=compile_fn)  # the entry was written again
+    assert stats == {"dynamo_hit": 1}
+    assert_close(out, softmax(x))
+
+
+def test_input_mutation_runs_correctly_and_skips_the_dynamo_level(cache_dir, device, compile_fn, assert_close):
+    def fn(x, y):
+        x.add_(y)
+        return x.sum(dim=-1)
+
+    for attempt in range(2):
+        x, y = torch.randn(6, 10, device=device), torch.randn(6, 10, device=device)
+        x_eager = x.clone()
+        expected = fn(x_eager, y)
+        out, stats = compile_again(fn, x, y, compile_fn=compile_fn)
+        assert_close(out, expected)
+        assert_close(x, x_eager)  # the mutation reached the caller's tensor
+        assert stats.get("dynamo_stored", 0) == 0 and stats.get("dynamo_hit", 0) == 0
+        assert stats == ({"dynamo_miss": 1, "aten_miss": 1} if attempt == 0 else {"dynamo_miss": 1, "aten_hit": 1})
+
+
+def test_output_aliasing_an_input_skips_the_dynamo_level(cache_dir, device, compile_fn, assert_close):
+    def fn(x):
+        return x.view(-1), x.exp()
+
+    for _ in range(2):
+        x = torch.randn(4, 5, device=device)
+        (view, exp), stats = compile_again(fn, x, compile_fn=compile_fn)
+        assert view.data_ptr() == x.data_ptr()
+        assert_close(exp, x.exp())
+        assert stats.get("dynamo_hit", 0) == 0 and stats.get("dynamo_stored", 0) == 0
+
+
+def test_training_graphs_hit_at_the_aten_level(cache_dir, device, compile_fn, assert_close):
+    def fn(x, w):
+        return (F.gelu(x @ w) * 3).sum()
+
+    for attempt in range(2):
+        torch.manual_seed(0)
+        x = torch.randn(8, 16, device=device)
+        w = torch.randn(16, 12, device=device, requires_grad=True)
+        w_eager = w.detach().clone().requires_grad_()
+        out, _ = compile_again(fn, x, w, compile_fn=compile_fn)
+        out.backward()  # compiles the backward graph
+        stats = dict(graph_cache.stats)
+        expected = fn(x, w_eager)
+        expected.backward()
+        assert_close(out, expected, atol=1e-4, rtol=1e-4)
+        assert_close(w.grad, w_eager.grad, atol=1e-4, rtol=1e-4)
+        assert stats.get("dynamo_stored", 0) == 0 and stats.get("dynamo_hit", 0) == 0
+        assert stats.get("aten_hit" if attempt else "aten_miss") == 2, stats  # forward and backward
+
+
+def test_parameters_under_no_grad_hit_at_the_dynamo_level(cache_dir, device, compile_fn, assert_close):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).to(device)
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        expected = model(x)
+        _, stats = compile_again(model, x, compile_fn=compile_fn)
+        assert stats["dynamo_stored"] == 1
+        out, stats = compile_again(model, x, compile_fn=compile_fn)
+    assert stats == {"dynamo_hit": 1}
+    assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    # With grad on, the same parameters make a training graph: a different key, compiled afresh.
+    out, stats = compile_again(model, x, compile_fn=compile_fn)
+    assert stats.get("dynamo_hit", 0) == 0 and out.requires_grad
+
+
+def test_symbolic_shapes_are_not_cached(cache_dir, device, compile_fn, assert_close):
+    x = torch.randn(8, 24, device=device)
+    torch._dynamo.reset()
+    graph_cache.stats.clear()
+    out = compile_fn(softmax, dynamic=True)(x)
+    assert_close(out, softmax(x))
+    assert graph_cache.stats["aten_uncacheable"] == 1 and graph_cache.stats["dynamo_uncacheable"] == 1
+    assert not entries(cache_dir, "aten") and not entries(cache_dir, "dynamo")
+
+
+def test_setting_turns_the_cache_off(cache_dir, device, compile_fn, assert_close, monkeypatch):
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    x = torch.randn(8, 24, device=device)
+    for _ in range(2):
+        out, stats = compile_again(softmax, x, compile_fn=compile_fn)
+        assert stats == {}
+        assert_close(out, softmax(x))
+    assert not (cache_dir / "graphs").exists()
+
+
+@torch.library.custom_op("smelt_cache_test::scaled", mutates_args=())
+def _scaled(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return x * factor
+
+
+@_scaled.register_fake
+def _(x, factor):
+    return torch.empty_like(x)
+
+
+def test_a_custom_op_skips_the_dynamo_level(cache_dir, device, compile_fn, assert_close):
+    # What a custom op does is not in the graph's code: only the ATen level, which calls it at run time, is kept.
+    def fn(x):
+        return torch.ops.smelt_cache_test.scaled(x.exp(), 3.0) + 1
+
+    for attempt in range(2):
+        x = torch.randn(5, 7, device=device)
+        out, stats = compile_again(fn, x, compile_fn=compile_fn)
+        assert_close(out, fn(x))
+        assert stats["dynamo_uncacheable"] == 1 and stats.get("dynamo_stored", 0) == 0
+        assert stats.get("aten_hit" if attempt else "aten_miss") == 1
+
+
+def _compiled_variant(signature, constants, attrs):
+    """A stand-in for triton's CompiledKernel: only its `src` is read by the checks under test."""
+    from types import SimpleNamespace
+    return SimpleNamespace(src=SimpleNamespace(signature=signature, constants=constants, attrs=attrs))
+
+
+def test_a_kept_gpu_kernel_is_launched_only_when_its_assumptions_hold():
+    from smelt.runtime.kernel_binaries import assumptions_hold, describe_arguments
+    signature = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "ks0": "i32", "xnumel": "i32", "XBLOCK": "constexpr"}
+    attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]], (2,): [], (3,): [["tt.divisibility", 16]]}
+    kernel = _compiled_variant(signature, {(4,): 128}, attrs)
+    storage = torch.zeros(64)
+    aligned, misaligned = storage[:32], storage[1:33]
+    assert assumptions_hold(kernel, [aligned, aligned, 7, 32, 128])
+    assert not assumptions_hold(kernel, [misaligned, aligned, 7, 32, 128])  # compiled for a 16-byte aligned pointer
+    assert not assumptions_hold(kernel, [aligned, aligned, 7, 33, 128])  # compiled for xnumel % 16 == 0
+    assert not assumptions_hold(kernel, [aligned, aligned, 2**31, 32, 128])  # an i32 parameter
+    assert not assumptions_hold(kernel, [aligned, aligned, 7, 32, 64])  # another block size
+    one = _compiled_variant(signature, {(2,): 1, (4,): 128}, attrs | {(2,): []})
+    one.src.signature = dict(signature, ks0="constexpr")  # the JIT turned ks0 == 1 into a constant
+    assert assumptions_hold(one, [aligned, aligned, 1, 32, 128])
+    assert not assumptions_hold(one, [aligned, aligned, 2, 32, 128])
+    unknown = _compiled_variant(signature, {(4,): 128}, attrs | {(2,): [["tt.some_new_attribute", 1]]})
+    assert not assumptions_hold(unknown, [aligned, aligned, 7, 32, 128])
+    # What selects a kept variant: dtypes, alignment, and the integer properties the JIT specializes on.
+    assert describe_arguments([aligned, 7]) != describe_arguments([misaligned, 7])
+    assert describe_arguments([aligned, 7]) != describe_arguments([aligned.double(), 7])
+    assert describe_arguments([aligned, 1]) != describe_arguments([aligned, 2])
+    assert describe_arguments([aligned, 16]) != describe_arguments([aligned, 17])
+    assert describe_arguments([aligned, True]) != describe_arguments([aligned, 1])
+    assert describe_arguments([aligned, None]) is None
+
+
+def test_a_damaged_kept_gpu_kernel_is_ignored_and_removed(tmp_path, caplog):
+    from smelt.runtime.kernel_binaries import _folder, load_variant
+    folder = tmp_path / _folder("", "ab" + "0" * 62)
+    folder.mkdir(parents=True)
+    (folder / "k.cubin").write_bytes(b"\x7fELF truncated")
+    (folder / "k.json").write_text('{"hash": "0"}')
+    record = {"signature": {}, "constants": [], "attrs": [], "files": {"k.cubin": "k.cubin", "k.json": "k.json"},
+              "sha256": {"k.cubin": "0" * 64, "k.json": "0" * 64}}  # the files were changed after they were kept
+    (folder / "variant.json").write_text(json.dumps(record))
+    with caplog.at_level(logging.WARNING, logger="smelt.graph_cache"):
+        assert load_variant(str(tmp_path), "ab" + "0" * 62, fn=None) is None
+    assert "does not match its hash" in caplog.text and not folder.exists()
+    folder.mkdir(parents=True)
+    (folder / "variant.json").write_text("{not json")
+    assert load_variant(str(tmp_path), "ab" + "0" * 62, fn=None) is None and not folder.exists()
