@@ -1,0 +1,24 @@
+"""Which block configs win when autotuning, per benchmark workload (to tune the heuristic).
+
+    SMELT_AUTOTUNE=1 python3 scripts/autotune_sweep.py softmax layer_norm ...
+"""
+import logging
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+from benchmarks.backends import compile_fn  # noqa: E402
+from benchmarks.measure import bench_ms  # noqa: E402
+from benchmarks.workloads import by_name  # noqa: E402
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+logging.getLogger("smelt").setLevel(logging.DEBUG)
+logging.getLogger("smelt").handlers = [logging.StreamHandler(sys.stdout)]
+logging.getLogger("smelt").propagate = False
+for w in by_name(",".join(sys.argv[1:]) or None):
+    inputs = w.make_inputs("cuda")
+    f = compile_fn("smelt", w.fn)
+    f(*inputs)
+    print(f"== {w.name}: {bench_ms(lambda: f(*inputs), 'cuda'):.4f} ms", flush=True)
