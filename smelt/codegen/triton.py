@@ -11,6 +11,8 @@ from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_online_softmax import reduce_looped as online_softmax_looped
+from .triton_online_softmax import reduce_persistent as online_softmax_persistent
 from .triton_random import INTERPRETER_IMPORT, randint64, uniform_or_normal
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, cast_text, identity, literal, register_dtype, triton_type)
@@ -249,6 +251,8 @@ class TritonKernel:
         return name
 
     def _reduce_persistent(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
+        if rtype == "online_softmax_reduce":
+            return online_softmax_persistent(self, value)
         dtype = register_dtype(value.dtype)
         masked = self._masked(value, identity(rtype, value.dtype))
         if rtype == "sum":
@@ -297,6 +301,8 @@ class TritonKernel:
         return self.emit(f'tl.where({nan_count} > 0, float("nan"), {result})', dtype, 1)
 
     def _reduce_looped(self, rtype: str, value: CSEVar) -> tuple[CSEVar, ...]:
+        if rtype == "online_softmax_reduce":
+            return online_softmax_looped(self, value)
         dtype = register_dtype(value.dtype)
         ttype = triton_type(dtype)
         pro, epi = self.loop_prologue, self.loop_epilogue
