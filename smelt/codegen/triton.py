@@ -13,6 +13,8 @@ from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .block_candidates import masks_needed
 from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_online_softmax import reduce_looped as online_softmax_looped
+from .triton_online_softmax import reduce_persistent as online_softmax_persistent
 from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, cast_text, literal, register_dtype, triton_type)
@@ -280,6 +282,8 @@ class TritonKernel:
         return name
 
     def _reduce_persistent(self, rtype: str, value) -> tuple[CSEVar, ...]:
+        if rtype == "online_softmax_reduce":
+            return online_softmax_persistent(self, value)
         if rtype == "welford_combine":
             # Masked-off lanes are empty partials (count 0), which the combine leaves out. tl.reduce
             # wants operands of one shape: a part made from rindex alone is [1, RBLOCK].
@@ -335,6 +339,8 @@ class TritonKernel:
         return self.emit(f'tl.where({nan_count} > 0, float("nan"), {result})', dtype, 1)
 
     def _reduce_looped(self, rtype: str, value) -> tuple[CSEVar, ...]:
+        if rtype == "online_softmax_reduce":
+            return online_softmax_looped(self, value)
         pro, epi = self.loop_prologue, self.loop_epilogue
         acc = f"acc{self.cse.counter}"
         self.cse.counter += 1

@@ -10,11 +10,12 @@ from .nodes import IRNode
 from .ops import TextHandler, use_handler
 
 # Reduction kinds, each with how many values it yields. welford_reduce yields (mean, m2, count)
-# in one pass; argmax/argmin yield the index of the first extreme value, as eager does.
+# in one pass; online_softmax_reduce yields (max, sum of exp(value - max)) in one pass;
+# argmax/argmin yield the index of the first extreme value, as eager does.
 # welford_combine merges partial (mean, m2, count) triples: its inner_fn returns such a triple.
 REDUCTION_OUTPUTS = {
     "sum": 1, "prod": 1, "max": 1, "min": 1, "any": 1, "all": 1,
-    "argmax": 1, "argmin": 1, "welford_reduce": 3, "welford_combine": 3,
+    "argmax": 1, "argmin": 1, "welford_reduce": 3, "welford_combine": 3, "online_softmax_reduce": 2,
 }
 
 

@@ -17,6 +17,7 @@ from ..ir.ops import ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import dense_dim_order, index_var, sympify
 from . import registry
+from .online_softmax import SoftmaxRows
 
 log = logging.getLogger("smelt.lowering")
 
@@ -46,6 +47,7 @@ class IRGraph:
         self.node: torch.fx.Node | None = None
         self._counter = 0
         self._dtypes: dict | None = None
+        self.softmax_rows = SoftmaxRows(gm)  # amax/sum pairs lowered as one online reduction
 
     # ------------------------------------------------------------ building
 
@@ -269,7 +271,7 @@ def _check_shape(node, result):
 def _maybe_realize(graph: IRGraph, node, value):
     """Realize a loop nest read by several users, so that it is computed once and fused, not recomputed."""
     if isinstance(value, TensorBox) and isinstance(value.data, StorageBox) and len(node.users) > 1:
-        if isinstance(value.data.data, Loops):
+        if isinstance(value.data.data, Loops) and not graph.softmax_rows.keeps_inline(node, value):
             value.data.realize(graph)
 
 

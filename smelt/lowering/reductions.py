@@ -34,7 +34,7 @@ def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, out_dtype: torch.dtype,
-                   src_dtype: torch.dtype, outputs: tuple[int, ...] = (0,)):
+                   src_dtype: torch.dtype, outputs: tuple[int, ...] = (0,), origins: frozenset = frozenset()):
     """A realized reduction of x over `dims`, its buffer shaped as eager's result (keepdim or not).
 
     A reduction that yields several values (Welford) gets one buffer per index in `outputs`; they
@@ -71,13 +71,17 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
 
     results = [TensorBox(StorageBox(g.register_computed(
         Reduction(x.get_device(), out_dtype, inner_fn, ranges, reduction_ranges, reduction_type, src_dtype, k,
-                  origins=g.origin | x.origins)))) for k in outputs]
+                  origins=g.origin | x.origins | origins)))) for k in outputs]
     return results[0] if len(outputs) == 1 else results
 
 
 def _accumulating(kind: str):
     """sum / prod: accumulate in float32 for half floats (int64 for integers), then cast."""
     def lower(g, x, dims=None, keepdim=False, dtype=None):
+        if kind == "sum":
+            computed = g.softmax_rows.sum_result(g)  # already reduced with its amax, in one pass
+            if computed is not None:
+                return computed
         out = g.out_meta.dtype
         acc = accumulator_dtype(out)
         result = make_reduction(g, x, dims, keepdim, kind, acc, acc)
@@ -105,7 +109,13 @@ def _extreme(kind):
     return lower
 
 
-lowering(aten.amax)(_extreme("max"))
+@lowering(aten.amax)
+def amax(g, x, dims=None, keepdim=False):
+    # amax(v) followed by sum(exp(v - amax)): both come from one online-softmax reduction.
+    statistics = g.softmax_rows.lower_statistics(g, x, dims)
+    return statistics if statistics is not None else _extreme("max")(g, x, dims, keepdim)
+
+
 lowering(aten.amin)(_extreme("min"))
 
 
