@@ -249,8 +249,7 @@ class TritonKernel:
             if self.config.persistent:
                 self.reduction_results[key] = self._reduce_persistent(rtype, value)
                 if self.row_split is not None:
-                    self.reduction_results[key] = tuple(self.row_split.exchange(rtype, part)
-                                                        for part in self.reduction_results[key])
+                    self.reduction_results[key] = self.row_split.exchange(rtype, self.reduction_results[key])
             else:
                 self.reduction_results[key] = self._reduce_looped(rtype, value)
         return self.reduction_results[key][node.data.output_index]

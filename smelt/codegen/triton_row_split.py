@@ -30,7 +30,7 @@ CHUNK = 8192
 WARPS = 8  # 4 to 16 warps and chunks of 4k to 32k elements measured within 5% of each other
 # At most this many programs cooperate on a row; an H100 keeps hundreds resident.
 MAX_ROW_SPLIT = 64
-COMBINABLE = ("sum", "max", "min")
+COMBINABLE = ("sum", "max", "min", "online_softmax_reduce")
 SYNC_HEADER = 2  # ticket counter, finished counter
 
 
@@ -71,16 +71,19 @@ class RowSplit:
     def rindex_line(self) -> str:
         return "rindex = rchunk * RBLOCK + rbase"
 
-    def exchange(self, rtype: str, local: CSEVar) -> CSEVar:
-        """The row's reduction from this program's partial `local` ([XBLOCK, 1])."""
+    def exchange(self, rtype: str, local: tuple[CSEVar, ...]) -> tuple[CSEVar, ...]:
+        """The row's reduction from this program's partial results `local` (each [XBLOCK, 1]):
+        all of them are stored, then one barrier, then each row's partials are combined."""
         k = self.k
-        dtype = register_dtype(local.dtype)
-        slot, barrier = self.slots, self.barriers
-        self.slots += 1
+        dtype = register_dtype(local[0].dtype)
+        barrier = self.barriers
         self.barriers += 1
         body = k.body
-        base = f"partials_ptr + {slot} * tl.cdiv(xnumel, XBLOCK) * XBLOCK * ROW_SPLIT"
-        body.writeline(f"tl.store({base} + xindex * ROW_SPLIT + rchunk, {local})")
+        bases = []
+        for value in local:
+            bases.append(f"partials_ptr + {self.slots} * tl.cdiv(xnumel, XBLOCK) * XBLOCK * ROW_SPLIT")
+            self.slots += 1
+            body.writeline(f"tl.store({bases[-1]} + xindex * ROW_SPLIT + rchunk, {value})")
         counter = f"sync_ptr + {SYNC_HEADER} + row_group * {{barriers}} + {barrier}"
         body.writeline("tl.debug_barrier()")  # every thread's partial is written before the release
         body.writeline(f"arrived = tl.atomic_add({counter}, 1, sem='acq_rel') + 1")
@@ -88,13 +91,24 @@ class RowSplit:
         body.writeline(f"    arrived = tl.atomic_add({counter}, 0, sem='acquire')")
         lanes = f"tl.arange(0, {_pow2(self.row_split)})[None, :]"
         mask = f"{lanes} < ROW_SPLIT" + (" & xmask" if k.need_xmask else "")
-        fill = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[rtype]
-        # .cg: read through L2, never a line this SM's L1 cached before the partials were final.
-        parts = k.emit(f"tl.load({base} + xindex * ROW_SPLIT + {lanes}, {mask}, other={fill}, cache_modifier='.cg')",
-                       dtype, 2)
+
+        def load(base, fill):
+            # .cg: read through L2, never a line this SM's L1 cached before the partials were final.
+            return k.emit(f"tl.load({base} + xindex * ROW_SPLIT + {lanes}, {mask}, other={fill}, "
+                          f"cache_modifier='.cg')", dtype, 2)
+
+        if rtype == "online_softmax_reduce":
+            maxes, sums = load(bases[0], 'float("-inf")'), load(bases[1], "0.0")
+            row_max = k.emit(f"tl.reduce({maxes}, 1, {k._combine_name('max', dtype)})[:, None]", dtype, 1)
+            # A chunk of only -inf holds (-inf, NaN): it adds nothing.
+            terms = k.emit(f'tl.where({maxes} == float("-inf"), 0.0, {sums} * tl.exp({maxes} - {row_max}))', dtype, 2)
+            total = k.emit(f"tl.sum({terms}, 1)[:, None]", dtype, 1)
+            return row_max, k.emit(f'tl.where({row_max} == float("-inf"), float("nan"), {total})', dtype, 1)
+        (base,) = bases
+        parts = load(base, {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[rtype])
         if rtype == "sum":
-            return k.emit(f"tl.sum({parts}, 1)[:, None]", dtype, 1)
-        return k.emit(f"tl.reduce({parts}, 1, {k._combine_name(rtype, dtype)})[:, None]", dtype, 1)
+            return (k.emit(f"tl.sum({parts}, 1)[:, None]", dtype, 1),)
+        return (k.emit(f"tl.reduce({parts}, 1, {k._combine_name(rtype, dtype)})[:, None]", dtype, 1),)
 
     def epilogue(self, out) -> None:
         out.writeline("# The last program to finish zeroes the sync buffer for the next launch.")
