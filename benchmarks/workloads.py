@@ -98,10 +98,20 @@ def silu_mul(a, b):
     return F.silu(a) * b
 
 
+def transpose_add(x, y):
+    return x.t() + y
+
+
+def permute_021(x):
+    return x.permute(0, 2, 1).contiguous()
+
+
 WORKLOADS: list[Workload] = [
     Workload("softmax", softmax, (32768, 2048), (64, 128), torch.float32),
     Workload("layer_norm", layer_norm, (16384, 4096), (64, 256), torch.float32, build=_layer_norm_inputs),
     Workload("silu_mul", silu_mul, (8192, 14336), (64, 256), torch.bfloat16, build=randn(2)),
+    Workload("transpose_add", transpose_add, (8192, 8192), (96, 96), torch.float32, build=randn(2)),
+    Workload("permute_021", permute_021, (64, 1024, 1024), (4, 64, 96), torch.bfloat16),
 ]
 
 

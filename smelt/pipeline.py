@@ -92,7 +92,9 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
                 f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}",
                 f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
                 f"{' persistent' if config.persistent else ''}"]
+    if plan.tiling is not None:
+        comments.append(plan.tiling.describe())
     source = kernel.source(name, interpret, comments)
     return TritonKernelSource(
         name=name, source=source, params=kernel.args.call_order(), size_args=list(kernel.args.sizes),
-        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins)
+        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.blocks_2d else None, config=config, origins=origins)
