@@ -40,7 +40,7 @@ def _cases(device):
 
 
 def _fixed_tiles(xblock, rblock, warps):
-    def tile_blocks(xnumel, rnumel, interpret):
+    def tile_blocks(xnumel, rnumel, itemsize, interpret):
         layout = tiling.grid_layout(static_int(xnumel), static_int(rnumel), xblock, rblock)
         return tiling.TileBlocks(xblock, rblock, warps, *layout)
     return tile_blocks

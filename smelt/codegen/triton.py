@@ -49,7 +49,8 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     # for pointwise work, smaller ones for reductions, where some combines run element by element.
     budget = (1 << 16 if not plan.is_reduction else 4096) if interpret else 4096
     if plan.tiling is not None:
-        tiles = tile_blocks(plan.xnumel, plan.rnumel, interpret)
+        itemsize = max(n.buffer.get_dtype().itemsize for n in plan.nodes)
+        tiles = tile_blocks(plan.xnumel, plan.rnumel, itemsize, interpret)
         return BlockConfig(tiles.xblock, tiles.rblock, tiles.num_warps, False, tiles)
     if not plan.is_reduction:
         xblock = 1024 if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
