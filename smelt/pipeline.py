@@ -92,8 +92,11 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
                 f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
                 f"{' persistent' if config.persistent else ''}"
                 f"{f'; autotuned over {len(configs)} configs' if len(configs) > 1 else ''}"]
+    if plan.tiling is not None:
+        comments.append(plan.tiling.describe())
     source = kernel.source(name, interpret, comments)
+    workspace = (config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None
     return TritonKernelSource(
         name=name, source=source, params=kernel.args.call_order(), size_args=list(kernel.args.sizes),
-        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.is_reduction else None, config=config, origins=origins,
-        candidates=configs, workspace=(config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None)
+        xnumel=plan.xnumel, rnumel=plan.rnumel if plan.blocks_2d else None, config=config, origins=origins,
+        candidates=configs, workspace=workspace)

@@ -15,7 +15,7 @@ MAX_BLOCK_ELEMENTS = 16384
 
 
 def candidates(plan, heuristic, interpret: bool) -> list:
-    if heuristic.row_split > 1 or plan.has_scan or any(n.is_scatter for n in plan.nodes):
+    if heuristic.row_split > 1 or heuristic.tiles is not None or plan.has_scan or any(n.is_scatter for n in plan.nodes):
         return [heuristic]
     xn, rn = plan.static_sizes()
     if xn is None or (plan.is_reduction and rn is None):
@@ -48,5 +48,5 @@ def masks_needed(plan, configs) -> tuple[bool, bool]:
     """(x mask, r mask) that make the one source correct for every candidate."""
     xn, rn = plan.static_sizes()
     need_x = xn is None or any(xn % c.XBLOCK for c in configs)
-    need_r = plan.is_reduction and (rn is None or rn == 0 or any(rn % c.RBLOCK for c in configs))
+    need_r = plan.blocks_2d and (rn is None or rn == 0 or any(rn % c.RBLOCK for c in configs))
     return need_x, need_r

@@ -4,6 +4,9 @@ A kernel iterates x (outputs) and, if it reduces, r (the reduced elements of eac
 members run in phases: a reduction's result exists only after a full pass over r, so a member
 that needs it runs in the next pass. With the whole row in registers (a persistent reduction) the
 passes are one straight line of code; otherwise each pass is its own loop over r.
+
+A pointwise kernel may be tiled (see tiling.py): then x and r are two factors of its elements,
+every member is placed "xr", and r is split across programs instead of looped over.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from ..ir.ops import is_indirect
 from ..scheduler.fusion import FusedGroup
 from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode
 from ..symbolic import static_int
+from .tiling import Tiling, choose_tiling
 
 
 @dataclasses.dataclass
@@ -24,14 +28,14 @@ class KernelPlan:
     placement: dict[str, str]  # node name -> "x" | "xr" | "reduction"
     phase: dict[str, int]
     num_phases: int
+    xnumel: sympy.Expr
+    rnumel: sympy.Expr
+    tiling: Tiling | None = None
 
     @property
-    def xnumel(self):
-        return self.group.xnumel
-
-    @property
-    def rnumel(self):
-        return self.group.rnumel
+    def blocks_2d(self) -> bool:
+        """Whether the kernel works on [XBLOCK, RBLOCK] blocks (else on [XBLOCK])."""
+        return self.is_reduction or self.tiling is not None
 
     @property
     def nodes(self) -> list[SchedulerNode]:
@@ -69,6 +73,11 @@ class KernelPlan:
 
 
 def plan_kernel(group: FusedGroup, stored: list[str]) -> KernelPlan:
+    tiling = choose_tiling(group, stored)
+    if tiling is not None:
+        placement = {n.name: "xr" for n in group.nodes}
+        return KernelPlan(group, stored, placement, {n.name: 0 for n in group.nodes}, 1,
+                          tiling.outer, tiling.inner, tiling)
     placement = group.placements()
     writers = {n.write_name: n for n in group.nodes}
     phase: dict[str, int] = {}
@@ -81,7 +90,7 @@ def plan_kernel(group: FusedGroup, stored: list[str]) -> KernelPlan:
             p = max(p, phase[producer.name] + (1 if placement[producer.name] == "reduction" else 0))
         phase[node.name] = p
     num_phases = max(phase.values()) + 1
-    return KernelPlan(group, stored, placement, phase, num_phases)
+    return KernelPlan(group, stored, placement, phase, num_phases, group.xnumel, group.rnumel)
 
 
 def kernel_sizes_symbols(plan: KernelPlan) -> list[sympy.Symbol]:

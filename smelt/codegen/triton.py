@@ -13,6 +13,7 @@ from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
 from .block_candidates import masks_needed
 from .simd import KernelPlan, kernel_sizes_symbols
+from .tiling import TileBlocks, tile_blocks, tile_program_ids
 from .triton_online_softmax import reduce_looped as online_softmax_looped
 from .triton_online_softmax import reduce_persistent as online_softmax_persistent
 from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
@@ -30,6 +31,7 @@ class BlockConfig:
     num_warps: int
     persistent: bool
     row_split: int = 1  # programs sharing one row (see triton_row_split.py)
+    tiles: TileBlocks | None = None  # set for a tiled pointwise kernel
 
 
 @dataclasses.dataclass
@@ -58,6 +60,10 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     # Elements one program handles. The interpreter runs each program as numpy calls: big blocks
     # for pointwise work, smaller ones for reductions, where some combines run element by element.
     budget = (1 << 16 if not plan.is_reduction else 4096) if interpret else 4096
+    if plan.tiling is not None:
+        itemsize = max(n.buffer.get_dtype().itemsize for n in plan.nodes)
+        tiles = tile_blocks(plan.xnumel, plan.rnumel, itemsize, interpret)
+        return BlockConfig(tiles.xblock, tiles.rblock, tiles.num_warps, False, tiles=tiles)
     if not plan.is_reduction:
         xblock = 1024 if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
         if xn is not None:
@@ -124,6 +130,11 @@ class TritonKernel:
         self.loop_epilogue: IndentedBuffer | None = None
         # An empty row (rnumel == 0) still runs one masked block, which yields the identity.
         self.need_xmask, self.need_rmask = masks or masks_needed(plan, [config])
+        if config.tiles is not None and config.tiles.fold_axis1:  # the folded axis overshoots
+            if config.tiles.grid_axes[1] == "x":
+                self.need_xmask = True
+            else:
+                self.need_rmask = True
 
     # ------------------------------------------------------------ values
 
@@ -200,7 +211,7 @@ class TritonKernel:
             value = TritonOps(self).to_dtype(value, dtype)
         if placement == "reduction":
             value = self.reduction(node, value)
-        if placement != "xr":
+        if placement != "xr" or self.plan.tiling is not None:  # a tiled kernel has no loop to leave
             self.node_values[node.name] = value
         return value
 
@@ -228,7 +239,7 @@ class TritonKernel:
         return cast_text(value, src, dst, self.interpret)
 
     def block_shape(self, rank: int) -> str:
-        if not self.plan.is_reduction:
+        if not self.plan.blocks_2d:
             return "[XBLOCK]"
         return "[XBLOCK, 1]" if rank == 1 else "[XBLOCK, RBLOCK]"
 
@@ -470,9 +481,9 @@ class TritonKernel:
         for s in sizes:
             self.args.size(s)
         params = [p for p, _ in self.args.call_order()] + self.args.sizes + ["xnumel"]
-        if plan.is_reduction:
+        if plan.blocks_2d:
             params.append("rnumel")
-        consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.is_reduction else [])
+        consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.blocks_2d else [])
         if self.row_split:
             params += ["sync_ptr", "partials_ptr"]
             consts.append("ROW_SPLIT: tl.constexpr")
@@ -499,25 +510,41 @@ class TritonKernel:
         out.writeline("@triton.jit")
         out.writeline(f"def {name}({', '.join(params + consts)}):")
         with out.indent():
-            pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
-            if self.row_split:
-                self.row_split.prologue(out)
+            if self.config.tiles is not None:
+                self._tile_prologue(out)
             else:
-                out.writeline(f"xoffset = {pid} * XBLOCK")
-            if plan.is_reduction:
-                out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
-            else:
-                out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
-            if self.need_xmask:
-                out.writeline("xmask = xindex < xnumel")
-            if plan.is_reduction:
-                out.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
+                self._rows_prologue(out)
         out.splice(self.body)
         if self.row_split:
             with out.indent():
                 self.row_split.epilogue(out)
             return self.row_split.finish(out.getvalue())
         return out.getvalue()
+
+    def _rows_prologue(self, out: IndentedBuffer) -> None:
+        """This program's x block; a reduction walks r inside it."""
+        pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
+        if self.row_split:
+            self.row_split.prologue(out)
+        else:
+            out.writeline(f"xoffset = {pid} * XBLOCK")
+        if self.plan.is_reduction:
+            out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+        else:
+            out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
+        if self.need_xmask:
+            out.writeline("xmask = xindex < xnumel")
+        if self.plan.is_reduction:
+            out.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
+
+    def _tile_prologue(self, out: IndentedBuffer) -> None:
+        """Where this program's tile lies: x blocks along one launch axis, r blocks along the other."""
+        pids = tile_program_ids(self.config.tiles, ".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
+        for axis, block, shape in (("x", "XBLOCK", "[:, None]"), ("r", "RBLOCK", "[None, :]")):
+            out.writeline(f"{axis}offset = {pids[axis]} * {block}")
+            out.writeline(f"{axis}index = {axis}offset + tl.arange(0, {block}){shape}")
+            if self.need_xmask if axis == "x" else self.need_rmask:
+                out.writeline(f"{axis}mask = {axis}index < {axis}numel")
 
 
 class TritonOps:

@@ -7,12 +7,16 @@ call that binary directly, which skips the JIT's argument binding and cache look
 microseconds a launch, enough to leave the GPU idle between small kernels). With a kept-kernels
 folder, the binaries are also kept on disk (kernel_binaries.py), and a later process launches
 them without going through the JIT at all.
+
+A kernel gets one program per XBLOCK of x; a tiled one, one per XBLOCK x RBLOCK tile, on a 2-D
+(or, past the grid's axis-1 limit, 3-D) grid laid out as its source expects.
 """
 from __future__ import annotations
 
 import torch
 import triton
 
+from ..codegen.tiling import grid_for
 from ..codegen.triton_row_split import RowSplitWorkspace
 from ..errors import KernelCompileError
 from .kernel_binaries import KeptKernels
@@ -22,7 +26,7 @@ class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
                  workspace: tuple[int, int, int] | None = None, autotuner=None, kept: KeptKernels | None = None):
         self.fn = fn
-        self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments
+        self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
         self.name = name
         self.path = path
         self.origins = origins
@@ -63,12 +67,22 @@ class TritonLauncher:
             args = (*args, *self.workspace.buffers(xnumel, _device_of(args)))
             grid = (self.workspace.grid(xnumel),)
         else:
-            grid = (-(-xnumel // self.config.XBLOCK),)
+            grid = self.grid(args)
+            if 0 in grid:
+                return
         self._launch(grid, args)
 
     def _launch_with(self, config, args) -> None:
         self._use(config)
-        self._launch((-(-args[self.xnumel_arg] // config.XBLOCK),), args)
+        self._launch(self.grid(args), args)
+
+    def grid(self, args) -> tuple[int, ...]:
+        config = self.config
+        x_programs = -(-args[self.xnumel_arg] // config.XBLOCK)
+        if config.tiles is None:
+            return (x_programs,)
+        programs = {"x": x_programs, "r": -(-args[self.xnumel_arg + 1] // config.RBLOCK)}
+        return grid_for(*(programs[axis] for axis in config.tiles.grid_axes))
 
     def _launch(self, grid, args) -> None:
         if self.binaries is not None and not self.interpret:

@@ -1,0 +1,209 @@
+"""Two-dimensional tiles for pointwise kernels whose reads and writes walk memory in different orders.
+
+A 1-D pointwise kernel gives each program a run of consecutive output elements. When one access
+is contiguous along the output's last dimension and another along an earlier one (a transpose, a
+permute, a channels-last copy), one of them strides through memory and half the traffic is
+uncoalesced. A tiled kernel splits the flat index into (outer, inner) at a dimension boundary,
+index = x * inner + r, and gives each program an [XBLOCK, RBLOCK] tile of that 2-D space: the
+access contiguous along r reads rows of the tile, the one contiguous along x reads its columns,
+and Triton moves values between the two layouts through shared memory.
+
+Such a kernel reuses the x/r axes of reduction kernels (every member is placed "xr"), except
+that r is split across programs rather than looped over. The decision is made from the index
+expressions alone: tile when some split makes more accesses contiguous (or broadcast) along one
+of the two axes than the 1-D walk does.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+
+from ..ir.ops import is_indirect
+from ..scheduler.fusion import FusedGroup
+from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode, same
+from ..symbolic import FloorDiv, ModularIndexing, next_power_of_2, product, static_int
+
+# Programs along launch-grid axes 1 and 2 number at most this many (a CUDA limit).
+GRID_AXIS_LIMIT = 65535
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """A pointwise kernel over outer * inner elements, walked as x in [0, outer), r in [0, inner)."""
+
+    outer: sympy.Expr
+    inner: sympy.Expr
+    along_x: tuple[str, ...]  # buffers read or written contiguously along x (the tile's columns)
+    along_r: tuple[str, ...]  # ... along r (the tile's rows)
+
+    def describe(self) -> str:
+        return (f"# tiled: {self.outer} (x) x {self.inner} (r), each program one XBLOCK x RBLOCK tile; "
+                f"contiguous along x: {', '.join(self.along_x) or '-'}; along r: {', '.join(self.along_r) or '-'}")
+
+
+def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
+    """How far expr moves in memory when var grows by one, within a run of consecutive var values;
+    None when that is not a fixed amount (a var inside a sum in a division, an indirect index)."""
+    stride = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        if var not in term.free_symbols:
+            continue
+        factors = sympy.Mul.make_args(term)
+        moving = [f for f in factors if var in f.free_symbols]
+        if len(moving) != 1:
+            return None
+        (f,) = moving
+        coeff = sympy.Mul(*[g for g in factors if g is not f])
+        if f == var:
+            stride += coeff
+        elif isinstance(f, ModularIndexing) and f.args[0] == var:
+            stride += coeff if f.args[1] == 1 else 0  # var // d for d > 1 stays put within runs of d
+        elif isinstance(f, FloorDiv) and f.args[0] == var:
+            continue
+        else:
+            return None
+    return stride
+
+
+def _is_cheap(expr: sympy.Expr, axes: tuple[sympy.Symbol, ...]) -> bool:
+    """Whether an access costs whole memory transactions per block: it is contiguous along one
+    of the block's axes, or does not move along one of them (a broadcast, read once per tile)."""
+    if any(is_indirect(s) for s in expr.free_symbols):
+        return True  # a gather costs the same however the block is shaped: it does not decide
+    strides = [stride_along(expr, v) for v in axes]
+    return any(s is not None and (s == 1 or s == 0) for s in strides)
+
+
+def _accesses(nodes: list[SchedulerNode], stored: list[str], placement: str, xnumel, rnumel):
+    """(buffer, index) of every load from memory and every store of the group, each once."""
+    written_before: set[str] = set()
+    found: dict = {}  # an ordered set
+    for node in nodes:
+        for name, index in node.reads_in_kernel(placement, xnumel, rnumel):
+            if name not in written_before:  # values made by an earlier member come from registers
+                found[(name, index)] = None
+        if node.write_name in stored:
+            found[(node.write_name, node.store_index(placement, xnumel, rnumel))] = None
+        written_before.add(node.write_name)
+    return list(found)
+
+
+def _score(accesses, axes) -> int:
+    return sum(_is_cheap(index, axes) for _, index in accesses)
+
+
+def _inner_sizes(nodes: list[SchedulerNode], flat_accesses, numel) -> list[sympy.Expr]:
+    """Where a tile may split: the element count of each trailing run of some member's dims, and
+    each run length the 1-D accesses divide the flat index by (a member that iterates a flat
+    range may still read a transposed view)."""
+    found: list[sympy.Expr] = []
+    for node in nodes:
+        ranges = [r for r in node.data.ranges if r != 1]
+        found += [product(ranges[k:]) for k in range(1, len(ranges))]
+    for _, index in flat_accesses:
+        for f in index.atoms(FloorDiv, ModularIndexing):
+            if f.args[0] == XINDEX:
+                found += [f.args[1]] + ([f.args[1] * f.args[2]] if isinstance(f, ModularIndexing) else [])
+    sizes: list[sympy.Expr] = []
+    for inner in found:
+        divides = sympy.fraction(sympy.cancel(numel / inner))[1] == 1
+        if inner != 1 and divides and not same(inner, numel) and not any(same(inner, s) for s in sizes):
+            sizes.append(inner)
+    return sizes
+
+
+def choose_tiling(group: FusedGroup, stored: list[str]) -> Tiling | None:
+    """The best (outer, inner) split of a pointwise group, or None when the 1-D walk is as good."""
+    if group.is_reduction or group.is_extern or any(n.is_scatter for n in group.nodes):
+        return None
+    numel = group.xnumel
+    if static_int(numel) is not None and static_int(numel) <= 1:
+        return None
+    flat = _accesses(group.nodes, stored, "x", numel, 1)
+    flat_score = _score(flat, (XINDEX,))
+    if flat_score == len(flat):
+        return None
+    best, best_key = None, None
+    for inner in _inner_sizes(group.nodes, flat, numel):
+        outer = sympy.cancel(numel / inner)
+        if any(n.placement(outer, inner) != "xr" for n in group.nodes):
+            continue
+        accesses = _accesses(group.nodes, stored, "xr", outer, inner)
+        score = _score(accesses, (XINDEX, RINDEX))
+        # Prefer more cheap accesses, then the squarer split (fuller tiles).
+        o, i = static_int(outer), static_int(inner)
+        key = (score, min(o, i) if o is not None and i is not None else 0)
+        if score > flat_score and (best_key is None or key > best_key):
+            best_key = key
+            best = Tiling(outer, inner, *_contiguous_buffers(accesses))
+    return best
+
+
+def _contiguous_buffers(accesses) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    along_x, along_r = [], []
+    for name, index in accesses:
+        if stride_along(index, RINDEX) == 1:
+            along_r.append(name)
+        elif stride_along(index, XINDEX) == 1:
+            along_x.append(name)
+    return tuple(dict.fromkeys(along_x)), tuple(dict.fromkeys(along_r))
+
+
+# ---------------------------------------------------------------- block sizes and launch grid
+
+
+@dataclasses.dataclass(frozen=True)
+class TileBlocks:
+    xblock: int
+    rblock: int
+    num_warps: int
+    grid_axes: tuple[str, str]  # which of x / r the program ids along launch axes 0 and 1 walk
+    fold_axis1: bool  # axis 1 may need more than GRID_AXIS_LIMIT programs: it continues on axis 2
+
+
+def tile_blocks(xnumel, rnumel, itemsize: int, interpret: bool) -> TileBlocks:
+    """The tile: on the GPU, 64 x 64 for 4-byte elements and 128 x 64 for narrower ones (each row
+    and column of the tile a few 128-byte lines; on an H100 these copy at 85-95% of the copy
+    bandwidth, where 32 x 32 tiles lose 5-10%). Under the interpreter, where each program is a
+    round of numpy calls, as big as 128 x 128. A short side gives its room to the other."""
+    xn, rn = static_int(xnumel), static_int(rnumel)
+    if interpret:
+        budget, side = 1 << 14, 128
+    else:
+        budget, side = (8192 if itemsize <= 2 else 4096), 64
+    rblock = min(side, next_power_of_2(rn)) if rn is not None else side
+    xblock = min(budget // rblock, next_power_of_2(xn)) if xn is not None else budget // rblock
+    if rn is not None:
+        rblock = min(budget // xblock, next_power_of_2(rn))
+    num_warps = 8 if xblock * rblock >= 4096 else 4
+    return TileBlocks(xblock, rblock, num_warps, *grid_layout(xn, rn, xblock, rblock))
+
+
+def grid_layout(xn: int | None, rn: int | None, xblock: int, rblock: int) -> tuple[tuple[str, str], bool]:
+    """(grid_axes, fold_axis1) for static sizes xn, rn (None when symbolic): more programs go on
+    axis 0, which has no practical limit; axis 1 folds onto axis 2 unless it surely fits."""
+    x_programs = -(-xn // xblock) if xn is not None else None
+    r_programs = -(-rn // rblock) if rn is not None else None
+    if x_programs is not None and r_programs is not None and x_programs > r_programs:
+        axes = ("x", "r")
+    else:
+        axes = ("r", "x")
+    second = x_programs if axes[1] == "x" else r_programs
+    return axes, second is None or second > GRID_AXIS_LIMIT
+
+
+def tile_program_ids(tiles: TileBlocks, cast: str) -> dict[str, str]:
+    """Triton expressions for this program's x block and r block numbers."""
+    first, second = tiles.grid_axes
+    pids = {first: f"tl.program_id(0){cast}"}
+    if tiles.fold_axis1:
+        pids[second] = f"(tl.program_id(2){cast} * {GRID_AXIS_LIMIT} + tl.program_id(1){cast})"
+    else:
+        pids[second] = f"tl.program_id(1){cast}"
+    return pids
+
+
+def grid_for(count0: int, count1: int) -> tuple[int, int, int]:
+    """The launch grid for program counts along the two tile axes; see TileBlocks.fold_axis1."""
+    return count0, min(count1, GRID_AXIS_LIMIT), -(-count1 // GRID_AXIS_LIMIT)

@@ -1,0 +1,149 @@
+"""Pointwise kernels that read along one dim and write along another run as 2-D tiles."""
+
+import pytest
+import torch
+
+import smelt.codegen.tiling
+
+
+def _sources(observe) -> list[str]:
+    return [src for g in observe.compiled_graphs() for src in g.kernel_sources.values()]
+
+
+def _tiled(observe) -> list[str]:
+    return [src for src in _sources(observe) if "# tiled:" in src]
+
+
+def _assert_one_tiled_kernel(observe) -> str:
+    sources = _sources(observe)
+    assert len(sources) == 1, sources
+    (src,) = sources
+    assert "# tiled:" in src, src
+    assert "tl.program_id(1)" in src and "xindex" in src and "rindex" in src, src
+    assert "for roffset" not in src, src  # r is split across programs, never looped over
+    return src
+
+
+def test_transpose_plus_add(device, check, observe):
+    x = torch.randn(33, 65, device=device)
+    y = torch.randn(65, 33, device=device)
+    check(lambda x, y: x.t() + y, x, y)
+    src = _assert_one_tiled_kernel(observe)
+    # x is read (and the output, which keeps x.t()'s strides, written) down the tile's columns.
+    assert "contiguous along x: arg0_1, buf0; along r: arg1_1" in src, src
+
+
+def test_permute_3d_keeps_batch_in_the_outer_factor(device, check, observe):
+    x = torch.randn(5, 70, 30, device=device)
+    actual, _ = check(lambda x: x.permute(0, 2, 1).contiguous(), x)
+    assert actual.is_contiguous()
+    src = _assert_one_tiled_kernel(observe)
+    assert "# tiled: 150 (x) x 70 (r)" in src, src  # x walks (batch, 30), r walks 70
+
+
+def test_sizes_not_divisible_by_the_tile_are_masked(device, check, observe):
+    x = torch.randn(67, 130, device=device)
+    check(lambda x: x.t().contiguous() * 3, x)
+    src = _assert_one_tiled_kernel(observe)
+    assert "xmask & rmask" in src, src
+
+
+def test_divisible_sizes_need_no_mask(device, check, observe):
+    x = torch.randn(64, 128, device=device)
+    check(lambda x: x.t().contiguous() * 3, x)
+    src = _assert_one_tiled_kernel(observe)
+    assert "mask" not in src.split("tl.constexpr):")[1], src
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int32, torch.bool])
+def test_transpose_other_dtypes(device, check, observe, dtype):
+    x = torch.randn(40, 24, device=device).mul(10).to(dtype)
+    y = torch.randn(24, 40, device=device).mul(10).to(dtype)
+    if dtype == torch.bool:
+        check(lambda x, y: x.t() | y, x, y)
+    else:
+        check(lambda x, y: x.t() + y, x, y)
+    _assert_one_tiled_kernel(observe)
+
+
+def test_fused_chain_tiles_as_one_kernel(device, check, observe):
+    x = torch.randn(48, 36, device=device)
+    y = torch.randn(36, 48, device=device)
+    bias = torch.randn(36, 1, device=device)
+
+    def fn(x, y, bias):
+        a = x.t() + y
+        return a, torch.relu(a * 2 + bias).sigmoid()
+
+    check(fn, x, y, bias)
+    src = _assert_one_tiled_kernel(observe)
+    assert src.count("tl.store(") == 2, src
+
+
+@pytest.mark.parametrize("channels", [3, 16])
+def test_channels_last_copy(device, check, observe, channels):
+    x = torch.randn(2, channels, 5, 7, device=device)
+    actual, _ = check(lambda x: x.contiguous(memory_format=torch.channels_last) + 1, x)
+    assert actual.is_contiguous(memory_format=torch.channels_last)
+    _assert_one_tiled_kernel(observe)
+
+
+def test_channels_last_input_to_contiguous(device, check, observe):
+    x = torch.randn(2, 16, 5, 7, device=device).contiguous(memory_format=torch.channels_last)
+    actual, _ = check(lambda x: torch.sin(x).contiguous(), x)
+    assert actual.is_contiguous()
+    _assert_one_tiled_kernel(observe)
+
+
+def test_flat_output_of_a_transposed_read(device, check, observe):
+    # The output iterates one flat range; the split comes from how the read divides the index.
+    x = torch.randn(40, 24, device=device)
+    check(lambda x: (x.t() + 1).reshape(-1), x)
+    src = _assert_one_tiled_kernel(observe)
+    assert "# tiled: 24 (x) x 40 (r)" in src, src
+
+
+def test_in_place_add_of_a_transpose(device, check, observe):
+    x = torch.randn(24, 24, device=device)
+    y = torch.randn(24, 24, device=device)
+
+    def fn(x, y):
+        x.add_(y.t())
+        return x
+
+    check(fn, x, y, clone_inputs=True)
+    assert _tiled(observe)
+
+
+def test_dynamic_sizes(device, compile_fn, observe, assert_close):
+    fn = compile_fn(lambda x, y: x.t() * y, dynamic=True)
+    for m, n in ((20, 33), (7, 50), (64, 64)):
+        x = torch.randn(m, n, device=device)
+        y = torch.randn(n, m, device=device)
+        assert_close(fn(x, y), x.t() * y)
+    (src,) = _sources(observe)
+    assert "# tiled:" in src and "xmask & rmask" in src, src
+
+
+def test_many_programs_fold_onto_the_third_grid_axis(device, check, observe, monkeypatch):
+    monkeypatch.setattr(smelt.codegen.tiling, "GRID_AXIS_LIMIT", 2)
+    x = torch.randn(300, 520, device=device)
+    check(lambda x: x.t() + 1, x)
+    src = _assert_one_tiled_kernel(observe)
+    assert "tl.program_id(2)" in src, src
+
+
+def test_contiguous_pointwise_stays_1d(device, check, observe):
+    x = torch.randn(33, 65, device=device)
+    y = torch.randn(33, 65, device=device)
+    check(lambda x, y: x + y * 2, x, y)
+    (src,) = _sources(observe)
+    assert "# tiled:" not in src and "tl.program_id(1)" not in src and "RBLOCK: tl.constexpr" not in src, src
+
+
+def test_broadcast_row_plus_column_stays_1d(device, check, observe):
+    # Every access is contiguous or a broadcast along the flat index: nothing to gain from tiles.
+    a = torch.randn(17, 1, device=device)
+    b = torch.randn(1, 33, device=device)
+    check(lambda a, b: a + b, a, b)
+    assert not _tiled(observe)
