@@ -6,7 +6,6 @@ import logging
 import os
 import sys
 
-import torch
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.backends import compile_fn  # noqa: E402

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import sympy
 import torch
 import torch.fx
 
-from ..ir import Pointwise, StorageBox, TensorBox, View, ops
+from ..ir import Pointwise, StorageBox, TensorBox, ops
 from ..ir.ops import ReadsHandler, use_handler
 from ..symbolic import product
+from .views import drop_size_one_dims
 from .common import make_pointwise
 
 aten = torch.ops.aten
@@ -157,7 +157,7 @@ class SoftmaxRows:
             return None
         keepdim = _argument(g.node, 2, "keepdim", False)
         if g.node in row.sums:
-            return row.row_sum if keepdim else _drop_reduced_dims(row.row_sum, row.dims)
+            return row.row_sum if keepdim else drop_size_one_dims(row.row_sum, row.dims)
         return self._log_softmax_sum(g, row, keepdim)
 
     def _log_softmax_sum(self, g, row: _Row, keepdim: bool) -> TensorBox:
@@ -177,7 +177,7 @@ class SoftmaxRows:
             return ops.sub(t, ops.mul(n, ops.add(m, ops.log(s))))
         result = make_pointwise(g, [total, row.row_max, row.row_sum, count], minus_statistics, compute_dtype=acc,
                                 out_dtype=g.out_meta.dtype, size=size)
-        return result if keepdim else _drop_reduced_dims(result, row.dims)
+        return result if keepdim else drop_size_one_dims(result, row.dims)
 
     def keeps_inline(self, node: torch.fx.Node, value) -> bool:
         """Whether a value with several readers is left for each of them to recompute."""
@@ -190,19 +190,6 @@ class SoftmaxRows:
         with use_handler(handler):
             loops.inner_fn(loops.index_vars())
         return len(handler.reads) <= RECOMPUTE_MAX_LOADS
-
-
-def _drop_reduced_dims(box: TensorBox, dims: frozenset[int]) -> TensorBox:
-    """A keepdim-shaped reduction result viewed without its reduced (size 1) dims."""
-    size = box.get_size()
-    kept = [d for d in range(len(size)) if d not in dims]
-
-    def with_reduced_dims(index):
-        full = [sympy.Integer(0)] * len(size)
-        for d, i in zip(kept, index):
-            full[d] = i
-        return full
-    return TensorBox(View(box.data, [size[d] for d in kept], with_reduced_dims, "squeeze"))
 
 
 def _row_steps(v: torch.fx.Node, shifts: list[torch.fx.Node]) -> set[torch.fx.Node]:

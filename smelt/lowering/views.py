@@ -79,6 +79,12 @@ def squeeze(g, x, dim=None):
     else:
         dims = [_dim(d, len(old)) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
         dims = [d for d in dims if old[d] == 1]
+    return drop_size_one_dims(x, dims)
+
+
+def drop_size_one_dims(x: TensorBox, dims) -> TensorBox:
+    """x viewed without its dims `dims`, each of size 1."""
+    old = x.get_size()
     keep = [d for d in range(len(old)) if d not in dims]
 
     def reindex(index):
