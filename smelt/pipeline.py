@@ -82,7 +82,7 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
     if plan.has_scan:
         limit = min(limit, cfg.persistent_scan_limit)
     config: BlockConfig = choose_blocks(plan, interpret, limit)
-    configs = candidates(plan, config, interpret) if cfg.autotune and tunable(step) else [config]
+    configs = candidates(plan, config) if cfg.autotune and tunable(step) else [config]
     name = kernel_name(plan, config, index)
     kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs))
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})

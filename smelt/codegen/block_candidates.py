@@ -14,7 +14,7 @@ from ..symbolic import next_power_of_2
 MAX_BLOCK_ELEMENTS = 16384
 
 
-def candidates(plan, heuristic, interpret: bool) -> list:
+def candidates(plan, heuristic) -> list:
     if heuristic.row_split > 1 or heuristic.tiles is not None or plan.has_scan or any(n.is_scatter for n in plan.nodes):
         return [heuristic]
     xn, rn = plan.static_sizes()

@@ -94,7 +94,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
 def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
     kind = "poi" if not plan.is_reduction else ("per" if config.persistent else "red")
     if config.row_split > 1:
-        kind = "split"
+        kind = "rowsplit"  # not a split reduction: one kernel whose programs share rows
     # "aten._softmax.default" -> "softmax"
     ops = sorted({o.split(".")[1].strip("_") if o.count(".") >= 1 else o for n in plan.nodes for o in n.buffer.origins})
     ops = [o for o in ops if o][:5]
@@ -523,10 +523,10 @@ class TritonKernel:
 
     def _rows_prologue(self, out: IndentedBuffer) -> None:
         """This program's x block; a reduction walks r inside it."""
-        pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
         if self.row_split:
             self.row_split.prologue(out)
         else:
+            pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
             out.writeline(f"xoffset = {pid} * XBLOCK")
         if self.plan.is_reduction:
             out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")

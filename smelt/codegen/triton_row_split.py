@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..symbolic import next_power_of_2
 from .common import CSEVar
 from .triton_ops import register_dtype
 
@@ -89,7 +90,7 @@ class RowSplit:
         body.writeline(f"arrived = tl.atomic_add({counter}, 1, sem='acq_rel') + 1")
         body.writeline("while arrived < ROW_SPLIT:")
         body.writeline(f"    arrived = tl.atomic_add({counter}, 0, sem='acquire')")
-        lanes = f"tl.arange(0, {_pow2(self.row_split)})[None, :]"
+        lanes = f"tl.arange(0, {next_power_of_2(self.row_split)})[None, :]"
         mask = f"{lanes} < ROW_SPLIT" + (" & xmask" if k.need_xmask else "")
 
         def load(base, fill):
@@ -121,13 +122,6 @@ class RowSplit:
 
     def finish(self, source: str) -> str:
         return source.replace("{barriers}", str(self.barriers))
-
-
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 class RowSplitWorkspace:
