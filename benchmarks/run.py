@@ -99,7 +99,7 @@ def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row:
     expected = w.fn(*inputs)
     row["eager"] = {"ms": bench_ms(lambda: w.fn(*inputs), args.device)}
     log(f"[{w.name}] eager {row['eager']['ms']:.4f} ms")
-    for backend in COMPILED:
+    for backend in args.backends:
         row[backend] = run_backend(backend, w, inputs, expected, args.device)
         log(f"[{w.name}] {backend} {row[backend]}")
         if "ms" in row[backend] and row["bytes"]:
@@ -111,7 +111,7 @@ def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row:
         torch.cuda.empty_cache()
 
     row["compile"] = {}
-    for backend in COMPILED if not args.no_compile_time else ():
+    for backend in args.backends if not args.no_compile_time else ():
         left = None if deadline is None else deadline - time.monotonic()
         if "ERROR" in row[backend].get("error", ""):
             row["compile"][backend] = ("—", "—")  # it did not compile in-process either
@@ -242,9 +242,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
     parser.add_argument("--markdown", metavar="PATH", help="also write the results block here")
     parser.add_argument("--note", help="a line printed under the header (e.g. test results)")
+    parser.add_argument("--backends", default=",".join(COMPILED),
+                        help="compiled backends to time (eager always runs): e.g. smelt, to compare smelt settings")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="skip compile-time runs that would end past S seconds from start")
     args = parser.parse_args(argv)
+    args.backends = [b for b in args.backends.split(",") if b]
+    unknown = set(args.backends) - set(COMPILED)
+    if unknown:
+        parser.error(f"unknown backend(s) {sorted(unknown)}; choose from {list(COMPILED)}")
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         log("CUDA is not available; use --device cpu --small to check the harness here.")

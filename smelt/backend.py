@@ -14,6 +14,7 @@ from . import config as config_module
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .pipeline import compile_graph
+from .runtime.kernel_binaries import prepare_compiler
 
 # Checks that return nothing: older torch (2.11) does not thread them through effect tokens, so
 # without this mark FX dead-code elimination drops them and a singular matrix passes silently.
@@ -50,6 +51,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     cached = slot.lookup()
     if cached is not None:
         return cached
+    if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
+        prepare_compiler()
     compiled = aot_module_simplified(
         gm, example_inputs,
         fw_compiler=_Compiler("forward", slot),

@@ -48,6 +48,9 @@ class Config:
         default_factory=lambda: int(_env("SMELT_PERSISTENT_SCAN_LIMIT", "4096"))
     )
 
+    # Cache hints on the loads of reduction kernels (codegen/eviction.py); SMELT_EVICTION_HINTS=0: none.
+    eviction_hints: bool = dataclasses.field(default_factory=lambda: _env("SMELT_EVICTION_HINTS", "1") != "0")
+
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.
     autotune: bool = dataclasses.field(default_factory=lambda: _env("SMELT_AUTOTUNE", "0") == "1")

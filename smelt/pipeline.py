@@ -84,7 +84,8 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
     config: BlockConfig = choose_blocks(plan, interpret, limit)
     configs = candidates(plan, config) if cfg.autotune and tunable(step) else [config]
     name = kernel_name(plan, config, index)
-    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs))
+    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs),
+                          cfg.eviction_hints)
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
     members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
     comments = [f"# aten ops: {', '.join(origins)}",

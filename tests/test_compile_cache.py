@@ -239,51 +239,30 @@ def test_a_custom_op_skips_the_dynamo_level(cache_dir, device, compile_fn, asser
         assert stats.get("aten_hit" if attempt else "aten_miss") == 1
 
 
-def _compiled_variant(signature, constants, attrs):
-    """A stand-in for triton's CompiledKernel: only its `src` is read by the checks under test."""
-    from types import SimpleNamespace
-    return SimpleNamespace(src=SimpleNamespace(signature=signature, constants=constants, attrs=attrs))
-
-
-def test_a_kept_gpu_kernel_is_launched_only_when_its_assumptions_hold():
-    from smelt.runtime.kernel_binaries import assumptions_hold, describe_arguments
-    signature = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "ks0": "i32", "xnumel": "i32", "XBLOCK": "constexpr"}
-    attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]], (2,): [], (3,): [["tt.divisibility", 16]]}
-    kernel = _compiled_variant(signature, {(4,): 128}, attrs)
+def test_a_gpu_kernel_variant_is_chosen_by_what_its_code_was_specialized_on():
+    from smelt.runtime.cuda_binary import describe
     storage = torch.zeros(64)
     aligned, misaligned = storage[:32], storage[1:33]
-    assert assumptions_hold(kernel, [aligned, aligned, 7, 32, 128])
-    assert not assumptions_hold(kernel, [misaligned, aligned, 7, 32, 128])  # compiled for a 16-byte aligned pointer
-    assert not assumptions_hold(kernel, [aligned, aligned, 7, 33, 128])  # compiled for xnumel % 16 == 0
-    assert not assumptions_hold(kernel, [aligned, aligned, 2**31, 32, 128])  # an i32 parameter
-    assert not assumptions_hold(kernel, [aligned, aligned, 7, 32, 64])  # another block size
-    one = _compiled_variant(signature, {(2,): 1, (4,): 128}, attrs | {(2,): []})
-    one.src.signature = dict(signature, ks0="constexpr")  # the JIT turned ks0 == 1 into a constant
-    assert assumptions_hold(one, [aligned, aligned, 1, 32, 128])
-    assert not assumptions_hold(one, [aligned, aligned, 2, 32, 128])
-    unknown = _compiled_variant(signature, {(4,): 128}, attrs | {(2,): [["tt.some_new_attribute", 1]]})
-    assert not assumptions_hold(unknown, [aligned, aligned, 7, 32, 128])
-    # What selects a kept variant: dtypes, alignment, and the integer properties the JIT specializes on.
-    assert describe_arguments([aligned, 7]) != describe_arguments([misaligned, 7])
-    assert describe_arguments([aligned, 7]) != describe_arguments([aligned.double(), 7])
-    assert describe_arguments([aligned, 1]) != describe_arguments([aligned, 2])
-    assert describe_arguments([aligned, 16]) != describe_arguments([aligned, 17])
-    assert describe_arguments([aligned, True]) != describe_arguments([aligned, 1])
-    assert describe_arguments([aligned, None]) is None
+    assert describe([aligned, 7]) != describe([misaligned, 7])  # 16-byte alignment
+    assert describe([aligned, 7]) != describe([aligned.double(), 7])  # dtype
+    assert describe([aligned, 16]) != describe([aligned, 17])  # divisibility by 16
+    assert describe([aligned, 7]) != describe([aligned, 2**31])  # a 64-bit integer
+    assert describe([aligned, 7]) == describe([storage[32:], 9])  # same specialization, same variant
+    assert describe([aligned, True]) is None and describe([aligned, None]) is None  # never passed by smelt
 
 
 def test_a_damaged_kept_gpu_kernel_is_ignored_and_removed(tmp_path, caplog):
-    from smelt.runtime.kernel_binaries import _folder, load_variant
-    folder = tmp_path / _folder("", "ab" + "0" * 62)
-    folder.mkdir(parents=True)
-    (folder / "k.cubin").write_bytes(b"\x7fELF truncated")
-    (folder / "k.json").write_text('{"hash": "0"}')
-    record = {"signature": {}, "constants": [], "attrs": [], "files": {"k.cubin": "k.cubin", "k.json": "k.json"},
-              "sha256": {"k.cubin": "0" * 64, "k.json": "0" * 64}}  # the files were changed after they were kept
-    (folder / "variant.json").write_text(json.dumps(record))
-    with caplog.at_level(logging.WARNING, logger="smelt.graph_cache"):
-        assert load_variant(str(tmp_path), "ab" + "0" * 62, fn=None) is None
+    from smelt.runtime.cuda_binary import CudaBinary
+    kept = CudaBinary(name="k", cubin=b"\x7fELF...", num_warps=4, shared=0, arg_kinds=("ptr", "i32"), extra_params=2)
+    folder = tmp_path / "kernels" / "ab" / "ab0"
+    kept.save(str(folder))
+    again = CudaBinary.read(str(folder))
+    assert (again.cubin, again.arg_kinds, again.extra_params) == (kept.cubin, kept.arg_kinds, kept.extra_params)
+    (folder / "kernel.cubin").write_bytes(b"\x7fELF changed after it was kept")
+    with caplog.at_level(logging.WARNING, logger="smelt.runtime"):
+        assert CudaBinary.read(str(folder)) is None
     assert "does not match its hash" in caplog.text and not folder.exists()
     folder.mkdir(parents=True)
-    (folder / "variant.json").write_text("{not json")
-    assert load_variant(str(tmp_path), "ab" + "0" * 62, fn=None) is None and not folder.exists()
+    (folder / "launch.json").write_text("{not json")
+    (folder / "kernel.cubin").write_bytes(b"")
+    assert CudaBinary.read(str(folder)) is None and not folder.exists()

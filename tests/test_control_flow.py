@@ -8,9 +8,12 @@ pytestmark = pytest.mark.smelt_only
 
 
 @pytest.fixture
-def capture_scalars(monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
-    torch._dynamo.reset()  # code compiled under other settings must not be reused
+def capture_scalars():
+    # Through the config's own patch: pytest 9's monkeypatch sees no plain attribute on a config
+    # module and deletes the setting on undo, which breaks Dynamo for every later test.
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        torch._dynamo.reset()  # code compiled under other settings must not be reused
+        yield
 
 
 def _take_prefix(x, k):

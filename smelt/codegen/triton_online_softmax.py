@@ -1,11 +1,13 @@
 """Triton for online_softmax_reduce: a row's max m and its sum of exp(v - m), together.
 
 With the whole row in registers this is the plain two-step formula, exact and as eager computes
-it. Looped over r, each lane keeps a running max and a sum rescaled whenever that max grows
-(`_online_softmax_update`); after the loop the lanes are merged: the row max M, then the sum of
-each lane's sum times exp(lane max - M). That merge is two plain reductions rather than one
-tl.reduce with a custom combine: the interpreter runs a custom combine element by element in
-Python, and on the GPU it happens once per row either way.
+it. Looped over r, the kernel keeps the row's running max and, per lane, a running sum. Each block
+of r first finds its own max (a reduction across the block); the row max moves to it if larger,
+every lane's sum is rescaled by exp(old max - new max), once per block, and the block's elements
+each add exp(v - new max). That is one exp per element, as in the persistent form: keeping a max
+per lane instead costs a rescale, a compare and two selects per element, which left an H100 short
+of issue slots at full bandwidth (88% vs 93% of copy bandwidth on bf16 rows of 32768,
+scripts/reduction_variants.py).
 """
 from __future__ import annotations
 
@@ -37,21 +39,22 @@ def reduce_looped(kernel, value: CSEVar) -> tuple[CSEVar, CSEVar]:
     ttype = triton_type(dtype)
     acc = f"acc{kernel.cse.counter}"
     kernel.cse.counter += 1
-    lane_max, lane_sum = f"{acc}_max", f"{acc}_sum"
-    kernel.loop_prologue.writeline(f"{lane_max} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {ttype})")
+    row_max, lane_sum = f"{acc}_online_max", f"{acc}_online_sum"
+    kernel.loop_prologue.writeline(f"{row_max} = tl.full([XBLOCK, 1], float(\"-inf\"), {ttype})")
     kernel.loop_prologue.writeline(f"{lane_sum} = tl.full([XBLOCK, RBLOCK], {literal(0, dtype)}, {ttype})")
-    kernel.helpers.add("_online_softmax_update")
     masked = _masked(kernel, value, float("-inf"))
-    kernel.body.writeline(f"{lane_max}, {lane_sum} = _online_softmax_update({lane_max}, {lane_sum}, {masked})")
+    lanes = kernel.emit(masked, value.dtype, 2) if masked != value.name else value
+    block_max = kernel._extreme_of("max", lanes, dtype)
+    new_max = kernel.emit(f"tl.maximum({row_max}, {block_max}, propagate_nan=tl.PropagateNan.ALL)", dtype, 1)
+    # Until the row has seen a finite value its max is -inf, and v - max would be -inf - -inf = NaN:
+    # measured from 0 instead, every exp is exp(-inf) = 0 and the sum stays 0.
+    base = kernel.emit(f'tl.where({new_max} == float("-inf"), {literal(0, dtype)}, {new_max})', dtype, 1)
+    kernel.body.writeline(f"{lane_sum} = {lane_sum} * tl.exp({row_max} - {base}) + tl.exp({lanes} - {base})")
+    kernel.body.writeline(f"{row_max} = {new_max}")
 
     loop_body, kernel.body = kernel.body, kernel.loop_epilogue
     try:
-        row_max = kernel._extreme_of("max", CSEVar(lane_max, dtype, 2), dtype)
-        # A lane that saw only -inf holds (-inf, 0): it adds nothing, and must not add
-        # 0 * exp(-inf - -inf) = NaN.
-        rescaled = kernel.emit(f'tl.where({lane_max} == float("-inf"), {literal(0, dtype)}, '
-                               f'{lane_sum} * tl.exp({lane_max} - {row_max}))', dtype, 2)
-        total = kernel.emit(f"tl.reduce({rescaled}, 1, {_SUM})[:, None]", dtype, 1)
+        total = kernel.emit(f"tl.reduce({lane_sum}, 1, {_SUM})[:, None]", dtype, 1)
         # Eager's sum(exp(v - amax)) over a row of -inf is NaN (-inf - -inf in every term).
         row_sum = kernel.emit(f'tl.where({row_max} == float("-inf"), float("nan"), {total})', dtype, 1)
     finally:

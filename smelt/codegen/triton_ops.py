@@ -121,17 +121,6 @@ def _argmin_combine(a, a_index, b, b_index):
     take_a = (a < b) | (a_nan & ~b_nan) | ((a == b) & a_first) | (a_nan & b_nan & a_first)
     return tl.where(take_a, a, b), tl.where(take_a, a_index, b_index)
 ''',
-    # One step of an online softmax: (m, s) is a lane's running max and its sum of exp(x - m); v is
-    # the lane's next value, -inf where masked. One exp either way: exp(m - v) rescales the sum when
-    # v is the new max, exp(v - m) is v's own term otherwise. Until a lane meets a value above
-    # -inf, v - m is -inf - -inf = NaN, and its sum stays 0.
-    "_online_softmax_update": '''@triton.jit
-def _online_softmax_update(m, s, v):
-    m_next = tl.maximum(m, v, propagate_nan=tl.PropagateNan.ALL)
-    e = tl.exp(-tl.abs(v - m))
-    s_next = tl.where(v > m, s * e + 1.0, s + e)
-    return m_next, tl.where(m_next == float("-inf"), 0.0, s_next)
-''',
     # Chan et al.'s parallel merge of two (mean, m2, count) partial results.
     "_welford_combine": '''@triton.jit
 def _welford_combine(mean_a, m2_a, count_a, mean_b, m2_b, count_b):

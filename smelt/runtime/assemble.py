@@ -5,7 +5,7 @@ from ..codegen.generated import GeneratedGraph
 from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .compiled_graph import CompiledGraph
-from .kernel_binaries import KeptKernels
+from .kernel_binaries import KernelVariants
 from .launcher import TritonLauncher
 from .loader import load_module, source_path
 
@@ -24,9 +24,9 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
                                      f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
         fn = getattr(module, kernel.name)
         tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
-        kept = KeptKernels(fn, kernel.source, cache_dir) if keep_kernels and not kernel.interpret else None
+        variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
         namespace[kernel.name] = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config,
-                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, kept)
+                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, variants)
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)

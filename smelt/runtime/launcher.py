@@ -1,17 +1,17 @@
 """Launches one generated Triton kernel: grid from the element count, block sizes fixed at codegen.
 
-The first launch goes through Triton's JIT, which compiles (or loads from its disk cache) a
-binary specialized on the arguments: integers equal to 1 or divisible by 16, pointers aligned to
-16 bytes, 32- or 64-bit integers. Later launches whose arguments have the same specialization
-call that binary directly, which skips the JIT's argument binding and cache lookup (tens of
-microseconds a launch, enough to leave the GPU idle between small kernels). With a kept-kernels
-folder, the binaries are also kept on disk (kernel_binaries.py), and a later process launches
-them without going through the JIT at all.
+A GPU kernel is compiled by smelt for each distinct description of its arguments and launched
+through the CUDA driver (cuda_binary.py, kernel_binaries.py): no host-compiler builds on the first
+launch, and kept binaries let a later process launch without compiling. Where that path does not
+apply (arguments it does not describe, a kernel needing scratch memory, another GPU vendor), and
+for CPU kernels under the interpreter, Triton's JIT launches the kernel.
 
 A kernel gets one program per XBLOCK of x; a tiled one, one per XBLOCK x RBLOCK tile, on a 2-D
 (or, past the grid's axis-1 limit, 3-D) grid laid out as its source expects.
 """
 from __future__ import annotations
+
+import logging
 
 import torch
 import triton
@@ -19,12 +19,16 @@ import triton
 from ..codegen.tiling import grid_for
 from ..codegen.triton_row_split import RowSplitWorkspace
 from ..errors import KernelCompileError
-from .kernel_binaries import KeptKernels
+from .cuda_binary import CudaError
+from .kernel_binaries import KernelVariants, Unsupported
+
+log = logging.getLogger("smelt.runtime")
 
 
 class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
-                 workspace: tuple[int, int, int] | None = None, autotuner=None, kept: KeptKernels | None = None):
+                 workspace: tuple[int, int, int] | None = None, autotuner=None,
+                 variants: KernelVariants | None = None):
         self.fn = fn
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
         self.name = name
@@ -36,8 +40,7 @@ class TritonLauncher:
         self.workspace = RowSplitWorkspace(*workspace, config.XBLOCK) if workspace is not None else None
         self.autotuner = autotuner
         self.launched = False
-        self.binaries: dict[tuple, object] | None = {}
-        self.kept = kept if not interpret else None  # binaries kept on disk for later processes
+        self.variants = variants if not interpret else None  # None: Triton's JIT launches
         self._use(config)
 
     def _use(self, config) -> None:
@@ -47,12 +50,9 @@ class TritonLauncher:
             self.constexprs["RBLOCK"] = config.RBLOCK
         if self.row_split is not None:
             self.constexprs["ROW_SPLIT"] = self.row_split
-        # Constexpr values in the kernel's parameter order, for calling a compiled binary directly.
-        self.constexpr_values = list(self.constexprs.values())
+        self.block_constants = dict(self.constexprs)
         if not self.interpret:  # the interpreter takes no launch options
             self.constexprs["num_warps"] = config.num_warps
-        if self.binaries is not None:
-            self.binaries = {}
 
     def __call__(self, *args):
         xnumel = args[self.xnumel_arg]
@@ -85,32 +85,35 @@ class TritonLauncher:
         return grid_for(*(programs[axis] for axis in config.tiles.grid_axes))
 
     def _launch(self, grid, args) -> None:
-        if self.binaries is not None and not self.interpret:
-            key = _specialization(args)
-            binary = self.binaries.get(key)
-            if binary is None and self.kept is not None:
-                binary = self.kept.load(args, self.constexprs, self.constexpr_values)
-                if binary is not None:
-                    self.binaries[key] = binary
-            if binary is not None:
+        if self.variants is not None:
+            device = _device_of(args).index
+            try:
+                binary = self.variants.binary(args, self.block_constants, self.config.num_warps, device)
+            except triton.CompilationError as e:
+                raise self._failed(e) from e
+            except (Unsupported, CudaError, ImportError, AttributeError, TypeError, KeyError) as e:
+                # A Triton whose compile API differs, or a kernel this path cannot launch.
+                log.warning("smelt: %s launches through Triton's JIT (%s: %s)", self.name, type(e).__name__, e)
+                self.variants = None
+            else:
                 try:
-                    binary[(*grid, 1, 1)[:3]](*args, *self.constexpr_values)
-                    return
-                except TypeError:  # a Triton whose binaries take other arguments: use the JIT
-                    self.binaries = None
+                    binary.launch(grid, args, device)
+                except CudaError as e:
+                    raise self._failed(e) from e
+                self.launched = True
+                return
         try:
-            compiled = self.fn[grid](*args, **self.constexprs)
-            if self.binaries is not None and not self.interpret and _can_launch_directly(compiled):
-                self.binaries[key] = compiled
-                if self.kept is not None:
-                    self.kept.save(args, self.constexprs, compiled)
+            self.fn[grid](*args, **self.constexprs)
         except Exception as e:
             if self.launched and not isinstance(e, triton.CompilationError):
                 raise
-            raise KernelCompileError(
-                f"smelt: kernel {self.name} failed to compile or launch; source: {self.path}; "
-                f"from ATen ops: {', '.join(self.origins)}; error: {type(e).__name__}: {e}") from e
+            raise self._failed(e) from e
         self.launched = True
+
+    def _failed(self, e: Exception) -> KernelCompileError:
+        return KernelCompileError(
+            f"smelt: kernel {self.name} failed to compile or launch; source: {self.path}; "
+            f"from ATen ops: {', '.join(self.origins)}; error: {type(e).__name__}: {e}")
 
     def __repr__(self):
         return f"<{self.name} from {self.path}>"
@@ -118,20 +121,3 @@ class TritonLauncher:
 
 def _device_of(args):
     return next(a.device for a in args if isinstance(a, torch.Tensor))
-
-
-def _specialization(args) -> tuple:
-    """What Triton's JIT specializes a binary on, for each argument."""
-    key = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            key.append(a.data_ptr() % 16 == 0)
-        elif isinstance(a, int):
-            key.append((a == 1, a % 16 == 0, -2**31 <= a < 2**31))
-        else:
-            key.append(type(a))
-    return tuple(key)
-
-
-def _can_launch_directly(compiled) -> bool:
-    return hasattr(type(compiled), "__getitem__") and hasattr(compiled, "run")

@@ -1,0 +1,247 @@
+"""GPU kernels that smelt compiles with Triton and launches itself, through the CUDA driver API.
+
+Triton's JIT pays three costs that smelt does not need on its first launch in a process: it
+builds two C extensions with the host compiler (its driver utilities, and a launcher for each
+argument signature: about 0.5 s together on the H100 host), and it binds arguments through
+Python on every call. smelt instead describes each launch's arguments itself, compiles the kernel
+with `triton.compile` for the device's target, loads the cubin with cuModuleLoadData and launches
+it with cuLaunchKernel through ctypes. The cubin and what launching it needs are kept on disk, so
+a later process loads it without Triton at all.
+
+Anything this path cannot do (another GPU vendor, a Triton whose compile API differs, a kernel
+that needs scratch memory) makes the caller fall back to Triton's JIT, which is always correct.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+
+import torch
+
+log = logging.getLogger("smelt.runtime")
+
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_STATIC_SHARED_LIMIT = 48 * 1024  # past this, a kernel must opt in to more shared memory
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+class _Driver:
+    """The few CUDA driver entry points a launch needs, from libcuda through ctypes."""
+
+    def __init__(self):
+        lib = ctypes.CDLL("libcuda.so.1")
+        p, u, i, s = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+        self._error_name = lib.cuGetErrorName
+        self._error_name.argtypes = [i, ctypes.POINTER(ctypes.c_char_p)]
+        self.module_load_data = self._checked(lib.cuModuleLoadData, [ctypes.POINTER(p), p])
+        self.module_get_function = self._checked(lib.cuModuleGetFunction, [ctypes.POINTER(p), p, ctypes.c_char_p])
+        self.func_set_attribute = self._checked(lib.cuFuncSetAttribute, [p, i, i])
+        self.ctx_get_current = self._checked(lib.cuCtxGetCurrent, [ctypes.POINTER(p)])
+        self.ctx_get_device = self._checked(lib.cuCtxGetDevice, [ctypes.POINTER(i)])
+        self.launch_kernel = self._checked(lib.cuLaunchKernel, [p, u, u, u, u, u, u, u, p, p, p])
+        del s
+
+    def _checked(self, fn, argtypes):
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+
+        def call(*args):
+            status = fn(*args)
+            if status != 0:
+                name = ctypes.c_char_p()
+                self._error_name(status, ctypes.byref(name))
+                raise CudaError(f"{fn.__name__} failed: {(name.value or b'?').decode()} ({status})")
+        call.__name__ = fn.__name__
+        return call
+
+
+@functools.lru_cache(maxsize=None)
+def driver() -> _Driver:
+    return _Driver()
+
+
+# ------------------------------------------------------------------ describing a launch
+
+
+def describe(args) -> tuple | None:
+    """What a compiled variant depends on, per argument: a tensor's dtype and 16-byte alignment,
+    an integer's width and divisibility by 16, or a float. None for arguments smelt never passes."""
+    spec = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            spec.append(("ptr", str(a.dtype), a.data_ptr() % 16 == 0))
+        elif isinstance(a, bool):
+            return None
+        elif isinstance(a, int):
+            if not -2**63 <= a < 2**63:
+                return None
+            spec.append(("i32" if -2**31 <= a < 2**31 else "i64", a % 16 == 0))
+        elif isinstance(a, float):
+            spec.append(("fp32",))
+        else:
+            return None
+    return tuple(spec)
+
+
+def _triton_signature(fn, spec: tuple, constexprs: dict):
+    """Triton's (signature, constexprs, attrs) for an ASTSource of `fn` with these arguments."""
+    from triton._utils import canonicalize_dtype
+    signature, constants, attrs = {}, {}, {}
+    runtime = iter(spec)
+    for index, param in enumerate(fn.params):
+        if param.is_constexpr:
+            signature[param.name] = "constexpr"
+            constants[(index,)] = constexprs[param.name]
+            continue
+        kind = next(runtime)
+        if kind[0] == "ptr":
+            signature[param.name] = "*" + canonicalize_dtype(getattr(torch, kind[1].split(".")[-1]))
+            aligned = kind[2]
+        elif kind[0] in ("i32", "i64"):
+            signature[param.name] = kind[0]
+            aligned = kind[1]
+        else:
+            signature[param.name] = kind[0]
+            aligned = False
+        if aligned:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    return signature, constants, attrs
+
+
+# ------------------------------------------------------------------ the binary
+
+
+@dataclasses.dataclass
+class CudaBinary:
+    """A compiled kernel and what launching it takes."""
+
+    name: str
+    cubin: bytes
+    num_warps: int
+    shared: int  # bytes of dynamic shared memory
+    arg_kinds: tuple[str, ...]  # per runtime argument: "ptr", "i32", "i64" or "fp32"
+    extra_params: int  # parameters Triton appends (scratch pointers), passed as NULL
+
+    def __post_init__(self):
+        self._functions: dict[int, ctypes.c_void_p] = {}  # CUDA device -> loaded function
+        self._lock = threading.Lock()
+        # Argument storage that the parameter array points at: a launch only writes values in.
+        ctype = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
+        self._slots = [ctype[k]() for k in self.arg_kinds] + [ctypes.c_uint64(0) for _ in range(self.extra_params)]
+        self._params = (ctypes.c_void_p * len(self._slots))(*(ctypes.addressof(v) for v in self._slots))
+        self._setters = [_pointer_value if k == "ptr" else None for k in self.arg_kinds]
+
+    def _function(self, device: int) -> ctypes.c_void_p:
+        function = self._functions.get(device)
+        if function is None:
+            cuda = driver()
+            current = ctypes.c_int()
+            cuda.ctx_get_device(ctypes.byref(current))
+            if current.value != device:  # the module must be loaded into the tensors' device's context
+                raise CudaError(f"current CUDA context is for device {current.value}, tensors are on {device}")
+            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            cuda.module_load_data(ctypes.byref(module), self.cubin)
+            cuda.module_get_function(ctypes.byref(function), module, self.name.encode())
+            if self.shared > _STATIC_SHARED_LIMIT:
+                cuda.func_set_attribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
+            self._functions[device] = function
+        return function
+
+    def load(self, device: int) -> None:
+        self._function(device)
+
+    def launch(self, grid: tuple[int, ...], args, device: int) -> None:
+        gx, gy, gz = (*grid, 1, 1)[:3]
+        function = self._function(device)
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        with self._lock:
+            for slot, setter, arg in zip(self._slots, self._setters, args):
+                slot.value = setter(arg) if setter is not None else arg
+            driver().launch_kernel(function, gx, gy, gz, 32 * self.num_warps, 1, 1, self.shared, stream,
+                                   self._params, None)
+
+    # -------------------------------------------------------------- on disk
+
+    def save(self, folder: str) -> None:
+        tmp = f"{folder}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(tmp, exist_ok=True)
+            with open(os.path.join(tmp, "kernel.cubin"), "wb") as f:
+                f.write(self.cubin)
+            meta = {"name": self.name, "num_warps": self.num_warps, "shared": self.shared,
+                    "arg_kinds": list(self.arg_kinds), "extra_params": self.extra_params,
+                    "cubin_sha256": hashlib.sha256(self.cubin).hexdigest()}
+            with open(os.path.join(tmp, "launch.json"), "w") as f:
+                json.dump(meta, f)
+            os.replace(tmp, folder)  # a reader sees the whole folder or none
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process may have written it first
+
+    @classmethod
+    def read(cls, folder: str) -> CudaBinary | None:
+        try:
+            with open(os.path.join(folder, "launch.json")) as f:
+                meta = json.load(f)
+            with open(os.path.join(folder, "kernel.cubin"), "rb") as f:
+                cubin = f.read()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.warning("smelt: ignoring kept kernel %s (%s); compiling it again", folder, e)
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
+            log.warning("smelt: kept kernel %s does not match its hash; compiling it again", folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        return cls(name=meta["name"], cubin=cubin, num_warps=meta["num_warps"], shared=meta["shared"],
+                   arg_kinds=tuple(meta["arg_kinds"]), extra_params=meta["extra_params"])
+
+
+def _pointer_value(tensor: torch.Tensor) -> int:
+    return tensor.data_ptr()
+
+
+def _entry_param_count(ptx: str, name: str) -> int:
+    """Parameters of the kernel's entry in its PTX (Triton appends scratch pointers to the user's)."""
+    entry = re.search(rf"\.entry\s+{re.escape(name)}\s*\((.*?)\)", ptx, flags=re.S)
+    if entry is None:
+        raise CudaError(f"no entry {name} in the PTX")
+    return len(re.findall(r"\.param\b", entry.group(1)))
+
+
+def compile_binary(fn, spec: tuple, constexprs: dict, num_warps: int, capability: tuple[int, int]) -> CudaBinary:
+    """Compile `fn` (a JITFunction) for one argument description; raises triton.CompilationError
+    for a kernel that does not compile and CudaError for one this path cannot launch."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource
+
+    signature, constants, attrs = _triton_signature(fn, spec, constexprs)
+    source = ASTSource(fn, signature, constexprs=constants, attrs=attrs)
+    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
+    compiled = triton.compile(source, target=target, options={"num_warps": num_warps})
+    meta = compiled.metadata
+    for scratch in ("global_scratch_size", "profile_scratch_size"):
+        if getattr(meta, scratch, 0):
+            raise CudaError(f"kernel needs {scratch.split('_')[0]} scratch memory")
+    if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_cooperative_grid", False) \
+            or getattr(meta, "launch_pdl", False):
+        raise CudaError("kernel needs a cluster, cooperative or programmatic-dependent launch")
+    arg_kinds = tuple(k[0] for k in spec)
+    extra = _entry_param_count(compiled.asm["ptx"], meta.name) - len(arg_kinds)
+    if extra < 0:
+        raise CudaError("kernel takes fewer parameters than smelt passes")
+    return CudaBinary(name=meta.name, cubin=compiled.asm["cubin"], num_warps=meta.num_warps, shared=meta.shared,
+                      arg_kinds=arg_kinds, extra_params=extra)

@@ -1,0 +1,64 @@
+"""GPU kernels compiled by smelt and launched through the CUDA driver (smelt/runtime/cuda_binary.py):
+values match eager for every kind of argument a kernel takes, and no kernel falls back to
+Triton's JIT without saying so."""
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _launchers(observe):
+    return [g.call.__globals__[name] for g in observe.compiled_graphs() for name in g.kernel_names]
+
+
+@pytest.fixture
+def no_fallback(caplog, observe):
+    with caplog.at_level(logging.WARNING, logger="smelt.runtime"):
+        yield
+    assert "launches through Triton's JIT" not in caplog.text
+    launchers = _launchers(observe)
+    assert launchers and all(launcher.variants is not None for launcher in launchers)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool])
+def test_pointwise_over_each_dtype(dtype, check, no_fallback):
+    x = torch.randint(-5, 5, (1000, 37), device="cuda").to(dtype)
+    y = torch.randint(-5, 5, (37,), device="cuda").to(dtype)
+    check((lambda x, y: x ^ y) if dtype == torch.bool else (lambda x, y: x * 2 + y), x, y)
+
+
+def test_misaligned_and_unaligned_sizes_get_their_own_variant(compile_fn, assert_close, no_fallback):
+    fn = compile_fn(lambda x: x.sin() + 1)
+    base = torch.randn(4099, device="cuda")
+    for view in (base[:4096], base[1:4097], base[3:4098], base[:33]):  # alignment and divisibility differ
+        assert_close(fn(view), view.sin() + 1)
+
+
+def test_reductions_and_a_scalar_argument(check, no_fallback):
+    x = torch.randn(300, 5000, device="cuda")
+    check(lambda x: (F.softmax(x * 0.5, dim=-1), x.var_mean(0), x.sum()), x, rtol=1e-4, atol=1e-4)
+
+
+def test_long_rows_split_over_programs(check, no_fallback):
+    check(lambda x: F.log_softmax(x, dim=-1), torch.randn(8, 100003, device="cuda"), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_sizes_are_arguments(compile_fn, assert_close, no_fallback):
+    fn = compile_fn(lambda x: (x.exp() * x.shape[0]).sum(-1), dynamic=True)
+    for n in (5, 17, 64):
+        x = torch.randn(n, 3000, device="cuda")
+        assert_close(fn(x), (x.exp() * n).sum(-1), rtol=1e-4, atol=1e-3)
+
+
+def test_a_second_stream_is_honoured(compile_fn, assert_close, no_fallback):
+    fn = compile_fn(lambda x: x * 3)
+    x = torch.randn(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = fn(x)
+    torch.cuda.current_stream().wait_stream(side)
+    assert_close(out, x * 3)
