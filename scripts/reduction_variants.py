@@ -123,6 +123,22 @@ def sum_partials(partial_ptr, out_ptr, N: tl.constexpr):
 
 
 @triton.jit
+def chunk_sums_whole(x_ptr, partial_ptr, CHUNK: tl.constexpr):
+    # Each program reads its chunk in one go (var_mean's access pattern: many programs, all loads
+    # in flight at once) instead of looping over it.
+    base = tl.program_id(0).to(tl.int64) * CHUNK
+    tl.store(partial_ptr + tl.program_id(0), tl.sum(tl.load(x_ptr + base + tl.arange(0, CHUNK)), 0))
+
+
+@triton.jit
+def sum_partials_looped(partial_ptr, out_ptr, N: tl.constexpr, RBLOCK: tl.constexpr):
+    acc = tl.zeros([RBLOCK], tl.float32)
+    for off in range(0, N, RBLOCK):
+        acc += tl.load(partial_ptr + off + tl.arange(0, RBLOCK))
+    tl.store(out_ptr, tl.sum(acc, 0))
+
+
+@triton.jit
 def chunk_sums_last_finishes(x_ptr, partial_ptr, ticket_ptr, out_ptr, CHUNK: tl.constexpr, RBLOCK: tl.constexpr,
                              N: tl.constexpr):
     # Each program writes its chunk's sum; the program that arrives last (ticket N-1) adds the
@@ -166,6 +182,18 @@ def run_global_sum(bw, small):
                 sum_partials[(1,)](partial, out, N=splits, num_warps=8)
         label = (f"{'one kernel, last program adds' if fused else 'two kernels'} splits={splits} "
                  f"RBLOCK={rblock} warps={warps}")
+        results.append(measure(label, call, lambda: abs(out.item() - ref) / abs(ref), bytes_moved, bw))
+    for chunk, warps in [(2048, 4), (4096, 8), (8192, 8), (8192, 16)]:
+        if small:
+            chunk = chunk // 64
+        splits = n // chunk
+        partial = torch.empty(splits, device=DEVICE)
+        out = torch.full((), float("nan"), device=DEVICE)
+
+        def call():
+            chunk_sums_whole[(splits,)](x, partial, CHUNK=chunk, num_warps=warps)
+            sum_partials_looped[(1,)](partial, out, N=splits, RBLOCK=min(splits, 4096), num_warps=16)
+        label = f"two kernels, whole chunks of {chunk} warps={warps}"
         results.append(measure(label, call, lambda: abs(out.item() - ref) / abs(ref), bytes_moved, bw))
     results.append(measure("eager x.sum()", lambda: x.sum(), lambda: 0.0, bytes_moved, bw))
     return results
