@@ -16,6 +16,19 @@ MODULES = (
     "triton.experimental.gluon",
     # Dynamo imports DTensor's context-parallel hooks the first time it traces a torch function.
     "torch.distributed.tensor.experimental",
+    # What Dynamo's first trace and output graph import (found as the modules new in sys.modules
+    # after a first compile that read everything else from smelt's graph cache).
+    "torch._dynamo.dce_extra_outputs", "torch._subclasses.schema_check_mode", "torch.fx.experimental.validator",
+    "torch._export.db.logging", "torch._export.passes._node_metadata_hook",
+    "torch._export.passes.add_runtime_assertions_for_constraints_pass", "torch._export.passes.collect_tracepoints_pass",
+    "torch.export._trace", "torch.export._unlift", "torch.export._leakage_detection_utils",
+    "torch._higher_order_ops.passes.inline_invoke_subgraph",
+    # ... and what AOTAutograd imports when the graph is not cached. (torch 2.13's Dynamo also
+    # imports all of its own backend modules after each compile, about 0.5 s on a 2-core CPU, most
+    # of it Inductor's CUDA-graph support: left to Dynamo, since smelt does not import Inductor.)
+    "torch._functorch._aot_autograd.subclass_codegen",
+    "torch._functorch._activation_checkpointing.remat_using_tags_for_fwd_loss_bwd_graph_pass",
+    "triton.tools.tensor_descriptor",
 )
 
 
