@@ -111,7 +111,8 @@ def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row:
         torch.cuda.empty_cache()
 
     row["compile"] = {}
-    for backend in args.backends if not args.no_compile_time else ():
+    timed = not args.no_compile_time and (args.compile_rows is None or w.name in args.compile_rows)
+    for backend in args.backends if timed else ():
         left = None if deadline is None else deadline - time.monotonic()
         if "ERROR" in row[backend].get("error", ""):
             row["compile"][backend] = ("—", "—")  # it did not compile in-process either
@@ -242,12 +243,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
     parser.add_argument("--markdown", metavar="PATH", help="also write the results block here")
     parser.add_argument("--note", help="a line printed under the header (e.g. test results)")
+    parser.add_argument("--compile-rows", metavar="NAMES",
+                        help="measure compile time only for these workloads (comma-separated); default: all")
     parser.add_argument("--backends", default=",".join(COMPILED),
                         help="compiled backends to time (eager always runs): e.g. smelt, to compare smelt settings")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="skip compile-time runs that would end past S seconds from start")
     args = parser.parse_args(argv)
     args.backends = [b for b in args.backends.split(",") if b]
+    args.compile_rows = None if args.compile_rows is None else set(args.compile_rows.split(","))
     unknown = set(args.backends) - set(COMPILED)
     if unknown:
         parser.error(f"unknown backend(s) {sorted(unknown)}; choose from {list(COMPILED)}")
