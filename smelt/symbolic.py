@@ -52,6 +52,10 @@ class ModularIndexing(sympy.Function):
             return sympy.Integer(0)
         if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        if isinstance(base, FloorDiv):
+            # One digit form for a dim read through a reshape: (x // a // d) % m == (x // (a*d)) % m,
+            # which _recombine can merge with its neighbouring digits.
+            return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
         # Multiples of divisor*modulus contribute whole turns of the modulus: drop them.
         # Also only while the rest stays non-negative: generated code takes % like C.
         whole, rest = _split_multiples(base, divisor * modulus)

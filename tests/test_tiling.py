@@ -147,3 +147,19 @@ def test_broadcast_row_plus_column_stays_1d(device, check, observe):
     b = torch.randn(1, 33, device=device)
     check(lambda a, b: a + b, a, b)
     assert not _tiled(observe)
+
+
+def test_contiguous_read_through_reshapes_stays_1d(device, check, observe):
+    # An MLP's activation reads a matmul's [b*t, 4d] output through a [b, t, 4d] view: the index
+    # splits into digits that must merge back into the flat index, or the kernel tiles for nothing.
+    x = torch.randn(6, 10, 16, device=device)
+    up = torch.randn(16, 96, device=device)
+    down = torch.randn(96, 16, device=device)
+
+    def mlp(x, up, down):
+        h = torch.nn.functional.gelu((x.reshape(60, 16) @ up).view(6, 10, 96), approximate="tanh")
+        return h.view(60, 96) @ down
+    check(mlp, x, up, down)
+    (src,) = _sources(observe)
+    assert "# tiled:" not in src and "tl.program_id(1)" not in src, src
+    assert "in_ptr0 + (xindex)" in src, src
