@@ -37,3 +37,10 @@ def test_hints_can_be_turned_off(monkeypatch, device, check, observe):
     monkeypatch.setenv("SMELT_EVICTION_HINTS", "0")
     check(lambda x: F.softmax(x, dim=-1), torch.randn(6, 300, device=device), atol=1e-5, rtol=1e-5)
     assert not any(_hints(s) for s in _sources(observe))
+
+
+def test_a_persistent_reduction_that_writes_one_value_per_row_streams_its_rows(device, check, observe):
+    check(lambda x: torch.var_mean(x, dim=-1), torch.randn(6, 300, device=device), atol=1e-5, rtol=1e-5)
+    (source,) = _sources(observe)
+    assert "persistent" in source
+    assert _hints(source) == [("in_ptr0", "evict_first")]

@@ -6,9 +6,11 @@ evict_first, and a load whose lines will be wanted again soon is marked evict_la
 - a load every row of the kernel reads (its index has no x: a norm's weight, a bias);
 - a buffer that a later pass over r reads again (a looped softmax reads its row once for the
   max and sum, then again to write the output).
-Only looped kernels over contiguous rows get hints. Measured on an H100 (benchmarks/RESULTS.md,
-hints on against off): cross entropy's looped row statistics 4% faster; persistent kernels
-(softmax, add + RMSNorm) 1.5% slower and a column sum 3.6% slower with them.
+Only kernels over contiguous rows get hints: looped ones, and persistent ones that write one value
+per row (a var_mean), never a row. Measured on an H100 (benchmarks/RESULTS.md, hints on against
+off): cross entropy's looped row statistics 4% faster, var_mean's persistent two-pass 3% faster;
+persistent kernels that write rows (softmax, add + RMSNorm) 1.5% slower and a column sum 3.6%
+slower with them.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from ..symbolic import static_int
 
 class EvictionPolicy:
     def __init__(self, plan, persistent: bool, enabled: bool):
-        self.enabled = enabled and plan.is_reduction and not persistent and plan.tiling is None \
-            and plan.r_contiguous()
+        self.enabled = enabled and plan.is_reduction and plan.tiling is None and plan.r_contiguous() \
+            and (not persistent or not plan.stores_per_element())
         self.plan = plan
         # Buffers read from memory by each looped pass (phase) of the kernel.
         self.reads_in_phase: dict[int, set[str]] = {}

@@ -68,6 +68,10 @@ class KernelPlan:
                     return index.coeff(RINDEX) == 1 or XINDEX not in index.free_symbols
         return True
 
+    def stores_per_element(self) -> bool:
+        """Whether the kernel writes a value per (x, r) element, not only one per row."""
+        return any(self.placement[n.name] in ("xr", "scan") for n in self.nodes if n.write_name in self.stored)
+
     def static_sizes(self) -> tuple[int | None, int | None]:
         return static_int(self.xnumel), static_int(self.rnumel)
 
