@@ -83,6 +83,45 @@ def var_mean_shifted_one_reduce(x_ptr, mean_ptr, var_ptr, n_rows, RN: tl.constex
     tl.store(var_ptr + rows, (s2 - s1 * s1 / RN) / (RN - 1))
 
 
+@triton.jit
+def _welford(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    n = n_a + n_b
+    share = n_b / tl.maximum(n, 1.0)
+    delta = mean_b - mean_a
+    return mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share, n
+
+
+@triton.jit
+def var_mean_welford_looped(x_ptr, mean_ptr, var_ptr, n_rows, RN: tl.constexpr, XBLOCK: tl.constexpr,
+                            RBLOCK: tl.constexpr):
+    # Inductor's shape: each lane keeps a running (mean, m2, count), merged across lanes at the end.
+    rows = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    mean = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+    m2 = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+    n = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+    for off in range(0, RN, RBLOCK):
+        x = tl.load(x_ptr + rows * RN + off + tl.arange(0, RBLOCK)[None, :], eviction_policy="evict_first")
+        n = n + 1.0
+        delta = x - mean
+        mean = mean + delta / n
+        m2 = m2 + delta * (x - mean)
+    mean_r, m2_r, n_r = tl.reduce((mean, m2, n), 1, _welford)
+    tl.store(mean_ptr + rows, mean_r[:, None])
+    tl.store(var_ptr + rows, m2_r[:, None] / (RN - 1))
+
+
+@triton.jit
+def var_mean_two_pass_evict(x_ptr, mean_ptr, var_ptr, n_rows, RN: tl.constexpr, XBLOCK: tl.constexpr):
+    rows = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    cols = tl.arange(0, RN)[None, :]
+    x = tl.load(x_ptr + rows * RN + cols, eviction_policy="evict_first")
+    mean = tl.sum(x, 1)[:, None] / RN
+    d = x - mean
+    m2 = tl.sum(d * d, 1)[:, None]
+    tl.store(mean_ptr + rows, mean)
+    tl.store(var_ptr + rows, m2 / (RN - 1))
+
+
 def run_var_mean(bw, small):
     rows, rn = (64, 256) if small else (32768, 2048)
     x = torch.randn(rows, rn, device=DEVICE) * 3 + 1
@@ -91,17 +130,25 @@ def run_var_mean(bw, small):
     results = []
     variants = [(var_mean_two_pass, xb, w) for xb in (1, 2, 4) for w in (4, 8, 16)]
     variants += [(var_mean_shifted_one_reduce, xb, w) for xb in (1, 2) for w in (4, 8, 16)]
-    for kernel, xblock, warps in variants:
+    variants += [(var_mean_two_pass_evict, xb, w) for xb in (1, 2, 4) for w in (4, 8)]
+    variants = [(k, xb, w, {}) for k, xb, w in variants]
+    variants += [(var_mean_welford_looped, xb, w, dict(RBLOCK=rb)) for xb, rb, w in
+                 ((1, 256, 2), (1, 512, 4), (1, 1024, 4), (1, 1024, 8), (2, 256, 2), (2, 512, 4), (2, 1024, 8),
+                  (4, 256, 4), (4, 512, 8), (8, 128, 4), (8, 256, 8))]
+    for kernel, xblock, warps, extra in variants:
+        if small:
+            extra = {k: min(v, 64) for k, v in extra.items()}
         mean = torch.full((rows,), float("nan"), device=DEVICE)
         var = torch.full((rows,), float("nan"), device=DEVICE)
 
         def call():
-            kernel[(rows // xblock,)](x, mean, var, rows, RN=rn, XBLOCK=xblock, num_warps=warps)
+            kernel[(rows // xblock,)](x, mean, var, rows, RN=rn, XBLOCK=xblock, num_warps=warps, **extra)
 
         def error():
             return max(((mean.double() - ref_mean).norm() / ref_mean.norm()).item(),
                        ((var.double() - ref_var).norm() / ref_var.norm()).item())
-        results.append(measure(f"{kernel.__name__} XBLOCK={xblock} warps={warps}", call, error, bytes_moved, bw))
+        results.append(measure(f"{kernel.__name__} XBLOCK={xblock} {extra} warps={warps}", call, error, bytes_moved,
+                               bw))
     results.append(measure("eager torch.var_mean", lambda: torch.var_mean(x, dim=-1), lambda: 0.0, bytes_moved, bw))
     return results
 
@@ -134,7 +181,7 @@ def chunk_sums_whole(x_ptr, partial_ptr, CHUNK: tl.constexpr):
 def sum_partials_looped(partial_ptr, out_ptr, N: tl.constexpr, RBLOCK: tl.constexpr):
     acc = tl.zeros([RBLOCK], tl.float32)
     for off in range(0, N, RBLOCK):
-        acc += tl.load(partial_ptr + off + tl.arange(0, RBLOCK))
+        acc += tl.load(partial_ptr + off + tl.arange(0, RBLOCK), off + tl.arange(0, RBLOCK) < N, other=0.0)
     tl.store(out_ptr, tl.sum(acc, 0))
 
 
@@ -153,6 +200,34 @@ def chunk_sums_last_finishes(x_ptr, partial_ptr, ticket_ptr, out_ptr, CHUNK: tl.
         total = tl.sum(tl.load(partial_ptr + tl.arange(0, N), volatile=True), 0)
         tl.store(out_ptr, total)
         tl.store(ticket_ptr, 0)
+
+
+@triton.jit
+def chunk_sums_whole_last_finishes(x_ptr, partial_ptr, ticket_ptr, out_ptr, CHUNK: tl.constexpr, N: tl.constexpr,
+                                   RBLOCK: tl.constexpr):
+    # Small chunks read in one go (many programs in flight, a short tail), and the last program
+    # to arrive adds the partials in index order.
+    pid = tl.program_id(0)
+    base = pid.to(tl.int64) * CHUNK
+    tl.store(partial_ptr + pid, tl.sum(tl.load(x_ptr + base + tl.arange(0, CHUNK), eviction_policy="evict_first"), 0))
+    ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel")
+    if ticket == N - 1:
+        acc = tl.zeros([RBLOCK], tl.float32)
+        for off in range(0, N, RBLOCK):
+            acc += tl.load(partial_ptr + off + tl.arange(0, RBLOCK), volatile=True)
+        tl.store(out_ptr, tl.sum(acc, 0))
+        tl.store(ticket_ptr, 0)
+
+
+@triton.jit
+def grid_stride_sums(x_ptr, partial_ptr, n, RBLOCK: tl.constexpr):
+    # As many programs as stay resident; each strides over the input, so no tail wave.
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    acc = tl.zeros([RBLOCK], tl.float32)
+    for start in range(pid * RBLOCK, n, programs * RBLOCK):
+        acc += tl.load(x_ptr + start + tl.arange(0, RBLOCK), eviction_policy="evict_first")
+    tl.store(partial_ptr + pid, tl.sum(acc, 0))
 
 
 def run_global_sum(bw, small):
@@ -194,6 +269,30 @@ def run_global_sum(bw, small):
             chunk_sums_whole[(splits,)](x, partial, CHUNK=chunk, num_warps=warps)
             sum_partials_looped[(1,)](partial, out, N=splits, RBLOCK=min(splits, 4096), num_warps=16)
         label = f"two kernels, whole chunks of {chunk} warps={warps}"
+        results.append(measure(label, call, lambda: abs(out.item() - ref) / abs(ref), bytes_moved, bw))
+    for chunk, warps in [(2048, 4), (4096, 4), (4096, 8), (8192, 8)]:
+        if small:
+            chunk = chunk // 64
+        splits = n // chunk
+        partial = torch.empty(splits, device=DEVICE)
+        out = torch.full((), float("nan"), device=DEVICE)
+        ticket = torch.zeros((), dtype=torch.int32, device=DEVICE)
+
+        def call():
+            chunk_sums_whole_last_finishes[(splits,)](x, partial, ticket, out, CHUNK=chunk, N=splits,
+                                                      RBLOCK=min(splits, 4096), num_warps=warps)
+        label = f"one kernel, whole chunks of {chunk}, last program adds, warps={warps}"
+        results.append(measure(label, call, lambda: abs(out.item() - ref) / abs(ref), bytes_moved, bw))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 4
+    for per_sm, rblock, warps in [(4, 4096, 8), (8, 2048, 4), (16, 1024, 4), (8, 4096, 8)]:
+        programs = sms * per_sm
+        partial = torch.empty(programs, device=DEVICE)
+        out = torch.full((), float("nan"), device=DEVICE)
+
+        def call():
+            grid_stride_sums[(programs,)](x, partial, n, RBLOCK=rblock if not small else 64, num_warps=warps)
+            sum_partials_looped[(1,)](partial, out, N=programs, RBLOCK=1024, num_warps=8)
+        label = f"grid-stride, {per_sm} programs/SM, RBLOCK={rblock} warps={warps}"
         results.append(measure(label, call, lambda: abs(out.item() - ref) / abs(ref), bytes_moved, bw))
     results.append(measure("eager x.sum()", lambda: x.sum(), lambda: 0.0, bytes_moved, bw))
     return results

@@ -12,6 +12,7 @@ from .codegen.block_candidates import candidates, masks_needed
 from .codegen.generated import GeneratedGraph, GeneratedKernel
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .codegen.triton_finisher import Finisher, attach_finishers
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
 from .errors import SmeltError
@@ -37,6 +38,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     graph_id = next(_graph_ids)
     graph = lower_graph(gm)
     sched = make_schedule(graph)
+    sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit)
     # Each kernel runs on its own members' device: a graph may copy between devices.
     kernels: dict[int, TritonKernelSource] = {}
     interpreted: dict[int, bool] = {}
@@ -59,6 +61,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
         kind=kind, title=title, wrapper_source=wrapper_source, fallback_ops=list(graph.fallback_ops), objects=objects,
         kernels=[GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                                  config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
+                                 ticket=kernel.ticket,
                                  xnumel_arg=len(kernel.params) + len(kernel.size_args), interpret=interpreted[k])
                  for k, kernel in kernels.items()])
     if cfg.debug_dir:
@@ -76,28 +79,50 @@ def tunable(step) -> bool:
     return all(n.write_name == n.name and not n.is_scatter for n in step.group.nodes)
 
 
-def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
+def _plan_and_blocks(step, interpret: bool, cfg):
     plan = plan_kernel(step.group, step.stored)
     limit = cfg.persistent_reduction_limit
     if plan.has_scan:
         limit = min(limit, cfg.persistent_scan_limit)
-    config: BlockConfig = choose_blocks(plan, interpret, limit)
-    configs = candidates(plan, config) if cfg.autotune and tunable(step) else [config]
-    name = kernel_name(plan, config, index)
-    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs),
-                          cfg.eviction_hints)
-    origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
+    return plan, choose_blocks(plan, interpret, limit)
+
+
+def _describe(plan, config: BlockConfig, extra: str = "") -> list[str]:
     members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
-    comments = [f"# aten ops: {', '.join(origins)}",
-                f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}",
-                f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
-                f"{' persistent' if config.persistent else ''}"
-                f"{f'; autotuned over {len(configs)} configs' if len(configs) > 1 else ''}"]
+    return [f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}",
+            f"# blocks: XBLOCK={config.XBLOCK} RBLOCK={config.RBLOCK} num_warps={config.num_warps}"
+            f"{' persistent' if config.persistent else ''}{extra}"]
+
+
+def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
+    plan, config = _plan_and_blocks(step, interpret, cfg)
+    configs = candidates(plan, config) if cfg.autotune and tunable(step) and step.finisher is None else [config]
+    name = kernel_name(plan, config, index)
+    finisher, finish_plan, finish_config = None, None, None
+    if step.finisher is not None:
+        finish_plan, finish_config = _plan_and_blocks(step.finisher, interpret, cfg)
+        finish_kernel = TritonKernel(finish_plan, finish_config, graph, index_dtype_for(finish_plan, graph), interpret,
+                                     eviction_hints=cfg.eviction_hints, program_arg=True,
+                                     coherent=frozenset(step.stored))
+        finisher = Finisher(finish_kernel, f"{name}_finish")
+    kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs),
+                          cfg.eviction_hints, finisher=finisher)
+    nodes = plan.nodes + (finish_plan.nodes if finish_plan is not None else [])
+    origins = sorted({o for n in nodes for o in n.buffer.origins})
+    comments = [f"# aten ops: {', '.join(origins)}"]
+    comments += _describe(plan, config, f"; autotuned over {len(configs)} configs" if len(configs) > 1 else "")
+    if finisher is not None:
+        comments.append(f"# then its last program runs {finisher.name}:")
+        comments += _describe(finish_plan, finish_config)
     if plan.tiling is not None:
         comments.append(plan.tiling.describe())
     source = kernel.source(name, interpret, comments)
     workspace = (config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None
+    params, sizes = kernel.args.call_order(), list(kernel.args.sizes)
+    if finisher is not None:
+        params += finisher.params
+        sizes += [s for s in finisher.sizes if s not in sizes]
     return TritonKernelSource(
-        name=name, source=source, params=kernel.args.call_order(), size_args=list(kernel.args.sizes),
+        name=name, source=source, params=params, size_args=sizes,
         xnumel=plan.xnumel, rnumel=plan.rnumel if plan.blocks_2d else None, config=config, origins=origins,
-        candidates=configs, workspace=workspace)
+        candidates=configs, workspace=workspace, ticket=finisher is not None)

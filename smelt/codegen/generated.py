@@ -21,13 +21,14 @@ class GeneratedKernel:
     workspace: tuple[int, int, int] | None  # row split: (programs per row, barriers, partial slots)
     xnumel_arg: int  # position of xnumel among the launch arguments
     interpret: bool  # a CPU kernel, run by the Triton interpreter
+    ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
                 "config": dataclasses.asdict(self.config),
                 "candidates": [dataclasses.asdict(c) for c in self.candidates],
                 "workspace": list(self.workspace) if self.workspace is not None else None,
-                "xnumel_arg": self.xnumel_arg, "interpret": self.interpret}
+                "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedKernel:
@@ -36,7 +37,7 @@ class GeneratedKernel:
                    config=BlockConfig(**data["config"]),
                    candidates=tuple(BlockConfig(**c) for c in data["candidates"]),
                    workspace=tuple(workspace) if workspace is not None else None,
-                   xnumel_arg=data["xnumel_arg"], interpret=data["interpret"])
+                   xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False))
 
 
 @dataclasses.dataclass

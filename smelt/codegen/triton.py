@@ -49,6 +49,7 @@ class TritonKernelSource:
     origins: list[str]
     candidates: list[BlockConfig] = dataclasses.field(default_factory=list)  # timed when autotuning
     workspace: tuple[int, int, int] | None = None  # row split: (programs per row, barriers, partial slots)
+    ticket: bool = False  # its last program runs a finisher: launched with a ticket counter
 
 
 # Fewest neighbouring outputs a compiled column reduction's program reads at once (a 128-byte line of float32).
@@ -83,12 +84,15 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         rblock = _looped_row_block(plan) if plan.r_contiguous() else 64
         if interpret:
             rblock = 128
+    max_warps = 16
     if persistent and not interpret and plan.r_contiguous() and not plan.stores_per_element():
-        # Rows reduced to one value each: one row of up to 2048 per program at 256 elements a warp
-        # (var_mean over 2048-wide rows on an H100: 94% of copy bandwidth against 90-92% with two
-        # rows a program or 512 elements a warp; scripts/reduction_variants.py).
+        # Rows reduced to one value each: one row of up to 2048 per program at 256 elements a warp,
+        # at most 8 warps (on an H100: var_mean over 2048-wide rows at 94% of copy bandwidth against
+        # 90-92% with two rows a program or 512 elements a warp; chunks of 4096 of a global sum at
+        # 93% with 8 warps, 91% with 4; scripts/reduction_variants.py).
         budget = 2048
         elements_per_warp = 256
+        max_warps = 8
     else:
         elements_per_warp = 512
     xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
@@ -96,7 +100,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         xblock = min(xblock, 64)
     if xn is not None:
         xblock = min(xblock, next_power_of_2(xn))
-    num_warps = min(16, max(2, next_power_of_2(xblock * rblock // elements_per_warp)))
+    num_warps = min(max_warps, max(2, next_power_of_2(xblock * rblock // elements_per_warp)))
     return BlockConfig(xblock, rblock, num_warps, persistent)
 
 
@@ -123,8 +127,13 @@ class TritonKernel:
     """Generates the body of one kernel by running each member's loop body under TritonOps."""
 
     def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str, interpret: bool,
-                 masks: tuple[bool, bool] | None = None, eviction_hints: bool = True):
+                 masks: tuple[bool, bool] | None = None, eviction_hints: bool = True, finisher=None,
+                 program_arg: bool = False, coherent: frozenset[str] = frozenset()):
         self.plan = plan
+        self.finisher = finisher  # triton_finisher.Finisher: run by the last program to finish
+        # A finisher's body is a function called per x block: its program id comes as `pid`.
+        self.program_arg = program_arg
+        self.coherent = coherent  # buffers other programs of this launch wrote: read through L2
         self.interpret = interpret
         self.config = config
         self.graph = graph
@@ -199,6 +208,9 @@ class TritonKernel:
         if mask:
             text += f", {mask}, other={literal(0, dtype)}"
         policy = self.eviction.for_load(buffer, index, rank, self.phase)
+        if buffer in self.coherent:
+            text += ", cache_modifier='.cg'"
+            policy = None  # PTX takes no L1 eviction hint on a load that skips L1
         text += f", eviction_policy='{policy}')" if policy else ")"
         if register_dtype(dtype) != dtype:
             text += f".to({triton_type(register_dtype(dtype))})"
@@ -498,19 +510,14 @@ class TritonKernel:
             self.store(node, self.node_values[node.name])
         self.deferred_stores = []
 
+    def function_source(self, name: str) -> str:
+        """The kernel as a plain @triton.jit function of (..., xnumel, rnumel, pid): a finisher."""
+        assert self.program_arg
+        self.generate_body()
+        return self._function(name).getvalue()
+
     def source(self, name: str, interpret: bool, comment_lines: list[str]) -> str:
         self.generate_body()
-        plan = self.plan
-        sizes = [str(s) for s in kernel_sizes_symbols(plan)]
-        for s in sizes:
-            self.args.size(s)
-        params = [p for p, _ in self.args.call_order()] + self.args.sizes + ["xnumel"]
-        if plan.blocks_2d:
-            params.append("rnumel")
-        consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.blocks_2d else [])
-        if self.row_split:
-            params += ["sync_ptr", "partials_ptr"]
-            consts.append("ROW_SPLIT: tl.constexpr")
         out = IndentedBuffer()
         out.writelines(comment_lines)
         out.writeline("import triton")
@@ -522,14 +529,49 @@ class TritonKernel:
         else:
             out.writeline("from triton.language.extra import libdevice")
         out.writeline()
-        for helper in sorted(self.helpers):
+        helpers, helper_sources = set(self.helpers), dict(self.helper_sources)
+        if self.finisher is not None:
+            helpers |= self.finisher.helpers
+            helper_sources.update(self.finisher.helper_sources)
+        for helper in sorted(helpers):
             out.writeline()
             for line in COMBINE_HELPERS[helper].splitlines():
                 out.writeline(line)
-        for source in self.helper_sources.values():
+        for source in helper_sources.values():
             out.writeline()
             for line in source.splitlines():
                 out.writeline(line)
+        if self.finisher is not None:
+            for line in self.finisher.function.splitlines():
+                out.writeline(line)
+        out.splice(self._function(name))
+        if self.row_split:
+            return self.row_split.finish(out.getvalue())
+        return out.getvalue()
+
+    def _function(self, name: str) -> IndentedBuffer:
+        """`@triton.jit def name(...)`: parameters, prologue, body and epilogue."""
+        plan = self.plan
+        sizes = [str(s) for s in kernel_sizes_symbols(plan)]
+        for s in sizes:
+            self.args.size(s)
+        params = [p for p, _ in self.args.call_order()]
+        size_params = list(self.args.sizes)
+        if self.finisher is not None:
+            params += [p for p, _ in self.finisher.params]
+            size_params += [s for s in self.finisher.sizes if s not in size_params]
+        params += size_params + ["xnumel"]
+        if plan.blocks_2d:
+            params.append("rnumel")
+        consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.blocks_2d else [])
+        if self.row_split:
+            params += ["sync_ptr", "partials_ptr"]
+            consts.append("ROW_SPLIT: tl.constexpr")
+        if self.finisher is not None:
+            params.append("ticket_ptr")
+        if self.program_arg:
+            params.append("pid")
+        out = IndentedBuffer()
         out.writeline()
         out.writeline("@triton.jit")
         out.writeline(f"def {name}({', '.join(params + consts)}):")
@@ -539,18 +581,20 @@ class TritonKernel:
             else:
                 self._rows_prologue(out)
         out.splice(self.body)
-        if self.row_split:
-            with out.indent():
+        with out.indent():
+            if self.row_split:
                 self.row_split.epilogue(out)
-            return self.row_split.finish(out.getvalue())
-        return out.getvalue()
+            if self.finisher is not None:
+                self.finisher.epilogue(out)
+        return out
 
     def _rows_prologue(self, out: IndentedBuffer) -> None:
         """This program's x block; a reduction walks r inside it."""
         if self.row_split:
             self.row_split.prologue(out)
         else:
-            pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
+            pid = ("pid" if self.program_arg else "tl.program_id(0)") + \
+                (".to(tl.int64)" if self.index_dtype == "tl.int64" else "")
             out.writeline(f"xoffset = {pid} * XBLOCK")
         if self.plan.is_reduction:
             out.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")

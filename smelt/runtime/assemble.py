@@ -26,7 +26,8 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
         tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
         variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
         namespace[kernel.name] = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config,
-                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, variants)
+                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, variants,
+                                                kernel.ticket)
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)

@@ -17,6 +17,7 @@ import torch
 import triton
 
 from ..codegen.tiling import grid_for
+from ..codegen.triton_finisher import TicketCounter
 from ..codegen.triton_row_split import RowSplitWorkspace
 from ..errors import KernelCompileError
 from .cuda_binary import CudaError
@@ -28,7 +29,7 @@ log = logging.getLogger("smelt.runtime")
 class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
                  workspace: tuple[int, int, int] | None = None, autotuner=None,
-                 variants: KernelVariants | None = None):
+                 variants: KernelVariants | None = None, ticket: bool = False):
         self.fn = fn
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
         self.name = name
@@ -38,6 +39,7 @@ class TritonLauncher:
         self.row_split = workspace[0] if workspace is not None else None
         # Several programs per row meet through a sync buffer (row split kernels are never tuned).
         self.workspace = RowSplitWorkspace(*workspace, config.XBLOCK) if workspace is not None else None
+        self.tickets = TicketCounter() if ticket else None  # its last program runs a finisher
         self.autotuner = autotuner
         self.launched = False
         self.variants = variants if not interpret else None  # None: Triton's JIT launches
@@ -70,6 +72,8 @@ class TritonLauncher:
             grid = self.grid(args)
             if 0 in grid:
                 return
+            if self.tickets is not None:
+                args = (*args, self.tickets.buffer(_device_of(args)))
         self._launch(grid, args)
 
     def _launch_with(self, config, args) -> None:

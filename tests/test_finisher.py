@@ -1,0 +1,48 @@
+"""A reduction and the small reduction of its results in one launch: the last program finishes
+(smelt/codegen/triton_finisher.py)."""
+import pytest
+import torch
+
+import smelt.codegen.triton_finisher
+
+TOL = dict(rtol=1e-4, atol=1e-3)
+
+
+def _sources(observe) -> list[str]:
+    return [src for g in observe.compiled_graphs() for src in g.kernel_sources.values()]
+
+
+@pytest.fixture
+def split_small(monkeypatch):
+    monkeypatch.setenv("SMELT_SPLIT_REDUCTION_MIN_NUMEL", "1000")
+
+
+def test_global_sum_is_one_launch_whose_last_program_adds_the_partials(device, compile_fn, observe, split_small):
+    x = torch.randn(20_011, device=device)
+    f = compile_fn(lambda x: x.sum())
+    # Each launch must leave the ticket counter at zero for the next, with new values each time.
+    for _ in range(3):
+        x = torch.randn(20_011, device=device)
+        torch.testing.assert_close(f(x), x.double().sum().float(), **TOL)
+    (source,) = _sources(observe)
+    assert "ticket = tl.atomic_add(ticket_ptr, 1, sem='acq_rel')" in source, source
+    assert "cache_modifier='.cg'" in source.split("_finish(")[1], source  # partials read through L2
+
+
+def test_reduction_of_per_row_results_and_its_epilogue(device, check, observe):
+    x = torch.randn(67, 300, device=device)
+    check(lambda x: x.sum(1).amax() * 2 + 1, x, **TOL)
+    (source,) = _sources(observe)
+    assert "_finish(" in source and "* 2" not in source.split("@triton.jit")[-1].split("ticket =")[0], source
+
+
+def test_mean_of_a_split_reduction_divides_in_the_finisher(device, check, observe, split_small):
+    check(lambda x: (x.abs().mean(), x.amax()), torch.randn(3001, device=device), **TOL)
+    assert any("_finish(" in s for s in _sources(observe))
+
+
+def test_too_many_partials_keep_a_second_kernel(device, check, observe, split_small, monkeypatch):
+    monkeypatch.setattr(smelt.codegen.triton_finisher, "FINISH_LIMIT", 4)
+    check(lambda x: x.sum(), torch.randn(20_011, device=device), **TOL)
+    sources = _sources(observe)
+    assert len(sources) == 2 and not any("ticket_ptr" in s for s in sources), sources
