@@ -42,7 +42,7 @@ def row_split_for(plan, interpret: bool, persistent_limit: int) -> int:
         return 1
     if rn <= persistent_limit or rn > CHUNK * MAX_ROW_SPLIT:
         return 1
-    if plan.num_phases < 2:
+    if not any(plan.phase[n.name] > 0 and plan.placement[n.name] == "xr" for n in plan.nodes):
         return 1  # nothing reads the row after a reduction: a looped pass reads it once anyway
     for node in plan.nodes:
         if node.is_scatter:
