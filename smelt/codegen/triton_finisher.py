@@ -46,8 +46,11 @@ def can_finish(big: Step, small: Step, persistent_limit: int) -> bool:
         return False
     if not big.group.is_reduction or not small.group.is_reduction:
         return False
-    if not set(big.stored) & small.group.read_names():
-        return False  # not a reduction of the big kernel's results
+    if not small.group.read_names() - small.group.names <= set(big.stored):
+        # Only a pure reduction of the big kernel's results. Measured on an H100: cross entropy's
+        # loss over rows (a gather per row) finished by the last program took 0.248 ms, 0.236 with
+        # the gather as the row kernel's epilogue, against 0.223 as a second kernel.
+        return False
     nodes = big.group.nodes + small.group.nodes
     if any(n.is_scatter or n.is_scan or n.write_name != n.name for n in nodes):
         return False  # scans and in-place writes keep their own kernels

@@ -5,12 +5,11 @@ import sympy
 import torch
 
 from .. import config
-from ..ir import Reduction, StorageBox, TensorBox, ops, use_handler
-from ..ir.ops import ReadsHandler
-from ..symbolic import index_var, product, static_int, sympify
+from ..ir import Reduction, StorageBox, TensorBox, ops
+from ..symbolic import product, sympify
 from .common import make_pointwise
 from .registry import lowering
-from .split_reduction import SPLIT_BELOW_PROGRAMS, choose_split, reads_columns
+from .split_reduction import choose_split, reads_columns
 from .two_stage_reduction import SPLITTABLE, make_split_reduction
 
 aten = torch.ops.aten
@@ -49,7 +48,6 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
     ranges = [sympy.Integer(1) if d in dims else size[d] for d in range(len(size))] if keepdim \
         else [size[d] for d in kept]
     reduction_ranges = [size[d] for d in dims]
-    _realize_per_row_work(g, x, product(ranges))
     load = x.make_loader()
     split = None
     if reduction_type in SPLITTABLE:
@@ -75,25 +73,6 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
         Reduction(x.get_device(), out_dtype, inner_fn, ranges, reduction_ranges, reduction_type, src_dtype, k,
                   origins=g.origin | x.origins | origins)))) for k in outputs]
     return results[0] if len(outputs) == 1 else results
-
-
-def _realize_per_row_work(g, x: TensorBox, outputs) -> None:
-    """Realize x when it is per-row work on a row reduction's results (cross entropy's loss per
-    row: a gather and a log of the row's statistics) and this reduction has few outputs: its few
-    programs would do that work serially, where the row reduction's kernel does it as an epilogue,
-    one row per program, for the cost of writing one value per row."""
-    data = x.data if isinstance(x, TensorBox) else x
-    few = static_int(outputs)
-    if not isinstance(data, StorageBox) or data.is_realized() or few is None or few >= SPLIT_BELOW_PROGRAMS:
-        return
-    handler = ReadsHandler()
-    with use_handler(handler):
-        x.make_loader()([index_var(f"row{d}") for d in range(len(x.get_size()))])
-    numel = product(x.get_size())
-    row_results = {getattr(b, "storage_name", b.name) for b in g.buffers
-                   if isinstance(getattr(b, "data", None), Reduction) and sympy.expand(b.layout.numel() - numel) == 0}
-    if any(name in row_results for name, _ in handler.reads):
-        data.realize(g)
 
 
 def _accumulating(kind: str):

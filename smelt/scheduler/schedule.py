@@ -5,7 +5,7 @@ import dataclasses
 
 from .fusion import FusedGroup, can_fuse
 from ..ir.scalars import DynamicScalar
-from .nodes import SchedulerNode, same
+from .nodes import SchedulerNode
 
 
 @dataclasses.dataclass
@@ -109,28 +109,13 @@ def fuse(nodes: list[SchedulerNode]) -> list[FusedGroup]:
     return groups
 
 
-# A reduction with at most this many outputs runs on a few programs: another reduction over the
-# same space joins it even without a shared input, to save a launch (cross entropy's loss sum and
-# its count of counted targets).
-FEW_OUTPUTS = 16
-
-
 def _candidates(groups, group_index, node) -> list[int]:
-    """Groups worth joining, best first: producers of what node reads, then groups sharing its
-    inputs, then small reductions over the same space."""
+    """Groups worth joining, best first: producers of what node reads, then groups sharing its inputs."""
     producers = sorted({group_index[n] for n in node.read_names if n in group_index}, reverse=True)
     sharing = sorted((k for k, g in enumerate(groups)
                       if k not in producers and not g.is_extern and g.read_names() & node.read_names),
                      key=lambda k: -len(groups[k].read_names() & node.read_names))
-    small = []
-    if node.is_reduction and _static_at_most(node.numel(), FEW_OUTPUTS):
-        small = [k for k, g in enumerate(groups) if k not in producers and k not in sharing and not g.is_extern
-                 and g.is_reduction and same(g.xnumel, node.numel()) and same(g.rnumel, node.reduction_numel())]
-    return producers + sharing + small
-
-
-def _static_at_most(value, limit: int) -> bool:
-    return getattr(value, "is_Integer", False) and int(value) <= limit
+    return producers + sharing
 
 
 def _order_allows(groups, group_index, k: int, node: SchedulerNode) -> bool:
