@@ -96,24 +96,26 @@ def _describe(plan, config: BlockConfig, extra: str = "") -> list[str]:
 
 def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
     plan, config = _plan_and_blocks(step, interpret, cfg)
-    configs = candidates(plan, config) if cfg.autotune and tunable(step) and step.finisher is None else [config]
+    configs = candidates(plan, config) if cfg.autotune and tunable(step) and not step.finishers else [config]
     name = kernel_name(plan, config, index)
-    finisher, finish_plan, finish_config = None, None, None
-    if step.finisher is not None:
-        finish_plan, finish_config = _plan_and_blocks(step.finisher, interpret, cfg)
-        finish_kernel = TritonKernel(finish_plan, finish_config, graph, index_dtype_for(finish_plan, graph), interpret,
-                                     eviction_hints=cfg.eviction_hints, program_arg=True,
-                                     coherent=frozenset(step.stored))
-        finisher = Finisher(finish_kernel, f"{name}_finish")
+    finisher, stages = None, []
+    for k, small in enumerate(step.finishers):
+        small_plan, small_config = _plan_and_blocks(small, interpret, cfg)
+        ready = frozenset(step.stored).union(*(f.stored for f in step.finishers[:k]))
+        stages.append((TritonKernel(small_plan, small_config, graph, index_dtype_for(small_plan, graph), interpret,
+                                    eviction_hints=cfg.eviction_hints, program_arg=True, coherent=ready),
+                       f"{name}_finish{k}"))
+    if stages:
+        finisher = Finisher(stages)
     kernel = TritonKernel(plan, config, graph, index_dtype_for(plan, graph), interpret, masks_needed(plan, configs),
                           cfg.eviction_hints, finisher=finisher)
-    nodes = plan.nodes + (finish_plan.nodes if finish_plan is not None else [])
+    nodes = plan.nodes + [n for small in step.finishers for n in small.group.nodes]
     origins = sorted({o for n in nodes for o in n.buffer.origins})
     comments = [f"# aten ops: {', '.join(origins)}"]
     comments += _describe(plan, config, f"; autotuned over {len(configs)} configs" if len(configs) > 1 else "")
-    if finisher is not None:
-        comments.append(f"# then its last program runs {finisher.name}:")
-        comments += _describe(finish_plan, finish_config)
+    for small_kernel, small_name in stages:
+        comments.append(f"# then its last program runs {small_name}:")
+        comments += _describe(small_kernel.plan, small_kernel.config)
     if plan.tiling is not None:
         comments.append(plan.tiling.describe())
     source = kernel.source(name, interpret, comments)

@@ -218,7 +218,11 @@ def test_heuristic_numbers():
     assert split.chunk == 4096 and split.splits == 12208 and 0 < split.tail(50_000_017) < split.chunk
     # Enough programs already, a short row, a disabled split, a symbolic size: no split.
     assert choose_split(4096, 1 << 20, rows, config) is None
-    assert choose_split(1, 10_000, rows, config) is None
+    assert choose_split(1, 3_000, rows, config) is None
+    # A reduction to one value splits from 4096 elements (its second stage costs no launch).
+    assert choose_split(1, 8192, rows, config) == choose_split(1, 8192, rows, Config(split_reductions=True,
+                                                                                      split_reduction_min_numel=4096))
+    assert choose_split(2, 8192, rows, config) is None
     assert choose_split(1, 64 << 20, rows, Config(split_reductions=False)) is None
     import sympy
     assert choose_split(sympy.Symbol("s0", positive=True, integer=True), 64 << 20, rows, config) is None

@@ -27,13 +27,13 @@ FINISH_LIMIT = 16384
 
 
 def attach_finishers(steps: list[Step], persistent_limit: int) -> list[Step]:
-    """The steps, each (reduction, small reduction of its results) pair made one step whose
-    `finisher` is the small reduction."""
+    """The steps, each reduction kernel followed by small reductions of its results made one step
+    whose `finishers` are those small reductions (in order: a later one may read an earlier one's)."""
     merged: list[Step] = []
     for step in steps:
         before = merged[-1] if merged else None
         if before is not None and can_finish(before, step, persistent_limit):
-            before.finisher = step
+            before.finishers.append(step)
             before.frees = before.frees + step.frees
             continue
         merged.append(step)
@@ -41,11 +41,12 @@ def attach_finishers(steps: list[Step], persistent_limit: int) -> list[Step]:
 
 
 def can_finish(big: Step, small: Step, persistent_limit: int) -> bool:
-    if big.is_extern or small.is_extern or big.finisher is not None:
+    if big.is_extern or small.is_extern or small.finishers:
         return False
     if not big.group.is_reduction or not small.group.is_reduction:
         return False
-    if not small.group.read_names() - small.group.names <= set(big.stored):
+    ready = set(big.stored).union(*(f.stored for f in big.finishers))
+    if not small.group.read_names() - small.group.names <= ready:
         # Only a pure reduction of the big kernel's results. Measured on an H100: cross entropy's
         # loss over rows (a gather per row) finished by the last program took 0.248 ms, 0.236 with
         # the gather as the row kernel's epilogue, against 0.223 as a second kernel.
@@ -60,47 +61,65 @@ def can_finish(big: Step, small: Step, persistent_limit: int) -> bool:
         return False
     if not static_int(big.group.xnumel):
         return False  # a launch of no programs would leave the small reduction unrun
+    if big.finishers:
+        return True  # the big kernel was already found fit for finishing
     # Interpreted kernels never split rows, so asking as for the GPU covers both.
     return row_split_for(plan_kernel(big.group, big.stored), False, persistent_limit) == 1
 
 
 class Finisher:
-    """The small kernel's code as a function the big kernel's last program calls, once per x block."""
+    """The small kernels' code as functions the big kernel's last program calls, each once per x
+    block, in order. `stages` are (TritonKernel generated with program_arg=True, function name)."""
 
-    PREFIX = "finish_"
+    def __init__(self, stages: list):
+        self.stages = []  # (kernel, function name, [(parameter in the big kernel, buffer)])
+        for k, (kernel, name) in enumerate(stages):
+            kernel.function = kernel.function_source(name)
+            params = [(f"finish{k}_{p}", buffer) for p, buffer in kernel.args.call_order()]
+            self.stages.append((kernel, name, params))
 
-    def __init__(self, kernel, name: str):
-        self.kernel = kernel  # a TritonKernel generated with program_arg=True
-        self.name = name
-        self.function = kernel.function_source(name)
-        self.params = [(self.PREFIX + p, buffer) for p, buffer in kernel.args.call_order()]
+    @property
+    def names(self) -> list[str]:
+        return [name for _, name, _ in self.stages]
+
+    @property
+    def function(self) -> str:
+        return "".join(kernel.function for kernel, _, _ in self.stages)
+
+    @property
+    def params(self) -> list[tuple[str, str]]:
+        return [p for _, _, params in self.stages for p in params]
 
     @property
     def helpers(self) -> set[str]:
-        return self.kernel.helpers
+        return set().union(*(kernel.helpers for kernel, _, _ in self.stages))
 
     @property
     def helper_sources(self) -> dict[str, str]:
-        return self.kernel.helper_sources
+        found = {}
+        for kernel, _, _ in self.stages:
+            found.update(kernel.helper_sources)
+        return found
 
     @property
     def sizes(self) -> list[str]:
-        return self.kernel.args.sizes
+        return list(dict.fromkeys(s for kernel, _, _ in self.stages for s in kernel.args.sizes))
 
     def epilogue(self, out: IndentedBuffer) -> None:
-        k = self.kernel
-        config = k.config
-        blocks = -(-static_int(k.plan.xnumel) // config.XBLOCK)
-        args = [p for p, _ in self.params] + list(self.sizes)
-        args += [str(static_int(k.plan.xnumel)), str(static_int(k.plan.rnumel)), "pid", f"XBLOCK={config.XBLOCK}"]
-        if k.plan.blocks_2d:
-            args.append(f"RBLOCK={config.RBLOCK}")
         out.writeline("# The last program to arrive finds every partial stored and reduces them.")
         out.writeline("tl.debug_barrier()")  # every thread's stores come before the release
         out.writeline("ticket = tl.atomic_add(ticket_ptr, 1, sem='acq_rel')")
         out.writeline("if ticket == tl.num_programs(0) - 1:")
-        out.writeline(f"    for pid in range(0, {blocks}):")
-        out.writeline(f"        {self.name}({', '.join(args)})")
+        for k, (kernel, name, params) in enumerate(self.stages):
+            config, plan = kernel.config, kernel.plan
+            if k:
+                out.writeline("    tl.debug_barrier()")  # the stage before stored what this one reads
+            args = [p for p, _ in params] + list(kernel.args.sizes)
+            args += [str(static_int(plan.xnumel)), str(static_int(plan.rnumel)), "pid", f"XBLOCK={config.XBLOCK}"]
+            if plan.blocks_2d:
+                args.append(f"RBLOCK={config.RBLOCK}")
+            out.writeline(f"    for pid in range(0, {-(-static_int(plan.xnumel) // config.XBLOCK)}):")
+            out.writeline(f"        {name}({', '.join(args)})")
         out.writeline("    tl.store(ticket_ptr, 0)")
 
 

@@ -92,7 +92,7 @@ class WrapperCodegen:
                 self.extern_call(body, step.group.nodes[0].buffer)
             else:
                 kernel = self.kernels[k]
-                for name in step.stored + (step.finisher.stored if step.finisher is not None else []):
+                for name in step.stored + [n for f in step.finishers for n in f.stored]:
                     if name not in allocated:
                         self.allocate(body, name, buffers[name].layout)
                         allocated.add(name)

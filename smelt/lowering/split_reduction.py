@@ -28,6 +28,10 @@ TARGET_PROGRAMS = 1024
 # last program adds the partials (codegen/triton_finisher.py), against 86-88% with 1024 longer
 # chunks looped over (scripts/reduction_variants.py).
 ROW_TARGET_PROGRAMS = 16384
+# A reduction to one value splits from this many elements, below the configured minimum: its
+# second stage runs in the first kernel's last program (a finisher), so the split costs no launch,
+# and a gather in its body (cross entropy's target logits) runs on many SMs instead of one.
+GLOBAL_MIN_NUMEL = 4096
 # Split only when that at least doubles the number of programs: with more than half the target
 # already running, the gain is smaller than the cost of a second launch.
 SPLIT_BELOW_PROGRAMS = TARGET_PROGRAMS // 2
@@ -63,7 +67,9 @@ def choose_split(outputs, reduction_numel, reads_columns: Callable[[], bool], co
     columns = reads_columns()
     per_program = min(outputs, COLUMN_OUTPUTS_PER_PROGRAM if columns else 1)
     programs = -(-outputs // per_program)
-    if programs > SPLIT_BELOW_PROGRAMS or per_program * numel < config.split_reduction_min_numel:
+    min_numel = config.split_reduction_min_numel if outputs > 1 else min(config.split_reduction_min_numel,
+                                                                         GLOBAL_MIN_NUMEL)
+    if programs > SPLIT_BELOW_PROGRAMS or per_program * numel < min_numel:
         return None
     wanted = (TARGET_PROGRAMS if columns else ROW_TARGET_PROGRAMS) // programs
     chunk = max(MIN_CHUNK, next_power_of_2(-(-numel // wanted)))

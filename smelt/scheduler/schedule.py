@@ -15,8 +15,9 @@ class Step:
     group: FusedGroup
     stored: list[str] = dataclasses.field(default_factory=list)  # buffers the kernel writes to memory
     frees: list[str] = dataclasses.field(default_factory=list)  # buffers dead after this step
-    # A small reduction of this kernel's results that its last program runs (codegen/triton_finisher.py).
-    finisher: "Step | None" = None
+    # Small reductions of this kernel's results that its last program runs, in order
+    # (codegen/triton_finisher.py).
+    finishers: list["Step"] = dataclasses.field(default_factory=list)
 
     @property
     def is_extern(self) -> bool:
@@ -39,10 +40,10 @@ class Schedule:
                 members = ", ".join(f"{n.name}({p})" for n, p in zip(g.nodes, g.placements().values()))
                 lines.append(f"step {k}: {kind} kernel over {g.xnumel} x {g.rnumel}: {members}; "
                              f"stores {', '.join(step.stored) or 'nothing'}")
-            if step.finisher is not None:
-                f = step.finisher.group
+            for finisher in step.finishers:
+                f = finisher.group
                 lines.append(f"    its last program then reduces over {f.xnumel} x {f.rnumel}: "
-                             f"{', '.join(n.name for n in f.nodes)}; stores {', '.join(step.finisher.stored)}")
+                             f"{', '.join(n.name for n in f.nodes)}; stores {', '.join(finisher.stored)}")
             if step.frees:
                 lines.append(f"    then frees {', '.join(step.frees)}")
         return "\n".join(lines)
