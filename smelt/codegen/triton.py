@@ -54,6 +54,9 @@ class TritonKernelSource:
 
 # Fewest neighbouring outputs a compiled column reduction's program reads at once (a 128-byte line of float32).
 MIN_COLUMN_XBLOCK = 32
+# A row reduction packs several rows into a program only while that leaves about this many
+# programs (an H100 has 132 SMs).
+ROWS_PER_SM_LIMIT = 128
 
 
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
@@ -98,6 +101,10 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
     if not interpret:
         xblock = min(xblock, 64)
+        if xn is not None and plan.r_contiguous():
+            # Few rows: one program per row sooner than idle SMs (a split's 32 chunks of cross
+            # entropy's per-row gathers ran on 4 programs of 8 chunks).
+            xblock = min(xblock, max(1, next_power_of_2(xn // ROWS_PER_SM_LIMIT + 1) // 2))
     if xn is not None:
         xblock = min(xblock, next_power_of_2(xn))
     num_warps = min(max_warps, max(2, next_power_of_2(xblock * rblock // elements_per_warp)))
