@@ -88,6 +88,21 @@ def test_hit_gives_eager_answer_and_is_observable(cache_dir, device, compile_fn,
     assert graph.kind == "inference" and graph.cache_key is not None and len(graph.kernel_names) == 1
 
 
+def test_a_hit_launches_tiled_and_finished_kernels(cache_dir, device, compile_fn, assert_close, monkeypatch):
+    # Their launch settings (the tile layout, the finisher's ticket) come back from JSON.
+    monkeypatch.setenv("SMELT_SPLIT_REDUCTION_MIN_NUMEL", "1000")
+    x, y = torch.randn(33, 65, device=device), torch.randn(65, 33, device=device)
+    z = torch.randn(5000, device=device)
+
+    def fn(x, y, z):
+        return x.t() + y, z.sum()
+    compile_again(fn, x, y, z, compile_fn=compile_fn)
+    for _ in range(2):  # the second run reuses the ticket counter the first left at zero
+        out, stats = compile_again(fn, x, y, z, compile_fn=compile_fn)
+        assert stats == {"dynamo_hit": 1}
+        assert_close(out, fn(x, y, z), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("change", ["shape", "dtype", "stride", "setting"])
 def test_a_changed_input_or_setting_misses(change, cache_dir, device, compile_fn, assert_close, monkeypatch):
     x = torch.randn(16, 40, device=device)

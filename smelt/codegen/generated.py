@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .tiling import TileBlocks
 from .triton import BlockConfig
 
 
@@ -34,10 +35,18 @@ class GeneratedKernel:
     def from_json(cls, data: dict) -> GeneratedKernel:
         workspace = data["workspace"]
         return cls(name=data["name"], source=data["source"], origins=tuple(data["origins"]),
-                   config=BlockConfig(**data["config"]),
-                   candidates=tuple(BlockConfig(**c) for c in data["candidates"]),
+                   config=_block_config(data["config"]),
+                   candidates=tuple(_block_config(c) for c in data["candidates"]),
                    workspace=tuple(workspace) if workspace is not None else None,
                    xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False))
+
+
+def _block_config(data: dict) -> BlockConfig:
+    """A BlockConfig from its asdict() form, tiles (a nested dataclass, tuples as lists) included."""
+    tiles = data.get("tiles")
+    if tiles is not None:
+        tiles = TileBlocks(**{**tiles, "grid_axes": tuple(tiles["grid_axes"])})
+    return BlockConfig(**{**data, "tiles": tiles})
 
 
 @dataclasses.dataclass
