@@ -138,7 +138,6 @@ class TritonKernel:
                  program_arg: bool = False, coherent: frozenset[str] = frozenset()):
         self.plan = plan
         self.finisher = finisher  # triton_finisher.Finisher: run by the last program to finish
-        self.function = ""  # set when this kernel is a finisher stage: its function's source
         # A finisher's body is a function called per x block: its program id comes as `pid`.
         self.program_arg = program_arg
         self.coherent = coherent  # buffers other programs of this launch wrote: read through L2

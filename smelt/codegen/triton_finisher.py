@@ -1,8 +1,8 @@
 """One launch for a reduction and the small reduction of its results: the last program finishes.
 
 A split reduction (a global sum) or a reduction of per-row results (`x.sum(1).amax()`) runs as
-a big kernel whose programs each store partial results, then a small kernel that reduces them. The second launch leaves the GPU idle for a few microseconds, and the small kernel runs on
-one SM. Here the big kernel does both: each program stores its partials and takes a ticket from a
+a big kernel whose programs each store partial results, then a small kernel that reduces them.
+The second launch leaves the GPU idle for a few microseconds, and the small kernel runs on one SM. Here the big kernel does both: each program stores its partials and takes a ticket from a
 counter; the program that takes the last ticket knows that every partial is stored (the counter's
 acquire-release order makes the other programs' stores visible to it), runs the small kernel's
 code itself, reading the partials through L2, and zeroes the counter for the next launch.
@@ -73,18 +73,11 @@ class Finisher:
 
     def __init__(self, stages: list):
         self.stages = []  # (kernel, function name, [(parameter in the big kernel, buffer)])
+        self.function = ""  # the stages' @triton.jit functions
         for k, (kernel, name) in enumerate(stages):
-            kernel.function = kernel.function_source(name)
+            self.function += kernel.function_source(name)
             params = [(f"finish{k}_{p}", buffer) for p, buffer in kernel.args.call_order()]
             self.stages.append((kernel, name, params))
-
-    @property
-    def names(self) -> list[str]:
-        return [name for _, name, _ in self.stages]
-
-    @property
-    def function(self) -> str:
-        return "".join(kernel.function for kernel, _, _ in self.stages)
 
     @property
     def params(self) -> list[tuple[str, str]]:
