@@ -120,10 +120,7 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
         comments.append(plan.tiling.describe())
     source = kernel.source(name, interpret, comments)
     workspace = (config.row_split, kernel.row_split.barriers, kernel.row_split.slots) if kernel.row_split else None
-    params, sizes = kernel.args.call_order(), list(kernel.args.sizes)
-    if finisher is not None:
-        params += finisher.params
-        sizes += [s for s in finisher.sizes if s not in sizes]
+    params, sizes = kernel.launch_args()
     return TritonKernelSource(
         name=name, source=source, params=params, size_args=sizes,
         xnumel=plan.xnumel, rnumel=plan.rnumel if plan.blocks_2d else None, config=config, origins=origins,

@@ -54,9 +54,9 @@ class TritonKernelSource:
 
 # Fewest neighbouring outputs a compiled column reduction's program reads at once (a 128-byte line of float32).
 MIN_COLUMN_XBLOCK = 32
-# A row reduction packs several rows into a program only while that leaves about this many
+# A row reduction packs several rows into a program only while that leaves at least this many
 # programs (an H100 has 132 SMs).
-ROWS_PER_SM_LIMIT = 128
+MIN_ROW_PROGRAMS = 128
 
 
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
@@ -104,7 +104,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         if xn is not None and plan.r_contiguous():
             # Few rows: one program per row sooner than idle SMs (a split's 32 chunks of cross
             # entropy's per-row gathers ran on 4 programs of 8 chunks).
-            xblock = min(xblock, max(1, next_power_of_2(xn // ROWS_PER_SM_LIMIT + 1) // 2))
+            xblock = min(xblock, max(1, next_power_of_2(xn // MIN_ROW_PROGRAMS + 1) // 2))
     if xn is not None:
         xblock = min(xblock, next_power_of_2(xn))
     num_warps = min(max_warps, max(2, next_power_of_2(xblock * rblock // elements_per_warp)))
@@ -556,18 +556,23 @@ class TritonKernel:
             return self.row_split.finish(out.getvalue())
         return out.getvalue()
 
+    def launch_args(self) -> tuple[list[tuple[str, str]], list[str]]:
+        """(pointer parameter, buffer) pairs and size names, in the order the kernel declares them
+        and the wrapper passes them: this kernel's, then its finisher's."""
+        pointers, sizes = self.args.call_order(), list(self.args.sizes)
+        if self.finisher is not None:
+            pointers += self.finisher.params
+            sizes += [s for s in self.finisher.sizes if s not in sizes]
+        return pointers, sizes
+
     def _function(self, name: str) -> IndentedBuffer:
         """`@triton.jit def name(...)`: parameters, prologue, body and epilogue."""
         plan = self.plan
         sizes = [str(s) for s in kernel_sizes_symbols(plan)]
         for s in sizes:
             self.args.size(s)
-        params = [p for p, _ in self.args.call_order()]
-        size_params = list(self.args.sizes)
-        if self.finisher is not None:
-            params += [p for p, _ in self.finisher.params]
-            size_params += [s for s in self.finisher.sizes if s not in size_params]
-        params += size_params + ["xnumel"]
+        pointers, size_params = self.launch_args()
+        params = [p for p, _ in pointers] + size_params + ["xnumel"]
         if plan.blocks_2d:
             params.append("rnumel")
         consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.blocks_2d else [])

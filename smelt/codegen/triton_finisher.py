@@ -2,7 +2,8 @@
 
 A split reduction (a global sum) or a reduction of per-row results (`x.sum(1).amax()`) runs as
 a big kernel whose programs each store partial results, then a small kernel that reduces them.
-The second launch leaves the GPU idle for a few microseconds, and the small kernel runs on one SM. Here the big kernel does both: each program stores its partials and takes a ticket from a
+The second launch leaves the GPU idle for a few microseconds, and the small kernel runs on one
+SM. Here the big kernel does both: each program stores its partials and takes a ticket from a
 counter; the program that takes the last ticket knows that every partial is stored (the counter's
 acquire-release order makes the other programs' stores visible to it), runs the small kernel's
 code itself, reading the partials through L2, and zeroes the counter for the next launch.
