@@ -46,7 +46,7 @@ def main() -> None:
         return "evict_first" if rank == 2 else None
 
     for chunk, warps, hints in [(4096, 4, False), (8192, 4, False), (8192, 8, False), (16384, 8, False),
-                                (4096, 4, True), (8192, 8, True), (16384, 8, True)]:
+                                (16384, 16, False), (8192, 4, True)]:
         triton_row_split.CHUNK = triton_codegen.CHUNK = chunk
         triton_row_split.WARPS = triton_codegen.WARPS = warps
         eviction.EvictionPolicy.for_load = streaming_policy if hints else plain_policy
