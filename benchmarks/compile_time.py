@@ -23,7 +23,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _child(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", required=True, choices=["inductor", "smelt"])
+    parser.add_argument("--backend", required=True, choices=["inductor", "smelt", "dynamo"])
     parser.add_argument("--workload", required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--small", action="store_true")

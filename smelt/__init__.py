@@ -5,7 +5,7 @@ import torch
 
 from . import config, errors, observe
 from .backend import smelt_backend
-from .preload import import_lazy_dependencies
+from .preload import freeze_import_time_objects, import_lazy_dependencies
 
 import_lazy_dependencies()
 
@@ -19,6 +19,7 @@ def _register() -> None:
 
 
 _register()
+freeze_import_time_objects()
 
 
 def compile(fn=None, **options):

@@ -7,7 +7,10 @@ torch.distributed, say) is skipped: the compile then does without it as before.
 """
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
+import os
 
 MODULES = (
     # sympy's Add imports its tensor algebra the first time it adds terms (smelt's index math).
@@ -38,3 +41,16 @@ def import_lazy_dependencies() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional part of a library may be missing or broken
             pass
+
+
+def freeze_import_time_objects() -> None:
+    """Move every object alive now (torch, Triton and sympy's modules: millions of them) into the
+    collector's permanent generation. They live as long as the process anyway, but each full
+    collection during a compile rescans them: Dynamo's first trace of a layer norm took 0.24 s
+    instead of 0.07 s on the 2-core CPU. Frozen objects are still freed by reference counting;
+    only cycles among them are never collected. SMELT_GC_FREEZE=0 leaves the collector alone."""
+    if os.environ.get("SMELT_GC_FREEZE", "1") != "0":
+        gc.freeze()
+        # Thawed at exit, so the last collection still reaches them (nanobind, which Triton's
+        # bindings use, reports objects left uncollected at shutdown as leaks).
+        atexit.register(gc.unfreeze)
