@@ -68,7 +68,7 @@ class DynamoCacheSlot:
         observe.record(compiled)
         stats["dynamo_hit"] += 1
         log.debug("smelt: graph cache hit for a Dynamo graph (%s): AOTAutograd skipped", self.key[:16])
-        return torch._dynamo.disable(InferenceGraph(compiled.call))
+        return InferenceGraph(compiled.call)
 
     def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:
         """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph."""

@@ -62,3 +62,15 @@ def test_a_second_stream_is_honoured(compile_fn, assert_close, no_fallback):
         out = fn(x)
     torch.cuda.current_stream().wait_stream(side)
     assert_close(out, x * 3)
+
+
+def test_resolved_launches_are_recalled_only_for_the_same_scalars_and_aligned_pointers(
+        compile_fn, assert_close, observe, no_fallback):
+    fn = compile_fn(lambda x: (x * 2).sum(-1), dynamic=True)
+    base = torch.randn(64 * 3000 + 1, device="cuda")
+    for n, offset in [(64, 0), (17, 0), (64, 0), (64, 1), (17, 0), (64, 1), (5, 0), (64, 0)]:
+        x = base[offset:offset + n * 3000].view(n, 3000)  # offset 1: every pointer misaligned
+        base.normal_()  # new values each call: a stale launch cannot pass by luck
+        assert_close(fn(x), (x * 2).sum(-1), rtol=1e-4, atol=1e-3)
+    (launcher,) = _launchers(observe)
+    assert len(launcher._resolved) == 3  # sizes 64, 17 and 5, aligned; misaligned calls resolve anew
