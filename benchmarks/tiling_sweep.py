@@ -40,8 +40,9 @@ def _cases(device):
 
 
 def _fixed_tiles(xblock, rblock, warps):
-    def tile_blocks(xnumel, rnumel, itemsize, interpret):
-        layout = tiling.grid_layout(static_int(xnumel), static_int(rnumel), xblock, rblock)
+    def tile_blocks(t, itemsize, interpret):
+        first = "x" if len(t.along_x) > len(t.along_r) else "r"
+        layout = tiling.grid_layout(static_int(t.outer), static_int(t.inner), xblock, rblock, first)
         return tiling.TileBlocks(xblock, rblock, warps, *layout)
     return tile_blocks
 

@@ -31,6 +31,14 @@ def test_transpose_plus_add(device, check, observe):
     src = _assert_one_tiled_kernel(observe)
     # x is read (and the output, which keeps x.t()'s strides, written) down the tile's columns.
     assert "contiguous along x: arg0_1, buf0; along r: arg1_1" in src, src
+    # Two of the three accesses run along x: consecutive programs walk x tiles.
+    assert "xoffset = tl.program_id(0)" in src and "roffset = tl.program_id(1)" in src, src
+
+
+def test_the_grid_walks_r_first_when_as_many_accesses_run_along_r(device, check, observe):
+    check(lambda x, y: x + y.t(), torch.randn(33, 65, device=device), torch.randn(65, 33, device=device))
+    src = _assert_one_tiled_kernel(observe)
+    assert "roffset = tl.program_id(0)" in src and "xoffset = tl.program_id(1)" in src, src
 
 
 def test_permute_3d_keeps_batch_in_the_outer_factor(device, check, observe):

@@ -67,7 +67,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     budget = (1 << 16 if not plan.is_reduction else 4096) if interpret else 4096
     if plan.tiling is not None:
         itemsize = max(n.buffer.get_dtype().itemsize for n in plan.nodes)
-        tiles = tile_blocks(plan.xnumel, plan.rnumel, itemsize, interpret)
+        tiles = tile_blocks(plan.tiling, itemsize, interpret)
         return BlockConfig(tiles.xblock, tiles.rblock, tiles.num_warps, False, tiles=tiles)
     if not plan.is_reduction:
         xblock = 1024 if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
