@@ -1,5 +1,5 @@
 """ATen -> IR. Importing this package registers every lowering family."""
-from . import (cat_pad, control_flow, extern_calls, factories, float_ops, indexing, movement,  # noqa: F401
+from . import (cat_pad, control_flow, extern_calls, factories, float_ops, foreach, indexing, movement,  # noqa: F401
                padding, pointwise, pooling, random, reductions, scalars, scans, scatter, views)  # registration
 from .graph import IRGraph, OutputSpec, lower_graph
 

@@ -1,6 +1,7 @@
 """Walks an ATen FX graph and builds the IR graph: buffers in program order, inputs, outputs."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 from dataclasses import dataclass
@@ -64,6 +65,17 @@ class IRGraph:
     def out_meta(self):
         return self.node.meta.get("val") if self.node is not None else None
 
+    @contextlib.contextmanager
+    def lowering_position(self, target, meta, args, kwargs):
+        """While one position of a list-returning op (a foreach op) is lowered as the single op
+        `target` it stands for, `node` is that op's call: lowerings read its target and eager value."""
+        outer = self.node
+        self.node = PositionNode(target, {"val": meta}, tuple(args), dict(kwargs), outer)
+        try:
+            yield
+        finally:
+            self.node = outer
+
     def register_computed(self, loops: Loops, layout=None, mutates: str | None = None) -> ComputedBuffer:
         if layout is None:
             layout = make_contiguous_layout(loops.get_device(), loops.get_dtype(), loops.get_size())
@@ -113,6 +125,20 @@ class IRGraph:
             o.kind if o.kind == "none" else f"{o.name or o.expr}" + (f" as {o.layout}" if o.layout else "")
             for o in self.outputs))
         return "\n".join(lines)
+
+
+@dataclass
+class PositionNode:
+    """A single-tensor op's call standing for one position of a foreach op's FX node `of`."""
+
+    target: Any
+    meta: dict
+    args: tuple
+    kwargs: dict
+    of: torch.fx.Node
+
+    def format_node(self) -> str:
+        return f"{origin_name(self)} at one position of {self.of.format_node()}"
 
 
 def origin_name(node: torch.fx.Node) -> str:
