@@ -12,6 +12,7 @@ from .codegen.block_candidates import candidates, masks_needed
 from .codegen.generated import GeneratedGraph, GeneratedKernel
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .codegen.triton_combo import ComboBodies, ComboKernelSource, combo_kernel
 from .codegen.triton_finisher import Finisher, attach_finishers
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
@@ -20,6 +21,7 @@ from .lowering import lower_graph
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
+from .scheduler.combo import combine
 
 log = logging.getLogger("smelt")
 _graph_ids = itertools.count()
@@ -38,20 +40,24 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     graph_id = next(_graph_ids)
     graph = lower_graph(gm)
     sched = make_schedule(graph)
+    for step in sched.steps:
+        if not step.is_extern:
+            _check_backend(cfg, step)
+    bodies = ComboBodies(graph, lambda step: step.group.nodes[0].buffer.get_device().type == "cpu", cfg.eviction_hints)
+    outputs = {o.name for o in graph.outputs if o.name is not None}
+    sched.steps = combine(sched.steps, bodies.key, outputs, graph)
     sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit)
     # Each kernel runs on its own members' device: a graph may copy between devices.
-    kernels: dict[int, TritonKernelSource] = {}
+    kernels: dict[int, TritonKernelSource | ComboKernelSource] = {}
     interpreted: dict[int, bool] = {}
     for k, step in enumerate(sched.steps):
         if step.is_extern:
             continue
-        device = step.group.nodes[0].buffer.get_device()
-        backend = cfg.backend_for(device.type)
-        if backend != "triton":
-            raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist yet "
-                             f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
-        interpreted[k] = device.type == "cpu"
-        kernels[k] = generate_kernel(step, graph, interpreted[k], cfg, len(kernels))
+        interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu"
+        if step.combo:
+            kernels[k] = combo_kernel(step, bodies, graph, interpreted[k], len(kernels))
+        else:
+            kernels[k] = generate_kernel(step, graph, interpreted[k], cfg, len(kernels))
 
     title = f"graph {graph_id} ({kind})"
     wrapper_source = WrapperCodegen(graph, sched, kernels, title).generate()
@@ -59,11 +65,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     objects.update(graph.subgraphs)
     generated = GeneratedGraph(
         kind=kind, title=title, wrapper_source=wrapper_source, fallback_ops=list(graph.fallback_ops), objects=objects,
-        kernels=[GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
-                                 config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
-                                 ticket=kernel.ticket,
-                                 xnumel_arg=len(kernel.params) + len(kernel.size_args), interpret=interpreted[k])
-                 for k, kernel in kernels.items()])
+        kernels=[_generated_kernel(kernel, interpreted[k]) for k, kernel in kernels.items()])
     if cfg.debug_dir:
         files = {"aten_graph.txt": gm.print_readable(print_output=False), "ir.txt": graph.describe(),
                  "fused_groups.txt": sched.describe(), "wrapper.py": wrapper_source}
@@ -71,6 +73,25 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
         folder = dump_graph(cfg.debug_dir, kind, files)
         log.info("smelt: %s dumped to %s", title, folder)
     return generated
+
+
+def _check_backend(cfg, step) -> None:
+    device = step.group.nodes[0].buffer.get_device()
+    backend = cfg.backend_for(device.type)
+    if backend != "triton":
+        raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist yet "
+                         f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
+
+
+def _generated_kernel(kernel, interpret: bool) -> GeneratedKernel:
+    if isinstance(kernel, ComboKernelSource):
+        return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
+                               config=kernel.config, candidates=(kernel.config,), workspace=None, xnumel_arg=-1,
+                               interpret=interpret, combo=(tuple(kernel.member_numels), kernel.pointers_per_member))
+    return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
+                           config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
+                           ticket=kernel.ticket, xnumel_arg=len(kernel.params) + len(kernel.size_args),
+                           interpret=interpret)
 
 
 def tunable(step) -> bool:

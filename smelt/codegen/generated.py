@@ -23,13 +23,16 @@ class GeneratedKernel:
     xnumel_arg: int  # position of xnumel among the launch arguments
     interpret: bool  # a CPU kernel, run by the Triton interpreter
     ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
+    # A combo kernel (codegen/triton_combo.py): its members' element counts, pointers per member.
+    combo: tuple[tuple[int, ...], int] | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
                 "config": dataclasses.asdict(self.config),
                 "candidates": [dataclasses.asdict(c) for c in self.candidates],
                 "workspace": list(self.workspace) if self.workspace is not None else None,
-                "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket}
+                "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket,
+                "combo": [list(self.combo[0]), self.combo[1]] if self.combo is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedKernel:
@@ -38,7 +41,8 @@ class GeneratedKernel:
                    config=_block_config(data["config"]),
                    candidates=tuple(_block_config(c) for c in data["candidates"]),
                    workspace=tuple(workspace) if workspace is not None else None,
-                   xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False))
+                   xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False),
+                   combo=(tuple(data["combo"][0]), data["combo"][1]) if data.get("combo") else None)
 
 
 def _block_config(data: dict) -> BlockConfig:

@@ -525,6 +525,13 @@ class TritonKernel:
 
     def source(self, name: str, interpret: bool, comment_lines: list[str]) -> str:
         self.generate_body()
+        text = self.module_source([self._function(name).getvalue()], interpret, comment_lines)
+        if self.row_split:
+            return self.row_split.finish(text)
+        return text
+
+    def module_source(self, functions: list[str], interpret: bool, comment_lines: list[str]) -> str:
+        """A kernel module: comments, imports, the helpers this kernel's body uses, `functions`."""
         out = IndentedBuffer()
         out.writelines(comment_lines)
         out.writeline("import triton")
@@ -551,9 +558,9 @@ class TritonKernel:
         if self.finisher is not None:
             for line in self.finisher.function.splitlines():
                 out.writeline(line)
-        out.splice(self._function(name))
-        if self.row_split:
-            return self.row_split.finish(out.getvalue())
+        for function in functions:
+            for line in function.splitlines():
+                out.writeline(line)
         return out.getvalue()
 
     def launch_args(self) -> tuple[list[tuple[str, str]], list[str]]:

@@ -97,6 +97,12 @@ class WrapperCodegen:
                     if name not in allocated:
                         self.allocate(body, name, buffers[name].layout)
                         allocated.add(name)
+                if step.combo:
+                    args = [buffer for member in kernel.member_buffers for buffer in member]
+                    body.writeline(f"{kernel.name}({', '.join(args)})")
+                    if step.frees:
+                        body.writeline(f"del {', '.join(step.frees)}")
+                    continue
                 args = [buffer for _, buffer in kernel.params] + list(kernel.size_args)
                 args.append(pexpr(kernel.xnumel))
                 if kernel.rnumel is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..ir import TensorBox
 from . import registry
 
 aten = torch.ops.aten
@@ -43,9 +44,7 @@ def _single_overload(base: str, foreach_overload: str, per_position_args) -> tor
 
 
 def _fits(arg: torch._C.Argument, value) -> bool:
-    from ..ir import TensorBox
-    is_tensor = isinstance(arg.type, torch.TensorType)
-    return is_tensor == isinstance(value, TensorBox) or (not is_tensor and not isinstance(value, TensorBox))
+    return isinstance(arg.type, torch.TensorType) == isinstance(value, TensorBox)
 
 
 def _lower_foreach(op: torch._ops.OpOverload):
@@ -87,15 +86,15 @@ def _lower_foreach(op: torch._ops.OpOverload):
 
 
 def _register() -> None:
-    for name in dir(aten):
-        if not name.startswith("_foreach_") or name.endswith("_"):
+    # Every registered op by name: `dir(torch.ops.aten)` lists only the ops loaded so far (torch 2.11).
+    for qualified in torch._C._dispatch_get_all_op_names():
+        if not qualified.startswith("aten::_foreach_"):
+            continue
+        name, _, overload_name = qualified[len("aten::"):].partition(".")
+        if name.endswith("_") or overload_name.startswith("out"):
             continue  # functional graphs carry the out-of-place forms only
-        packet = getattr(aten, name)
-        for overload_name in packet.overloads():
-            op = getattr(packet, overload_name)
-            if overload_name.startswith("out") or "Tensor" in [a.name for a in op._schema.returns]:
-                continue
-            registry.LOWERINGS[op] = _lower_foreach(op)
+        op = getattr(getattr(aten, name), overload_name or "default")
+        registry.LOWERINGS[op] = _lower_foreach(op)
 
 
 _register()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..codegen.generated import GeneratedGraph
 from ..errors import KernelCompileError
 from .autotune import Autotuner
+from .combo_launcher import ComboLauncher
 from .compiled_graph import CompiledGraph
 from .kernel_binaries import KernelVariants
 from .launcher import TritonLauncher
@@ -25,9 +26,10 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
         fn = getattr(module, kernel.name)
         tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
         variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
-        namespace[kernel.name] = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config,
-                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, variants,
-                                                kernel.ticket)
+        programs = ComboLauncher.programs(kernel.combo[0], kernel.config.XBLOCK) if kernel.combo else None
+        launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
+                                  kernel.xnumel_arg, kernel.workspace, tuner, variants, kernel.ticket, programs)
+        namespace[kernel.name] = ComboLauncher(launcher, *kernel.combo) if kernel.combo else launcher
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)

@@ -32,8 +32,9 @@ MAX_RESOLVED = 16  # distinct scalar sets remembered per kernel (dynamic sizes);
 class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
                  workspace: tuple[int, int, int] | None = None, autotuner=None,
-                 variants: KernelVariants | None = None, ticket: bool = False):
+                 variants: KernelVariants | None = None, ticket: bool = False, programs: int | None = None):
         self.fn = fn
+        self.programs = programs  # a fixed grid (a combo kernel's), else one program per XBLOCK of x
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
         self.name = name
         self.path = path
@@ -74,10 +75,15 @@ class TritonLauncher:
                 except CudaError as e:
                     raise self._failed(e) from e
                 return
+        plain = args
+        if self.programs is not None:
+            binary = self._launch((self.programs,), args)
+            if key is not None and binary is not None:
+                self._resolved[key] = (binary, (self.programs,), (), _device_of(args).index)
+            return
         xnumel = args[self.xnumel_arg]
         if xnumel == 0:
             return
-        plain = args
         if self.autotuner is not None:
             sizes = tuple(a for a in args if isinstance(a, int))
             config = self.autotuner.pick(sizes, _device_of(args), lambda c: self._launch_with(c, args))

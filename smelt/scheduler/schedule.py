@@ -18,10 +18,18 @@ class Step:
     # Small reductions of this kernel's results that its last program runs, in order
     # (codegen/triton_finisher.py).
     finishers: list["Step"] = dataclasses.field(default_factory=list)
+    # Independent kernels with one body, launched together (scheduler/combo.py); `group` is the first's.
+    combo: list["Step"] = dataclasses.field(default_factory=list)
 
     @property
     def is_extern(self) -> bool:
         return self.group.is_extern
+
+    @property
+    def nodes(self) -> list:
+        """Every node this step computes: its group's, its finishers' and its combo members'."""
+        steps = self.combo or [self]
+        return [n for s in steps for g in [s.group] + [f.group for f in s.finishers] for n in g.nodes]
 
 
 @dataclasses.dataclass
@@ -44,6 +52,9 @@ class Schedule:
                 f = finisher.group
                 lines.append(f"    its last program then reduces over {f.xnumel} x {f.rnumel}: "
                              f"{', '.join(n.name for n in f.nodes)}; stores {', '.join(finisher.stored)}")
+            if step.combo:
+                lines.append(f"    launched with {len(step.combo) - 1} more kernels of the same body: "
+                             f"{', '.join(m.group.nodes[0].name for m in step.combo[1:])}")
             if step.frees:
                 lines.append(f"    then frees {', '.join(step.frees)}")
         return "\n".join(lines)
@@ -148,15 +159,24 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
             used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
             if name in outputs or name in input_names or used_elsewhere or node.is_scatter:
                 step.stored.append(name)
+    plan_frees(steps, outputs, graph)
+
+
+def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
+    """Free every buffer after its last reader (again, when steps have moved)."""
+    input_names = {name for name, value in graph.inputs if value is not None and hasattr(value, "layout")}
+    for step in steps:
+        step.frees = []
     last_use: dict[str, int] = {}
     for k, step in enumerate(steps):
-        for node in step.group.nodes:
+        for node in step.nodes:
             for name in node.read_names:
                 last_use[name] = k
             if node.write_name != node.name:  # a write into a graph input uses that input too
                 last_use[node.write_name] = k
-    written = {n for s in steps for n in (s.stored if not s.is_extern else [s.group.nodes[0].write_name])}
-    unbound = {n.name for s in steps for n in s.group.nodes if not getattr(n.buffer, "binds_name", True)}
+    written = {n for s in steps for m in (s.combo or [s]) for f in [m] + m.finishers
+               for n in (f.stored if not f.is_extern else [f.group.nodes[0].write_name])}
+    unbound = {n.name for s in steps for n in s.nodes if not getattr(n.buffer, "binds_name", True)}
     for name, k in last_use.items():
         if name in outputs or name in graph.constants or name in unbound:
             continue

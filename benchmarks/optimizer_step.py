@@ -1,0 +1,102 @@
+"""An Adam step over ~150 tensors of mixed sizes (issue 6): eager, Inductor and smelt.
+
+    python3 -m benchmarks.optimizer_step [--small] [--device cuda] [--foreach 1]
+
+Parameters: a few 16M-element matrices, dozens of 4k vectors and about a hundred tiny tensors,
+fp32, each with a gradient. Each backend gets its own copy (same seed) and its own optimizer; the
+compiled step is checked against eager's after two steps, then timed with do_bench (each call is a
+real step: the parameters keep moving, which does not change the work). The floor is Adam's
+bytes: parameter, gradient and both moments read, parameter and moments written (28 bytes an
+element in fp32), over the measured copy bandwidth. Kernel launches per step are counted with the
+profiler; compile seconds are the first call's.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from benchmarks.backends import compile_fn, preload
+from benchmarks.measure import bench_ms, copy_bandwidth, synchronize
+
+
+def shapes(small: bool) -> list[tuple[int, ...]]:
+    if small:
+        return [(256, 256)] * 4 + [(64,)] * 40 + [(3,)] * 100
+    return [(4096, 4096)] * 4 + [(4096,)] * 40 + [(7,)] * 100
+
+
+def make(device: str, small: bool, foreach: bool):
+    torch.manual_seed(0)
+    params = [torch.randn(s, device=device, requires_grad=True) for s in shapes(small)]
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-2
+    return params, torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+
+
+def launches_per_step(step, device: str) -> int | str:
+    if not device.startswith("cuda"):
+        return "—"
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        synchronize(device)
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--small", action="store_true")
+    parser.add_argument("--foreach", type=int, default=1)
+    parser.add_argument("--backends", default="eager,inductor,smelt")
+    parser.add_argument("--combo-blocks", default=None,
+                        help="smelt's combo block shapes to compare, e.g. 1024x4,4096x8 (XBLOCK x warps)")
+    args = parser.parse_args()
+    numel = sum(torch.Size(s).numel() for s in shapes(args.small))
+    floor_bytes = 28 * numel
+    bw = copy_bandwidth(args.device)
+    reference, ref_opt = make(args.device, args.small, bool(args.foreach))
+    for _ in range(2):
+        ref_opt.step()
+    rows = []
+    runs = []
+    for backend in args.backends.split(","):
+        if backend == "smelt" and args.combo_blocks:
+            runs += [("smelt", shape) for shape in args.combo_blocks.split(",")]
+        else:
+            runs.append((backend, None))
+    for backend, shape in runs:
+        label = backend if shape is None else f"smelt, combo blocks {shape}"
+        if shape is not None:
+            import os
+            os.environ["SMELT_GRAPH_CACHE"] = "0"  # each shape compiles anew
+            from smelt.codegen import triton_combo
+            xblock, warps = (int(v) for v in shape.split("x"))
+            triton_combo.COMBO_CONFIG = triton_combo.BlockConfig(xblock, None, warps, False)
+        params, opt = make(args.device, args.small, bool(args.foreach))
+        preload(backend) if backend != "eager" else None
+        step = opt.step if backend == "eager" else compile_fn(backend, opt.step)
+        synchronize(args.device)
+        start = time.perf_counter()
+        step()
+        synchronize(args.device)
+        first = time.perf_counter() - start
+        step()
+        error = max(float((p - q).abs().max()) for p, q in zip(params, reference))
+        launches = launches_per_step(step, args.device)
+        ms = bench_ms(step, args.device)
+        rows.append((label, ms, floor_bytes / (ms * 1e-3) / bw, launches, first, error))
+        del params, opt, step
+        torch._dynamo.reset()
+    print(f"\n### Adam step, {len(shapes(args.small))} tensors, {numel / 1e6:.1f}M elements fp32 "
+          f"(floor {floor_bytes / 1e6:.0f} MB; copy BW {bw / 1e9:.0f} GB/s; foreach={bool(args.foreach)})\n")
+    print("| backend | ms | % of floor | launches per step | first call s | max abs diff vs eager |")
+    print("|---|---|---|---|---|---|")
+    for backend, ms, share, launches, first, error in rows:
+        print(f"| {backend} | {ms:.4f} | {share:.0%} | {launches} | {first:.2f} | {error:.1e} |")
+
+
+if __name__ == "__main__":
+    main()

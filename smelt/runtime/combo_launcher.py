@@ -1,0 +1,65 @@
+"""Launches a combo kernel (codegen/triton_combo.py): builds its work and pointer tables.
+
+The work table (member, block) per program depends only on the members' static sizes: made once
+per device, biggest members first so that the small ones fill the last wave. The pointer table
+holds each member's buffer addresses and element count; it is kept per distinct set of addresses,
+since an optimizer's parameters and states stay where they are from step to step, and built when
+they move (buffers the graph allocates may move every call): written into pinned memory and copied
+without waiting, so the host never stalls on the GPU's queue.
+"""
+from __future__ import annotations
+
+import torch
+
+# Pointer tables kept per combo kernel: enough for a few alternating buffer sets.
+MAX_TABLES = 8
+
+
+class ComboLauncher:
+    def __init__(self, launcher, member_numels: list[int], pointers_per_member: int):
+        self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
+        self.numels = member_numels
+        self.per_member = pointers_per_member
+        self.work: dict = {}
+        self.tables: dict = {}
+
+    @property
+    def variants(self):
+        return self.launcher.variants
+
+    @staticmethod
+    def programs(member_numels: list[int], xblock: int) -> int:
+        return sum(-(-n // xblock) for n in member_numels)
+
+    def __call__(self, *buffers):
+        device = buffers[0].device
+        work = self.work.get(device)
+        if work is None:
+            work = self.work[device] = self._work_table(device)
+        key = (device, tuple(b.data_ptr() for b in buffers))
+        table = self.tables.get(key)
+        if table is None:
+            if len(self.tables) >= MAX_TABLES:
+                self.tables.clear()
+            table = self.tables[key] = self._pointer_table(key[1], device)
+        self.launcher(work, table)
+
+    def _work_table(self, device) -> torch.Tensor:
+        xblock = self.launcher.config.XBLOCK
+        blocks = torch.tensor([-(-n // xblock) for n in self.numels], dtype=torch.int64)
+        order = torch.argsort(blocks, descending=True, stable=True)
+        members = torch.repeat_interleave(order, blocks[order])
+        starts = torch.cumsum(blocks[order], 0) - blocks[order]
+        block = torch.arange(len(members)) - torch.repeat_interleave(starts, blocks[order])
+        return torch.stack([members, block], 1).to(torch.int32).contiguous().to(device)
+
+    def _pointer_table(self, addresses: tuple[int, ...], device) -> torch.Tensor:
+        rows = []
+        for m, numel in enumerate(self.numels):
+            rows.extend(addresses[m * self.per_member:(m + 1) * self.per_member])
+            rows.append(numel)
+        table = torch.tensor(rows, dtype=torch.int64)
+        if device.type != "cuda":
+            return table
+        # The pinned block is not reused before the copy is done (torch's host allocator tracks it).
+        return table.pin_memory().to(device, non_blocking=True)
