@@ -45,6 +45,20 @@ def launches_per_step(step, device: str) -> int | str:
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
+def host_ms_per_step(step, device: str) -> float:
+    """Host time to issue one step, in bursts short enough that the GPU queue never fills: when
+    it is above the GPU time, the step is host-bound."""
+    times = []
+    for _ in range(10):
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(4):
+            step()
+        times.append((time.perf_counter() - start) / 4 * 1e3)
+    synchronize(device)
+    return sorted(times)[len(times) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -87,15 +101,16 @@ def main() -> None:
         error = max(float((p - q).abs().max()) for p, q in zip(params, reference))
         launches = launches_per_step(step, args.device)
         ms = bench_ms(step, args.device)
-        rows.append((label, ms, floor_bytes / (ms * 1e-3) / bw, launches, first, error))
+        host = host_ms_per_step(step, args.device)
+        rows.append((label, ms, floor_bytes / (ms * 1e-3) / bw, launches, first, error, host))
         del params, opt, step
         torch._dynamo.reset()
     print(f"\n### Adam step, {len(shapes(args.small))} tensors, {numel / 1e6:.1f}M elements fp32 "
           f"(floor {floor_bytes / 1e6:.0f} MB; copy BW {bw / 1e9:.0f} GB/s; foreach={bool(args.foreach)})\n")
-    print("| backend | ms | % of floor | launches per step | first call s | max abs diff vs eager |")
-    print("|---|---|---|---|---|---|")
-    for backend, ms, share, launches, first, error in rows:
-        print(f"| {backend} | {ms:.4f} | {share:.0%} | {launches} | {first:.2f} | {error:.1e} |")
+    print("| backend | ms | % of floor | host ms per step | launches per step | first call s | max abs diff vs eager |")
+    print("|---|---|---|---|---|---|---|")
+    for backend, ms, share, launches, first, error, host in rows:
+        print(f"| {backend} | {ms:.4f} | {share:.0%} | {host:.3f} | {launches} | {first:.2f} | {error:.1e} |")
 
 
 if __name__ == "__main__":

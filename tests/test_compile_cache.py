@@ -88,19 +88,24 @@ def test_hit_gives_eager_answer_and_is_observable(cache_dir, device, compile_fn,
     assert graph.kind == "inference" and graph.cache_key is not None and len(graph.kernel_names) == 1
 
 
-def test_a_hit_launches_tiled_and_finished_kernels(cache_dir, device, compile_fn, assert_close, monkeypatch):
-    # Their launch settings (the tile layout, the finisher's ticket) come back from JSON.
+def test_a_hit_launches_tiled_finished_and_combo_kernels(cache_dir, device, compile_fn, assert_close, monkeypatch,
+                                                          observe):
+    # Their launch settings (the tile layout, the finisher's ticket, the combo's members) come back from JSON.
     monkeypatch.setenv("SMELT_SPLIT_REDUCTION_MIN_NUMEL", "1000")
     x, y = torch.randn(33, 65, device=device), torch.randn(65, 33, device=device)
     z = torch.randn(5000, device=device)
+    u, v = torch.randn(40, device=device), torch.randn(7, 9, device=device)
 
-    def fn(x, y, z):
-        return x.t() + y, z.sum()
-    compile_again(fn, x, y, z, compile_fn=compile_fn)
+    def fn(x, y, z, u, v):
+        return x.t() + y, z.sum(), [w.cos() * 2 for w in (u, v)]  # the last two: one combo kernel
+    compile_again(fn, x, y, z, u, v, compile_fn=compile_fn)
     for _ in range(2):  # the second run reuses the ticket counter the first left at zero
-        out, stats = compile_again(fn, x, y, z, compile_fn=compile_fn)
+        out, stats = compile_again(fn, x, y, z, u, v, compile_fn=compile_fn)
         assert stats == {"dynamo_hit": 1}
-        assert_close(out, fn(x, y, z), atol=1e-4, rtol=1e-4)
+        assert_close(out, fn(x, y, z, u, v), atol=1e-4, rtol=1e-4)
+    names = [n for g in observe.compiled_graphs() for n in g.kernel_names]
+    assert any("combo" in n for n in names) and any("tiled" in s for g in observe.compiled_graphs()
+                                                    for s in g.kernel_sources.values()), names
 
 
 @pytest.mark.parametrize("change", ["shape", "dtype", "stride", "setting"])

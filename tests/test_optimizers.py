@@ -59,3 +59,45 @@ def test_foreach_ops_lower_to_kernels(device, compile_fn, assert_close, observe)
     assert_close(compile_fn(fn)(xs, ys), fn(xs, ys))
     (graph,) = observe.compiled_graphs()
     assert not graph.fallback_ops, graph.fallback_ops
+
+
+MIXED = [(256, 256)] * 3 + [(96,)] * 40 + [(3,)] * 100 + [(5, 7)] * 7  # 150 tensors
+
+
+def test_adam_over_150_tensors_runs_in_at_most_8_launches(device, compile_fn, assert_close, observe, kernel_count):
+    params = [torch.randn(s, device=device, requires_grad=True) for s in MIXED]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    ref_params = _copies(params)
+    opt = torch.optim.Adam(params, lr=1e-2, foreach=True)
+    ref_opt = torch.optim.Adam(ref_params, lr=1e-2, foreach=True)
+    compile_fn(opt.step, fullgraph=False)()
+    ref_opt.step()
+    for p, q in zip(params, ref_params):
+        assert_close(p, q, atol=1e-6, rtol=1e-6)
+    graphs = observe.compiled_graphs()
+    assert not [op for g in graphs for op in g.fallback_ops]
+    assert kernel_count() <= 8, [g.kernel_names for g in graphs]
+
+
+def test_a_loop_over_a_list_is_one_launch(device, compile_fn, assert_close, observe, kernel_count):
+    # (A one-element tensor's kernel indexes by a constant: its body differs, so it is left out.)
+    xs = [torch.randn(s, device=device) for s in SIZES if torch.Size(s).numel() > 1]
+
+    def fn(xs):
+        return [torch.sigmoid(x) * 3 - x for x in xs]
+
+    assert_close(compile_fn(fn)(xs), fn(xs))
+    assert kernel_count() == 1, [g.kernel_names for g in observe.compiled_graphs()]
+
+
+def test_kernels_that_depend_on_each_other_stay_apart(device, compile_fn, assert_close):
+    def fn(a, b, c):
+        a.add_(1)  # a later kernel reads the new a: it must not run before this one
+        total = b.sum()
+        return [a * 2, b + total, c * 2]
+
+    a, b, c = (torch.randn(64, 65, device=device) for _ in range(3))
+    expected = fn(*(t.clone() for t in (a, b, c)))
+    actual = compile_fn(fn)(a, b, c)
+    assert_close(actual, expected)

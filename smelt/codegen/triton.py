@@ -798,17 +798,25 @@ def _literal_value(text: str):
 
 def index_dtype_for(plan: KernelPlan, graph) -> str:
     """int32 index math when every size is static and small enough, int64 otherwise."""
-    limit = 2 ** 31 - 1
-    sizes = [plan.xnumel * plan.rnumel]
-    for b in graph.buffers:
-        if b.layout is not None:
-            sizes.append(b.layout.storage_numel())
-    for _, value in graph.inputs:
-        if value is not None and hasattr(value, "layout"):
-            sizes.append(value.layout.storage_numel())
-    for s in sizes:
-        v = static_int(s)
-        if v is None or v > limit:
-            return "tl.int64"
-    return "tl.int32"
+    if graph_needs_int64(graph):
+        return "tl.int64"
+    v = static_int(plan.xnumel * plan.rnumel)
+    return "tl.int64" if v is None or v > INT32_LIMIT else "tl.int32"
+
+
+INT32_LIMIT = 2 ** 31 - 1
+_graph_int64: dict = {}  # id(graph) -> (graph, answer): asked once per kernel, the graph's part is the same
+
+
+def graph_needs_int64(graph) -> bool:
+    """Whether some buffer or input of the graph is symbolic or too big for int32 offsets."""
+    cached = _graph_int64.get(id(graph))
+    if cached is not None and cached[0] is graph:
+        return cached[1]
+    sizes = [b.layout.storage_numel() for b in graph.buffers if b.layout is not None]
+    sizes += [v.layout.storage_numel() for _, v in graph.inputs if v is not None and hasattr(v, "layout")]
+    answer = any(static_int(s) is None or static_int(s) > INT32_LIMIT for s in sizes)
+    _graph_int64.clear()  # one graph is generated at a time: keep only its answer
+    _graph_int64[id(graph)] = (graph, answer)
+    return answer
 

@@ -1,0 +1,67 @@
+"""Where a cold compile of the Adam step goes (benchmarks/optimizer_step.py's parameters): wall
+time of Dynamo, AOTAutograd and each smelt stage, measured with timers around them.
+
+    python3 scripts/compile_breakdown.py [--small] [--device cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+os.environ["SMELT_GRAPH_CACHE"] = "0"
+
+from benchmarks.optimizer_step import make  # noqa: E402
+
+spent: dict = collections.defaultdict(float)
+
+
+def timed(owner, name, label):
+    inner = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[label] += time.perf_counter() - start
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--small", action="store_true")
+    args = parser.parse_args()
+    import smelt  # noqa: F401
+    from smelt import backend, pipeline
+    from smelt.runtime import kernel_binaries, launcher
+    timed(backend, "aot_module_simplified", "AOTAutograd + smelt (all)")
+    timed(pipeline, "generate_graph", "smelt: generate (all)")
+    timed(pipeline, "lower_graph", "  lower")
+    timed(pipeline, "make_schedule", "  schedule")
+    timed(pipeline, "combine", "  combine")
+    timed(pipeline, "generate_kernel", "  kernel codegen")
+    timed(pipeline, "combo_kernel", "  combo codegen")
+    timed(pipeline.WrapperCodegen, "generate", "  wrapper codegen")
+    timed(pipeline, "assemble", "smelt: assemble")
+    timed(kernel_binaries.KernelVariants, "_load_or_compile", "Triton compile")
+    timed(launcher.TritonLauncher, "__call__", "launches (incl. compile)")
+    params, opt = make(args.device, args.small, True)
+    step = torch.compile(opt.step, backend="smelt")
+    start = time.perf_counter()
+    step()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    print(f"first call {time.perf_counter() - start:.2f} s")
+    for label, seconds in spent.items():
+        print(f"  {label:32s} {seconds:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
