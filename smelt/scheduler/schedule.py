@@ -100,37 +100,43 @@ def fuse(nodes: list[SchedulerNode]) -> list[FusedGroup]:
     """Greedy fusion in program order: each node joins the best earlier group it may legally join."""
     groups: list[FusedGroup] = []
     group_index: dict[str, int] = {}  # buffer name -> index of the group that writes it
+    readers: dict[str, set[int]] = {}  # buffer name -> indices of the groups that read it
     for node in nodes:
         choice = None
         if not node.is_extern:
-            for k in _candidates(groups, group_index, node):
-                shape = can_fuse(groups[k], node) if _order_allows(groups, group_index, k, node) else None
+            for k in _candidates(groups, group_index, readers, node):
+                allowed = _order_allows(group_index, readers, k, node)
+                shape = can_fuse(groups[k], node) if allowed else None
                 if shape is not None:
                     choice = (k, shape)
                     break
         if choice is None:
             groups.append(FusedGroup(node))
-            group_index[node.write_name] = len(groups) - 1
-            group_index[node.name] = len(groups) - 1
+            k = len(groups) - 1
         else:
             k, (xnumel, rnumel) = choice
             groups[k].nodes.append(node)
             groups[k].xnumel, groups[k].rnumel = xnumel, rnumel
-            group_index[node.write_name] = k
-            group_index[node.name] = k
+        group_index[node.write_name] = k
+        group_index[node.name] = k
+        for name in node.read_names:
+            readers.setdefault(name, set()).add(k)
     return groups
 
 
-def _candidates(groups, group_index, node) -> list[int]:
+def _candidates(groups, group_index, readers, node) -> list[int]:
     """Groups worth joining, best first: producers of what node reads, then groups sharing its inputs."""
     producers = sorted({group_index[n] for n in node.read_names if n in group_index}, reverse=True)
-    sharing = sorted((k for k, g in enumerate(groups)
-                      if k not in producers and not g.is_extern and g.read_names() & node.read_names),
-                     key=lambda k: -len(groups[k].read_names() & node.read_names))
+    shared: dict[int, int] = {}  # group -> how many of node's inputs it reads
+    for name in node.read_names:
+        for k in readers.get(name, ()):
+            shared[k] = shared.get(k, 0) + 1
+    sharing = sorted((k for k in shared if k not in producers and not groups[k].is_extern),
+                     key=lambda k: (-shared[k], k))
     return producers + sharing
 
 
-def _order_allows(groups, group_index, k: int, node: SchedulerNode) -> bool:
+def _order_allows(group_index, readers, k: int, node: SchedulerNode) -> bool:
     """Node may run inside group k only if all it reads is ready by then and no later group
     expects the old contents of what it writes."""
     for name in node.read_names:
@@ -138,7 +144,7 @@ def _order_allows(groups, group_index, k: int, node: SchedulerNode) -> bool:
         if j is not None and j > k:
             return False
     if node.write_name != node.name:  # writes into a graph input: later readers want the old value
-        if any(node.write_name in groups[j].read_names() for j in range(k + 1, len(groups))):
+        if any(j > k for j in readers.get(node.write_name, ())):
             return False
     return True
 
