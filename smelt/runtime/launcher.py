@@ -47,7 +47,7 @@ class TritonLauncher:
         self.autotuner = autotuner
         self.launched = False
         self.variants = variants if not interpret else None  # None: Triton's JIT launches
-        # Launches already resolved (binary, grid, appended buffers), by the call's scalars: see _recall.
+        # Launches already resolved (binary, grid, appended buffers), by the call's scalars: see _recall_key.
         self._resolved: dict | None = {} if self.variants is not None and autotuner is None else None
         self._tensors = self._scalars = None  # itemgetters over a call's arguments, set on its first
         self._use(config)
@@ -77,27 +77,25 @@ class TritonLauncher:
                 return
         plain = args
         if self.programs is not None:
-            binary = self._launch((self.programs,), args)
-            if key is not None and binary is not None:
-                self._resolved[key] = (binary, (self.programs,), (), _device_of(args).index)
-            return
-        xnumel = args[self.xnumel_arg]
-        if xnumel == 0:
-            return
-        if self.autotuner is not None:
-            sizes = tuple(a for a in args if isinstance(a, int))
-            config = self.autotuner.pick(sizes, _device_of(args), lambda c: self._launch_with(c, args))
-            if config != self.config:
-                self._use(config)
-        if self.workspace is not None:
-            args = (*args, *self.workspace.buffers(xnumel, _device_of(args)))
-            grid = (self.workspace.grid(xnumel),)
+            grid = (self.programs,)
         else:
-            grid = self.grid(args)
-            if 0 in grid:
+            xnumel = args[self.xnumel_arg]
+            if xnumel == 0:
                 return
-            if self.tickets is not None:
-                args = (*args, self.tickets.buffer(_device_of(args)))
+            if self.autotuner is not None:
+                sizes = tuple(a for a in args if isinstance(a, int))
+                config = self.autotuner.pick(sizes, _device_of(args), lambda c: self._launch_with(c, args))
+                if config != self.config:
+                    self._use(config)
+            if self.workspace is not None:
+                args = (*args, *self.workspace.buffers(xnumel, _device_of(args)))
+                grid = (self.workspace.grid(xnumel),)
+            else:
+                grid = self.grid(args)
+                if 0 in grid:
+                    return
+                if self.tickets is not None:
+                    args = (*args, self.tickets.buffer(_device_of(args)))
         binary = self._launch(grid, args)
         if key is not None and binary is not None and len(self._resolved) < MAX_RESOLVED:
             self._resolved[key] = (binary, grid, args[len(plain):], _device_of(args).index)
