@@ -210,7 +210,7 @@ class TritonKernel:
         mask = self.mask_for(rank) if rank else (" & ".join(self.mask_stack) if self.mask_stack else None)
         if rank == 0:
             mask = None  # a fixed address is always in bounds
-        ptr = self.args.input(buffer)
+        ptr = self.args.input(self.graph.kept_in_input.get(buffer, buffer))
         text = f"tl.load({ptr} + ({self.index_text(index)})"
         if mask:
             text += f", {mask}, other={literal(0, dtype)}"

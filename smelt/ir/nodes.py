@@ -151,6 +151,7 @@ class ComputedBuffer(Buffer):
         super().__init__(name, layout)
         self.data = data
         self.mutates = mutates
+        self.copy_of: str | None = None  # a write into a graph input of another buffer's values, unchanged
         self.origins = data.origins
 
     @property

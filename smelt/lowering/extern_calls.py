@@ -7,7 +7,7 @@ import torch
 
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
 from ..ir.extern import walk_args
-from ..ir.nodes import InputBuffer
+from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from .graph import _layout_of, origin_name
 from .registry import lowering
@@ -103,7 +103,11 @@ def copy_(g, dst, src, non_blocking=False):
     dtype = target.get_dtype()
     loops = Pointwise(target.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype), size,
                       g.origin | src.origins)
-    g.register_computed(loops, layout=target.layout, mutates=target.name)
+    written = g.register_computed(loops, layout=target.layout, mutates=target.name)
+    source = src.data.data if isinstance(src.data, StorageBox) and src.data.is_realized() else None
+    if isinstance(source, ComputedBuffer) and source.mutates is None and source.get_dtype() == dtype \
+            and list(source.get_size()) == list(size):
+        written.copy_of = source.name  # the scheduler may keep `source` in the input alone
     return dst
 
 

@@ -48,6 +48,9 @@ class IRGraph:
         self.node: torch.fx.Node | None = None
         self._counter = 0
         self._dtypes: dict | None = None
+        # Buffers the scheduler keeps only in the graph input their kernel also copies them into:
+        # later kernels read them there (scheduler/schedule.py plan_memory).
+        self.kept_in_input: dict[str, str] = {}
         self.softmax_rows = SoftmaxRows(gm)  # amax/sum pairs lowered as one online reduction
 
     # ------------------------------------------------------------ building

@@ -157,15 +157,40 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
             for name in node.read_names:
                 readers_outside.setdefault(name, set()).add(k)
     input_names = {name for name, value in graph.inputs if value is not None and hasattr(value, "layout")}
+    _keep_in_inputs(steps, outputs, graph, readers_outside)
     for k, step in enumerate(steps):
         if step.is_extern:
             continue
         for node in step.group.nodes:
             name = node.write_name
             used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
+            if name in graph.kept_in_input:
+                continue
             if name in outputs or name in input_names or used_elsewhere or node.is_scatter:
                 step.stored.append(name)
     plan_frees(steps, outputs, graph)
+
+
+def _keep_in_inputs(steps: list[Step], outputs: set[str], graph, readers_outside) -> None:
+    """A buffer whose kernel also copies it, unchanged, into a graph input (an optimizer's new
+    step count, a running mean) needs no memory of its own: later kernels read the input, which
+    no kernel after this one reads for its old value (fusion's order rules). Only where every
+    later reader is a kernel (an ATen call would need the buffer by name) and layouts agree."""
+    for k, step in enumerate(steps):
+        if step.is_extern:
+            continue
+        made_here = {n.write_name: n for n in step.group.nodes if n.write_name == n.name}
+        for node in step.group.nodes:
+            source = getattr(node.buffer, "copy_of", None)
+            if source is None or source not in made_here or source in outputs:
+                continue
+            readers = readers_outside.get(source, set()) - {k}
+            if any(j < k or steps[j].is_extern for j in readers):
+                continue
+            src, dst = made_here[source].buffer.layout, node.buffer.layout
+            if (list(src.size), list(src.stride), src.offset) != (list(dst.size), list(dst.stride), dst.offset):
+                continue
+            graph.kept_in_input[source] = node.write_name
 
 
 def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
@@ -174,10 +199,11 @@ def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
     for step in steps:
         step.frees = []
     last_use: dict[str, int] = {}
+    kept = getattr(graph, "kept_in_input", {})
     for k, step in enumerate(steps):
         for node in step.nodes:
             for name in node.read_names:
-                last_use[name] = k
+                last_use[kept.get(name, name)] = k
             if node.write_name != node.name:  # a write into a graph input uses that input too
                 last_use[node.write_name] = k
     written = {n for s in steps for m in (s.combo or [s]) for f in [m] + m.finishers
