@@ -1,0 +1,116 @@
+"""Reductions printed in Halide: a Func over x, its pure definition the identity, its update a
+walk over `rdom` (the row, in order) reading the reduction's input Func at (rdom.x, x).
+
+Walking each row in order makes "first index wins" (argmax, argmin) a strict comparison, and a
+NaN anywhere in a row reaches max/min/argmax as in eager.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.loops import reduction_identity
+from .common import CSEVar
+from .halide_ops import UnsupportedInHalide, halide_type, literal
+from .triton_ops import register_dtype
+
+NEW = "{name}_input[rdom.x, x]"
+
+
+def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
+    """Prints the reduction of `value` named `name`; returns its results as calls at x."""
+    if rtype == "welford_combine":
+        return _welford_combine(k, name, value)
+    if isinstance(value, tuple):
+        raise UnsupportedInHalide(f"smelt: reduction {rtype} of {len(value)} values in Halide")
+    dtype = register_dtype(value.dtype)
+    k.as_func(f"{name}_input", value, 2)
+    new = NEW.format(name=name)
+    if rtype in ("sum", "prod", "max", "min", "any", "all"):
+        return (_fold(k, name, rtype, value.dtype, new),)
+    if rtype in ("argmax", "argmin"):
+        return _arg_extreme(k, name, rtype, value.dtype, new)
+    if rtype == "welford_reduce":
+        # Two passes over the row, the exact formula: the mean first, then the squares around it.
+        mean = _fold(k, f"{name}_sum", "sum", dtype, new)
+        k.body.writeline(f'{name}_mean = hl.Func("{name}_mean")')
+        k.body.writeline(f"{name}_mean[x] = {mean} / hl.cast({halide_type(dtype)}, rnumel)")
+        centered = k.as_func(f"{name}_centered", CSEVar(f"{new.replace('rdom.x', 'r')} - {name}_mean[x]", dtype, 2), 2)
+        square = CSEVar(f"{centered} * {centered}", dtype, 2)
+        k.as_func(f"{name}_square", square, 2)
+        m2 = _fold(k, f"{name}_m2", "sum", dtype, f"{name}_square[rdom.x, x]")
+        count = CSEVar(f"hl.cast({halide_type(dtype)}, rnumel)", dtype, 0)
+        return CSEVar(f"{name}_mean[x]", dtype, 1), CSEVar(m2, dtype, 1), count
+    if rtype == "online_softmax_reduce":
+        # Two passes: the row's max, then the sum of exp(v - max) (NaN for a row of -inf, as eager).
+        row_max = _fold(k, f"{name}_max", "max", dtype, new)
+        terms = k.as_func(f"{name}_exp", CSEVar(f"hl.exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
+        row_sum = _fold(k, f"{name}_sum", "sum", dtype, f"{name}_exp[rdom.x, x]")
+        del terms
+        return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)
+    raise UnsupportedInHalide(f"smelt: reduction {rtype} has no Halide form")
+
+
+def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
+    """name[x] = rtype over the row of `new`; returns the call name[x]."""
+    reg = register_dtype(dtype)
+    fill = literal(reduction_identity(rtype, dtype), reg if rtype not in ("any", "all") else torch.bool)
+    acc = f"{name}[x]"
+    if rtype == "sum":
+        update = f"{acc} + {new}"
+    elif rtype == "prod":
+        update = f"{acc} * {new}"
+    elif rtype in ("any", "all") or (rtype in ("max", "min") and reg == torch.bool):
+        update = f"{acc} {'|' if rtype in ('any', 'max') else '&'} ({new} != {literal(0, reg)})" \
+            if reg != torch.bool else f"{acc} {'|' if rtype in ('any', 'max') else '&'} {new}"
+        if rtype in ("max", "min"):
+            fill = literal(rtype == "min", torch.bool)
+    elif reg.is_floating_point:
+        pick = ">" if rtype == "max" else "<"
+        update = f"hl.select(hl.is_nan({new}) | ({new} {pick} {acc}), {new}, {acc})"
+    else:
+        update = f"hl.{rtype}({acc}, {new})"
+    k.body.writeline(f'{name} = hl.Func("{name}")')
+    k.body.writeline(f"{acc} = {fill}")
+    k.body.writeline(f"{acc} = {update}")
+    k.schedule.reduction(name)
+    return acc
+
+
+def _arg_extreme(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> tuple[CSEVar]:
+    """(extreme value, its first index) per row; a NaN counts as the extreme, as in eager."""
+    reg = register_dtype(dtype)
+    if reg == torch.bool:
+        new = f"hl.cast(hl.UInt(8), {new})"
+        reg = torch.uint8
+    fill = literal(reduction_identity(rtype, reg), reg)
+    pick = ">" if rtype == "argmax" else "<"
+    best, where = f"{name}[x][0]", f"{name}[x][1]"
+    better = f"({new} {pick} {best})"
+    if reg.is_floating_point:
+        better = f"{better} | (hl.is_nan({new}) & ~hl.is_nan({best}))"
+    k.body.writeline(f'{name} = hl.Func("{name}")')
+    k.body.writeline(f"{name}[x] = ({fill}, hl.i64(0))")
+    k.body.writeline(f"{name}_better = {better}")
+    k.body.writeline(f"{name}[x] = (hl.select({name}_better, {new}, {best}), "
+                     f"hl.select({name}_better, hl.cast(hl.Int(64), rdom.x), {where}))")
+    k.schedule.reduction(name)
+    return (CSEVar(where, torch.int64, 1),)
+
+
+def _welford_combine(k, name: str, value: tuple) -> tuple[CSEVar, ...]:
+    """Merges partial (mean, m2, count) triples in row order (Chan et al.'s pairwise update)."""
+    dtype = register_dtype(value[0].dtype)
+    zero = literal(0, dtype)
+    k.body.writeline(f'{name}_input = hl.Func("{name}_input")')
+    k.body.writeline(f"{name}_input[r, x] = ({', '.join(v.name for v in value)})")
+    mean, m2, count = (f"{name}[x][{i}]" for i in range(3))
+    b_mean, b_m2, b_count = (f"{name}_input[rdom.x, x][{i}]" for i in range(3))
+    k.body.writeline(f'{name} = hl.Func("{name}")')
+    k.body.writeline(f"{name}[x] = ({zero}, {zero}, {zero})")
+    k.body.writeline(f"{name}_count = {count} + {b_count}")
+    k.body.writeline(f"{name}_share = {b_count} / hl.max({name}_count, {literal(1, dtype)})")
+    k.body.writeline(f"{name}_delta = {b_mean} - {mean}")
+    k.body.writeline(f"{name}[x] = ({mean} + {name}_delta * {name}_share, "
+                     f"{m2} + {b_m2} + {name}_delta * {name}_delta * {count} * {name}_share, {name}_count)")
+    k.schedule.reduction(name)
+    return tuple(CSEVar(f"{name}[x][{i}]", dtype, 1) for i in range(3))

@@ -1,0 +1,45 @@
+"""The default schedule of a smelt Halide pipeline: how its Funcs run, apart from what they compute.
+
+Outputs are written by an update over the kernel's domain: its outer loop (x) runs on Halide's
+thread pool in chunks, its inner loop is vectorized (r for a value per (x, r), x otherwise).
+Stores never overlap, which Halide cannot prove through an index expression: the update is
+marked race-free by hand. Reductions and scans are computed once, in full, before the outputs
+that read them (compute_root), parallel over x. Scatters run in order: positions may repeat.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# Lanes of a vector loop: a 512-bit vector of float32 (Halide splits it on narrower machines).
+VECTOR = 16
+# Rows of x one thread-pool task takes: enough work to pay for the task's start.
+ROWS_PER_TASK = 8
+# Elements of a 1-D output one task takes.
+ELEMENTS_PER_TASK = 4096
+
+
+@dataclasses.dataclass
+class HalideSchedule:
+    plan: object
+    entries: list[str] = dataclasses.field(default_factory=list)
+
+    def output(self, func: str, domain: str, per_element: bool) -> None:
+        stage = f"{func}.update().allow_race_conditions()"
+        if per_element:
+            self.entries.append(f"{stage}.vectorize({domain}.x, {VECTOR}).parallel({domain}.y, {ROWS_PER_TASK})")
+        else:
+            self.entries.append(f"{stage}.vectorize({domain}.x, {VECTOR}).parallel({domain}.x, {ELEMENTS_PER_TASK})")
+
+    def reduction(self, func: str) -> None:
+        self.entries.append(f"{func}.compute_root().parallel(x, {ROWS_PER_TASK})")
+        self.entries.append(f"{func}.update().parallel(x, {ROWS_PER_TASK})")
+
+    def scan(self, func: str) -> None:
+        self.entries.append(f"{func}.compute_root().parallel(x, {ROWS_PER_TASK})")
+        self.entries.append(f"{func}.update().parallel(x, {ROWS_PER_TASK})")
+
+    def scatter(self, func: str) -> None:
+        pass  # serial: two positions may be the same element
+
+    def lines(self) -> list[str]:
+        return list(self.entries)
