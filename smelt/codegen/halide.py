@@ -20,13 +20,12 @@ import dataclasses
 import sympy
 import torch
 
-from ..ir.loops import reduction_identity
 from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import simplify_index
 from .common import CSE, CSEVar, IndentedBuffer
 from .halide_ops import (BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS,
-                         HalideIndexPrinter, UnsupportedInHalide, halide_type, literal, signbit_bits)
+                         HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
 from .halide_schedule import HalideSchedule
@@ -134,7 +133,7 @@ class HalideKernel:
         self.body.writeline(f'{name} = hl.Func("{name}")')
         pure = "[r, x]" if rank == 2 else "[x]"
         self.body.writeline(f"{name}{pure} = {value}")
-        return CSEVar(f"{name}{pure}", value.dtype, rank)
+        return CSEVar(func_call(f"{name}{pure}"), value.dtype, rank)
 
     # ------------------------------------------------------------ members
 
@@ -237,7 +236,8 @@ class HalideKernel:
         incoming = value.name.replace("[x]", "[x_dom.x]")
         if register_dtype(value.dtype) != dtype or value.dtype != dtype:
             incoming = f"hl.cast({halide_type(dtype)}, {incoming})"
-        old = f"{out}[in_output({out}, {at})]"
+        target = f"{out}[in_output({out}, {at})]"
+        old = func_call(target)
         combined = {None: incoming, "atomic_add": f"{old} + {incoming}", "atomic_mul": f"{old} * {incoming}",
                     "atomic_max": f"hl.max({old}, {incoming})", "atomic_min": f"hl.min({old}, {incoming})"}[mode]
         if mode in ("atomic_max", "atomic_min") and dtype.is_floating_point:
@@ -245,7 +245,7 @@ class HalideKernel:
             combined = f"hl.select(hl.is_nan({incoming}) | ({incoming} {pick} {old}), {incoming}, {old})"
         self.body.writeline(f"{out} = hl.Func({halide_type(dtype)}, 1, \"{out}\")")
         self.body.writeline(f"{out}[x] = hl.undef({halide_type(dtype)})")
-        self.body.writeline(f"{old} = {combined}")
+        self.body.writeline(f"{target} = {combined}")
         self.schedule.scatter(out)
 
     # ------------------------------------------------------------ the module
@@ -372,8 +372,9 @@ class HalideOps:
         if k.mask_stack:  # a lane the mask turns off may hold any index
             bounds = f"{bounds} | ~({' & '.join(k.mask_stack)})"
         # Checked on every access: an index out of range stops the pipeline with this message.
+        where = k.current[-1].name if k.current else "?"
         k.body.writeline(f'{symbol} = hl.require({bounds}, {symbol}_unchecked, '
-                         f'"index out of bounds: not in [0, {size_text}) in {k.current[-1].name if k.current else "?"}")')
+                         f'hl.Expr("index out of bounds in {where}: not in [0, {size_text}):"), {symbol}_unchecked)')
         k.indirect[str(symbol)] = size_text
         return symbol
 
@@ -442,7 +443,3 @@ class HalideOps:
         if name == "floordiv":
             return self.k.emit(f"hl.select({differs}, {q} - 1, {q})", dtype, rank)
         return self.k.emit(f"hl.select({differs}, {r} + {self._operand(b)}, {r})", dtype, rank)
-
-
-def reduction_fill(rtype: str, dtype: torch.dtype) -> str:
-    return literal(reduction_identity(rtype, dtype), dtype)

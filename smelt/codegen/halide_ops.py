@@ -31,6 +31,11 @@ class UnsupportedInHalide(SmeltError, NotImplementedError):
     """An op, dtype or kernel kind the Halide backend cannot print (yet); the message names it."""
 
 
+def func_call(text: str) -> str:
+    """A Func call as an Expr: hl.select given a bare call (a FuncRef) would make a Tuple of it."""
+    return f"hl.Expr({text})"
+
+
 def halide_type(dtype: torch.dtype) -> str:
     try:
         return HALIDE_TYPE[dtype]

@@ -10,10 +10,10 @@ import torch
 
 from ..ir.loops import reduction_identity
 from .common import CSEVar
-from .halide_ops import UnsupportedInHalide, halide_type, literal
+from .halide_ops import UnsupportedInHalide, func_call, halide_type, literal
 from .triton_ops import register_dtype
 
-NEW = "{name}_input[rdom.x, x]"
+NEW = "hl.Expr({name}_input[rdom.x, x])"
 
 
 def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
@@ -26,7 +26,8 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
     k.as_func(f"{name}_input", value, 2)
     new = NEW.format(name=name)
     if rtype in ("sum", "prod", "max", "min", "any", "all"):
-        return (_fold(k, name, rtype, value.dtype, new),)
+        result_dtype = torch.bool if rtype in ("any", "all") else dtype
+        return (CSEVar(_fold(k, name, rtype, value.dtype, new), result_dtype, 1),)
     if rtype in ("argmax", "argmin"):
         return _arg_extreme(k, name, rtype, value.dtype, new)
     if rtype == "welford_reduce":
@@ -37,14 +38,14 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         centered = k.as_func(f"{name}_centered", CSEVar(f"{new.replace('rdom.x', 'r')} - {name}_mean[x]", dtype, 2), 2)
         square = CSEVar(f"{centered} * {centered}", dtype, 2)
         k.as_func(f"{name}_square", square, 2)
-        m2 = _fold(k, f"{name}_m2", "sum", dtype, f"{name}_square[rdom.x, x]")
+        m2 = _fold(k, f"{name}_m2", "sum", dtype, func_call(f"{name}_square[rdom.x, x]"))
         count = CSEVar(f"hl.cast({halide_type(dtype)}, rnumel)", dtype, 0)
-        return CSEVar(f"{name}_mean[x]", dtype, 1), CSEVar(m2, dtype, 1), count
+        return CSEVar(func_call(f"{name}_mean[x]"), dtype, 1), CSEVar(m2, dtype, 1), count
     if rtype == "online_softmax_reduce":
         # Two passes: the row's max, then the sum of exp(v - max) (NaN for a row of -inf, as eager).
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
         terms = k.as_func(f"{name}_exp", CSEVar(f"hl.exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
-        row_sum = _fold(k, f"{name}_sum", "sum", dtype, f"{name}_exp[rdom.x, x]")
+        row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
         del terms
         return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)
     raise UnsupportedInHalide(f"smelt: reduction {rtype} has no Halide form")
@@ -54,7 +55,7 @@ def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
     """name[x] = rtype over the row of `new`; returns the call name[x]."""
     reg = register_dtype(dtype)
     fill = literal(reduction_identity(rtype, dtype), reg if rtype not in ("any", "all") else torch.bool)
-    acc = f"{name}[x]"
+    acc = func_call(f"{name}[x]")
     if rtype == "sum":
         update = f"{acc} + {new}"
     elif rtype == "prod":
@@ -70,8 +71,8 @@ def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
     else:
         update = f"hl.{rtype}({acc}, {new})"
     k.body.writeline(f'{name} = hl.Func("{name}")')
-    k.body.writeline(f"{acc} = {fill}")
-    k.body.writeline(f"{acc} = {update}")
+    k.body.writeline(f"{name}[x] = {fill}")
+    k.body.writeline(f"{name}[x] = {update}")
     k.schedule.reduction(name)
     return acc
 
@@ -84,7 +85,7 @@ def _arg_extreme(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> tupl
         reg = torch.uint8
     fill = literal(reduction_identity(rtype, reg), reg)
     pick = ">" if rtype == "argmax" else "<"
-    best, where = f"{name}[x][0]", f"{name}[x][1]"
+    best, where = func_call(f"{name}[x][0]"), func_call(f"{name}[x][1]")
     better = f"({new} {pick} {best})"
     if reg.is_floating_point:
         better = f"{better} | (hl.is_nan({new}) & ~hl.is_nan({best}))"
@@ -103,8 +104,8 @@ def _welford_combine(k, name: str, value: tuple) -> tuple[CSEVar, ...]:
     zero = literal(0, dtype)
     k.body.writeline(f'{name}_input = hl.Func("{name}_input")')
     k.body.writeline(f"{name}_input[r, x] = ({', '.join(v.name for v in value)})")
-    mean, m2, count = (f"{name}[x][{i}]" for i in range(3))
-    b_mean, b_m2, b_count = (f"{name}_input[rdom.x, x][{i}]" for i in range(3))
+    mean, m2, count = (func_call(f"{name}[x][{i}]") for i in range(3))
+    b_mean, b_m2, b_count = (func_call(f"{name}_input[rdom.x, x][{i}]") for i in range(3))
     k.body.writeline(f'{name} = hl.Func("{name}")')
     k.body.writeline(f"{name}[x] = ({zero}, {zero}, {zero})")
     k.body.writeline(f"{name}_count = {count} + {b_count}")
@@ -113,4 +114,4 @@ def _welford_combine(k, name: str, value: tuple) -> tuple[CSEVar, ...]:
     k.body.writeline(f"{name}[x] = ({mean} + {name}_delta * {name}_share, "
                      f"{m2} + {b_m2} + {name}_delta * {name}_delta * {count} * {name}_share, {name}_count)")
     k.schedule.reduction(name)
-    return tuple(CSEVar(f"{name}[x][{i}]", dtype, 1) for i in range(3))
+    return tuple(CSEVar(func_call(f"{name}[x][{i}]"), dtype, 1) for i in range(3))

@@ -20,7 +20,6 @@ import types
 
 from ..errors import KernelCompileError
 
-# Features beyond the host's own: none yet. The target string is part of every cache key.
 RUNTIME_NAME = "libsmelt_halide_runtime"
 
 
@@ -31,8 +30,17 @@ def halide_version() -> str:
 
 @functools.lru_cache(maxsize=None)
 def target():
+    """The host, for the shared runtime."""
     import halide as hl
     return hl.get_host_target()
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_target():
+    """The host without Halide's fast-math: NaN compares as IEEE says (argmax, max and cummax see NaN
+    as eager does) and no float math is reassociated. Without the runtime, which is shared."""
+    import halide as hl
+    return target().with_feature(hl.TargetFeature.StrictFloat).with_feature(hl.TargetFeature.NoRuntime)
 
 
 def _key(*parts: str) -> str:
@@ -90,7 +98,7 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
     """Path of the compiled library of kernel `name`, and the seconds spent compiling it (0 if cached)."""
     import time
     folder = _folder(cache_dir)
-    library = os.path.join(folder, f"{name}_{_key(source, halide_version(), target().to_string())}.so")
+    library = os.path.join(folder, f"{name}_{_key(source, halide_version(), kernel_target().to_string())}.so")
     if os.path.exists(library):
         return library, 0.0
     runtime = runtime_library(cache_dir)
@@ -98,13 +106,12 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
     with _locked(library):
         if os.path.exists(library):
             return library, 0.0
-        import halide as hl
         module = load_source(name, source, path)
         try:
             pipeline, arguments = getattr(module, name)()
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
                 prefix = os.path.join(tmp, name)
-                pipeline.compile_to_file(prefix, arguments, name, target().with_feature(hl.TargetFeature.NoRuntime))
+                pipeline.compile_to_file(prefix, arguments, name, kernel_target())
                 _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
                 os.replace(prefix + ".so", library)
         except KernelCompileError:
