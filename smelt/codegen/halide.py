@@ -26,6 +26,7 @@ from ..symbolic import simplify_index
 from .common import CSE, CSEVar, IndentedBuffer
 from .halide_ops import (BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS,
                          HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
+from . import halide_random as random
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
 from .halide_schedule import HalideSchedule
@@ -91,7 +92,7 @@ class HalideKernel:
         self.mask_stack: list[str] = []
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
         self.schedule = HalideSchedule(plan)
-        self.uses_rdom = False
+        self.uses_random = False  # set by the random ops: the module then defines philox()
 
     # ------------------------------------------------------------ printing helpers
 
@@ -183,7 +184,6 @@ class HalideKernel:
         rtype = node.data.reduction_type
         key = (rtype, tuple(v.name for v in value) if isinstance(value, tuple) else value.name)
         if key not in self.reduction_results:
-            self.uses_rdom = True
             self.reduction_results[key] = emit_reduction(self, node.name, rtype, value)
         return self.reduction_results[key][node.data.output_index]
 
@@ -272,7 +272,8 @@ class HalideKernel:
         out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
         out.writeline(f"OUTPUTS = {tuple(self.outputs.values())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
-        for line in MODULE_HELPERS.splitlines():
+        helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
+        for line in helpers.splitlines():
             out.writeline(line)
         out.writeline()
         out.writeline()
@@ -379,13 +380,13 @@ class HalideOps:
         return symbol
 
     def rand(self, seed, offset):
-        raise UnsupportedInHalide("smelt: op rand (Philox random numbers) has no Halide form yet")
+        return random.uniform(self.k, seed, offset)
 
     def randn(self, seed, offset):
-        raise UnsupportedInHalide("smelt: op randn (Philox random numbers) has no Halide form yet")
+        return random.normal(self.k, seed, offset)
 
     def randint64(self, seed, offset, low, high):
-        raise UnsupportedInHalide("smelt: op randint64 (Philox random numbers) has no Halide form yet")
+        return random.randint64(self.k, seed, offset, low, high)
 
     def __getattr__(self, name):
         if name.startswith("_"):

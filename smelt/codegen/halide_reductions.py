@@ -51,27 +51,50 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
     raise UnsupportedInHalide(f"smelt: reduction {rtype} has no Halide form")
 
 
-def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
-    """name[x] = rtype over the row of `new`; returns the call name[x]."""
-    reg = register_dtype(dtype)
-    fill = literal(reduction_identity(rtype, dtype), reg if rtype not in ("any", "all") else torch.bool)
-    acc = func_call(f"{name}[x]")
+def _combine(rtype: str, reg: torch.dtype, acc: str, new: str) -> tuple[str, object]:
+    """(text of rtype's update of acc by new, the identity) for a fold over values of type reg."""
+    fill = reduction_identity(rtype, reg)
     if rtype == "sum":
-        update = f"{acc} + {new}"
-    elif rtype == "prod":
-        update = f"{acc} * {new}"
-    elif rtype in ("any", "all") or (rtype in ("max", "min") and reg == torch.bool):
-        update = f"{acc} {'|' if rtype in ('any', 'max') else '&'} ({new} != {literal(0, reg)})" \
-            if reg != torch.bool else f"{acc} {'|' if rtype in ('any', 'max') else '&'} {new}"
-        if rtype in ("max", "min"):
-            fill = literal(rtype == "min", torch.bool)
-    elif reg.is_floating_point:
+        return f"{acc} + {new}", fill
+    if rtype == "prod":
+        return f"{acc} * {new}", fill
+    if rtype in ("any", "all") or (rtype in ("max", "min") and reg == torch.bool):
+        op = "|" if rtype in ("any", "max") else "&"
+        truth = new if reg == torch.bool else f"({new} != {literal(0, reg)})"
+        return f"{acc} {op} {truth}", rtype in ("all", "min")
+    if reg.is_floating_point:
         pick = ">" if rtype == "max" else "<"
-        update = f"hl.select(hl.is_nan({new}) | ({new} {pick} {acc}), {new}, {acc})"
-    else:
-        update = f"hl.{rtype}({acc}, {new})"
+        return f"hl.select(hl.is_nan({new}) | ({new} {pick} {acc}), {new}, {acc})", fill
+    return f"hl.{rtype}({acc}, {new})", fill
+
+
+def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
+    """name[x] = rtype over the row of `new` (read at rdom.x); returns the call name[x].
+
+    When rows lie contiguous in memory, each row is first folded into LANES partial results,
+    lane l taking elements l, l + LANES, ...: the loop over a row then loads whole vectors.
+    """
+    reg = register_dtype(dtype)
+    fill_type = torch.bool if rtype in ("any", "all") or reg == torch.bool else reg
+    acc = func_call(f"{name}[x]")
+    update, fill = _combine(rtype, reg, acc, new)
+    if k.schedule.lanes is not None:
+        lanes = k.schedule.lanes
+        lane_acc = func_call(f"{name}_lanes[r, x]")
+        element = f"{name}_chunks.x * {lanes} + r"
+        k.body.writeline(f'{name}_chunks = hl.RDom([(0, (rnumel + {lanes - 1}) // {lanes})], "{name}_chunks")')
+        k.body.writeline(f"{name}_element = {element}")
+        lane_new = new.replace("rdom.x", f"hl.min({name}_element, rnumel - 1)")
+        lane_new = f"hl.select({name}_element < rnumel, {lane_new}, {literal(fill, fill_type)})"
+        lane_update, _ = _combine(rtype, reg, lane_acc, lane_new)
+        k.body.writeline(f'{name}_lanes = hl.Func("{name}_lanes")')
+        k.body.writeline(f"{name}_lanes[r, x] = {literal(fill, fill_type)}")
+        k.body.writeline(f"{name}_lanes[r, x] = {lane_update}")
+        update, _ = _combine(rtype, reg, acc, func_call(f"{name}_lanes[{name}_lane.x, x]"))
+        k.body.writeline(f'{name}_lane = hl.RDom([(0, {lanes})], "{name}_lane")')
+        k.schedule.lane_partials(f"{name}_lanes", name)
     k.body.writeline(f'{name} = hl.Func("{name}")')
-    k.body.writeline(f"{name}[x] = {fill}")
+    k.body.writeline(f"{name}[x] = {literal(fill, fill_type)}")
     k.body.writeline(f"{name}[x] = {update}")
     k.schedule.reduction(name)
     return acc

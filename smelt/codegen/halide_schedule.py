@@ -18,10 +18,20 @@ ROWS_PER_TASK = 8
 ELEMENTS_PER_TASK = 4096
 
 
+# Partial results per row a contiguous row reduction keeps, one per vector lane.
+LANES = 16
+
+
 @dataclasses.dataclass
 class HalideSchedule:
     plan: object
     entries: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        # Rows contiguous in memory: fold each row into vector lanes first. Otherwise (columns)
+        # neighbouring outputs lie side by side: vectorize across x.
+        self.rows_contiguous = self.plan.is_reduction and self.plan.r_contiguous()
+        self.lanes = LANES if self.rows_contiguous else None
 
     def output(self, func: str, domain: str, per_element: bool) -> None:
         stage = f"{func}.update().allow_race_conditions()"
@@ -31,8 +41,13 @@ class HalideSchedule:
             self.entries.append(f"{stage}.vectorize({domain}.x, {VECTOR}).parallel({domain}.x, {ELEMENTS_PER_TASK})")
 
     def reduction(self, func: str) -> None:
-        self.entries.append(f"{func}.compute_root().parallel(x, {ROWS_PER_TASK})")
-        self.entries.append(f"{func}.update().parallel(x, {ROWS_PER_TASK})")
+        across = "" if self.rows_contiguous else f".vectorize(x, {VECTOR})"
+        self.entries.append(f"{func}.compute_root(){across}.parallel(x, {ROWS_PER_TASK})")
+        self.entries.append(f"{func}.update(){across}.parallel(x, {ROWS_PER_TASK})")
+
+    def lane_partials(self, func: str, consumer: str) -> None:
+        self.entries.append(f"{func}.compute_at({consumer}, x).vectorize(r)")
+        self.entries.append(f"{func}.update().vectorize(r)")
 
     def scan(self, func: str) -> None:
         self.entries.append(f"{func}.compute_root().parallel(x, {ROWS_PER_TASK})")
