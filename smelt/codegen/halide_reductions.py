@@ -101,40 +101,39 @@ def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
 
 
 def _arg_extreme(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> tuple[CSEVar]:
-    """(extreme value, its first index) per row; a NaN counts as the extreme, as in eager."""
+    """The first index of the row's extreme value (a NaN counts as the extreme, as in eager): the
+    extreme in one pass, then the least index holding it in another. Two plain folds rather than
+    one over (value, index) Tuples, which Halide 21 updates in the wrong order under strict_float."""
     reg = register_dtype(dtype)
     if reg == torch.bool:
         new = f"hl.cast(hl.UInt(8), {new})"
         reg = torch.uint8
-    fill = literal(reduction_identity(rtype, reg), reg)
-    pick = ">" if rtype == "argmax" else "<"
-    best, where = func_call(f"{name}[x][0]"), func_call(f"{name}[x][1]")
-    better = f"({new} {pick} {best})"
+    best = _fold(k, f"{name}_best", "max" if rtype == "argmax" else "min", reg, new)
+    holds = f"({new} == {best})"
     if reg.is_floating_point:
-        better = f"{better} | (hl.is_nan({new}) & ~hl.is_nan({best}))"
+        holds = f"({holds} | (hl.is_nan({new}) & hl.is_nan({best})))"
+    none = torch.iinfo(torch.int64).max
+    first = _fold(k, f"{name}_first", "min", torch.int64,
+                  f"hl.select({holds}, hl.cast(hl.Int(64), rdom.x), {literal(none, torch.int64)})")
+    # An empty row (or one the extreme never matches) answers 0, as the Triton kernels do.
     k.body.writeline(f'{name} = hl.Func("{name}")')
-    k.body.writeline(f"{name}[x] = ({fill}, hl.i64(0))")
-    k.body.writeline(f"{name}_better = {better}")
-    k.body.writeline(f"{name}[x] = (hl.select({name}_better, {new}, {best}), "
-                     f"hl.select({name}_better, hl.cast(hl.Int(64), rdom.x), {where}))")
-    k.schedule.reduction(name)
-    return (CSEVar(where, torch.int64, 1),)
+    k.body.writeline(f"{name}[x] = hl.select({first} == {literal(none, torch.int64)}, hl.i64(0), {first})")
+    return (CSEVar(func_call(f"{name}[x]"), torch.int64, 1),)
 
 
 def _welford_combine(k, name: str, value: tuple) -> tuple[CSEVar, ...]:
-    """Merges partial (mean, m2, count) triples in row order (Chan et al.'s pairwise update)."""
+    """Merges partial (mean, m2, count) triples exactly, in passes: the total count, the mean
+    weighted by the counts, then each partial's m2 plus its count times its squared distance to
+    that mean. (A one-pass merge over Tuples is what Halide 21 updates in the wrong order under
+    strict_float: an element read the count its own update had already replaced.)"""
     dtype = register_dtype(value[0].dtype)
-    zero = literal(0, dtype)
-    k.body.writeline(f'{name}_input = hl.Func("{name}_input")')
-    k.body.writeline(f"{name}_input[r, x] = ({', '.join(v.name for v in value)})")
-    mean, m2, count = (func_call(f"{name}[x][{i}]") for i in range(3))
-    b_mean, b_m2, b_count = (func_call(f"{name}_input[rdom.x, x][{i}]") for i in range(3))
-    k.body.writeline(f'{name} = hl.Func("{name}")')
-    k.body.writeline(f"{name}[x] = ({zero}, {zero}, {zero})")
-    k.body.writeline(f"{name}_count = {count} + {b_count}")
-    k.body.writeline(f"{name}_share = {b_count} / hl.max({name}_count, {literal(1, dtype)})")
-    k.body.writeline(f"{name}_delta = {b_mean} - {mean}")
-    k.body.writeline(f"{name}[x] = ({mean} + {name}_delta * {name}_share, "
-                     f"{m2} + {b_m2} + {name}_delta * {name}_delta * {count} * {name}_share, {name}_count)")
-    k.schedule.reduction(name)
-    return tuple(CSEVar(func_call(f"{name}[x][{i}]"), dtype, 1) for i in range(3))
+    parts = [k.as_func(f"{name}_{part}_input", v, 2) for part, v in zip(("mean", "m2", "count"), value)]
+    at = [p.name.replace("[r, x]", "[rdom.x, x]") for p in parts]
+    count = _fold(k, f"{name}_count", "sum", dtype, at[2])
+    total = _fold(k, f"{name}_weighted", "sum", dtype, f"{at[2]} * {at[0]}")
+    k.body.writeline(f'{name}_mean = hl.Func("{name}_mean")')
+    k.body.writeline(f"{name}_mean[x] = hl.select({count} > 0, {total} / {count}, {literal(0, dtype)})")
+    mean = func_call(f"{name}_mean[x]")
+    spread = f"{at[1]} + {at[2]} * ({at[0]} - {mean}) * ({at[0]} - {mean})"
+    m2 = _fold(k, f"{name}_m2", "sum", dtype, spread)
+    return CSEVar(mean, dtype, 1), CSEVar(m2, dtype, 1), CSEVar(count, dtype, 1)
