@@ -48,6 +48,20 @@ def load_clamped(buffer, index):
 
 def in_output(out, index):
     return hl.unsafe_promise_clamped(index, 0, out.output_buffer().dim(0).extent() - 1)
+
+
+# Halide's exp, log and erf are polynomials that miss IEEE's special values (exp(nan) = 0,
+# log(inf) = 88.7, erf(inf) = nan): those are put back.
+def exp(v):
+    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.exp(v))
+
+
+def log(v):
+    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.log(v))
+
+
+def erf(v):
+    return hl.select(hl.is_inf(v), hl.select(v > 0, hl.cast(v.type(), 1), hl.cast(v.type(), -1)), hl.erf(v))
 '''
 
 

@@ -44,7 +44,7 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
     if rtype == "online_softmax_reduce":
         # Two passes: the row's max, then the sum of exp(v - max) (NaN for a row of -inf, as eager).
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
-        terms = k.as_func(f"{name}_exp", CSEVar(f"hl.exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
+        terms = k.as_func(f"{name}_exp", CSEVar(f"exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
         row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
         del terms
         return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)
