@@ -245,6 +245,35 @@ def test_inplace_update_of_an_input():
     torch.testing.assert_close(x, expected)
 
 
+def test_inplace_update_read_again_by_another_output():
+    # The in-place write is computed after the output that reads the input's old values.
+    def fn(a, b):
+        a.add_(1)
+        b.mul_(a)
+        return a * 2 + b
+
+    x, y = torch.randn(5, 33), torch.randn(5, 33)
+    x_ref, y_ref = x.clone(), y.clone()
+    expected = fn(x_ref, y_ref)
+    actual = compiled(fn)(x, y)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close((x, y), (x_ref, y_ref))
+
+
+def test_kernel_that_fails_to_compile_names_kernel_source_and_ops(monkeypatch):
+    from smelt.codegen import halide_ops
+    from smelt.errors import KernelCompileError
+
+    monkeypatch.setitem(halide_ops.FLOAT_UNARY, "exp", "hl.no_such_function({0})")
+    with pytest.raises(Exception) as info:
+        compiled(lambda a: torch.exp(a) + 1)(torch.randn(9))
+    error = info.value
+    while error is not None and not isinstance(error, KernelCompileError):
+        error = error.__cause__ or error.__context__
+    assert error is not None, f"no KernelCompileError in the chain of {info.value!r}"
+    assert "halide_poi_fused_add_exp_0" in str(error) and "no_such_function" in str(error)
+
+
 def test_dynamic_shapes_share_one_kernel():
     fn = compiled(lambda a: torch.softmax(a * 2, -1))
     for rows, cols in [(3, 17), (5, 40), (9, 7)]:

@@ -102,6 +102,7 @@ class HalideKernel:
         self.node_values: dict[str, CSEVar] = {}
         self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
         self.scan_results: dict[tuple, tuple[CSEVar, ...]] = {}
+        self.in_place: list = []  # (node, value, per (x, r)) of stores into buffers the kernel reads
         self.current: list = []
         self.mask_stack: list[str] = []
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
@@ -142,6 +143,13 @@ class HalideKernel:
         if buffer not in self.outputs:
             self.outputs[buffer] = f"out_ptr{len(self.outputs)}"
         return self.outputs[buffer]
+
+    def ordered_outputs(self) -> list[tuple[str, str]]:
+        """(buffer, output name) in the order the pipeline computes them: Halide runs each output's
+        loop nest in turn, so an output that overwrites a buffer the kernel reads (an in-place
+        update) comes after every output whose loop still reads the old values."""
+        position = {n.write_name: n.position for n in self.plan.nodes}
+        return sorted(self.outputs.items(), key=lambda item: (item[0] in self.inputs, position.get(item[0], 0)))
 
     def as_func(self, name: str, value: CSEVar, rank: int) -> CSEVar:
         """A Func holding value over x (rank 1) or (r, x) (rank 2), called at the pure vars."""
@@ -204,18 +212,50 @@ class HalideKernel:
     def store(self, node, value: CSEVar) -> None:
         placement = self.plan.placement[node.name]
         xr = placement in ("xr", "scan")
+        dtype = node.buffer.get_dtype()
+        if register_dtype(value.dtype) != dtype or value.dtype != dtype:
+            value = CSEVar(f"hl.cast({halide_type(dtype)}, {value})", dtype, value.rank)
+        if node.write_name in self.inputs:
+            self.in_place.append((node, value, xr))  # written last, see write_in_place
+            return
+        self.write_output(node, value.name, xr)
+
+    def write_output(self, node, value: str, xr: bool) -> None:
+        """out[store index] = value over the member's domain; value is an Expr of the pure vars."""
+        placement = self.plan.placement[node.name]
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
         dtype = node.buffer.get_dtype()
         out = self.output(node.write_name)
         domain = "xr_dom" if xr else "x_dom"
         x, r = (f"{domain}.y", f"{domain}.x") if xr else (f"{domain}.x", "0")
-        value_text = value.name.replace("[r, x]", f"[{r}, {x}]").replace("[x]", f"[{x}]")
-        if register_dtype(value.dtype) != dtype or value.dtype != dtype:
-            value_text = f"hl.cast({halide_type(dtype)}, {value_text})"
+        value = value.replace("[r, x]", f"[{r}, {x}]").replace("[x]", f"[{x}]")
         self.body.writeline(f"{out} = hl.Func({halide_type(dtype)}, 1, \"{out}\")")
         self.body.writeline(f"{out}[x] = hl.undef({halide_type(dtype)})")
-        self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value_text}")
+        self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
         self.schedule.output(out, domain, xr)
+
+    def write_in_place(self) -> None:
+        """Outputs that overwrite buffers the kernel reads. Halide runs each output's loop in turn:
+        one in-place output goes last (ordered_outputs), reading each old value just before it
+        replaces it. With several, one could overwrite what the next still reads, so their new
+        values are first computed together into one staged Func, then written."""
+        if len(self.in_place) < 2:
+            for node, value, xr in self.in_place:
+                self.write_output(node, value.name, xr)
+            return
+        for xr in (False, True):
+            group = [(node, value) for node, value, on_xr in self.in_place if on_xr == xr]
+            if not group:
+                continue
+            name = "staged_xr" if xr else "staged_x"
+            pure = "[r, x]" if xr else "[x]"
+            self.body.writeline(f"# {', '.join(n.write_name for n, _ in group)} are updated in place: staged first")
+            self.body.writeline(f'{name} = hl.Func("{name}")')
+            values = [v.name for _, v in group]
+            self.body.writeline(f"{name}{pure} = {values[0] if len(values) == 1 else '(' + ', '.join(values) + ')'}")
+            self.schedule.staged(name, xr)
+            for k, (node, _) in enumerate(group):
+                self.write_output(node, func_call(f"{name}{pure}" + (f"[{k}]" if len(group) > 1 else "")), xr)
 
     def emit_member(self, node) -> None:
         if node.is_scatter:
@@ -269,6 +309,7 @@ class HalideKernel:
             if node.is_extern:
                 raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")
             self.emit_member(node)
+        self.write_in_place()
 
     def source(self, name: str, comment_lines: list[str]) -> str:
         self.generate_body()
@@ -284,7 +325,7 @@ class HalideKernel:
         out.writeline()
         out.writeline("# Launch arguments in the order smelt's wrapper passes them: input buffers, output buffers, sizes.")
         out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
-        out.writeline(f"OUTPUTS = {tuple(self.outputs.values())!r}")
+        out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
         for line in helpers.splitlines():
@@ -308,13 +349,13 @@ class HalideKernel:
             out.writeline()
             out.writeline("# schedule")
             out.writelines(self.schedule.lines())
-            outputs = ", ".join(self.outputs.values())
+            outputs = ", ".join(name for _, name in self.ordered_outputs())
             arguments = ", ".join(list(self.inputs.values()) + launch_sizes)
             out.writeline(f"return hl.Pipeline([{outputs}]), [{arguments}]")
         return out.getvalue()
 
     def launch_args(self) -> tuple[list[tuple[str, str]], list[str]]:
-        params = [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.outputs.items()]
+        params = [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.ordered_outputs()]
         sizes = [s for s in self.sizes if s not in ("xnumel", "rnumel")]
         return params, sizes
 
@@ -431,7 +472,7 @@ class HalideOps:
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name not in table:
             raise UnsupportedInHalide(f"smelt: op {name} on {dtype} has no Halide form")
-        text = table[name].format(a.name, b.name, **signbit_bits(dtype))
+        text = table[name].format(a.name, b.name, t=halide_type(register_dtype(dtype)), **signbit_bits(dtype))
         return self.k.emit(text, dtype, rank)
 
     def _unary(self, name: str, x: CSEVar, rank: int) -> CSEVar:

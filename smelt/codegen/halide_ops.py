@@ -105,6 +105,13 @@ FLOAT_BINARY = {
     "maximum": "hl.select(hl.is_nan({0}) | ({0} > {1}), {0}, {1})",
     "minimum": "hl.select(hl.is_nan({0}) | ({0} < {1}), {0}, {1})",
     "floordiv": "hl.floor({0} / {1})", "remainder": "{0} - hl.floor({0} / {1}) * {1}",
+    # One step of the bit pattern toward b: away from zero when b lies beyond a, else toward it;
+    # from zero, the smallest subnormal with b's sign.
+    "nextafter": "hl.select(hl.is_nan({0}) | hl.is_nan({1}), {0} + {1}, hl.select({0} == {1}, {1}, "
+                 "hl.select({0} == 0, hl.select({1} > 0, hl.reinterpret({t}, hl.cast(hl.Int({bits}), 1)), "
+                 "-hl.reinterpret({t}, hl.cast(hl.Int({bits}), 1))), hl.reinterpret({t}, "
+                 "hl.reinterpret(hl.Int({bits}), {0}) + hl.select(({1} > {0}) == ({0} > 0), "
+                 "hl.cast(hl.Int({bits}), 1), hl.cast(hl.Int({bits}), -1))))))",
 }
 INT_BINARY = {
     "maximum": "hl.max({0}, {1})", "minimum": "hl.min({0}, {1})", "fmod": "hl.mod_round_to_zero({0}, {1})",
