@@ -10,8 +10,9 @@ Buffers are flat, one dimension over their storage from the tensor's first eleme
 with smelt's index expressions, as a Triton kernel indexes its pointers. An output is a Func with
 no pure definition and one update over the domain of the member it stores: out[index(x, r)] = value.
 
-The module printed holds constants naming the launch arguments and `build()`, which returns the
-pipeline (algorithm, then schedule) and its arguments; smelt.runtime.halide_launcher compiles it.
+The module printed holds constants naming the launch arguments and a function named after the
+kernel, which returns the pipeline (algorithm, then schedule) and its arguments;
+smelt.runtime.halide_compile compiles it.
 """
 from __future__ import annotations
 
@@ -332,7 +333,7 @@ class HalideKernel:
             out.writeline(line)
         out.writeline()
         out.writeline()
-        out.writeline(f"def {name}():")
+        out.writeline(f"def {name}(schedule=True):")
         with out.indent():
             out.writeline('x, r = hl.Var("x"), hl.Var("r")')
             for buffer, param in self.inputs.items():
@@ -347,8 +348,9 @@ class HalideKernel:
         out.splice(self.body)
         with out.indent():
             out.writeline()
-            out.writeline("# schedule")
-            out.writelines(self.schedule.lines())
+            out.writeline("if schedule:  # without it: the algorithm alone, for an autoscheduler")
+            with out.indent():
+                out.writelines(self.schedule.lines() or ["pass"])
             outputs = ", ".join(name for _, name in self.ordered_outputs())
             arguments = ", ".join(list(self.inputs.values()) + launch_sizes)
             out.writeline(f"return hl.Pipeline([{outputs}]), [{arguments}]")
