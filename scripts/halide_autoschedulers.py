@@ -41,6 +41,7 @@ def median_ms(fn, repeat=15):
 
 
 def main():
+    os.environ["SMELT_SPLIT_REDUCTIONS"] = "0"  # one kernel per workload
     folder = os.path.join(os.path.dirname(hl.__file__), "lib64")
     for plugin in PLUGINS.values():
         hl.load_plugin(os.path.join(folder, plugin))
