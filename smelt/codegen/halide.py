@@ -381,9 +381,9 @@ class HalideOps:
 
     def index_expr(self, expr, dtype):
         expr = self.k.simplify(expr)
-        text = self.k.index_text(expr)
-        if not expr.is_Integer or dtype != torch.int32:
-            text = f"hl.cast({halide_type(register_dtype(dtype))}, {text})"
+        if expr.is_Integer:
+            return self.constant(int(expr), dtype)
+        text = f"hl.cast({halide_type(register_dtype(dtype))}, {self.k.index_text(expr)})"
         return self.k.emit(text, dtype, self.k.rank_of(expr))
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
