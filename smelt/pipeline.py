@@ -10,6 +10,7 @@ from . import config as config_module
 from . import graph_cache, observe
 from .codegen.block_candidates import candidates, masks_needed
 from .codegen.generated import GeneratedGraph, GeneratedKernel
+from .codegen.halide import HalideKernel, HalideKernelSource, halide_kernel_name
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 from .codegen.triton_combo import ComboBodies, ComboKernelSource, combo_kernel
@@ -40,21 +41,26 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     graph_id = next(_graph_ids)
     graph = lower_graph(gm)
     sched = make_schedule(graph)
-    for step in sched.steps:
-        if not step.is_extern:
-            _check_backend(cfg, step)
+
+    def is_triton(step) -> bool:
+        return _backend_of(step, cfg) == "triton"
+
     bodies = ComboBodies(graph, lambda step: step.group.nodes[0].buffer.get_device().type == "cpu", cfg.eviction_hints)
     outputs = {o.name for o in graph.outputs if o.name is not None}
-    sched.steps = combine(sched.steps, bodies.key, outputs, graph)
-    sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit)
+    sched.steps = combine(sched.steps, lambda step: bodies.key(step) if is_triton(step) else None, outputs, graph)
+    sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit, is_triton)
     # Each kernel runs on its own members' device: a graph may copy between devices.
-    kernels: dict[int, TritonKernelSource | ComboKernelSource] = {}
+    kernels: dict[int, TritonKernelSource | ComboKernelSource | HalideKernelSource] = {}
     interpreted: dict[int, bool] = {}
+    backends: dict[int, str] = {}
     for k, step in enumerate(sched.steps):
         if step.is_extern:
             continue
-        interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu"
-        if step.combo:
+        backends[k] = _backend_of(step, cfg)
+        interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu" and backends[k] == "triton"
+        if backends[k] == "halide":
+            kernels[k] = generate_halide_kernel(step, graph, len(kernels))
+        elif step.combo:
             kernels[k] = combo_kernel(step, bodies, graph, interpreted[k], len(kernels))
         else:
             kernels[k] = generate_kernel(step, graph, interpreted[k], cfg, len(kernels))
@@ -65,7 +71,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     objects.update(graph.subgraphs)
     generated = GeneratedGraph(
         kind=kind, title=title, wrapper_source=wrapper_source, fallback_ops=list(graph.fallback_ops), objects=objects,
-        kernels=[_generated_kernel(kernel, interpreted[k]) for k, kernel in kernels.items()])
+        kernels=[_generated_kernel(kernel, interpreted[k], backends[k]) for k, kernel in kernels.items()])
     if cfg.debug_dir:
         files = {"aten_graph.txt": gm.print_readable(print_output=False), "ir.txt": graph.describe(),
                  "fused_groups.txt": sched.describe(), "wrapper.py": wrapper_source}
@@ -75,15 +81,20 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     return generated
 
 
-def _check_backend(cfg, step) -> None:
+def _backend_of(step, cfg) -> str:
     device = step.group.nodes[0].buffer.get_device()
     backend = cfg.backend_for(device.type)
-    if backend != "triton":
-        raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist yet "
+    if backend not in ("triton", "halide") or (backend == "halide" and device.type != "cpu"):
+        raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist "
                          f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
+    return backend
 
 
-def _generated_kernel(kernel, interpret: bool) -> GeneratedKernel:
+def _generated_kernel(kernel, interpret: bool, backend: str) -> GeneratedKernel:
+    if backend == "halide":
+        return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins), config=None,
+                               candidates=(), workspace=None, backend="halide", interpret=False,
+                               xnumel_arg=len(kernel.params) + len(kernel.size_args))
     if isinstance(kernel, ComboKernelSource):
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                                config=kernel.config, candidates=(kernel.config,), workspace=None, xnumel_arg=-1,
@@ -92,6 +103,23 @@ def _generated_kernel(kernel, interpret: bool) -> GeneratedKernel:
                            config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
                            ticket=kernel.ticket, xnumel_arg=len(kernel.params) + len(kernel.size_args),
                            interpret=interpret)
+
+
+def generate_halide_kernel(step, graph, index: int) -> HalideKernelSource:
+    plan = plan_kernel(step.group, step.stored)
+    name = halide_kernel_name(plan, index)
+    kernel = HalideKernel(plan, graph)
+    origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
+    members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
+    comments = [f"# aten ops: {', '.join(origins)}",
+                f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}"]
+    try:
+        source = kernel.source(name, comments)
+    except SmeltError as e:
+        raise SmeltError(f"{e} (kernel {name}, from ATen ops: {', '.join(origins)})") from e
+    params, sizes = kernel.launch_args()
+    return HalideKernelSource(name=name, source=source, params=params, size_args=sizes, xnumel=plan.xnumel,
+                              rnumel=plan.rnumel if plan.blocks_2d else None, origins=origins)
 
 
 def tunable(step) -> bool:

@@ -45,6 +45,14 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 SMELT_ONLY_REASON = f"introspects smelt internals; backend under test is {BACKEND!r}"
 
 
+def inspects_triton_kernels() -> None:
+    """Called by a test where it starts reading Triton kernel sources or launch settings (block
+    sizes, tiles, finishers, hints, autotuning): under another CPU backend the test ends there,
+    skipped, after checking what it computed against eager."""
+    if DEVICE == "cpu" and os.environ.get("SMELT_CPU_BACKEND", "triton") != "triton":
+        pytest.skip(f"inspects Triton kernels; the CPU backend is {os.environ['SMELT_CPU_BACKEND']}")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "smelt_only: test inspects smelt itself; skipped when SMELT_TEST_BACKEND != smelt"

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from smelt.runtime.autotune import Autotuner
+from conftest import inspects_triton_kernels
 
 pytestmark = pytest.mark.smelt_only
 
@@ -33,6 +34,7 @@ def test_tuned_kernel_matches_eager_and_caches_its_choice(tuning, device, compil
     folder, timed = tuning
     x = torch.randn(37, 300, device=device)
     assert_close(compile_fn(_softmax)(x), _softmax(x))
+    inspects_triton_kernels()
     assert len(timed) > 1, "more than one candidate should have been timed"
     sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
     assert any("autotuned over" in s for s in sources)
@@ -55,6 +57,7 @@ def test_unreadable_cache_entry_is_timed_again(tuning, device, compile_fn, asser
     torch._dynamo.reset()
     timed.clear()
     assert_close(compile_fn(_softmax)(x), _softmax(x))
+    inspects_triton_kernels()
     assert len(timed) > 1
 
 

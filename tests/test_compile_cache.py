@@ -14,6 +14,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import inspects_triton_kernels
 
 from smelt import graph_cache
 
@@ -103,6 +104,7 @@ def test_a_hit_launches_tiled_finished_and_combo_kernels(cache_dir, device, comp
         out, stats = compile_again(fn, x, y, z, u, v, compile_fn=compile_fn)
         assert stats == {"dynamo_hit": 1}
         assert_close(out, fn(x, y, z, u, v), atol=1e-4, rtol=1e-4)
+    inspects_triton_kernels()
     names = [n for g in observe.compiled_graphs() for n in g.kernel_names]
     assert any("combo" in n for n in names) and any("tiled" in s for g in observe.compiled_graphs()
                                                     for s in g.kernel_sources.values()), names

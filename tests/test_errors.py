@@ -3,6 +3,7 @@ import logging
 
 import pytest
 import torch
+from conftest import inspects_triton_kernels
 
 pytestmark = pytest.mark.smelt_only
 
@@ -11,6 +12,7 @@ def test_kernel_that_fails_to_compile_names_kernel_source_and_ops(device, compil
     import smelt
     from smelt.codegen import triton_ops
 
+    inspects_triton_kernels()
     # Break one op's Triton form so that the generated kernel cannot compile.
     monkeypatch.setitem(triton_ops.FLOAT_UNARY, "exp", "tl.no_such_function({0})")
     x = torch.randn(17, 33, device=device)

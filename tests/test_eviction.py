@@ -4,11 +4,13 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import inspects_triton_kernels
 
 pytestmark = pytest.mark.smelt_only
 
 
 def _sources(observe):
+    inspects_triton_kernels()
     return [src for g in observe.compiled_graphs() for src in g.kernel_sources.values()]
 
 

@@ -4,11 +4,13 @@ import pytest
 import torch
 
 import smelt.codegen.triton_finisher
+from conftest import inspects_triton_kernels
 
 TOL = dict(rtol=1e-4, atol=1e-3)
 
 
 def _sources(observe) -> list[str]:
+    inspects_triton_kernels()
     return [src for g in observe.compiled_graphs() for src in g.kernel_sources.values()]
 
 

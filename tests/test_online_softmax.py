@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import inspects_triton_kernels
 
 LOOPED_LIMIT = "64"
 ROW = 300  # > LOOPED_LIMIT, not a multiple of the interpreter's RBLOCK (128)
@@ -36,6 +37,7 @@ def _loop_count(source: str) -> int:
 
 
 def _kernels(observe):
+    inspects_triton_kernels()
     return {name: src for g in observe.compiled_graphs() for name, src in g.kernel_sources.items()}
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import inspects_triton_kernels
 
 
 @pytest.fixture
@@ -166,6 +167,7 @@ def test_scatter_values_computed_in_scatter_kernel(device, lowered, kernel_count
     lowered(lambda x, i, v: torch.index_put(x, (i,), v * 2, accumulate=True), x, idx, v)
     # One kernel copies x; one computes v * 2 and adds it in place.
     assert kernel_count() == 2
+    inspects_triton_kernels()
     (graph,) = observe.compiled_graphs()
     scatter_source = [s for s in graph.kernel_sources.values() if "atomic_add" in s]
     assert len(scatter_source) == 1 and "* 2.0" in scatter_source[0]

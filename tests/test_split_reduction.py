@@ -10,6 +10,7 @@ import torch
 
 from smelt.config import Config
 from smelt.lowering.split_reduction import MIN_CHUNK, choose_split
+from conftest import inspects_triton_kernels
 
 # Chunks are at least MIN_CHUNK (256) long: 3000 splits into 12 chunks, the last one 184 long.
 RAGGED = 3000
@@ -26,6 +27,7 @@ def split_small_reductions(monkeypatch):
 def _kernels(observe):
     """(name, xnumel, rnumel, XBLOCK) of every stage compiled, from the kernels' header comments.
     A stage that a kernel's last program runs (a finisher) is named after its function."""
+    inspects_triton_kernels()
     found = []
     for graph in observe.compiled_graphs():
         for name in graph.kernel_names:
@@ -40,6 +42,7 @@ def _kernels(observe):
 
 def _stage_source(observe, stage: str) -> str:
     """A kernel's source, or for a finisher the text of its function."""
+    inspects_triton_kernels()
     for graph in observe.compiled_graphs():
         for name, source in graph.kernel_sources.items():
             if name == stage:

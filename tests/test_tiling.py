@@ -4,9 +4,11 @@ import pytest
 import torch
 
 import smelt.codegen.tiling
+from conftest import inspects_triton_kernels
 
 
 def _sources(observe) -> list[str]:
+    inspects_triton_kernels()
     return [src for g in observe.compiled_graphs() for src in g.kernel_sources.values()]
 
 

@@ -17,31 +17,34 @@ class GeneratedKernel:
     name: str
     source: str
     origins: tuple[str, ...]  # the ATen ops fused into it, for error messages
-    config: BlockConfig
+    config: BlockConfig | None  # None for a Halide kernel: its schedule is in its source
     candidates: tuple[BlockConfig, ...]  # more than one: timed on the first launch (autotuning)
     workspace: tuple[int, int, int] | None  # row split: (programs per row, barriers, partial slots)
     xnumel_arg: int  # position of xnumel among the launch arguments
     interpret: bool  # a CPU kernel, run by the Triton interpreter
     ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
+    backend: str = "triton"  # "triton" | "halide"
     # A combo kernel (codegen/triton_combo.py): its members' element counts, pointers per member.
     combo: tuple[tuple[int, ...], int] | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
-                "config": dataclasses.asdict(self.config),
+                "config": dataclasses.asdict(self.config) if self.config is not None else None,
                 "candidates": [dataclasses.asdict(c) for c in self.candidates],
                 "workspace": list(self.workspace) if self.workspace is not None else None,
                 "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket,
+                "backend": self.backend,
                 "combo": [list(self.combo[0]), self.combo[1]] if self.combo is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedKernel:
         workspace = data["workspace"]
         return cls(name=data["name"], source=data["source"], origins=tuple(data["origins"]),
-                   config=_block_config(data["config"]),
+                   config=_block_config(data["config"]) if data["config"] is not None else None,
                    candidates=tuple(_block_config(c) for c in data["candidates"]),
                    workspace=tuple(workspace) if workspace is not None else None,
                    xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False),
+                   backend=data.get("backend", "triton"),
                    combo=(tuple(data["combo"][0]), data["combo"][1]) if data.get("combo") else None)
 
 

@@ -27,13 +27,15 @@ from .triton_row_split import row_split_for
 FINISH_LIMIT = 16384
 
 
-def attach_finishers(steps: list[Step], persistent_limit: int) -> list[Step]:
+def attach_finishers(steps: list[Step], persistent_limit: int, eligible=lambda step: True) -> list[Step]:
     """The steps, each reduction kernel followed by small reductions of its results made one step
-    whose `finishers` are those small reductions (in order: a later one may read an earlier one's)."""
+    whose `finishers` are those small reductions (in order: a later one may read an earlier one's).
+    Only steps `eligible` says are printed as Triton take part."""
     merged: list[Step] = []
     for step in steps:
         before = merged[-1] if merged else None
-        if before is not None and can_finish(before, step, persistent_limit):
+        if before is not None and not step.is_extern and not before.is_extern and eligible(before) \
+                and can_finish(before, step, persistent_limit):
             before.finishers.append(step)
             before.frees = before.frees + step.frees
             continue

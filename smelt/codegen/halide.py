@@ -1,0 +1,504 @@
+"""Prints a KernelPlan as a Halide pipeline, written against Halide's Python API.
+
+The pipeline computes over the plan's iteration space with pure vars `x` (an output) and `r` (an
+element of its row). Each member's value becomes a Func: `buf3[x]` for one value per x, `buf3[r, x]`
+for one per (x, r). A reduction is a Func over x whose update walks an RDom over r, reading its
+input Func at (rdom, x). Values pass between members as Func calls, never through memory, so the
+plan's phases need no loops of their own: Halide orders the Funcs by their dependencies.
+
+Buffers are flat, one dimension over their storage from the tensor's first element, and indexed
+with smelt's index expressions, as a Triton kernel indexes its pointers. An output is a Func with
+no pure definition and one update over the domain of the member it stores: out[index(x, r)] = value.
+
+The module printed holds constants naming the launch arguments and a function named after the
+kernel, which returns the pipeline (algorithm, then schedule) and its arguments;
+smelt.runtime.halide_compile compiles it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+from ..ir.ops import indirect_symbol, is_indirect
+from ..scheduler.nodes import RINDEX, XINDEX
+from ..symbolic import simplify_index
+from .common import CSE, CSEVar, IndentedBuffer
+from .halide_ops import (BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS,
+                         HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
+from . import halide_random as random
+from .halide_reductions import emit_reduction
+from .halide_scan import emit_scan
+from .halide_schedule import HalideSchedule
+from .simd import KernelPlan, kernel_sizes_symbols
+from .triton_ops import register_dtype
+
+MODULE_HELPERS = '''
+
+def load(buffer, index):
+    # Every index of the kernel's domain is in bounds by construction: the promise spares bounds
+    # inference an over-estimate through // and %.
+    return buffer[hl.unsafe_promise_clamped(index, 0, buffer.dim(0).extent() - 1)]
+
+
+def load_clamped(buffer, index):
+    # A masked or indirect load: a lane whose index lies outside is discarded, but must not fault.
+    return buffer[hl.clamp(index, 0, buffer.dim(0).extent() - 1)]
+
+
+def in_output(out, index):
+    return hl.unsafe_promise_clamped(index, 0, out.output_buffer().dim(0).extent() - 1)
+
+
+# Halide's exp, log and erf are polynomials that miss IEEE's special values (exp(nan) = 0,
+# log(inf) = 88.7, erf(inf) = nan): those are put back.
+def exp(v):
+    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.exp(v))
+
+
+def log(v):
+    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.log(v))
+
+
+def erf(v):
+    return hl.select(hl.is_inf(v), hl.select(v > 0, hl.cast(v.type(), 1), hl.cast(v.type(), -1)), hl.erf(v))
+'''
+
+
+@dataclasses.dataclass
+class HalideKernelSource:
+    """A generated pipeline and what the wrapper needs to launch it."""
+
+    name: str
+    source: str
+    params: list[tuple[str, str]]  # (parameter, buffer name): inputs, then outputs
+    size_args: list[str]  # size symbols, bound by name in the wrapper
+    xnumel: sympy.Expr
+    rnumel: sympy.Expr | None
+    origins: list[str]
+
+
+def halide_kernel_name(plan: KernelPlan, index: int) -> str:
+    kind = "red" if plan.is_reduction else "poi"
+    if plan.has_scan:
+        kind = "scan"
+    # "aten._softmax.default" -> "softmax"
+    ops = sorted({o.split(".")[1].strip("_") if o.count(".") >= 1 else o for n in plan.nodes for o in n.buffer.origins})
+    ops = [o for o in ops if o][:5]
+    return f"halide_{kind}_fused_{'_'.join(ops) or 'copy'}_{index}"
+
+
+class HalideKernel:
+    """Generates one pipeline by running each member's loop body under HalideOps."""
+
+    def __init__(self, plan: KernelPlan, graph):
+        self.plan = plan
+        self.graph = graph
+        self.cse = CSE()
+        self.body = IndentedBuffer(1)
+        self.inputs: dict[str, str] = {}  # buffer -> ImageParam name
+        self.outputs: dict[str, str] = {}  # buffer -> output Func name
+        self.sizes: list[str] = []
+        self.node_values: dict[str, CSEVar] = {}
+        self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
+        self.scan_results: dict[tuple, tuple[CSEVar, ...]] = {}
+        self.in_place: list = []  # (node, value, per (x, r)) of stores into buffers the kernel reads
+        self.current: list = []
+        self.mask_stack: list[str] = []
+        self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
+        self.schedule = HalideSchedule(plan)
+        self.uses_random = False  # set by the random ops: the module then defines philox()
+
+    # ------------------------------------------------------------ printing helpers
+
+    def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
+        return self.cse.generate(self.body, expr, dtype, rank)
+
+    def fresh(self, stem: str) -> str:
+        name = f"{stem}{self.cse.counter}"
+        self.cse.counter += 1
+        return name
+
+    def simplify(self, expr) -> sympy.Expr:
+        return simplify_index(sympy.sympify(expr), {XINDEX: self.plan.xnumel, RINDEX: self.plan.rnumel})
+
+    def index_text(self, expr: sympy.Expr, x: str = "x", r: str = "r") -> str:
+        names = {XINDEX: x, RINDEX: r}
+        for symbol in expr.free_symbols - {XINDEX, RINDEX}:
+            if not is_indirect(symbol) and str(symbol) not in self.sizes:
+                self.sizes.append(str(symbol))
+        return HalideIndexPrinter(names).doprint(expr)
+
+    def rank_of(self, expr: sympy.Expr) -> int:
+        symbols = sympy.sympify(expr).free_symbols
+        rank = 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
+        return max([rank] + [2 if self.plan.is_reduction else 1 for s in symbols if is_indirect(s)])
+
+    def input(self, buffer: str) -> str:
+        if buffer not in self.inputs:
+            self.inputs[buffer] = f"in_ptr{len(self.inputs)}"
+        return self.inputs[buffer]
+
+    def output(self, buffer: str) -> str:
+        if buffer not in self.outputs:
+            self.outputs[buffer] = f"out_ptr{len(self.outputs)}"
+        return self.outputs[buffer]
+
+    def ordered_outputs(self) -> list[tuple[str, str]]:
+        """(buffer, output name) in the order the pipeline computes them: Halide runs each output's
+        loop nest in turn, so an output that overwrites a buffer the kernel reads (an in-place
+        update) comes after every output whose loop still reads the old values."""
+        position = {n.write_name: n.position for n in self.plan.nodes}
+        return sorted(self.outputs.items(), key=lambda item: (item[0] in self.inputs, position.get(item[0], 0)))
+
+    def as_func(self, name: str, value: CSEVar, rank: int) -> CSEVar:
+        """A Func holding value over x (rank 1) or (r, x) (rank 2), called at the pure vars."""
+        self.body.writeline(f'{name} = hl.Func("{name}")')
+        pure = "[r, x]" if rank == 2 else "[x]"
+        self.body.writeline(f"{name}{pure} = {value}")
+        return CSEVar(func_call(f"{name}{pure}"), value.dtype, rank)
+
+    # ------------------------------------------------------------ members
+
+    def load(self, buffer: str, index: sympy.Expr) -> CSEVar:
+        writer = self.plan.writer_of(buffer)
+        reader = self.current[-1] if self.current else None
+        if writer is not None and (reader is None or writer.position < reader.position):
+            return self.value_of(writer)
+        dtype = self.graph.dtype_of(buffer)
+        clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
+        stored = self.graph.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
+        text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
+        if register_dtype(dtype) != dtype:
+            text = f"hl.cast({halide_type(register_dtype(dtype))}, {text})"
+        return self.emit(text, dtype, self.rank_of(index))
+
+    def value_of(self, node) -> CSEVar:
+        if node.name in self.node_values:
+            return self.node_values[node.name]
+        return self.compute(node)
+
+    def compute(self, node) -> CSEVar:
+        from ..ir import use_handler
+        if node.name in self.node_values:
+            return self.node_values[node.name]
+        placement = self.plan.placement[node.name]
+        index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
+        self.current.append(node)
+        try:
+            with use_handler(HalideOps(self)):
+                value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+        finally:
+            self.current.pop()
+        ops = HalideOps(self)
+        if placement == "scan":
+            value = self.as_func(node.name, emit_scan(self, node, value), 2)
+        elif placement == "reduction":
+            dtype = node.data.src_dtype
+            value = tuple(ops.to_dtype(v, dtype) for v in value) if isinstance(value, tuple) else ops.to_dtype(value, dtype)
+            value = self.reduction(node, value)
+        else:
+            value = ops.to_dtype(value, node.data.dtype)
+            value = self.as_func(node.name, value, 2 if placement == "xr" else 1)
+        self.node_values[node.name] = value
+        return value
+
+    def reduction(self, node, value) -> CSEVar:
+        rtype = node.data.reduction_type
+        key = (rtype, tuple(v.name for v in value) if isinstance(value, tuple) else value.name)
+        if key not in self.reduction_results:
+            self.reduction_results[key] = emit_reduction(self, node.name, rtype, value)
+        return self.reduction_results[key][node.data.output_index]
+
+    def store(self, node, value: CSEVar) -> None:
+        placement = self.plan.placement[node.name]
+        xr = placement in ("xr", "scan")
+        dtype = node.buffer.get_dtype()
+        if register_dtype(value.dtype) != dtype or value.dtype != dtype:
+            value = CSEVar(f"hl.cast({halide_type(dtype)}, {value})", dtype, value.rank)
+        if node.write_name in self.inputs:
+            self.in_place.append((node, value, xr))  # written last, see write_in_place
+            return
+        self.write_output(node, value.name, xr)
+
+    def write_output(self, node, value: str, xr: bool) -> None:
+        """out[store index] = value over the member's domain; value is an Expr of the pure vars."""
+        placement = self.plan.placement[node.name]
+        index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
+        dtype = node.buffer.get_dtype()
+        out = self.output(node.write_name)
+        domain = "xr_dom" if xr else "x_dom"
+        x, r = (f"{domain}.y", f"{domain}.x") if xr else (f"{domain}.x", "0")
+        value = value.replace("[r, x]", f"[{r}, {x}]").replace("[x]", f"[{x}]")
+        self.body.writeline(f"{out} = hl.Func({halide_type(dtype)}, 1, \"{out}\")")
+        self.body.writeline(f"{out}[x] = hl.undef({halide_type(dtype)})")
+        self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
+        self.schedule.output(out, domain, xr)
+
+    def write_in_place(self) -> None:
+        """Outputs that overwrite buffers the kernel reads. Halide runs each output's loop in turn:
+        one in-place output goes last (ordered_outputs), reading each old value just before it
+        replaces it. With several, one could overwrite what the next still reads, so their new
+        values are first computed together into one staged Func, then written."""
+        if len(self.in_place) < 2:
+            for node, value, xr in self.in_place:
+                self.write_output(node, value.name, xr)
+            return
+        for xr in (False, True):
+            group = [(node, value) for node, value, on_xr in self.in_place if on_xr == xr]
+            if not group:
+                continue
+            name = "staged_xr" if xr else "staged_x"
+            pure = "[r, x]" if xr else "[x]"
+            self.body.writeline(f"# {', '.join(n.write_name for n, _ in group)} are updated in place: staged first")
+            self.body.writeline(f'{name} = hl.Func("{name}")')
+            values = [v.name for _, v in group]
+            self.body.writeline(f"{name}{pure} = {values[0] if len(values) == 1 else '(' + ', '.join(values) + ')'}")
+            self.schedule.staged(name, xr)
+            for k, (node, _) in enumerate(group):
+                self.write_output(node, func_call(f"{name}{pure}" + (f"[{k}]" if len(group) > 1 else "")), xr)
+
+    def emit_member(self, node) -> None:
+        if node.is_scatter:
+            return self.emit_scatter(node)
+        self.body.writeline(f"# {node.name}: {self.plan.placement[node.name]}"
+                            f"{' ' + node.data.reduction_type if node.is_reduction else ''}")
+        value = self.compute(node)
+        if node.write_name in self.plan.stored:
+            self.store(node, value)
+
+    def emit_scatter(self, node) -> None:
+        """out[position(x)] (mode)= value(x), in order of x: several x may land on one element."""
+        from ..ir import use_handler
+        mode = node.data.mode
+        if mode not in (None, "atomic_add", "atomic_max", "atomic_min", "atomic_mul"):
+            raise UnsupportedInHalide(f"smelt: scatter mode {mode!r} in Halide")
+        self.body.writeline(f"# {node.name}: scatter{' (' + mode + ')' if mode else ''}")
+        value = self.compute(node)
+        index, _ = node.kernel_index("x", self.plan.xnumel, self.plan.rnumel)
+        self.current.append(node)
+        try:
+            with use_handler(HalideOps(self)):
+                position = node.data.output_index(index)
+        finally:
+            self.current.pop()
+        offset = self.simplify(node.buffer.layout.index(position))
+        dtype = node.buffer.get_dtype()
+        out = self.output(node.write_name)
+        # The indirect positions are Exprs in the pure var x: the update reads them at x_dom.x.
+        where = self.as_func(self.fresh("position"), CSEVar(self.index_text(offset), torch.int32, 1), 1)
+        at = where.name.replace("[x]", "[x_dom.x]")
+        incoming = value.name.replace("[x]", "[x_dom.x]")
+        if register_dtype(value.dtype) != dtype or value.dtype != dtype:
+            incoming = f"hl.cast({halide_type(dtype)}, {incoming})"
+        target = f"{out}[in_output({out}, {at})]"
+        old = func_call(target)
+        combined = {None: incoming, "atomic_add": f"{old} + {incoming}", "atomic_mul": f"{old} * {incoming}",
+                    "atomic_max": f"hl.max({old}, {incoming})", "atomic_min": f"hl.min({old}, {incoming})"}[mode]
+        if mode in ("atomic_max", "atomic_min") and dtype.is_floating_point:
+            pick = ">" if mode == "atomic_max" else "<"
+            combined = f"hl.select(hl.is_nan({incoming}) | ({incoming} {pick} {old}), {incoming}, {old})"
+        self.body.writeline(f"{out} = hl.Func({halide_type(dtype)}, 1, \"{out}\")")
+        self.body.writeline(f"{out}[x] = hl.undef({halide_type(dtype)})")
+        self.body.writeline(f"{target} = {combined}")
+        self.schedule.scatter(out)
+
+    # ------------------------------------------------------------ the module
+
+    def generate_body(self) -> None:
+        for node in self.plan.nodes:
+            if node.is_extern:
+                raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")
+            self.emit_member(node)
+        self.write_in_place()
+
+    def source(self, name: str, comment_lines: list[str]) -> str:
+        self.generate_body()
+        for s in kernel_sizes_symbols(self.plan):
+            if str(s) not in self.sizes:
+                self.sizes.append(str(s))
+        # xnumel and rnumel come last, as the wrapper passes them.
+        sizes = [s for s in self.sizes if s not in ("xnumel", "rnumel")]
+        launch_sizes = sizes + ["xnumel"] + (["rnumel"] if self.plan.blocks_2d else [])
+        out = IndentedBuffer()
+        out.writelines(comment_lines)
+        out.writeline("import halide as hl")
+        out.writeline()
+        out.writeline("# Launch arguments in the order smelt's wrapper passes them: input buffers, output buffers, sizes.")
+        out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
+        out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
+        out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
+        helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
+        for line in helpers.splitlines():
+            out.writeline(line)
+        out.writeline()
+        out.writeline()
+        out.writeline(f"def {name}(schedule=True):")
+        with out.indent():
+            out.writeline('x, r = hl.Var("x"), hl.Var("r")')
+            for buffer, param in self.inputs.items():
+                out.writeline(f'{param} = hl.ImageParam({halide_type(self.graph.dtype_of(buffer))}, 1, "{param}")'
+                              f"  # {buffer}")
+            for size in launch_sizes:
+                out.writeline(f'{size} = hl.Param(hl.Int(32), "{size}")')
+            out.writeline('x_dom = hl.RDom([(0, xnumel)], "x_dom")')
+            if self.plan.blocks_2d:
+                out.writeline('xr_dom = hl.RDom([(0, rnumel), (0, xnumel)], "xr_dom")')
+                out.writeline('rdom = hl.RDom([(0, rnumel)], "rdom")')
+        out.splice(self.body)
+        with out.indent():
+            out.writeline()
+            out.writeline("if schedule:  # without it: the algorithm alone, for an autoscheduler")
+            with out.indent():
+                out.writelines(self.schedule.lines() or ["pass"])
+            outputs = ", ".join(name for _, name in self.ordered_outputs())
+            arguments = ", ".join(list(self.inputs.values()) + launch_sizes)
+            out.writeline(f"return hl.Pipeline([{outputs}]), [{arguments}]")
+        return out.getvalue()
+
+    def launch_args(self) -> tuple[list[tuple[str, str]], list[str]]:
+        params = [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.ordered_outputs()]
+        sizes = [s for s in self.sizes if s not in ("xnumel", "rnumel")]
+        return params, sizes
+
+
+class HalideOps:
+    """The ops vocabulary printed as Halide expressions inside one pipeline."""
+
+    def __init__(self, kernel: HalideKernel):
+        self.k = kernel
+
+    @staticmethod
+    def _operand(v: CSEVar) -> str:
+        text = v.name
+        return f"({text})" if text.startswith("-") or " " in text else text
+
+    def load(self, name, index):
+        return self.k.load(name, self.k.simplify(index))
+
+    def constant(self, value, dtype):
+        return CSEVar(literal(value, dtype), dtype, 0)
+
+    def index_expr(self, expr, dtype):
+        expr = self.k.simplify(expr)
+        if expr.is_Integer:
+            return self.constant(int(expr), dtype)
+        text = f"hl.cast({halide_type(register_dtype(dtype))}, {self.k.index_text(expr)})"
+        return self.k.emit(text, dtype, self.k.rank_of(expr))
+
+    def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self.k.emit(f"{self._operand(x)} != {literal(0, x.dtype)}", dtype, x.rank)
+        src, dst = register_dtype(x.dtype), register_dtype(dtype)
+        text = x.name
+        if dst != dtype:  # a half float: round through its own type
+            text = f"hl.cast({halide_type(dst)}, hl.cast({halide_type(dtype)}, {text}))"
+        elif src != dst:
+            text = f"hl.cast({halide_type(dst)}, {text})"
+        else:
+            return CSEVar(x.name, dtype, x.rank)
+        return self.k.emit(text, dtype, x.rank)
+
+    def where(self, cond, a, b):
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
+        return self.k.emit(f"hl.select({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
+
+    def masked(self, mask, body, other):
+        self.k.mask_stack.append(mask.name)
+        try:
+            value = body()
+        finally:
+            self.k.mask_stack.pop()
+        fill = self.constant(other, value.dtype)
+        return self.k.emit(f"hl.select({mask}, {value}, {fill})", value.dtype, max(mask.rank, value.rank))
+
+    def indirect_indexing(self, value: CSEVar, size) -> sympy.Symbol:
+        k = self.k
+        size_text = k.index_text(k.simplify(size))
+        key = f"indirect_indexing({value}, {size_text}, {k.mask_stack})"
+        found = k.cse.lookup(key)
+        if found is not None:
+            return sympy.Symbol(found.name, integer=True)
+        symbol = indirect_symbol(len(k.indirect))
+        k.cse.remember(key, CSEVar(str(symbol), torch.int32, value.rank))
+        wrapped = f"hl.cast(hl.Int(32), hl.select({value} < 0, {value} + {size_text}, {value}))"
+        k.body.writeline(f"{symbol}_unchecked = {wrapped}")
+        bounds = f"(0 <= {symbol}_unchecked) & ({symbol}_unchecked < {size_text})"
+        if k.mask_stack:  # a lane the mask turns off may hold any index
+            bounds = f"{bounds} | ~({' & '.join(k.mask_stack)})"
+        # Checked on every access: an index out of range stops the pipeline with this message.
+        where = k.current[-1].name if k.current else "?"
+        k.body.writeline(f'{symbol} = hl.require({bounds}, {symbol}_unchecked, '
+                         f'hl.Expr("index out of bounds in {where}: not in [0, {size_text}):"), {symbol}_unchecked)')
+        k.indirect[str(symbol)] = size_text
+        return symbol
+
+    def rand(self, seed, offset):
+        return random.uniform(self.k, seed, offset)
+
+    def randn(self, seed, offset):
+        return random.normal(self.k, seed, offset)
+
+    def randint64(self, seed, offset, low, high):
+        return random.randint64(self.k, seed, offset, low, high)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def op(*args):
+            return self._apply(name, args)
+        return op
+
+    def _apply(self, name: str, args) -> CSEVar:
+        rank = max(a.rank for a in args)
+        if len(args) == 1:
+            return self._unary(name, args[0], rank)
+        a, b = args
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        if name in ("logical_and", "logical_or", "logical_xor"):
+            a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
+            op = {"logical_and": "&", "logical_or": "|", "logical_xor": "!="}[name]
+            return self.k.emit(f"{self._operand(a)} {op} {self._operand(b)}", torch.bool, rank)
+        if name == "truediv" and not dtype.is_floating_point:
+            raise UnsupportedInHalide(f"smelt: op truediv on {dtype} (integers) in Halide")
+        a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
+        if not dtype.is_floating_point and dtype != torch.bool and name in ("floordiv", "remainder"):
+            return self._int_floor_op(name, a, b, dtype, rank)
+        if name in INFIX and not (dtype == torch.bool and name in ("add", "sub", "mul", "left_shift", "right_shift")):
+            out = torch.bool if name in PREDICATE_OPS else dtype
+            return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
+        table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
+        if name not in table:
+            raise UnsupportedInHalide(f"smelt: op {name} on {dtype} has no Halide form")
+        text = table[name].format(a.name, b.name, t=halide_type(register_dtype(dtype)), **signbit_bits(dtype))
+        return self.k.emit(text, dtype, rank)
+
+    def _unary(self, name: str, x: CSEVar, rank: int) -> CSEVar:
+        if name == "logical_not":
+            x = self.to_dtype(x, torch.bool)
+            return self.k.emit(f"~{self._operand(x)}", torch.bool, rank)
+        if x.dtype == torch.bool:
+            table = BOOL_UNARY
+        else:
+            table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
+        template = table.get(name)
+        if template is None:
+            raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
+        dtype = torch.bool if name in PREDICATE_OPS else x.dtype
+        text = template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), **signbit_bits(x.dtype))
+        return self.k.emit(text, dtype, rank)
+
+    def _int_floor_op(self, name, a, b, dtype, rank):
+        # Halide's integer / and % are Euclidean (the remainder is never negative); eager floors.
+        # They differ only when b < 0 and the remainder is not 0: then q - 1 and r + b.
+        q = self.k.emit(f"{self._operand(a)} / {self._operand(b)}", dtype, rank)
+        r = self.k.emit(f"{self._operand(a)} % {self._operand(b)}", dtype, rank)
+        differs = self.k.emit(f"({r} != 0) & ({self._operand(b)} < 0)", torch.bool, rank)
+        if name == "floordiv":
+            return self.k.emit(f"hl.select({differs}, {q} - 1, {q})", dtype, rank)
+        return self.k.emit(f"hl.select({differs}, {r} + {self._operand(b)}, {r})", dtype, rank)

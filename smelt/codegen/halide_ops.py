@@ -1,0 +1,177 @@
+"""How dtypes, literals, index expressions and each op of the vocabulary print in Halide's Python API.
+
+Every printed value is an `hl.Expr` in generated code. Half floats are computed in float32 (as in
+the Triton backend); an op's operands have one Halide type by the time a template is filled in.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+from sympy.printing.str import StrPrinter
+
+from ..errors import SmeltError
+from .triton_ops import register_dtype
+
+HALIDE_TYPE = {
+    torch.float32: "hl.Float(32)", torch.float64: "hl.Float(64)", torch.float16: "hl.Float(16)",
+    torch.bfloat16: "hl.BFloat(16)", torch.int8: "hl.Int(8)", torch.int16: "hl.Int(16)", torch.int32: "hl.Int(32)",
+    torch.int64: "hl.Int(64)", torch.uint8: "hl.UInt(8)", torch.bool: "hl.Bool()",
+}
+# halide_type_t of each dtype as its C struct spells it: (code, bits). Codes: 0 int, 1 uint, 2 float, 4 bfloat.
+HALIDE_TYPE_CODE = {
+    torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16), torch.bfloat16: (4, 16),
+    torch.int8: (0, 8), torch.int16: (0, 16), torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8),
+    torch.bool: (1, 1),
+}
+
+
+class UnsupportedInHalide(SmeltError, NotImplementedError):
+    """An op, dtype or kernel kind the Halide backend cannot print (yet); the message names it."""
+
+
+def func_call(text: str) -> str:
+    """A Func call as an Expr: hl.select given a bare call (a FuncRef) would make a Tuple of it."""
+    return f"hl.Expr({text})"
+
+
+def halide_type(dtype: torch.dtype) -> str:
+    try:
+        return HALIDE_TYPE[dtype]
+    except KeyError:
+        raise UnsupportedInHalide(f"smelt: Halide kernels do not support dtype {dtype}") from None
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    """An hl.Expr literal of value in dtype's register type."""
+    dtype = register_dtype(dtype)
+    if dtype == torch.bool:
+        return f"hl.Expr({bool(value)})"
+    if dtype.is_floating_point:
+        value = float(value)
+        text = repr(value) if math.isfinite(value) else f'float("{value}")'
+        return f"hl.f{dtype.itemsize * 8}({text})"
+    value = int(value)
+    if dtype == torch.int32:
+        return f"hl.i32({value})"
+    if dtype == torch.int64:
+        return f"hl.i64({value})"
+    return f"hl.cast({halide_type(dtype)}, {value})"
+
+
+# Unary float ops; {0} is the operand, {t} its Halide type.
+FLOAT_UNARY = {
+    "exp": "exp({0})", "log": "log({0})", "sqrt": "hl.sqrt({0})", "sin": "hl.sin({0})", "cos": "hl.cos({0})",
+    "tan": "hl.tan({0})", "asin": "hl.asin({0})", "acos": "hl.acos({0})", "atan": "hl.atan({0})",
+    "sinh": "hl.sinh({0})", "cosh": "hl.cosh({0})", "tanh": "hl.tanh({0})", "asinh": "hl.asinh({0})",
+    "acosh": "hl.acosh({0})", "atanh": "hl.atanh({0})", "erf": "erf({0})", "erfc": "1 - erf({0})",
+    "floor": "hl.floor({0})", "ceil": "hl.ceil({0})", "trunc": "hl.trunc({0})", "round": "hl.round({0})",
+    "abs": "hl.abs({0})", "reciprocal": "1 / {0}", "rsqrt": "1 / hl.sqrt({0})",
+    "sigmoid": "1 / (1 + exp(-{0}))", "exp2": "exp({0} * hl.cast({t}, 0.6931471805599453))",
+    "log2": "log({0}) * hl.cast({t}, 1.4426950408889634)", "log10": "log({0}) * hl.cast({t}, 0.4342944819032518)",
+    # Exact near 0 where exp(x) - 1 and log(1 + x) lose their digits (Kahan's trick: the rounding
+    # error of u = exp(x) or 1 + x cancels in the ratio).
+    "expm1": "hl.select({0} == 0, {0}, hl.select(hl.abs({0}) < 0.5, (exp({0}) - 1) * {0} / "
+             "hl.select(exp({0}) == 1, {0}, log(exp({0}))), exp({0}) - 1))",
+    "log1p": "hl.select(1 + {0} == 1, {0}, log(1 + {0}) * {0} / ((1 + {0}) - 1))",
+    "isnan": "hl.is_nan({0})", "isinf": "hl.is_inf({0})",
+    "signbit": "(hl.reinterpret(hl.UInt({bits}), {0}) >> {shift}) != 0",
+    "neg": "-{0}", "relu": "hl.select({0} < 0, hl.cast({t}, 0), {0})",
+    "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), {0}))",
+}
+INT_UNARY = {
+    # hl.abs of a signed integer is unsigned: cast back (abs(INT_MIN) wraps, as in eager).
+    "abs": "hl.cast({t}, hl.abs({0}))", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}",
+    "round": "{0}", "isnan": "hl.Expr(False)", "isinf": "hl.Expr(False)", "neg": "-{0}",
+    "relu": "hl.max({0}, hl.cast({t}, 0))", "signbit": "{0} < 0",
+    "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), hl.cast({t}, 0)))",
+}
+BOOL_UNARY = {"bitwise_not": "~{0}", "logical_not": "~{0}", "abs": "{0}", "isnan": "hl.Expr(False)",
+              "isinf": "hl.Expr(False)", "relu": "{0}", "sign": "{0}", "signbit": "hl.Expr(False)"}
+PREDICATE_OPS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "isnan", "isinf",
+                 "logical_not", "signbit"}
+
+INFIX = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+    "gt": ">", "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
+    "right_shift": ">>",
+}
+FLOAT_BINARY = {
+    "pow": "hl.pow({0}, {1})", "atan2": "hl.atan2({0}, {1})", "hypot": "hl.hypot({0}, {1})",
+    "copysign": "hl.select((hl.reinterpret(hl.UInt({bits}), {1}) >> {shift}) != 0, -hl.abs({0}), hl.abs({0}))",
+    "fmod": "{0} - hl.trunc({0} / {1}) * {1}",
+    # NaN in either operand wins, as in eager.
+    "maximum": "hl.select(hl.is_nan({0}) | ({0} > {1}), {0}, {1})",
+    "minimum": "hl.select(hl.is_nan({0}) | ({0} < {1}), {0}, {1})",
+    "floordiv": "hl.floor({0} / {1})", "remainder": "{0} - hl.floor({0} / {1}) * {1}",
+    # One step of the bit pattern toward b: away from zero when b lies beyond a, else toward it;
+    # from zero, the smallest subnormal with b's sign.
+    "nextafter": "hl.select(hl.is_nan({0}) | hl.is_nan({1}), {0} + {1}, hl.select({0} == {1}, {1}, "
+                 "hl.select({0} == 0, hl.select({1} > 0, hl.reinterpret({t}, hl.cast(hl.Int({bits}), 1)), "
+                 "-hl.reinterpret({t}, hl.cast(hl.Int({bits}), 1))), hl.reinterpret({t}, "
+                 "hl.reinterpret(hl.Int({bits}), {0}) + hl.select(({1} > {0}) == ({0} > 0), "
+                 "hl.cast(hl.Int({bits}), 1), hl.cast(hl.Int({bits}), -1))))))",
+}
+INT_BINARY = {
+    "maximum": "hl.max({0}, {1})", "minimum": "hl.min({0}, {1})", "fmod": "hl.mod_round_to_zero({0}, {1})",
+}
+
+
+def signbit_bits(dtype: torch.dtype) -> dict:
+    bits = register_dtype(dtype).itemsize * 8
+    return {"bits": bits, "shift": bits - 1}
+
+
+class HalideIndexPrinter(StrPrinter):
+    """Prints a sympy index expression as Halide int32 arithmetic. Every divisor smelt's index
+    math makes is positive, where Halide's `/` and `%` floor exactly as FloorDiv/ModularIndexing do."""
+
+    def __init__(self, names: dict):
+        super().__init__()
+        self.names = names  # sympy symbol -> text (the kernel's vars, RDom vars, size params)
+
+    def _print_Symbol(self, e):
+        return self.names.get(e, e.name)
+
+    def _print_Integer(self, e):
+        v = int(e)
+        return str(v) if -2 ** 31 <= v < 2 ** 31 else f"hl.i64({v})"
+
+    def _operand(self, e):
+        text = self._print(e)
+        return text if (e.is_Atom or isinstance(e, sympy.Function)) else f"({text})"
+
+    def _print_FloorDiv(self, e):
+        return f"({self._operand(e.args[0])} // {self._operand(e.args[1])})"
+
+    def _print_ModularIndexing(self, e):
+        base, div, mod = e.args
+        inner = self._operand(base) if div == 1 else f"({self._operand(base)} // {self._operand(div)})"
+        return f"({inner} % {self._operand(mod)})"
+
+    def _print_Pow(self, e):
+        base, exp = e.args
+        if exp.is_Integer and exp > 0:
+            return "(" + " * ".join([self._operand(base)] * int(exp)) + ")"
+        raise UnsupportedInHalide(f"smelt: cannot print index power {e} in Halide")
+
+    def _print_Max(self, e):
+        texts = [self._print(a) for a in e.args]
+        out = texts[0]
+        for t in texts[1:]:
+            out = f"hl.max({out}, {t})"
+        return out
+
+    def _print_Min(self, e):
+        texts = [self._print(a) for a in e.args]
+        out = texts[0]
+        for t in texts[1:]:
+            out = f"hl.min({out}, {t})"
+        return out
+
+    def _print_Rational(self, e):
+        raise UnsupportedInHalide(f"smelt: fractional index {e} in Halide")
+
+    def emptyPrinter(self, e):
+        raise UnsupportedInHalide(f"smelt: cannot print index expression {e} ({type(e).__name__}) in Halide")

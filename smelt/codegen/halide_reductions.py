@@ -1,0 +1,139 @@
+"""Reductions printed in Halide: a Func over x, its pure definition the identity, its update a
+walk over `rdom` (the row, in order) reading the reduction's input Func at (rdom.x, x).
+
+Walking each row in order makes "first index wins" (argmax, argmin) a strict comparison, and a
+NaN anywhere in a row reaches max/min/argmax as in eager.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.loops import reduction_identity
+from .common import CSEVar
+from .halide_ops import UnsupportedInHalide, func_call, halide_type, literal
+from .triton_ops import register_dtype
+
+NEW = "hl.Expr({name}_input[rdom.x, x])"
+
+
+def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
+    """Prints the reduction of `value` named `name`; returns its results as calls at x."""
+    if rtype == "welford_combine":
+        return _welford_combine(k, name, value)
+    if isinstance(value, tuple):
+        raise UnsupportedInHalide(f"smelt: reduction {rtype} of {len(value)} values in Halide")
+    dtype = register_dtype(value.dtype)
+    k.as_func(f"{name}_input", value, 2)
+    new = NEW.format(name=name)
+    if rtype in ("sum", "prod", "max", "min", "any", "all"):
+        result_dtype = torch.bool if rtype in ("any", "all") else dtype
+        return (CSEVar(_fold(k, name, rtype, value.dtype, new), result_dtype, 1),)
+    if rtype in ("argmax", "argmin"):
+        return _arg_extreme(k, name, rtype, value.dtype, new)
+    if rtype == "welford_reduce":
+        # Two passes over the row, the exact formula: the mean first, then the squares around it.
+        mean = _fold(k, f"{name}_sum", "sum", dtype, new)
+        k.body.writeline(f'{name}_mean = hl.Func("{name}_mean")')
+        k.body.writeline(f"{name}_mean[x] = {mean} / hl.cast({halide_type(dtype)}, rnumel)")
+        centered = k.as_func(f"{name}_centered", CSEVar(f"{new.replace('rdom.x', 'r')} - {name}_mean[x]", dtype, 2), 2)
+        square = CSEVar(f"{centered} * {centered}", dtype, 2)
+        k.as_func(f"{name}_square", square, 2)
+        m2 = _fold(k, f"{name}_m2", "sum", dtype, func_call(f"{name}_square[rdom.x, x]"))
+        count = CSEVar(f"hl.cast({halide_type(dtype)}, rnumel)", dtype, 0)
+        return CSEVar(func_call(f"{name}_mean[x]"), dtype, 1), CSEVar(m2, dtype, 1), count
+    if rtype == "online_softmax_reduce":
+        # Two passes: the row's max, then the sum of exp(v - max) (NaN for a row of -inf, as eager).
+        row_max = _fold(k, f"{name}_max", "max", dtype, new)
+        terms = k.as_func(f"{name}_exp", CSEVar(f"exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
+        row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
+        del terms
+        return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)
+    raise UnsupportedInHalide(f"smelt: reduction {rtype} has no Halide form")
+
+
+def _combine(rtype: str, reg: torch.dtype, acc: str, new: str) -> tuple[str, object]:
+    """(text of rtype's update of acc by new, the identity) for a fold over values of type reg."""
+    fill = reduction_identity(rtype, reg)
+    if rtype == "sum":
+        return f"{acc} + {new}", fill
+    if rtype == "prod":
+        return f"{acc} * {new}", fill
+    if rtype in ("any", "all") or (rtype in ("max", "min") and reg == torch.bool):
+        op = "|" if rtype in ("any", "max") else "&"
+        truth = new if reg == torch.bool else f"({new} != {literal(0, reg)})"
+        return f"{acc} {op} {truth}", rtype in ("all", "min")
+    if reg.is_floating_point:
+        pick = ">" if rtype == "max" else "<"
+        return f"hl.select(hl.is_nan({new}) | ({new} {pick} {acc}), {new}, {acc})", fill
+    return f"hl.{rtype}({acc}, {new})", fill
+
+
+def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
+    """name[x] = rtype over the row of `new` (read at rdom.x); returns the call name[x].
+
+    When rows lie contiguous in memory, each row is first folded into LANES partial results,
+    lane l taking elements l, l + LANES, ...: the loop over a row then loads whole vectors.
+    """
+    reg = register_dtype(dtype)
+    fill_type = torch.bool if rtype in ("any", "all") or reg == torch.bool else reg
+    acc = func_call(f"{name}[x]")
+    update, fill = _combine(rtype, reg, acc, new)
+    if k.schedule.lanes is not None:
+        lanes = k.schedule.lanes
+        lane_acc = func_call(f"{name}_lanes[r, x]")
+        element = f"{name}_chunks.x * {lanes} + r"
+        k.body.writeline(f'{name}_chunks = hl.RDom([(0, (rnumel + {lanes - 1}) // {lanes})], "{name}_chunks")')
+        k.body.writeline(f"{name}_element = {element}")
+        lane_new = new.replace("rdom.x", f"hl.min({name}_element, rnumel - 1)")
+        lane_new = f"hl.select({name}_element < rnumel, {lane_new}, {literal(fill, fill_type)})"
+        lane_update, _ = _combine(rtype, reg, lane_acc, lane_new)
+        k.body.writeline(f'{name}_lanes = hl.Func("{name}_lanes")')
+        k.body.writeline(f"{name}_lanes[r, x] = {literal(fill, fill_type)}")
+        k.body.writeline(f"{name}_lanes[r, x] = {lane_update}")
+        update, _ = _combine(rtype, reg, acc, func_call(f"{name}_lanes[{name}_lane.x, x]"))
+        k.body.writeline(f'{name}_lane = hl.RDom([(0, {lanes})], "{name}_lane")')
+        k.schedule.lane_partials(f"{name}_lanes", name)
+    k.body.writeline(f'{name} = hl.Func("{name}")')
+    k.body.writeline(f"{name}[x] = {literal(fill, fill_type)}")
+    k.body.writeline(f"{name}[x] = {update}")
+    k.schedule.reduction(name)
+    return acc
+
+
+def _arg_extreme(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> tuple[CSEVar]:
+    """The first index of the row's extreme value (a NaN counts as the extreme, as in eager): the
+    extreme in one pass, then the least index holding it in another. Two plain folds rather than
+    one over (value, index) Tuples, which Halide 21 updates in the wrong order under strict_float."""
+    reg = register_dtype(dtype)
+    if reg == torch.bool:
+        new = f"hl.cast(hl.UInt(8), {new})"
+        reg = torch.uint8
+    best = _fold(k, f"{name}_best", "max" if rtype == "argmax" else "min", reg, new)
+    holds = f"({new} == {best})"
+    if reg.is_floating_point:
+        holds = f"({holds} | (hl.is_nan({new}) & hl.is_nan({best})))"
+    none = torch.iinfo(torch.int64).max
+    first = _fold(k, f"{name}_first", "min", torch.int64,
+                  f"hl.select({holds}, hl.cast(hl.Int(64), rdom.x), {literal(none, torch.int64)})")
+    # An empty row (or one the extreme never matches) answers 0, as the Triton kernels do.
+    k.body.writeline(f'{name} = hl.Func("{name}")')
+    k.body.writeline(f"{name}[x] = hl.select({first} == {literal(none, torch.int64)}, hl.i64(0), {first})")
+    return (CSEVar(func_call(f"{name}[x]"), torch.int64, 1),)
+
+
+def _welford_combine(k, name: str, value: tuple) -> tuple[CSEVar, ...]:
+    """Merges partial (mean, m2, count) triples exactly, in passes: the total count, the mean
+    weighted by the counts, then each partial's m2 plus its count times its squared distance to
+    that mean. (A one-pass merge over Tuples is what Halide 21 updates in the wrong order under
+    strict_float: an element read the count its own update had already replaced.)"""
+    dtype = register_dtype(value[0].dtype)
+    parts = [k.as_func(f"{name}_{part}_input", v, 2) for part, v in zip(("mean", "m2", "count"), value)]
+    at = [p.name.replace("[r, x]", "[rdom.x, x]") for p in parts]
+    count = _fold(k, f"{name}_count", "sum", dtype, at[2])
+    total = _fold(k, f"{name}_weighted", "sum", dtype, f"{at[2]} * {at[0]}")
+    k.body.writeline(f'{name}_mean = hl.Func("{name}_mean")')
+    k.body.writeline(f"{name}_mean[x] = hl.select({count} > 0, {total} / {count}, {literal(0, dtype)})")
+    mean = func_call(f"{name}_mean[x]")
+    spread = f"{at[1]} + {at[2]} * ({at[0]} - {mean}) * ({at[0]} - {mean})"
+    m2 = _fold(k, f"{name}_m2", "sum", dtype, spread)
+    return CSEVar(mean, dtype, 1), CSEVar(m2, dtype, 1), CSEVar(count, dtype, 1)

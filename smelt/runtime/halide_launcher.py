@@ -1,0 +1,142 @@
+"""Launches a compiled Halide pipeline on torch CPU tensors, without copies.
+
+Each tensor is described to Halide as a one-dimensional `halide_buffer_t` over its storage from
+its first element (the kernel's index expressions hold the strides), pointing at the tensor's
+own memory: views, storage offsets and bfloat16 (which numpy lacks) need nothing special. The
+pipeline is called through its `<name>_argv` entry point with ctypes: buffers, then the sizes as
+int32, then the output buffers.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+
+import torch
+
+from ..codegen.halide_ops import HALIDE_TYPE_CODE
+from ..errors import SmeltError
+from .halide_compile import kernel_library, load_source, runtime_library
+
+log = logging.getLogger("smelt.runtime")
+
+INT32_MAX = 2 ** 31 - 1
+
+
+class HalideDimension(ctypes.Structure):
+    _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32), ("stride", ctypes.c_int32),
+                ("flags", ctypes.c_uint32)]
+
+
+class HalideType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class HalideBuffer(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p), ("host", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("type", HalideType), ("dimensions", ctypes.c_int32),
+                ("dim", ctypes.POINTER(HalideDimension)), ("padding", ctypes.c_void_p)]
+
+
+class HalideLaunchError(SmeltError):
+    """A Halide pipeline stopped with an error (an index out of bounds, a buffer too large)."""
+
+
+_ERROR_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+_errors = threading.local()
+_runtimes: dict[str, object] = {}
+
+
+@_ERROR_HANDLER
+def _record_error(user_context, message):
+    _errors.last = message.decode(errors="replace").strip()
+
+
+def _install_error_handler(runtime_path: str) -> None:
+    """Halide's runtime prints errors to stderr by default; smelt raises them instead."""
+    if runtime_path in _runtimes:
+        return
+    lib = ctypes.CDLL(runtime_path)
+    lib.halide_set_error_handler.restype = ctypes.c_void_p
+    lib.halide_set_error_handler(_record_error)
+    _runtimes[runtime_path] = lib
+
+
+# A non-null address for an empty tensor: a null host pointer would make the call a bounds query.
+_EMPTY = ctypes.c_uint64(0)
+
+
+class HalideLauncher:
+    """Calls one kernel as `name(*input_buffers, *output_buffers, *sizes)`, like smelt's wrapper does.
+
+    The argument structures are made once and refilled per call, so one launcher is not to be
+    called from two threads at once.
+    """
+
+    def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None):
+        self.name = name
+        self.origins = origins
+        self.path = path
+        module = load_source(name, source, path)
+        self.num_inputs, self.num_outputs = len(module.INPUTS), len(module.OUTPUTS)
+        self.size_names = module.SIZES
+        self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
+        runtime = runtime_library(cache_dir)
+        _install_error_handler(runtime)
+        library, self.compile_seconds = kernel_library(name, source, cache_dir, path)
+        self.library = ctypes.CDLL(library)
+        self.fn = getattr(self.library, f"{name}_argv")
+        self.fn.restype = ctypes.c_int
+        self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        buffers = self.num_inputs + self.num_outputs
+        self.dims = (HalideDimension * buffers)()
+        self.buffers = (HalideBuffer * buffers)()
+        for k in range(buffers):
+            self.buffers[k].dimensions = 1
+            self.buffers[k].dim = ctypes.pointer(self.dims[k])
+            self.buffers[k].type.lanes = 1
+            self.dims[k].stride = 1
+        self.sizes = (ctypes.c_int32 * len(self.size_names))()
+        # Halide's argument order: inputs, sizes, outputs.
+        order = [ctypes.addressof(self.buffers[k]) for k in range(self.num_inputs)]
+        order += [ctypes.addressof(self.sizes) + 4 * k for k in range(len(self.size_names))]
+        order += [ctypes.addressof(self.buffers[self.num_inputs + k]) for k in range(self.num_outputs)]
+        self.argv = (ctypes.c_void_p * len(order))(*order)
+
+    def __call__(self, *args):
+        if args[self.xnumel_arg] == 0:
+            return
+        buffers = self.num_inputs + self.num_outputs
+        for k in range(buffers):
+            self._describe(k, args[k])
+        for k, value in enumerate(args[buffers:]):
+            value = int(value)
+            if not -INT32_MAX <= value <= INT32_MAX:
+                raise HalideLaunchError(f"smelt: kernel {self.name}: size {self.size_names[k]} = {value} does not "
+                                        f"fit Halide's int32 index math")
+            self.sizes[k] = value
+        _errors.last = None
+        status = self.fn(self.argv)
+        if status != 0:
+            raise HalideLaunchError(f"smelt: Halide kernel {self.name} failed (status {status}): "
+                                    f"{_errors.last or 'no message'}; source: {self.path}; from ATen ops: "
+                                    f"{', '.join(self.origins)}")
+
+    def _describe(self, k: int, tensor: torch.Tensor) -> None:
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            raise HalideLaunchError(f"smelt: Halide kernel {self.name} got {type(tensor).__name__} "
+                                    f"{getattr(tensor, 'device', '')} for buffer {k}: it runs on CPU tensors")
+        # Everything from the first element to the end of the storage: the kernel's index
+        # expressions may reach any of it (a view read through another layout).
+        extent = tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
+        if extent > INT32_MAX:
+            raise HalideLaunchError(f"smelt: Halide kernel {self.name}: a buffer of {extent} elements is past "
+                                    f"Halide's int32 extents")
+        buffer = self.buffers[k]
+        code, bits = HALIDE_TYPE_CODE[tensor.dtype]
+        buffer.type.code, buffer.type.bits = code, bits
+        buffer.host = tensor.data_ptr() or ctypes.addressof(_EMPTY)
+        self.dims[k].extent = max(extent, 0)
+
+    def __repr__(self):
+        return f"<Halide kernel {self.name} from {self.path}>"
