@@ -45,7 +45,8 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     def is_triton(step) -> bool:
         return _backend_of(step, cfg) == "triton"
 
-    bodies = ComboBodies(graph, lambda step: step.group.nodes[0].buffer.get_device().type == "cpu", cfg.eviction_hints)
+    bodies = ComboBodies(graph, lambda step: step.group.nodes[0].buffer.get_device().type == "cpu", cfg.eviction_hints,
+                         sched.steps)
     outputs = {o.name for o in graph.outputs if o.name is not None}
     sched.steps = combine(sched.steps, lambda step: bodies.key(step) if is_triton(step) else None, outputs, graph)
     sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit, is_triton)

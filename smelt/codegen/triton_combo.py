@@ -15,6 +15,7 @@ sizes differ. The launcher (runtime/combo_launcher.py) builds both tables.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 from ..scheduler.schedule import Step
@@ -41,13 +42,19 @@ class MemberBody:
 class ComboBodies:
     """Generates each candidate step's body once; `key` is what scheduler/combo.py groups by."""
 
-    def __init__(self, graph, interpret_for, eviction_hints: bool):
+    def __init__(self, graph, interpret_for, eviction_hints: bool, steps: list[Step]):
         self.graph = graph
         self.interpret_for = interpret_for  # step -> whether its kernel is interpreted
         self.eviction_hints = eviction_hints
         self.bodies: dict[int, MemberBody] = {}
+        # Only a step whose outline another step shares can have its body: the others are not
+        # generated twice (once here, once as their own kernel).
+        counts = collections.Counter(_outline(s) for s in steps if not s.is_extern)
+        self.shared = {outline for outline, n in counts.items() if n > 1}
 
     def key(self, step: Step):
+        if _outline(step) not in self.shared:
+            return None
         body = self.body(step)
         if body is None:
             return None
@@ -72,6 +79,13 @@ class ComboBodies:
                     body = MemberBody(kernel, text, pointers, xn)
         self.bodies[id(step)] = body
         return body
+
+
+def _outline(step: Step) -> tuple:
+    """What two steps with one body surely share: their ops, the dtypes they make, their device."""
+    nodes = step.group.nodes
+    return (str(nodes[0].buffer.get_device()), step.group.is_reduction, len(step.stored),
+            tuple(sorted(o for n in nodes for o in n.buffer.origins)), tuple(n.buffer.get_dtype() for n in nodes))
 
 
 @dataclasses.dataclass
