@@ -139,12 +139,14 @@ def test_random_value_read_twice_is_the_same_value(device, compile_fn):
 def test_uniform_values_agree_across_kernel_shapes(device, compile_fn):
     # A pointwise kernel draws four lanes per Philox call; a reduction picks each lane's word
     # alone. With the same seed both must see the same numbers.
+    # Each lane weighed by its position: a plain sum cannot see two lanes of a group swapped.
     x = torch.empty(8, 100, device=device)
+    w = torch.arange(100, device=device, dtype=torch.float32)
     torch.manual_seed(7)
     drawn = compile_fn(lambda x: torch.rand_like(x))(x)
     torch.manual_seed(7)
-    summed = compile_fn(lambda x: torch.rand_like(x).sum(-1))(x)
-    torch.testing.assert_close(summed, drawn.sum(-1))
+    summed = compile_fn(lambda x, w: (torch.rand_like(x) * w).sum(-1))(x, w)
+    torch.testing.assert_close(summed, (drawn * w).sum(-1))
 
 
 # ------------------------------------------------------------------ distributions

@@ -43,7 +43,8 @@ def uniform(kernel, seed: CSEVar, offset: CSEVar, offset_expr) -> CSEVar:
     if start is not None:
         counters = kernel.emit(f"({start}) // 4 + tl.arange(0, XBLOCK // 4)", torch.int64, 1)
         words = kernel.emit(f"{module}.rand4x({seed}, {counters})", torch.float32, 1)
-        pairs = f"tl.join({words}[0], {words}[1]), tl.join({words}[2], {words}[3])"
+        # join(join(w0, w2), join(w1, w3)) is [n, a, b] = w[2a + b]: flat, lane 4n + k gets word k.
+        pairs = f"tl.join({words}[0], {words}[2]), tl.join({words}[1], {words}[3])"
         return kernel.emit(f"tl.reshape(tl.join({pairs}), [XBLOCK])", torch.float32, 1)
     offset_text = _offset(kernel, offset)
     words = kernel.emit(f"{module}.rand4x({seed}, {offset_text} // 4)", torch.float32, offset.rank)
