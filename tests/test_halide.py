@@ -286,9 +286,23 @@ def test_empty_inputs():
     run_both(lambda a: a.sum(1), torch.randn(4, 0))
 
 
-def test_unsupported_op_names_itself():
-    with pytest.raises(Exception, match="lgamma"):
-        compiled(lambda a: torch.lgamma(a) + 1)(torch.rand(8) + 1)
+def test_op_without_a_halide_form_is_named_in_the_error(monkeypatch):
+    from smelt.codegen import halide_ops
+
+    monkeypatch.delitem(halide_ops.FLOAT_UNARY, "tanh")
+    with pytest.raises(Exception, match="op tanh on torch.float32 has no Halide form"):
+        compiled(lambda a: torch.tanh(a) + 1)(torch.randn(8))
+
+
+@pytest.mark.parametrize("name", ["erfinv", "special.i0", "lgamma"])
+def test_special_functions_on_dense_grids(name):
+    fn = eval(f"lambda a: torch.{name}(a)")
+    if name == "erfinv":
+        x = torch.cat([torch.linspace(-0.999, 0.999, 2001), torch.tensor([0.0, 1.0, -1.0, float("nan")])])
+    else:
+        x = torch.cat([torch.linspace(-20, 30, 5001),
+                       torch.tensor([0.0, -1.0, -2.0, 1.0, 2.0, float("inf"), float("nan"), 1e-8, -0.5])])
+    run_both(fn, x, atol=1e-5, rtol=1.3e-6)
 
 
 def test_random_values_match_the_triton_backend(monkeypatch):

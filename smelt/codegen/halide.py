@@ -31,6 +31,7 @@ from . import halide_random as random
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
 from .halide_schedule import HalideSchedule
+from .halide_special import SPECIAL_FUNCTIONS
 from .simd import KernelPlan, kernel_sizes_symbols
 from .triton_ops import register_dtype
 
@@ -330,6 +331,8 @@ class HalideKernel:
         out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
+        body_text = "\n".join(self.body.lines)
+        helpers += "".join(source for name, source in SPECIAL_FUNCTIONS.items() if f" {name}(" in body_text)
         for line in helpers.splitlines():
             out.writeline(line)
         out.writeline()

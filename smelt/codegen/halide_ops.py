@@ -68,14 +68,16 @@ FLOAT_UNARY = {
     "acosh": "hl.acosh({0})", "atanh": "hl.atanh({0})", "erf": "erf({0})", "erfc": "1 - erf({0})",
     "floor": "hl.floor({0})", "ceil": "hl.ceil({0})", "trunc": "hl.trunc({0})", "round": "hl.round({0})",
     "abs": "hl.abs({0})", "reciprocal": "1 / {0}", "rsqrt": "1 / hl.sqrt({0})",
-    "sigmoid": "1 / (1 + exp(-{0}))", "exp2": "exp({0} * hl.cast({t}, 0.6931471805599453))",
-    "log2": "log({0}) * hl.cast({t}, 1.4426950408889634)", "log10": "log({0}) * hl.cast({t}, 0.4342944819032518)",
+    "sigmoid": "1 / (1 + exp(-{0}))", "exp2": "exp({0} * hl.cast({t}, hl.f64(0.6931471805599453)))",
+    "log2": "log({0}) * hl.cast({t}, hl.f64(1.4426950408889634))",
+    "log10": "log({0}) * hl.cast({t}, hl.f64(0.4342944819032518))",
     # Exact near 0 where exp(x) - 1 and log(1 + x) lose their digits (Kahan's trick: the rounding
     # error of u = exp(x) or 1 + x cancels in the ratio).
     "expm1": "hl.select({0} == 0, {0}, hl.select(hl.abs({0}) < 0.5, (exp({0}) - 1) * {0} / "
              "hl.select(exp({0}) == 1, {0}, log(exp({0}))), exp({0}) - 1))",
     "log1p": "hl.select(1 + {0} == 1, {0}, log(1 + {0}) * {0} / ((1 + {0}) - 1))",
     "isnan": "hl.is_nan({0})", "isinf": "hl.is_inf({0})",
+    "erfinv": "erfinv({0})", "i0": "i0({0})", "lgamma": "lgamma({0})",  # halide_special.py
     "signbit": "(hl.reinterpret(hl.UInt({bits}), {0}) >> {shift}) != 0",
     "neg": "-{0}", "relu": "hl.select({0} < 0, hl.cast({t}, 0), {0})",
     "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), {0}))",
