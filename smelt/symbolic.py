@@ -289,7 +289,7 @@ class IndexPrinter(StrPrinter):
     def _print_Pow(self, e):
         base, exp = e.args
         if exp.is_Integer and exp > 0:
-            return "(" + " * ".join([self._print(base)] * int(exp)) + ")"
+            return "(" + " * ".join([self._operand(base)] * int(exp)) + ")"
         raise NotImplementedError(f"smelt: cannot print index power {e}")
 
     def _print_Max(self, e):

@@ -5,13 +5,13 @@ the Triton backend); an op's operands have one Halide type by the time a templat
 """
 from __future__ import annotations
 
+import functools
 import math
 
-import sympy
 import torch
-from sympy.printing.str import StrPrinter
 
 from ..errors import SmeltError
+from ..symbolic import IndexPrinter
 from .triton_ops import register_dtype
 
 HALIDE_TYPE = {
@@ -125,7 +125,7 @@ def signbit_bits(dtype: torch.dtype) -> dict:
     return {"bits": bits, "shift": bits - 1}
 
 
-class HalideIndexPrinter(StrPrinter):
+class HalideIndexPrinter(IndexPrinter):
     """Prints a sympy index expression as Halide int32 arithmetic. Every divisor smelt's index
     math makes is positive, where Halide's `/` and `%` floor exactly as FloorDiv/ModularIndexing do."""
 
@@ -140,37 +140,17 @@ class HalideIndexPrinter(StrPrinter):
         v = int(e)
         return str(v) if -2 ** 31 <= v < 2 ** 31 else f"hl.i64({v})"
 
-    def _operand(self, e):
-        text = self._print(e)
-        return text if (e.is_Atom or isinstance(e, sympy.Function)) else f"({text})"
-
-    def _print_FloorDiv(self, e):
-        return f"({self._operand(e.args[0])} // {self._operand(e.args[1])})"
-
-    def _print_ModularIndexing(self, e):
-        base, div, mod = e.args
-        inner = self._operand(base) if div == 1 else f"({self._operand(base)} // {self._operand(div)})"
-        return f"({inner} % {self._operand(mod)})"
-
     def _print_Pow(self, e):
-        base, exp = e.args
-        if exp.is_Integer and exp > 0:
-            return "(" + " * ".join([self._operand(base)] * int(exp)) + ")"
-        raise UnsupportedInHalide(f"smelt: cannot print index power {e} in Halide")
+        try:
+            return super()._print_Pow(e)
+        except NotImplementedError:
+            raise UnsupportedInHalide(f"smelt: cannot print index power {e} in Halide") from None
 
     def _print_Max(self, e):
-        texts = [self._print(a) for a in e.args]
-        out = texts[0]
-        for t in texts[1:]:
-            out = f"hl.max({out}, {t})"
-        return out
+        return functools.reduce(lambda a, b: f"hl.max({a}, {b})", (self._print(a) for a in e.args))
 
     def _print_Min(self, e):
-        texts = [self._print(a) for a in e.args]
-        out = texts[0]
-        for t in texts[1:]:
-            out = f"hl.min({out}, {t})"
-        return out
+        return functools.reduce(lambda a, b: f"hl.min({a}, {b})", (self._print(a) for a in e.args))
 
     def _print_Rational(self, e):
         raise UnsupportedInHalide(f"smelt: fractional index {e} in Halide")
