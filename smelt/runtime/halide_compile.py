@@ -66,7 +66,11 @@ def _locked(path: str):
 
 def _link(objects: list[str], out: str, extra: list[str] = ()) -> None:
     cmd = ["cc", "-shared", "-o", out, *objects, *extra]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise KernelCompileError("smelt: the Halide backend links its kernels with the system C compiler `cc`, "
+                                 "which is not on PATH: install one, or set SMELT_CPU_BACKEND=triton") from None
     if done.returncode != 0:
         raise KernelCompileError(f"smelt: linking {out} failed: {' '.join(cmd)}\n{done.stderr}")
 
