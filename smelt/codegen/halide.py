@@ -32,7 +32,7 @@ from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
 from .halide_schedule import HalideSchedule
 from .halide_special import SPECIAL_FUNCTIONS
-from .simd import KernelPlan, kernel_sizes_symbols
+from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
 from .triton_ops import register_dtype
 
 MODULE_HELPERS = '''
@@ -271,20 +271,12 @@ class HalideKernel:
 
     def emit_scatter(self, node) -> None:
         """out[position(x)] (mode)= value(x), in order of x: several x may land on one element."""
-        from ..ir import use_handler
         mode = node.data.mode
         if mode not in (None, "atomic_add", "atomic_max", "atomic_min", "atomic_mul"):
             raise UnsupportedInHalide(f"smelt: scatter mode {mode!r} in Halide")
         self.body.writeline(f"# {node.name}: scatter{' (' + mode + ')' if mode else ''}")
         value = self.compute(node)
-        index, _ = node.kernel_index("x", self.plan.xnumel, self.plan.rnumel)
-        self.current.append(node)
-        try:
-            with use_handler(HalideOps(self)):
-                position = node.data.output_index(index)
-        finally:
-            self.current.pop()
-        offset = self.simplify(node.buffer.layout.index(position))
+        offset = scatter_offset(self, node, HalideOps(self), "x")
         dtype = node.buffer.get_dtype()
         out = self.output(node.write_name)
         # The indirect positions are Exprs in the pure var x: the update reads them at x_dom.x.

@@ -14,6 +14,7 @@ import dataclasses
 
 import sympy
 
+from ..ir import use_handler
 from ..ir.ops import is_indirect
 from ..scheduler.fusion import FusedGroup
 from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode
@@ -106,3 +107,16 @@ def kernel_sizes_symbols(plan: KernelPlan) -> list[sympy.Symbol]:
         found |= node.store_index(plan.placement[node.name], plan.xnumel, plan.rnumel).free_symbols
     found -= {XINDEX, RINDEX}
     return sorted((s for s in found if not is_indirect(s)), key=str)
+
+
+def scatter_offset(kernel, node: SchedulerNode, ops, placement: str) -> sympy.Expr:
+    """The element a scatter member writes for the current lanes: its position expressions run
+    under the kernel's `ops` (they may load index tensors), then go through the target's layout."""
+    index, _ = node.kernel_index(placement, kernel.plan.xnumel, kernel.plan.rnumel)
+    kernel.current.append(node)
+    try:
+        with use_handler(ops):
+            position = node.data.output_index(index)
+    finally:
+        kernel.current.pop()
+    return kernel.simplify(node.buffer.layout.index(position))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import use_handler
 from ..ir.scatter import SCATTER_MODES
+from .simd import scatter_offset
 from .triton_ops import register_dtype, triton_type
 
 
@@ -13,15 +13,7 @@ def emit_scatter(kernel, node) -> None:
     from .triton import TritonOps, _is_literal
 
     value = kernel.compute(node)
-    placement = kernel.plan.placement[node.name]
-    index, _ = node.kernel_index(placement, kernel.plan.xnumel, kernel.plan.rnumel)
-    kernel.current.append(node)
-    try:
-        with use_handler(TritonOps(kernel)):
-            position = node.data.output_index(index)
-    finally:
-        kernel.current.pop()
-    offset = kernel.simplify(node.buffer.layout.index(position))
+    offset = scatter_offset(kernel, node, TritonOps(kernel), kernel.plan.placement[node.name])
     shape = kernel.block_shape(1)
 
     dtype = node.buffer.get_dtype()
