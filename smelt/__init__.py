@@ -5,9 +5,10 @@ import torch
 
 from . import config, errors, observe
 from .backend import smelt_backend
-from .preload import freeze_import_time_objects, import_lazy_dependencies
+from .preload import freeze_import_time_objects, import_lazy_dependencies, skip_guard_latency_profile
 
 import_lazy_dependencies()
+skip_guard_latency_profile()
 
 __all__ = ["compile", "config", "errors", "observe", "smelt_backend"]
 
