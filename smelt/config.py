@@ -51,6 +51,10 @@ class Config:
     # Cache hints on the loads of reduction kernels (codegen/eviction.py); SMELT_EVICTION_HINTS=0: none.
     eviction_hints: bool = dataclasses.field(default_factory=lambda: _env("SMELT_EVICTION_HINTS", "1") != "0")
 
+    # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
+    # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.
+    gemm_epilogues: bool = dataclasses.field(default_factory=lambda: _env("SMELT_GEMM_EPILOGUES", "1") != "0")
+
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.
     autotune: bool = dataclasses.field(default_factory=lambda: _env("SMELT_AUTOTUNE", "0") == "1")

@@ -19,6 +19,7 @@ from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
 from .errors import SmeltError
 from .lowering import lower_graph
+from .lowering.gemm_epilogue import fuse_gemm_epilogues
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
@@ -39,6 +40,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
 
 def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     graph_id = next(_graph_ids)
+    if cfg.gemm_epilogues:
+        fuse_gemm_epilogues(gm)
     graph = lower_graph(gm)
     sched = make_schedule(graph)
 

@@ -83,7 +83,7 @@ def with_effects(g, token, op, *args, **kwargs):
     return token, result
 
 
-@lowering(aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten._convolution,
+@lowering(aten.mm, aten.bmm, aten.addmm, aten._addmm_activation, aten.baddbmm, aten.convolution, aten._convolution,
           aten.convolution_backward, aten._scaled_dot_product_flash_attention,
           aten._scaled_dot_product_efficient_attention)
 def extern_call(g, *args, **kwargs):

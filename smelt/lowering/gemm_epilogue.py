@@ -1,0 +1,94 @@
+"""A linear layer's activation applied by the matrix product itself.
+
+A linear layer followed by GELU (tanh form) or ReLU reaches smelt as
+
+    y = addmm(bias, x, w_t);  [views of y];  act(y)
+
+where y is used by nothing else (inference, or a forward pass that does not save it). Lowered as
+written, cuBLAS writes y and a pointwise kernel reads it back to write act(y). ATen's
+`_addmm_activation` on CUDA hands the activation to cuBLASLt's epilogue instead, which applies it
+to the float32 accumulator before the one write: the pointwise kernel and its round trip through
+memory are gone, and the result is at least as accurate as eager's (measured on the H100 with
+`scripts/gemm_epilogue.py`: 1.31x for an 8192x1024x4096 bf16 product with GELU, 1.39x with ReLU).
+
+Only half-float products are rewritten: in float32 the product itself dominates and the GELU
+epilogue measured no faster (0.99x). Only CUDA: on the CPU `_addmm_activation`'s GELU is the erf
+form, and smelt's own kernels fuse the activation anyway.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+aten = torch.ops.aten
+log = logging.getLogger("smelt.lowering")
+
+_HALF_FLOATS = (torch.float16, torch.bfloat16)
+# Ops between the product and its activation that change only the shape (a 3-D input's linear).
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def fuse_gemm_epilogues(gm: torch.fx.GraphModule) -> int:
+    """Rewrite each eligible addmm -> activation pair of `gm` in place; returns how many."""
+    fused = 0
+    for node in list(gm.graph.nodes):
+        use_gelu = _activation(node)
+        if use_gelu is None:
+            continue
+        product = _product_feeding(node.args[0])
+        if product is None:
+            continue
+        bias, mat1, mat2 = product.args[:3]
+        product.target = aten._addmm_activation.default
+        product.args = (bias, mat1, mat2)
+        product.kwargs = {"use_gelu": use_gelu}
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+        log.debug("smelt: %s applied in the epilogue of %s", "gelu" if use_gelu else "relu", product.name)
+        fused += 1
+    if fused:
+        gm.graph.lint()
+        gm.recompile()
+    return fused
+
+
+def _activation(node: torch.fx.Node) -> bool | None:
+    """use_gelu for an activation the epilogue computes exactly as eager does; None otherwise."""
+    if node.op != "call_function" or not node.args:
+        return None
+    if node.target is aten.relu.default:
+        return False
+    if node.target is aten.gelu.default:
+        approximate = node.args[1] if len(node.args) > 1 else node.kwargs.get("approximate", "none")
+        return True if approximate == "tanh" else None
+    return None
+
+
+def _product_feeding(value) -> torch.fx.Node | None:
+    """The addmm that `value` reshapes, when nothing else reads it or the reshapes in between."""
+    while isinstance(value, torch.fx.Node) and value.target in _RESHAPES:
+        if len(value.users) != 1:
+            return None
+        value = value.args[0]
+    if not isinstance(value, torch.fx.Node) or value.target is not aten.addmm.default or len(value.users) != 1:
+        return None
+    if len(value.args) != 3 or any(value.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")):
+        return None
+    result, bias, mat1, mat2 = (_meta(n) for n in (value, *value.args))
+    if not all(isinstance(t, torch.Tensor) for t in (result, bias, mat1, mat2)):
+        return None
+    if result.device.type != "cuda" or result.dtype not in _HALF_FLOATS:
+        return None
+    # cuBLASLt's bias epilogue adds one value per output column: anything else is not its case.
+    if bias.dim() != 1 or bias.dtype != result.dtype:
+        return None
+    if not (statically_known_true(bias.shape[0] == result.shape[1]) and statically_known_true(bias.stride()[0] == 1)):
+        return None
+    return value
+
+
+def _meta(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
