@@ -252,3 +252,23 @@ def test_logical_ops_with_a_0d_tensor(device, check):
     x = torch.randn(SHAPE, device=device)
     s = torch.tensor(1.0, device=device)
     check(lambda a, b: (torch.logical_and(a > 0, b), torch.logical_or(a, b), torch.logical_xor(a > 0, b)), x, s)
+
+
+def test_bool_arithmetic_is_logical(device, check):
+    # Eager: True + True is True and True * False is False; a 1-bit add would wrap to False.
+    a = torch.rand(SHAPE, device=device) > 0.5
+    b = torch.rand(SHAPE, device=device) > 0.5
+    check(lambda a, b: (a + b, a * b, a + b[0], torch.maximum(a, b), torch.minimum(a, b)), a, b)
+
+
+def test_division_by_a_constant_zero(device, check):
+    # +-inf, or nan for 0 / 0, as in eager (Halide refuses to build a division by a literal zero).
+    x = torch.tensor([1.0, -2.0, 0.0, float("nan"), float("inf")], device=device)
+    check(lambda x: (x / 0.0, x / -0.0, torch.true_divide(x, 0)), x)
+
+
+def test_unbiased_variance_of_one_element_is_nan(device, check):
+    # n - 1 = 0 divides: the divisor is a scalar that becomes a literal zero only in the kernel.
+    y = torch.randn(1, 5, device=device)
+    check(lambda y: (y.var(0), y.std(0), torch.var_mean(y, 0)), y)
+

@@ -17,6 +17,7 @@ smelt.runtime.halide_compile compiles it.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import sympy
 import torch
@@ -25,8 +26,8 @@ from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import simplify_index
 from .common import CSE, CSEVar, IndentedBuffer
-from .halide_ops import (BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS,
-                         HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
+from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
+                         PREDICATE_OPS, HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
 from . import halide_random as random
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
@@ -34,6 +35,14 @@ from .halide_schedule import HalideSchedule
 from .halide_special import SPECIAL_FUNCTIONS
 from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
 from .triton_ops import register_dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantVar(CSEVar):
+    """A literal whose value the printer still knows (a division by a constant zero needs it)."""
+
+    value: object = None
+
 
 MODULE_HELPERS = '''
 
@@ -373,7 +382,7 @@ class HalideOps:
         return self.k.load(name, self.k.simplify(index))
 
     def constant(self, value, dtype):
-        return CSEVar(literal(value, dtype), dtype, 0)
+        return ConstantVar(literal(value, dtype), dtype, 0, value)
 
     def index_expr(self, expr, dtype):
         expr = self.k.simplify(expr)
@@ -385,6 +394,8 @@ class HalideOps:
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
         if x.dtype == dtype:
             return x
+        if isinstance(x, ConstantVar):  # converted as eager converts, so it stays a known value
+            return self.constant(torch.tensor(x.value, dtype=x.dtype).to(dtype).item(), dtype)
         if dtype == torch.bool:
             return self.k.emit(f"{self._operand(x)} != {literal(0, x.dtype)}", dtype, x.rank)
         src, dst = register_dtype(x.dtype), register_dtype(dtype)
@@ -464,6 +475,16 @@ class HalideOps:
         a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
         if not dtype.is_floating_point and dtype != torch.bool and name in ("floordiv", "remainder"):
             return self._int_floor_op(name, a, b, dtype, rank)
+        if name == "truediv" and isinstance(b, ConstantVar) and b.value == 0:
+            # Halide rejects a division by a literal zero; eager gives +-inf, or nan for 0 / 0.
+            infinity = self.constant(math.copysign(math.inf, b.value), dtype)
+            return self.k.emit(f"{self._operand(a)} * {infinity}", dtype, rank)
+        if name == "truediv" and b.rank == 0 and not isinstance(b, ConstantVar):
+            # A scalar Halide may fold to a literal zero while building the Expr (a count of 0):
+            # `- 0` hides it from that check, keeps -0.0 as it is, and is simplified away later.
+            b = CSEVar(f"({b} - {literal(0, dtype)})", dtype, 0)
+        if dtype == torch.bool and name in BOOL_ARITHMETIC:
+            return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
         if name in INFIX and not (dtype == torch.bool and name in ("add", "sub", "mul", "left_shift", "right_shift")):
             out = torch.bool if name in PREDICATE_OPS else dtype
             return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)

@@ -94,6 +94,8 @@ BOOL_UNARY = {"bitwise_not": "~{0}", "logical_not": "~{0}", "abs": "{0}", "isnan
 PREDICATE_OPS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "isnan", "isinf",
                  "logical_not", "signbit"}
 
+# Eager's arithmetic on bools: True + True is True, True * False is False.
+BOOL_ARITHMETIC = {"add": "|", "mul": "&", "maximum": "|", "minimum": "&"}
 INFIX = {
     "add": "+", "sub": "-", "mul": "*", "truediv": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
     "gt": ">", "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",

@@ -756,6 +756,8 @@ class TritonOps:
             a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
             name = {"logical_and": "bitwise_and", "logical_or": "bitwise_or", "logical_xor": "bitwise_xor"}[name]
             dtype = torch.bool
+        if dtype == torch.bool and name in ("add", "mul"):  # eager: True + True is True; an i1 add wraps
+            name = {"add": "bitwise_or", "mul": "bitwise_and"}[name]
         if dtype == torch.bool and name in ("bitwise_and", "bitwise_or", "bitwise_xor") and self.k.interpret \
                 and a.rank != b.rank and not (_is_literal(a.name) or _is_literal(b.name)):
             # The interpreter's numpy cannot combine a loaded bool scalar with a bool block.
