@@ -23,6 +23,7 @@ demo: setup
 	$(PY) -m smelt demo
 
 test: setup
+	$(PY) -m pytest -q tests --ignore=tests/gpu
 	SMELT_CPU_BACKEND=triton $(PY) -m pytest -q tests --ignore=tests/gpu
 
 test-gpu:

@@ -36,14 +36,15 @@ def demo() -> None:
     import smelt
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    batch, width = (4096, 1024) if device == "cuda" else (64, 128)
+    interpreted = device == "cpu" and smelt.config.current().cpu_backend == "triton"
+    batch, width = (64, 128) if interpreted else (4096, 1024) if device == "cuda" else (1024, 512)
     torch.manual_seed(0)
     model = DemoBlock(width).to(device).eval()
     x = torch.randn(batch, width, device=device)
     print(f"smelt demo on {device}: {type(model).__name__} with input [{batch}, {width}], torch {torch.__version__}")
-    if device == "cpu":
-        print("(CPU graphs run their Triton kernels through the Triton interpreter until the Halide "
-              "backend lands: this checks the generated code, it is not fast)")
+    if interpreted:
+        print("(SMELT_CPU_BACKEND=triton runs the Triton kernels through Triton's interpreter: this checks the "
+              "generated code, it is not fast)")
 
     smelt.observe.reset()
     compiled = torch.compile(model, backend="smelt")

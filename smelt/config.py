@@ -16,9 +16,9 @@ def _env(name: str, default: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    # Which code generator runs graphs whose tensors live on the CPU. Until the Halide backend
-    # exists, the Triton interpreter is the only CPU backend.
-    cpu_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CPU_BACKEND", "triton"))
+    # Which code generator runs graphs whose tensors live on the CPU: compiled Halide pipelines, or
+    # (`triton`) Triton kernels run by its interpreter, which is slow and there to test Triton codegen.
+    cpu_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CPU_BACKEND", "halide"))
     cuda_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CUDA_BACKEND", "triton"))
     # When set, every compiled graph dumps its stages into its own subfolder here.
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("SMELT_DEBUG_DIR") or None)

@@ -178,7 +178,6 @@ def _alarm(signum, frame):
 
 def _worker(indices, device, dtype_name, max_samples, timeout):
     import torch
-    os.environ.setdefault("SMELT_CPU_BACKEND", "triton")
     import warnings
     warnings.filterwarnings("ignore")
     from torch.testing._internal.common_methods_invocations import op_db
