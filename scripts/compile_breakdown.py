@@ -1,7 +1,9 @@
 """Where a cold compile of the Adam step goes (benchmarks/optimizer_step.py's parameters): wall
 time of Dynamo, AOTAutograd and each smelt stage, measured with timers around them.
 
-    python3 scripts/compile_breakdown.py [--small] [--device cuda]
+    python3 scripts/compile_breakdown.py [--small] [--device cuda] [--profile 40]
+
+--profile N also prints the N functions with the most own time inside smelt's generate step (cProfile).
 """
 from __future__ import annotations
 
@@ -37,11 +39,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--small", action="store_true")
+    parser.add_argument("--profile", type=int, default=0, metavar="N")
     args = parser.parse_args()
     import smelt  # noqa: F401
     from smelt import backend, pipeline
     from smelt.runtime import kernel_binaries, launcher
     timed(backend, "aot_module_simplified", "AOTAutograd + smelt (all)")
+    if args.profile:
+        import cProfile
+        profile = cProfile.Profile()
+        generate = pipeline.generate_graph
+
+        def profiled(*a, **k):
+            profile.enable()
+            try:
+                return generate(*a, **k)
+            finally:
+                profile.disable()
+        pipeline.generate_graph = profiled
     timed(pipeline, "generate_graph", "smelt: generate (all)")
     timed(pipeline, "lower_graph", "  lower")
     timed(pipeline, "make_schedule", "  schedule")
@@ -61,6 +76,10 @@ def main() -> None:
     print(f"first call {time.perf_counter() - start:.2f} s")
     for label, seconds in spent.items():
         print(f"  {label:32s} {seconds:.2f} s")
+    if args.profile:
+        import pstats
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
 
 
 if __name__ == "__main__":
