@@ -181,6 +181,14 @@ def _less_than(a: Expr | None, b: Expr) -> bool:
 
 def simplify_index(expr: Expr, ranges: dict) -> Expr:
     """Simplify expr knowing each index var v of `ranges` lies in [0, ranges[v])."""
+    # Remembered: kernels of one graph (an optimizer's hundreds of per-tensor kernels) ask for
+    # the same index under the same ranges again and again, and each answer costs sympy work.
+    return _simplify_index(expr, tuple(ranges.items()))
+
+
+@functools.lru_cache(maxsize=8192)
+def _simplify_index(expr: Expr, range_items: tuple) -> Expr:
+    ranges = dict(range_items)
 
     def visit(e: Expr) -> Expr:
         if not e.args:

@@ -74,16 +74,20 @@ def dependencies_line_up(nodes: list[SchedulerNode], xnumel, rnumel) -> bool:
                 # A later member overwrites what this one reads (an input mutation): safe only when
                 # each program reads an element before it writes that same element.
                 written = producer.store_index(placement[producer.name], xnumel, rnumel)
-                if sympy.expand(written - index) != 0 or placement[node.name] != placement[producer.name]:
+                if not _same_index(written, index) or placement[node.name] != placement[producer.name]:
                     return False
                 continue
             produced_at = placement[producer.name]
             if produced_at in ("xr", "scan") and placement[node.name] == "x":
                 return False  # an x loop cannot see values made per (x, r)
             written = producer.store_index(produced_at, xnumel, rnumel)
-            if sympy.expand(written - index) != 0:
+            if not _same_index(written, index):
                 return False
     return True
+
+
+def _same_index(a, b) -> bool:
+    return a == b or sympy.expand(a - b) == 0  # equal as written is the common case, and free
 
 
 def scatter_target_untouched(group: FusedGroup, node: SchedulerNode) -> bool:
