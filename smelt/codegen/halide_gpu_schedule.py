@@ -89,7 +89,13 @@ class HalideGpuSchedule:
         return (f"{stage}.gpu_tile({inner_var}, {outer_var}, {block_x}, {block_y}, {thread_x}, {thread_y}, "
                 f"{across}, {max(1, THREADS // across)}, {GUARD})")
 
+    def _device_only(self, func: str) -> None:
+        # An output's pure definition is undef and computes nothing, but left unscheduled it is a
+        # host stage, and Halide then demands a host pointer for the output.
+        self.entries.append(self._tile_1d(func, "x", "Var"))
+
     def output(self, func: str, domain: str, per_element: bool) -> None:
+        self._device_only(func)
         stage = f"{func}.update().allow_race_conditions()"
         if per_element:
             (fused,) = self._names("RVar", 1)
@@ -120,6 +126,7 @@ class HalideGpuSchedule:
             self.entries.append(self._tile_1d(f"{func}.compute_root()", "x", "Var"))
 
     def scatter(self, func: str) -> None:
+        self._device_only(func)
         self.entries.append(f"{func}.update().gpu_single_thread()")
 
     def helpers(self) -> str:

@@ -153,7 +153,7 @@ def test_empty_and_large_batches():
 
 
 def test_backward_through_halide_kernels():
-    x = randn(64, 300, requires_grad=True)
+    x = randn(64, 300).requires_grad_()
     fn = torch.compile(lambda t: (F.gelu(t) * torch.softmax(t, -1)).sum(), backend="smelt")
     fn(x).backward()
     grad, x.grad = x.grad, None
