@@ -11,6 +11,9 @@ from . import graph_cache, observe
 from .codegen.block_candidates import candidates, masks_needed
 from .codegen.generated import GeneratedGraph, GeneratedKernel
 from .codegen.halide import HalideKernel, HalideKernelSource, halide_kernel_name
+from .codegen.halide_gpu_schedule import HalideGpuSchedule
+from .codegen.halide_ops import UnsupportedInHalide
+from .codegen.halide_schedule import HalideSchedule
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 from .codegen.triton_combo import ComboBodies, ComboKernelSource, combo_kernel
@@ -63,7 +66,10 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
         backends[k] = _backend_of(step, cfg)
         interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu" and backends[k] == "triton"
         if backends[k] == "halide":
-            kernels[k] = generate_halide_kernel(step, graph, len(kernels))
+            kernels[k] = _halide_or_triton(step, graph, len(kernels), cfg)
+            if not isinstance(kernels[k], HalideKernelSource):
+                backends[k] = "triton"
+                interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu"
         elif step.combo:
             kernels[k] = combo_kernel(step, bodies, graph, interpreted[k], len(kernels))
         else:
@@ -88,7 +94,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
 def _backend_of(step, cfg) -> str:
     device = step.group.nodes[0].buffer.get_device()
     backend = cfg.backend_for(device.type)
-    if backend not in ("triton", "halide") or (backend == "halide" and device.type != "cpu"):
+    if backend not in ("triton", "halide") or (backend == "halide" and device.type not in ("cpu", "cuda")):
         raise SmeltError(f"smelt: backend {backend!r} for {device.type} tensors does not exist "
                          f"(set SMELT_{device.type.upper()}_BACKEND=triton)")
     return backend
@@ -109,10 +115,22 @@ def _generated_kernel(kernel, interpret: bool, backend: str) -> GeneratedKernel:
                            interpret=interpret)
 
 
-def generate_halide_kernel(step, graph, index: int) -> HalideKernelSource:
+def _halide_or_triton(step, graph, index: int, cfg):
+    """A Halide kernel; one that Halide cannot print runs in Triton instead (on the CPU, through
+    Triton's interpreter: slow, but the graph still compiles and computes what eager does)."""
+    gpu = step.group.nodes[0].buffer.get_device().type == "cuda"
+    try:
+        return generate_halide_kernel(step, graph, index, gpu)
+    except UnsupportedInHalide as e:
+        log.warning("smelt: kernel %d runs in Triton%s instead of Halide: %s", index,
+                    "" if gpu else "'s interpreter", e)
+        return generate_kernel(step, graph, not gpu, cfg, index)
+
+
+def generate_halide_kernel(step, graph, index: int, gpu: bool = False) -> HalideKernelSource:
     plan = plan_kernel(step.group, step.stored)
     name = halide_kernel_name(plan, index)
-    kernel = HalideKernel(plan, graph)
+    kernel = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule)
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
     members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
     comments = [f"# aten ops: {', '.join(origins)}",
@@ -120,7 +138,9 @@ def generate_halide_kernel(step, graph, index: int) -> HalideKernelSource:
     try:
         source = kernel.source(name, comments)
     except SmeltError as e:
-        raise SmeltError(f"{e} (kernel {name}, from ATen ops: {', '.join(origins)})") from e
+        # The kind is kept: on CUDA an UnsupportedInHalide sends the kernel to Triton.
+        kind = UnsupportedInHalide if isinstance(e, UnsupportedInHalide) else SmeltError
+        raise kind(f"{e} (kernel {name}, from ATen ops: {', '.join(origins)})") from e
     params, sizes = kernel.launch_args()
     return HalideKernelSource(name=name, source=source, params=params, size_args=sizes, xnumel=plan.xnumel,
                               rnumel=plan.rnumel if plan.blocks_2d else None, origins=origins)

@@ -53,6 +53,8 @@ def inspects_triton_kernels() -> None:
     skipped, after checking what it computed against eager."""
     if DEVICE == "cpu" and os.environ.get("SMELT_CPU_BACKEND", "halide") != "triton":
         pytest.skip(f"inspects Triton kernels; the CPU backend is {os.environ['SMELT_CPU_BACKEND']}")
+    if DEVICE.startswith("cuda") and os.environ.get("SMELT_CUDA_BACKEND", "triton") != "triton":
+        pytest.skip(f"inspects Triton kernels; the CUDA backend is {os.environ['SMELT_CUDA_BACKEND']}")
 
 
 def pytest_configure(config):

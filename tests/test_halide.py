@@ -346,3 +346,16 @@ def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
         runs.append((float(seconds), int(count)))
     assert runs[0][1] >= 1 and runs[0][0] > 0  # the first process compiled
     assert runs[1][0] == 0  # the second found every kernel on disk
+
+
+def test_kernel_halide_cannot_print_runs_in_triton(monkeypatch, caplog):
+    # Halide is the CPU default: a kernel it has no form for must still compile and be right.
+    import logging
+
+    from smelt.codegen import halide_ops
+    monkeypatch.delitem(halide_ops.FLOAT_UNARY, "tanh")
+    with caplog.at_level(logging.WARNING, logger="smelt"):
+        run_both(lambda t, u: (torch.tanh(t) + 1, u.sum(-1) * 2), torch.randn(33, 65), torch.randn(17, 9))
+    assert "runs in Triton's interpreter instead of Halide" in caplog.text and "op tanh" in caplog.text
+    names = last_graph().kernel_names
+    assert any(n.startswith("halide_") for n in names) and any(n.startswith("triton_") for n in names), names

@@ -102,7 +102,7 @@ def halide_kernel_name(plan: KernelPlan, index: int) -> str:
 class HalideKernel:
     """Generates one pipeline by running each member's loop body under HalideOps."""
 
-    def __init__(self, plan: KernelPlan, graph):
+    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule):
         self.plan = plan
         self.graph = graph
         self.cse = CSE()
@@ -117,8 +117,29 @@ class HalideKernel:
         self.current: list = []
         self.mask_stack: list[str] = []
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
-        self.schedule = HalideSchedule(plan)
+        self.schedule = schedule_class(plan)  # halide_schedule (CPU) or halide_gpu_schedule
         self.uses_random = False  # set by the random ops: the module then defines philox()
+        # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
+        # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
+        self.bf16_bits = getattr(self.schedule, "bf16_as_bits", False)
+
+    # ------------------------------------------------------------ half floats
+
+    def storage_type(self, dtype: torch.dtype) -> str:
+        """The Halide type of a buffer of dtype."""
+        return "hl.UInt(16)" if self.bf16_bits and dtype == torch.bfloat16 else halide_type(dtype)
+
+    def widen(self, text: str, dtype: torch.dtype) -> str:
+        """A value of dtype, as stored, in its register type."""
+        if self.bf16_bits and dtype == torch.bfloat16:
+            return f"bf16_bits_to_f32({text})"
+        return f"hl.cast({halide_type(register_dtype(dtype))}, {text})"
+
+    def narrow(self, text: str, dtype: torch.dtype) -> str:
+        """A register value as dtype is stored."""
+        if self.bf16_bits and dtype == torch.bfloat16:
+            return f"f32_to_bf16_bits(hl.cast(hl.Float(32), {text}))"
+        return f"hl.cast({halide_type(dtype)}, {text})"
 
     # ------------------------------------------------------------ printing helpers
 
@@ -181,7 +202,7 @@ class HalideKernel:
         stored = self.graph.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
         if register_dtype(dtype) != dtype:
-            text = f"hl.cast({halide_type(register_dtype(dtype))}, {text})"
+            text = self.widen(text, dtype)
         return self.emit(text, dtype, self.rank_of(index))
 
     def value_of(self, node) -> CSEVar:
@@ -226,7 +247,7 @@ class HalideKernel:
         xr = placement in ("xr", "scan")
         dtype = node.buffer.get_dtype()
         if register_dtype(value.dtype) != dtype or value.dtype != dtype:
-            value = CSEVar(f"hl.cast({halide_type(dtype)}, {value})", dtype, value.rank)
+            value = CSEVar(self.narrow(value.name, dtype), dtype, value.rank)
         if node.write_name in self.inputs:
             self.in_place.append((node, value, xr))  # written last, see write_in_place
             return
@@ -241,8 +262,8 @@ class HalideKernel:
         domain = "xr_dom" if xr else "x_dom"
         x, r = (f"{domain}.y", f"{domain}.x") if xr else (f"{domain}.x", "0")
         value = value.replace("[r, x]", f"[{r}, {x}]").replace("[x]", f"[{x}]")
-        self.body.writeline(f"{out} = hl.Func({halide_type(dtype)}, 1, \"{out}\")")
-        self.body.writeline(f"{out}[x] = hl.undef({halide_type(dtype)})")
+        self.body.writeline(f"{out} = hl.Func({self.storage_type(dtype)}, 1, \"{out}\")")
+        self.body.writeline(f"{out}[x] = hl.undef({self.storage_type(dtype)})")
         self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
         self.schedule.output(out, domain, xr)
 
@@ -283,6 +304,8 @@ class HalideKernel:
         mode = node.data.mode
         if mode not in (None, "atomic_add", "atomic_max", "atomic_min", "atomic_mul"):
             raise UnsupportedInHalide(f"smelt: scatter mode {mode!r} in Halide")
+        if mode is not None and self.bf16_bits and node.buffer.get_dtype() == torch.bfloat16:
+            raise UnsupportedInHalide(f"smelt: scatter mode {mode!r} into bfloat16 in Halide on the GPU")
         self.body.writeline(f"# {node.name}: scatter{' (' + mode + ')' if mode else ''}")
         value = self.compute(node)
         offset = scatter_offset(self, node, HalideOps(self), "x")
@@ -293,7 +316,7 @@ class HalideKernel:
         at = where.name.replace("[x]", "[x_dom.x]")
         incoming = value.name.replace("[x]", "[x_dom.x]")
         if register_dtype(value.dtype) != dtype or value.dtype != dtype:
-            incoming = f"hl.cast({halide_type(dtype)}, {incoming})"
+            incoming = self.narrow(incoming, dtype)
         target = f"{out}[in_output({out}, {at})]"
         old = func_call(target)
         combined = {None: incoming, "atomic_add": f"{old} + {incoming}", "atomic_mul": f"{old} * {incoming}",
@@ -301,8 +324,8 @@ class HalideKernel:
         if mode in ("atomic_max", "atomic_min") and dtype.is_floating_point:
             pick = ">" if mode == "atomic_max" else "<"
             combined = f"hl.select(hl.is_nan({incoming}) | ({incoming} {pick} {old}), {incoming}, {old})"
-        self.body.writeline(f"{out} = hl.Func({halide_type(dtype)}, 1, \"{out}\")")
-        self.body.writeline(f"{out}[x] = hl.undef({halide_type(dtype)})")
+        self.body.writeline(f"{out} = hl.Func({self.storage_type(dtype)}, 1, \"{out}\")")
+        self.body.writeline(f"{out}[x] = hl.undef({self.storage_type(dtype)})")
         self.body.writeline(f"{target} = {combined}")
         self.schedule.scatter(out)
 
@@ -331,7 +354,9 @@ class HalideKernel:
         out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
         out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
+        out.writeline(f"DEVICE = {getattr(self.schedule, 'device', 'cpu')!r}  # the target its schedule is for")
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
+        helpers += getattr(self.schedule, "helpers", lambda: "")()
         body_text = "\n".join(self.body.lines)
         helpers += "".join(source for name, source in SPECIAL_FUNCTIONS.items() if f" {name}(" in body_text)
         for line in helpers.splitlines():
@@ -342,7 +367,7 @@ class HalideKernel:
         with out.indent():
             out.writeline('x, r = hl.Var("x"), hl.Var("r")')
             for buffer, param in self.inputs.items():
-                out.writeline(f'{param} = hl.ImageParam({halide_type(self.graph.dtype_of(buffer))}, 1, "{param}")'
+                out.writeline(f'{param} = hl.ImageParam({self.storage_type(self.graph.dtype_of(buffer))}, 1, "{param}")'
                               f"  # {buffer}")
             for size in launch_sizes:
                 out.writeline(f'{size} = hl.Param(hl.Int(32), "{size}")')
@@ -401,7 +426,7 @@ class HalideOps:
         src, dst = register_dtype(x.dtype), register_dtype(dtype)
         text = x.name
         if dst != dtype:  # a half float: round through its own type
-            text = f"hl.cast({halide_type(dst)}, hl.cast({halide_type(dtype)}, {text}))"
+            text = self.k.widen(self.k.narrow(text, dtype), dtype)
         elif src != dst:
             text = f"hl.cast({halide_type(dst)}, {text})"
         else:
@@ -436,6 +461,13 @@ class HalideOps:
         bounds = f"(0 <= {symbol}_unchecked) & ({symbol}_unchecked < {size_text})"
         if k.mask_stack:  # a lane the mask turns off may hold any index
             bounds = f"{bounds} | ~({' & '.join(k.mask_stack)})"
+        if getattr(k.schedule, "device", "cpu") == "cuda":
+            # A GPU kernel cannot stop the pipeline with a message (Halide prints no require in
+            # device code); as smelt's Triton kernels on CUDA, whose device_assert is compiled out,
+            # it does not check. The index is clamped, so a bad one reads or writes in bounds.
+            k.body.writeline(f"{symbol} = hl.clamp({symbol}_unchecked, 0, {size_text} - 1)")
+            k.indirect[str(symbol)] = size_text
+            return symbol
         # Checked on every access: an index out of range stops the pipeline with this message.
         where = k.current[-1].name if k.current else "?"
         k.body.writeline(f'{symbol} = hl.require({bounds}, {symbol}_unchecked, '

@@ -6,7 +6,7 @@ from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import ComboLauncher
 from .compiled_graph import CompiledGraph
-from .halide_launcher import HalideLauncher
+from .halide_cuda_launcher import halide_launcher
 from .kernel_binaries import KernelVariants
 from .launcher import TritonLauncher
 from .loader import load_module, source_path
@@ -20,7 +20,7 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
         path = source_path(cache_dir, kernel.name, kernel.source)
         kernel_paths[kernel.name] = path
         if kernel.backend == "halide":
-            namespace[kernel.name] = HalideLauncher(kernel.name, kernel.source, list(kernel.origins), cache_dir, path)
+            namespace[kernel.name] = halide_launcher(kernel.name, kernel.source, list(kernel.origins), cache_dir, path)
             continue
         try:
             module = load_module(path, interpret=kernel.interpret)

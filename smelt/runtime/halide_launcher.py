@@ -81,9 +81,8 @@ class HalideLauncher:
         self.num_inputs, self.num_outputs = len(module.INPUTS), len(module.OUTPUTS)
         self.size_names = module.SIZES
         self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
-        runtime = runtime_library(cache_dir)
+        runtime, library, self.compile_seconds = self._compile(source, cache_dir)
         _install_error_handler(runtime)
-        library, self.compile_seconds = kernel_library(name, source, cache_dir, path)
         self.library = ctypes.CDLL(library)
         self.fn = getattr(self.library, f"{name}_argv")
         self.fn.restype = ctypes.c_int
@@ -98,10 +97,21 @@ class HalideLauncher:
             self.dims[k].stride = 1
         self.sizes = (ctypes.c_int32 * len(self.size_names))()
         # Halide's argument order: inputs, sizes, outputs.
-        order = [ctypes.addressof(self.buffers[k]) for k in range(self.num_inputs)]
+        order = self._leading_arguments()
+        order += [ctypes.addressof(self.buffers[k]) for k in range(self.num_inputs)]
         order += [ctypes.addressof(self.sizes) + 4 * k for k in range(len(self.size_names))]
         order += [ctypes.addressof(self.buffers[self.num_inputs + k]) for k in range(self.num_outputs)]
         self.argv = (ctypes.c_void_p * len(order))(*order)
+
+    def _compile(self, source: str, cache_dir: str) -> tuple[str, str, float]:
+        """(the shared runtime, the kernel's library, seconds spent compiling it)."""
+        runtime = runtime_library(cache_dir)
+        library, seconds = kernel_library(self.name, source, cache_dir, self.path)
+        return runtime, library, seconds
+
+    def _leading_arguments(self) -> list[int]:
+        """Addresses of the arguments before the buffers (none on the CPU)."""
+        return []
 
     def __call__(self, *args):
         if args[self.xnumel_arg] == 0:
