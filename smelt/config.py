@@ -6,19 +6,39 @@ compiled graph, so a test or a user may change them between compiles.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
+import logging
 import os
+import shutil
 import tempfile
+
+log = logging.getLogger("smelt")
 
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+@functools.lru_cache(maxsize=None)
+def default_cpu_backend() -> str:
+    """Halide, where it can run: its package is installed and a C compiler links its kernels.
+    Otherwise the Triton interpreter, which is slow but needs neither (said once, in the log)."""
+    missing = [what for what, found in (("the halide package", importlib.util.find_spec("halide")),
+                                        ("a C compiler `cc`", shutil.which("cc"))) if not found]
+    if not missing:
+        return "halide"
+    log.warning("smelt: CPU graphs run through Triton's interpreter (slow): Halide needs %s. "
+                "Set SMELT_CPU_BACKEND to choose.", " and ".join(missing))
+    return "triton"
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     # Which code generator runs graphs whose tensors live on the CPU: compiled Halide pipelines, or
     # (`triton`) Triton kernels run by its interpreter, which is slow and there to test Triton codegen.
-    cpu_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CPU_BACKEND", "halide"))
+    cpu_backend: str = dataclasses.field(default_factory=lambda: os.environ.get("SMELT_CPU_BACKEND")
+                                         or default_cpu_backend())
     cuda_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CUDA_BACKEND", "triton"))
     # When set, every compiled graph dumps its stages into its own subfolder here.
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("SMELT_DEBUG_DIR") or None)

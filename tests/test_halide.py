@@ -351,3 +351,21 @@ def test_kernel_halide_cannot_print_runs_in_triton(monkeypatch, caplog):
     assert "runs in Triton's interpreter instead of Halide" in caplog.text and "op tanh" in caplog.text
     names = last_graph().kernel_names
     assert any(n.startswith("halide_") for n in names) and any(n.startswith("triton_") for n in names), names
+
+
+def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog):
+    # Without `cc` Halide's kernels cannot be linked: the default falls back, and says why.
+    import logging
+
+    from smelt import config
+    monkeypatch.delenv("SMELT_CPU_BACKEND")
+    config.default_cpu_backend.cache_clear()
+    try:
+        assert config.current().cpu_backend == "halide"
+        config.default_cpu_backend.cache_clear()
+        monkeypatch.setattr(config.shutil, "which", lambda name: None)
+        with caplog.at_level(logging.WARNING, logger="smelt"):
+            assert config.current().cpu_backend == "triton"
+        assert "a C compiler `cc`" in caplog.text
+    finally:
+        config.default_cpu_backend.cache_clear()
