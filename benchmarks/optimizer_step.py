@@ -65,6 +65,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--foreach", type=int, default=1)
     parser.add_argument("--backends", default="eager,inductor,smelt")
+    parser.add_argument("--compile-time", action="store_true",
+                        help="also cold and warm first-call seconds, each in a fresh process (Dynamo alone too)")
     parser.add_argument("--combo-blocks", default=None,
                         help="smelt's combo block shapes to compare, e.g. 1024x4,4096x8 (XBLOCK x warps)")
     args = parser.parse_args()
@@ -111,6 +113,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for backend, ms, share, launches, first, error, host in rows:
         print(f"| {backend} | {ms:.4f} | {share:.0%} | {host:.3f} | {launches} | {first:.2f} | {error:.1e} |")
+    if args.compile_time:
+        from benchmarks.compile_time import ADAM_STEP, cold_and_warm
+        print("\n| backend | first call in a fresh process, cold s | warm s (same cache dirs) |\n|---|---|---|")
+        for backend in [b for b in args.backends.split(",") if b != "eager"] + ["dynamo"]:
+            cold, warm = cold_and_warm(backend, ADAM_STEP, args.device, args.small, timeout=300.0)
+            show = lambda v: f"{v:.2f}" if isinstance(v, float) else v  # noqa: E731
+            print(f"| {'Dynamo alone (eager backend)' if backend == 'dynamo' else backend} | {show(cold)} | {show(warm)} |")
 
 
 if __name__ == "__main__":
