@@ -4,8 +4,9 @@ For such a graph AOTAutograd's runtime wrapper only turns grad mode off around t
 graph, whose inputs are Dynamo's inputs in the same order and whose outputs are Dynamo's outputs.
 When a later process meets the same Dynamo graph with the same inputs, it can run the cached ATen
 graph directly and skip AOTAutograd's tracing. A graph qualifies only when that is provably so,
-checked on AOTAutograd's own metadata while the first process compiles it: no input mutations, no
-outputs aliasing inputs or each other, no effect tokens, no tensor subclasses, no grad-mode change
+checked on AOTAutograd's own metadata while the first process compiles it: no input mutations
+other than data written inside the graph (an optimizer's in-place updates; the wrapper then only
+bumps those inputs' version counters, as AOTAutograd's does), no outputs aliasing inputs or each other, no effect tokens, no tensor subclasses, no grad-mode change
 inside, no autocast, a single inference graph. Anything else compiles as usual.
 """
 from __future__ import annotations
@@ -29,20 +30,24 @@ class DynamoCacheSlot:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, cfg):
         self.cfg = cfg
-        self.num_inputs = len(example_inputs)
+        # The tensors the graph holds (an optimizer's parameters and state): AOTAutograd passes
+        # them first, in this order, then the graph's inputs.
+        held = {**dict(gm.named_parameters(remove_duplicate=False)), **dict(gm.named_buffers(remove_duplicate=False))}
+        self.held = list(held.values())
+        self.num_inputs = len(self.held) + len(example_inputs)
         self.num_outputs = _count_outputs(gm)
         self.key = None
         self.compiled_kinds: list[str] = []
         self.inference_key = None
+        self.bumped: list[int] = []  # inputs written in the graph whose version counters move
         self.reason = None  # why the graph does not qualify, once known
         if not enabled(cfg):
             return
         try:
-            if next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
-                raise Uncacheable("the graph owns parameters or buffers")
             if torch._C._is_any_autocast_enabled():
                 raise Uncacheable("autocast is on")
-            self.key = digest(f"{environment_text(cfg)}\n{dynamo_graph_text(gm, example_inputs)}")
+            graph_text = dynamo_graph_text(gm, [*self.held, *example_inputs], frozenset(held))
+            self.key = digest(f"{environment_text(cfg)}\n{graph_text}")
         except Uncacheable as e:
             stats["dynamo_uncacheable"] += 1
             log.debug("smelt: Dynamo graph not cached: %s", e)
@@ -55,7 +60,9 @@ class DynamoCacheSlot:
         if body is None:
             stats["dynamo_miss"] += 1
             return None
-        if body.get("num_inputs") != self.num_inputs or not isinstance(body.get("aten_key"), str):
+        bumped = body.get("bump_versions", [])
+        if body.get("num_inputs") != self.num_inputs or not isinstance(body.get("aten_key"), str) \
+                or not all(isinstance(i, int) and 0 <= i < self.num_inputs for i in bumped):
             log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
             return None
         generated = load_generated(body["aten_key"], self.cfg)
@@ -68,7 +75,7 @@ class DynamoCacheSlot:
         observe.record(compiled)
         stats["dynamo_hit"] += 1
         log.debug("smelt: graph cache hit for a Dynamo graph (%s): AOTAutograd skipped", self.key[:16])
-        return InferenceGraph(compiled.call)
+        return InferenceGraph(compiled.call, bumped, self.held)
 
     def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:
         """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph."""
@@ -76,7 +83,7 @@ class DynamoCacheSlot:
         if self.key is None or kind != "inference":
             return
         try:
-            _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
+            self.bumped = _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
             if compiled.cache_key is None:
                 raise Uncacheable("its ATen graph is not cached")
             self.inference_key = compiled.cache_key
@@ -92,25 +99,33 @@ class DynamoCacheSlot:
                       self.reason or f"AOTAutograd compiled {', '.join(self.compiled_kinds) or 'nothing'}")
             return
         write_entry(self.cfg.cache_dir, "dynamo", self.key,
-                    {"aten_key": self.inference_key, "num_inputs": self.num_inputs})
+                    {"aten_key": self.inference_key, "num_inputs": self.num_inputs, "bump_versions": self.bumped})
         stats["dynamo_stored"] += 1
 
 
 class InferenceGraph:
-    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: with grad mode off."""
+    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: with grad mode off,
+    then the version counters of the inputs it wrote moved on (autograd's check for tensors
+    changed in place after being saved relies on them)."""
 
-    def __init__(self, call):
+    def __init__(self, call, bumped=(), held=()):
         self.call = call
+        self.bumped = tuple(bumped)
+        self.held = list(held)
 
     def __call__(self, *args):
         grad = torch.is_grad_enabled()
         if grad:
             torch._C._set_grad_enabled(False)
         try:
-            return self.call(list(args))
+            args = self.held + list(args)
+            result = self.call(list(args))
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
+        if self.bumped:
+            torch.autograd.graph.increment_version(tuple(args[i] for i in self.bumped))
+        return result
 
 
 def _count_outputs(gm: torch.fx.GraphModule) -> int:
@@ -119,16 +134,18 @@ def _count_outputs(gm: torch.fx.GraphModule) -> int:
     return len(results) if isinstance(results, (list, tuple)) else -1
 
 
-def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> None:
-    """Raises Uncacheable unless AOTAutograd's wrapper around this inference graph does nothing but
-    turn grad mode off (see the module docstring)."""
+def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> list[int]:
+    """The inputs whose version counters AOTAutograd's wrapper moves; raises Uncacheable unless
+    that and turning grad mode off is all the wrapper does (see the module docstring)."""
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     if meta is None:
         raise Uncacheable("AOTAutograd's metadata is not available")
-    if any(i.mutates_data or i.mutates_metadata or getattr(i, "mutates_storage_metadata", False)
-           for i in meta.input_info):
-        raise Uncacheable("it mutates an input")
+    if any(i.mutates_metadata or getattr(i, "mutates_storage_metadata", False) for i in meta.input_info):
+        raise Uncacheable("it changes an input's shape or strides")
+    bumped = getattr(meta, "mutated_graph_handled_indices_seen_by_autograd", None)
+    if any(i.mutates_data for i in meta.input_info) and (bumped is None or meta.mutated_inp_runtime_indices):
+        raise Uncacheable("it mutates an input outside the graph")
     if any(o.output_type.name != "non_alias" for o in meta.output_info):
         raise Uncacheable("an output aliases an input or another output")
     if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0):
@@ -141,3 +158,4 @@ def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> None:
     placeholders = sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder")
     if placeholders != num_inputs or len(meta.output_info) != num_outputs or _count_outputs(aten_gm) != num_outputs:
         raise Uncacheable("AOTAutograd changed the inputs or outputs")
+    return list(bumped or [])

@@ -133,10 +133,13 @@ def _check_target(target) -> None:
         raise Uncacheable(f"it calls {getattr(target, '__qualname__', target)} from {module or 'unknown code'}")
 
 
-def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs) -> str:
-    """The code of a Dynamo graph and the metadata of its inputs."""
+def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs, attributes=frozenset()) -> str:
+    """The code of a Dynamo graph and the metadata of its inputs. `attributes` are the names of
+    the tensors it holds (AOTAutograd's leading inputs), whose metadata `example_inputs` includes."""
     lines = [gm.code]
     for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target in attributes:
+            continue
         if node.op in ("get_attr", "call_module"):
             raise Uncacheable(f"the graph holds {node.op} {node.target}")
         if node.op == "call_function":
