@@ -33,7 +33,7 @@ def _child(argv=None) -> None:
     from benchmarks.measure import synchronize
     from benchmarks.workloads import by_name
 
-    (workload,) = by_name(args.workload)
+    (workload,) = by_name(args.workload, args.device)
     inputs = workload.make_inputs(args.device, args.small)
     # Eager runs first so CUDA context creation and library loading land outside both timings.
     eager_times = []
