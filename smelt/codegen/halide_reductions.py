@@ -43,10 +43,16 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         return CSEVar(func_call(f"{name}_mean[x]"), dtype, 1), CSEVar(m2, dtype, 1), count
     if rtype == "online_softmax_reduce":
         # Two passes: the row's max, then the sum of exp(v - max) (NaN for a row of -inf, as eager).
+        # exp(v - max) goes through the kernel's CSE, then is redirected to a Func: a softmax's
+        # output, which asks for the same expression, reads the stored value instead of computing
+        # a second exp per element.
+        from .halide import HalideOps
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
-        terms = k.as_func(f"{name}_exp", CSEVar(f"exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
+        ops = HalideOps(k)
+        terms = ops.exp(ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1)))
+        k.cse.redirect(terms, k.as_func(f"{name}_exp", terms, 2))
+        k.schedule.row_values(f"{name}_exp")
         row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
-        del terms
         return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)
     raise UnsupportedInHalide(f"smelt: reduction {rtype} has no Halide form")
 
