@@ -282,6 +282,8 @@ def main(argv=None) -> int:
                         help="measure compile time only for these workloads (comma-separated); default: all")
     parser.add_argument("--backends", default=",".join(COMPILED),
                         help="compiled backends to time (eager always runs): e.g. smelt, to compare smelt settings")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="CPU threads for every backend (torch's intra-op pool and Halide's); default: all cores")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="skip compile-time runs that would end past S seconds from start")
     args = parser.parse_args(argv)
@@ -295,6 +297,13 @@ def main(argv=None) -> int:
         log("CUDA is not available; use --device cpu --small to check the harness here.")
         return 2
     deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
+    if args.threads:
+        torch.set_num_threads(args.threads)  # eager's and Inductor's OpenMP pool
+        os.environ["HL_NUM_THREADS"] = str(args.threads)  # read when Halide's pool starts
+    # Compilers print warnings on fd 1 (Halide: "(b)float16 type operation is emulated"): send
+    # them to stderr with the progress lines, so stdout holds only the results block.
+    results_out = os.dup(1)
+    os.dup2(2, 1)
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     workloads = by_name(args.only, args.device)
@@ -325,6 +334,8 @@ def main(argv=None) -> int:
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(block + "\n")
+    sys.stdout.flush()
+    os.dup2(results_out, 1)
     print(block, flush=True)
     return 0
 

@@ -46,28 +46,33 @@ class _Output:
     per_element: bool
     along_x: bool  # the store is contiguous along x (a transposing store), not along r
     rows_per_task: int | None  # a reduction's one value per row: rows per task, each costs a row's work
+    row_at_a_time: bool  # reductions along contiguous rows: computed row by row, the row stays in L1
 
-    def loop(self) -> str:
-        """The loop one task runs: what a reduction computed inside the output is computed at."""
+    def loop(self, whole_task: bool = False) -> str:
+        """The loop a reduction computed inside the output is computed at: one row, or one task."""
         if self.per_element and self.along_x:
             return f"{self.func}_columns"
-        return f"{self.domain}.y" if self.per_element else f"{self.domain}.x"
+        return f"{self.func}_row" if self.row_at_a_time and not whole_task else f"{self.func}_rows"
 
     def lines(self) -> list[str]:
         stage = f"{self.func}.update().allow_race_conditions()"
         d = self.domain
-        if not self.per_element and self.rows_per_task:
-            return [f"{stage}.parallel({d}.x, {self.rows_per_task}, {GUARD})"]
-        if not self.per_element:
+        if self.per_element and self.along_x:
+            # The vectorized loop is outside the loop over r: Halide vectorizes the body of the r
+            # loop, which it may not move inside (reordering an update's RVars needs a proof it
+            # cannot make).
+            columns, column = f"{self.func}_columns", f"{self.func}_column"
+            return [f'{columns}, {column} = hl.RVar("{columns}"), hl.RVar("{column}")',
+                    f"{stage}.split({d}.y, {columns}, {column}, {COLUMNS_PER_TASK}, {GUARD})"
+                    f".vectorize({column}, {VECTOR}).parallel({columns})"]
+        if not self.per_element and not self.rows_per_task:
             return [f"{stage}.vectorize({d}.x, {VECTOR}, {GUARD}).parallel({d}.x, {ELEMENTS_PER_TASK}, {GUARD})"]
-        if not self.along_x:
-            return [f"{stage}.vectorize({d}.x, {VECTOR}, {GUARD}).parallel({d}.y, {ROWS_PER_TASK}, {GUARD})"]
-        # The vectorized loop is outside the loop over r: Halide vectorizes the body of the r loop,
-        # which it may not move inside (reordering an update's RVars needs a proof it cannot make).
-        columns, column = f"{self.func}_columns", f"{self.func}_column"
-        return [f'{columns}, {column} = hl.RVar("{columns}"), hl.RVar("{column}")',
-                f"{stage}.split({d}.y, {columns}, {column}, {COLUMNS_PER_TASK}, {GUARD})"
-                f".vectorize({column}, {VECTOR}).parallel({columns})"]
+        rows, row = f"{self.func}_rows", f"{self.func}_row"
+        declare = f'{rows}, {row} = hl.RVar("{rows}"), hl.RVar("{row}")'
+        if not self.per_element:
+            return [declare, f"{stage}.split({d}.x, {rows}, {row}, {self.rows_per_task}, {GUARD}).parallel({rows})"]
+        return [declare, f"{stage}.split({d}.y, {rows}, {row}, {ROWS_PER_TASK}, {GUARD})"
+                         f".vectorize({d}.x, {VECTOR}, {GUARD}).parallel({rows})"]
 
 
 @dataclasses.dataclass
@@ -91,7 +96,7 @@ class HalideSchedule:
         if self.plan.is_reduction:
             # Columns reduce vectorized across x: a task then takes a vector of them per row.
             rows = ROWS_PER_TASK if self.rows_contiguous else ROWS_PER_TASK * VECTOR
-        self.outputs.append(_Output(func, domain, per_element, along_x, rows))
+        self.outputs.append(_Output(func, domain, per_element, along_x, rows, self.rows_contiguous))
 
     def reduction(self, func: str, has_update: bool = True) -> None:
         self.computed.append((func, not self.rows_contiguous, has_update))
@@ -119,11 +124,12 @@ class HalideSchedule:
         self.scatters += 1  # serial: two positions may be the same element
 
     def _placement(self, func: str, across: bool, has_update: bool, vector: str | None = None) -> list[str]:
+        whole_task = vector is not None  # a scan's rows run side by side: the task's rows, together
         if vector is None:
             vector = f".vectorize(x, {VECTOR}, {GUARD})" if across else ""
         if len(self.outputs) == 1 and not self.scatters:
             out = self.outputs[0]
-            where, then = f".compute_at({out.func}, {out.loop()}){vector}", vector
+            where, then = f".compute_at({out.func}, {out.loop(whole_task)}){vector}", vector
         else:
             parallel = f".parallel(x, {ROWS_PER_TASK}, {GUARD})"
             where, then = f".compute_root(){vector}{parallel}", f"{vector}{parallel}"
