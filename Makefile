@@ -7,7 +7,7 @@ else
 PY := $(CURDIR)/.venv/bin/python
 endif
 
-.PHONY: setup demo test test-gpu bench clean
+.PHONY: setup demo test test-gpu bench-cpu clean
 
 setup: .setup-done
 
@@ -28,6 +28,11 @@ test: setup
 
 test-gpu:
 	scripts/gpu_check
+
+# Eager, Inductor (its C++ backend) and smelt (Halide) on the CPU rows; a markdown table last.
+# BENCH_ARGS passes options on, e.g. BENCH_ARGS="--only softmax --no-compile-time".
+bench-cpu: setup
+	SMELT_CPU_BACKEND=halide $(PY) -m benchmarks.run --device cpu $(BENCH_ARGS)
 
 clean:
 	rm -rf .venv .setup-done *.egg-info

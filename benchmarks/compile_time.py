@@ -40,7 +40,7 @@ def _child(argv=None) -> None:
         _, optimizer = make(args.device, args.small, True)
         fn, inputs = optimizer.step, ()
     else:
-        (workload,) = by_name(args.workload)
+        (workload,) = by_name(args.workload, args.device)
         fn, inputs = workload.fn, workload.make_inputs(args.device, args.small)
     # Eager runs first so CUDA context creation and library loading land outside both timings.
     eager_times = []

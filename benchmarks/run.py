@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib.metadata
 import json
 import math
 import os
 import platform
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +31,8 @@ from benchmarks.measure import bench_ms, copy_bandwidth, synchronize
 from benchmarks.workloads import Workload, by_name
 
 COMPILED = ("inductor", "smelt")
+# Timing rounds per backend on a CPU, where other processes share the cores.
+CPU_ROUNDS = 7
 
 
 def log(*parts) -> None:
@@ -68,15 +72,16 @@ def _mismatch(exc: AssertionError) -> str:
     return _short(text.strip().splitlines()[0] if text.strip() else "mismatch")
 
 
-def run_backend(backend: str, w: Workload, inputs, expected, device: str) -> dict:
-    """{'ms': float} on success, {'error': 'ERROR (...)' | 'FAIL (...)'} otherwise."""
+def prepare_backend(backend: str, w: Workload, inputs, expected, device: str):
+    """(the compiled callable, {}) once its output matches eager's; (None, {'error': 'ERROR (...)' |
+    'FAIL (...)'}) otherwise."""
     try:
         compiled = compile_fn(backend, w.fn)
         out = compiled(*inputs)
         synchronize(device)
     except Exception as exc:
         _log_exception(f"[{w.name}] {backend} raised", exc)
-        return {"error": f"ERROR ({_reason(exc)})"}
+        return None, {"error": f"ERROR ({_reason(exc)})"}
     try:
         if w.compare is not None:
             w.compare(out, expected)
@@ -84,12 +89,27 @@ def run_backend(backend: str, w: Workload, inputs, expected, device: str) -> dic
             torch.testing.assert_close(out, expected, **w.tolerance)
     except AssertionError as exc:
         log(f"[{w.name}] {backend} output differs from eager:\n{exc}")
-        return {"error": f"FAIL ({_mismatch(exc)})"}  # a wrong answer's time means nothing
-    try:
-        return {"ms": bench_ms(lambda: compiled(*inputs), device)}
-    except Exception as exc:
-        _log_exception(f"[{w.name}] {backend} raised while timing", exc)
-        return {"error": f"ERROR ({_reason(exc)})"}
+        return None, {"error": f"FAIL ({_mismatch(exc)})"}  # a wrong answer's time means nothing
+    return compiled, {}
+
+
+def time_backends(w: Workload, callables: dict, inputs, device: str, row: dict) -> None:
+    """Times every callable in turn, `rounds` times over (on a shared CPU, a slow spell then falls
+    on every backend alike), and keeps each one's median."""
+    rounds = 1 if device.startswith("cuda") else CPU_ROUNDS
+    samples: dict[str, list[float]] = {name: [] for name in callables}
+    for _ in range(rounds):
+        for name, fn in callables.items():
+            if name not in samples:
+                continue
+            try:
+                samples[name].append(bench_ms(lambda: fn(*inputs), device))
+            except Exception as exc:
+                _log_exception(f"[{w.name}] {name} raised while timing", exc)
+                row[name] = {"error": f"ERROR ({_reason(exc)})"}
+                del samples[name]
+    for name, times in samples.items():
+        row[name] = {"ms": statistics.median(times)}
 
 
 def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row: dict) -> None:
@@ -97,14 +117,17 @@ def run_workload(w: Workload, args, copy_bw: float, deadline: float | None, row:
     inputs = w.make_inputs(args.device, args.small)
     row.update(desc=w.describe(args.small), bytes=w.bytes_moved(inputs))
     expected = w.fn(*inputs)
-    row["eager"] = {"ms": bench_ms(lambda: w.fn(*inputs), args.device)}
-    log(f"[{w.name}] eager {row['eager']['ms']:.4f} ms")
+    callables = {"eager": w.fn}
     for backend in args.backends:
-        row[backend] = run_backend(backend, w, inputs, expected, args.device)
+        compiled, row[backend] = prepare_backend(backend, w, inputs, expected, args.device)
+        if compiled is not None:
+            callables[backend] = compiled
+    time_backends(w, callables, inputs, args.device, row)
+    for backend in ["eager", *args.backends]:
         log(f"[{w.name}] {backend} {row[backend]}")
-        if "ms" in row[backend] and row["bytes"]:
+        if backend != "eager" and "ms" in row[backend] and row["bytes"]:
             row[backend]["copy_bw_share"] = row["bytes"] / (row[backend]["ms"] * 1e-3) / copy_bw
-    del inputs, expected
+    del inputs, expected, callables
     torch._dynamo.reset()
     gc.collect()
     if args.device.startswith("cuda"):
@@ -191,17 +214,22 @@ def geomean_line(rows: list[dict]) -> str:
     return f"Geometric mean smelt/inductor speedup: {g:.2f}x over {len(ratios)} workload(s)"
 
 
-def environment(device: str) -> dict:
+def _version(package: str) -> str:
     try:
-        import triton
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
-        triton_version = triton.__version__
-    except Exception as exc:  # triton is optional for a CPU check
-        triton_version = f"unavailable ({type(exc).__name__})"
+
+def environment(device: str) -> dict:
     if device.startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
+        # smelt's code generator on this device, and its version.
+        codegen = f"triton {_version('triton')}"
     else:
-        name = f"CPU {platform.processor() or platform.machine()}"
+        name = f"{os.cpu_count()}-core CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+        backend = os.environ.get("SMELT_CPU_BACKEND", "triton")
+        codegen = f"halide {_version('halide')}" if backend == "halide" else f"SMELT_CPU_BACKEND={backend}"
     # The GPU machine gets a copy of the work tree without .git: the caller may name the commit.
     commit = os.environ.get("SMELT_COMMIT", "")
     if not commit:
@@ -215,16 +243,16 @@ def environment(device: str) -> dict:
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "device": name,
         "torch": torch.__version__,
-        "triton": triton_version,
+        "codegen": codegen,
         "commit": commit or "unknown",
     }
 
 
 def header(env: dict, copy_bw: float, args) -> str:
     lines = [
-        f"### {env['date']} — {env['device']} — torch {env['torch']} — triton {env['triton']} — commit {env['commit']}",
+        f"### {env['date']} — {env['device']} — torch {env['torch']} — {env['codegen']} — commit {env['commit']}",
         "",
-        f"Copy bandwidth (device-to-device, read + write): {copy_bw / 1e9:.0f} GB/s."
+        f"Copy bandwidth ({'device-to-device' if args.device.startswith('cuda') else 'memory'}, read + write): {copy_bw / 1e9:.0f} GB/s."
         + (" Shapes: --small." if args.small else ""),
     ]
     if args.note:
@@ -254,6 +282,8 @@ def main(argv=None) -> int:
                         help="measure compile time only for these workloads (comma-separated); default: all")
     parser.add_argument("--backends", default=",".join(COMPILED),
                         help="compiled backends to time (eager always runs): e.g. smelt, to compare smelt settings")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="CPU threads for every backend (torch's intra-op pool and Halide's); default: all cores")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="skip compile-time runs that would end past S seconds from start")
     args = parser.parse_args(argv)
@@ -267,9 +297,16 @@ def main(argv=None) -> int:
         log("CUDA is not available; use --device cpu --small to check the harness here.")
         return 2
     deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
+    if args.threads:
+        torch.set_num_threads(args.threads)  # eager's and Inductor's OpenMP pool
+        os.environ["HL_NUM_THREADS"] = str(args.threads)  # read when Halide's pool starts
+    # Compilers print warnings on fd 1 (Halide: "(b)float16 type operation is emulated"): send
+    # them to stderr with the progress lines, so stdout holds only the results block.
+    results_out = os.dup(1)
+    os.dup2(2, 1)
     signal.signal(signal.SIGTERM, _on_sigterm)
 
-    workloads = by_name(args.only)
+    workloads = by_name(args.only, args.device)
     env = environment(args.device)
     rows: list[dict] = []
     copy_bw = float("nan")
@@ -297,6 +334,8 @@ def main(argv=None) -> int:
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(block + "\n")
+    sys.stdout.flush()
+    os.dup2(results_out, 1)
     print(block, flush=True)
     return 0
 

@@ -228,11 +228,21 @@ WORKLOADS: list[Workload] = [
 ]
 
 
-def by_name(names: str | None) -> list[Workload]:
-    """Workloads named in a comma-separated list, in the list's order; all of them for None."""
+def suite(device: str = "cuda") -> list[Workload]:
+    """The rows for a device: the GPU rows, or on a CPU the same kernels at CPU sizes."""
+    if device == "cpu":
+        from benchmarks.cpu_workloads import CPU_WORKLOADS
+        return CPU_WORKLOADS
+    return WORKLOADS
+
+
+def by_name(names: str | None, device: str = "cuda") -> list[Workload]:
+    """Workloads of the device's suite named in a comma-separated list, in the list's order; all
+    of them for None."""
+    workloads = suite(device)
     if not names:
-        return list(WORKLOADS)
-    table = {w.name: w for w in WORKLOADS}
+        return list(workloads)
+    table = {w.name: w for w in workloads}
     unknown = [n for n in names.split(",") if n not in table]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; known: {sorted(table)}")

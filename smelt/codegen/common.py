@@ -78,6 +78,13 @@ class CSE:
     def remember(self, key: str, var: CSEVar) -> None:
         self.scopes[-1][key] = var
 
+    def redirect(self, var: CSEVar, replacement: CSEVar) -> None:
+        """Later requests for var's expression get replacement (the same value, kept elsewhere)."""
+        for scope in self.scopes:
+            for key, found in scope.items():
+                if found is var:
+                    scope[key] = replacement
+
     @contextlib.contextmanager
     def scope(self):
         self.scopes.append({})

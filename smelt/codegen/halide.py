@@ -57,6 +57,13 @@ def load_clamped(buffer, index):
     return buffer[hl.clamp(index, 0, buffer.dim(0).extent() - 1)]
 
 
+def fold_lanes(combine, values):
+    # Pairwise: each level's combines are independent of each other, so they overlap.
+    while len(values) > 1:
+        values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+    return values[0]
+
+
 def in_output(out, index):
     return hl.unsafe_promise_clamped(index, 0, out.output_buffer().dim(0).extent() - 1)
 
@@ -265,7 +272,9 @@ class HalideKernel:
         self.body.writeline(f"{out} = hl.Func({self.storage_type(dtype)}, 1, \"{out}\")")
         self.body.writeline(f"{out}[x] = hl.undef({self.storage_type(dtype)})")
         self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
-        self.schedule.output(out, domain, xr)
+        # A store that walks memory along x (a transpose) is vectorized along x, not r.
+        along_x = xr and index.coeff(RINDEX) != 1 and index.coeff(XINDEX) == 1
+        self.schedule.output(out, domain, xr, along_x)
 
     def write_in_place(self) -> None:
         """Outputs that overwrite buffers the kernel reads. Halide runs each output's loop in turn:

@@ -94,7 +94,8 @@ class HalideGpuSchedule:
         # host stage, and Halide then demands a host pointer for the output.
         self.entries.append(self._tile_1d(func, "x", "Var"))
 
-    def output(self, func: str, domain: str, per_element: bool) -> None:
+    def output(self, func: str, domain: str, per_element: bool, along_x: bool = False) -> None:
+        # along_x (a transposing store) changes nothing yet: the update is one thread an element.
         self._device_only(func)
         stage = f"{func}.update().allow_race_conditions()"
         if per_element:
@@ -104,12 +105,19 @@ class HalideGpuSchedule:
         else:
             self.entries.append(self._tile_1d(stage, f"{domain}.x", "RVar"))
 
-    def reduction(self, func: str) -> None:
+    def reduction(self, func: str, has_update: bool = True) -> None:
+        if not has_update:  # the row's value is its lanes folded in the pure definition
+            self.entries.append(f"{func}.compute_root().gpu_blocks(x)" if self.lanes is not None
+                                else self._tile_1d(f"{func}.compute_root()", "x", "Var"))
+            return
         self.entries.append(self._tile_1d(f"{func}.compute_root()", "x", "Var"))
         if self.lanes is not None:
             self.entries.append(f"{func}.update().gpu_blocks(x)")
         else:
             self.entries.append(self._tile_1d(f"{func}.update()", "x", "Var"))
+
+    def row_values(self, func: str) -> None:
+        pass  # left inline: each reader computes the value (a row does not stay in one thread here)
 
     def lane_partials(self, func: str, consumer: str) -> None:
         self.entries.append(f"{func}.compute_at({consumer}, x).gpu_threads(r)")

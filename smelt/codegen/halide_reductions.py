@@ -43,10 +43,16 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         return CSEVar(func_call(f"{name}_mean[x]"), dtype, 1), CSEVar(m2, dtype, 1), count
     if rtype == "online_softmax_reduce":
         # Two passes: the row's max, then the sum of exp(v - max) (NaN for a row of -inf, as eager).
+        # exp(v - max) goes through the kernel's CSE, then is redirected to a Func: a softmax's
+        # output, which asks for the same expression, reads the stored value instead of computing
+        # a second exp per element.
+        from .halide import HalideOps
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
-        terms = k.as_func(f"{name}_exp", CSEVar(f"exp({new.replace('rdom.x', 'r')} - {row_max})", dtype, 2), 2)
+        ops = HalideOps(k)
+        terms = ops.exp(ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1)))
+        k.cse.redirect(terms, k.as_func(f"{name}_exp", terms, 2))
+        k.schedule.row_values(f"{name}_exp")
         row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
-        del terms
         return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)
     raise UnsupportedInHalide(f"smelt: reduction {rtype} has no Halide form")
 
@@ -72,12 +78,15 @@ def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
     """name[x] = rtype over the row of `new` (read at rdom.x); returns the call name[x].
 
     When rows lie contiguous in memory, each row is first folded into LANES partial results,
-    lane l taking elements l, l + LANES, ...: the loop over a row then loads whole vectors.
+    lane l taking elements l, l + LANES, ...: the loop over a row then loads whole vectors. The
+    lanes are then combined pairwise in one expression (fold_lanes): a fold over them one by one
+    waits on each step's result, and cost as much as the row's whole vector loop.
     """
     reg = register_dtype(dtype)
     fill_type = torch.bool if rtype in ("any", "all") or reg == torch.bool else reg
     acc = func_call(f"{name}[x]")
     update, fill = _combine(rtype, reg, acc, new)
+    k.body.writeline(f'{name} = hl.Func("{name}")')
     if k.schedule.lanes is not None:
         lanes = k.schedule.lanes
         lane_acc = func_call(f"{name}_lanes[r, x]")
@@ -90,10 +99,12 @@ def _fold(k, name: str, rtype: str, dtype: torch.dtype, new: str) -> str:
         k.body.writeline(f'{name}_lanes = hl.Func("{name}_lanes")')
         k.body.writeline(f"{name}_lanes[r, x] = {literal(fill, fill_type)}")
         k.body.writeline(f"{name}_lanes[r, x] = {lane_update}")
-        update, _ = _combine(rtype, reg, acc, func_call(f"{name}_lanes[{name}_lane.x, x]"))
-        k.body.writeline(f'{name}_lane = hl.RDom([(0, {lanes})], "{name}_lane")')
+        pair, _ = _combine(rtype, reg, "a", "b")
+        k.body.writeline(f"{name}[x] = fold_lanes(lambda a, b: {pair}, "
+                         f"[{func_call(f'{name}_lanes[lane, x]')} for lane in range({lanes})])")
         k.schedule.lane_partials(f"{name}_lanes", name)
-    k.body.writeline(f'{name} = hl.Func("{name}")')
+        k.schedule.reduction(name, has_update=False)
+        return acc
     k.body.writeline(f"{name}[x] = {literal(fill, fill_type)}")
     k.body.writeline(f"{name}[x] = {update}")
     k.schedule.reduction(name)
