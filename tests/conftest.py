@@ -21,9 +21,12 @@ Fixtures exposed to tests:
 
 import os
 
-# Halide is the CPU default; `make test` also runs the suite with SMELT_CPU_BACKEND=triton (the
-# interpreter), which is how Triton codegen is tested without a GPU.
-os.environ.setdefault("SMELT_CPU_BACKEND", "halide")
+from smelt.config import default_cpu_backend  # noqa: E402
+
+# Halide is the CPU default where it can run; `make test` also runs the suite with
+# SMELT_CPU_BACKEND=triton (the interpreter), which is how Triton codegen is tested without a GPU.
+# Set here, so that subprocesses and the report header name the backend under test.
+os.environ.setdefault("SMELT_CPU_BACKEND", default_cpu_backend())
 # Tests look at what a compile does (lowerings, fallbacks, log lines), so graphs compile every time;
 # tests/test_compile_cache.py turns the graph cache on. SMELT_GRAPH_CACHE=1 runs the suite from the cache.
 os.environ.setdefault("SMELT_GRAPH_CACHE", "0")
