@@ -646,6 +646,11 @@ class TritonOps:
 
     def _operand(self, v: CSEVar) -> str:
         text = v.name
+        if text == "-0.0" and register_dtype(v.dtype) in NEGATIVE_ZERO_BITS:
+            # Triton 3.6 folds a -0.0 literal into an earlier 0.0 in the same kernel (x / -0.0 gave
+            # +inf on the H100): the sign bit is spelled out instead.
+            bits, itype = NEGATIVE_ZERO_BITS[register_dtype(v.dtype)]
+            return f"tl.full([], {bits}, {itype}).to({triton_type(register_dtype(v.dtype))}, bitcast=True)"
         return f"({text})" if text.startswith("-") or " " in text else text
 
     def load(self, name, index):
@@ -807,6 +812,7 @@ def index_dtype_for(plan: KernelPlan, graph) -> str:
 
 
 INT32_LIMIT = 2 ** 31 - 1
+NEGATIVE_ZERO_BITS = {torch.float32: (-2 ** 31, "tl.int32"), torch.float64: (-2 ** 63, "tl.int64")}
 _graph_int64: dict = {}  # id(graph) -> (graph, answer): asked once per kernel, the graph's part is the same
 
 
