@@ -369,3 +369,16 @@ def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog):
         assert "a C compiler `cc`" in caplog.text
     finally:
         config.default_cpu_backend.cache_clear()
+
+
+def test_compiler_warnings_go_to_the_log_not_stdout(capfd, caplog, tmp_path, monkeypatch):
+    # bfloat16 math is emulated on most CPUs, and Halide says so on stdout for every such kernel.
+    import logging
+    monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))  # a cold compile, so the compiler runs
+    x = torch.randn(1000, dtype=torch.bfloat16)
+    with caplog.at_level(logging.DEBUG, logger="smelt.runtime"):
+        run_both(lambda a: a * 3 + 1, x, atol=1e-2, rtol=1e-2)
+    out, err = capfd.readouterr()
+    assert "Warning" not in out and "Warning" not in err, ("OUT:" + out, "ERR:" + err)
+    compiled_messages = [r.getMessage() for r in caplog.records if "Halide's compiler on kernel" in r.getMessage()]
+    assert all("halide_poi_fused" in m for m in compiled_messages), compiled_messages  # named by kernel

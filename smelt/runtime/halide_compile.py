@@ -9,17 +9,22 @@ the library by its key (source, Halide version, target) and only loads it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import functools
 import hashlib
 import importlib.metadata
+import io
+import logging
 import os
 import subprocess
+import sys
 import tempfile
 import types
 
 from ..errors import KernelCompileError
 
+log = logging.getLogger("smelt.runtime")
 RUNTIME_NAME = "libsmelt_halide_runtime"
 
 
@@ -91,6 +96,33 @@ def runtime_library(cache_dir: str) -> str:
     return path
 
 
+_C_STDIO = ctypes.CDLL(None)
+
+
+@contextlib.contextmanager
+def compiler_messages_to_log(name: str):
+    """Halide's compiler prints its warnings (bfloat16 math emulated on this CPU, ...) to stdout,
+    through Python's sys.stdout or, from C++, to file descriptor 1: kept out of the user's output,
+    they go to smelt's debug log instead."""
+    sys.stdout.flush()
+    _C_STDIO.fflush(None)
+    saved = os.dup(1)
+    python_side = io.StringIO()
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 1)
+        try:
+            with contextlib.redirect_stdout(python_side):
+                yield
+        finally:
+            _C_STDIO.fflush(None)  # C++ streams write through C's buffered stdout
+            os.dup2(saved, 1)
+            os.close(saved)
+            captured.seek(0)
+            text = (python_side.getvalue() + captured.read().decode(errors="replace")).strip()
+            if text:
+                log.debug("smelt: Halide's compiler on kernel %s:\n%s", name, text)
+
+
 def load_source(name: str, source: str, path: str | None = None) -> types.SimpleNamespace:
     """Runs a generated module's source; its names as attributes."""
     namespace: dict = {}
@@ -115,7 +147,8 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
             pipeline, arguments = getattr(module, name)()
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
                 prefix = os.path.join(tmp, name)
-                pipeline.compile_to_file(prefix, arguments, name, kernel_target())
+                with compiler_messages_to_log(name):
+                    pipeline.compile_to_file(prefix, arguments, name, kernel_target())
                 _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
                 os.replace(prefix + ".so", library)
         except KernelCompileError:

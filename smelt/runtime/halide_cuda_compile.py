@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from ..errors import KernelCompileError
-from .halide_compile import _folder, _key, _link, _locked, halide_version, load_source
+from .halide_compile import _folder, _key, _link, _locked, compiler_messages_to_log, halide_version, load_source
 
 RUNTIME_NAME = "libsmelt_halide_cuda_runtime"
 SHIM = os.path.join(os.path.dirname(__file__), "halide_cuda_shim.c")
@@ -103,7 +103,8 @@ def kernel_library(name: str, source: str, cache_dir: str, capability: tuple[int
             pipeline, arguments = getattr(module, name)()
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
                 prefix = os.path.join(tmp, name)
-                pipeline.compile_to_file(prefix, arguments, name, target)
+                with compiler_messages_to_log(name):
+                    pipeline.compile_to_file(prefix, arguments, name, target)
                 _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
                 os.replace(prefix + ".so", library)
         except KernelCompileError:
