@@ -130,14 +130,17 @@ def load_source(name: str, source: str, path: str | None = None) -> types.Simple
     return types.SimpleNamespace(**namespace)
 
 
-def kernel_library(name: str, source: str, cache_dir: str, path: str | None = None) -> tuple[str, float]:
-    """Path of the compiled library of kernel `name`, and the seconds spent compiling it (0 if cached)."""
+def kernel_library(name: str, source: str, cache_dir: str, path: str | None = None, target=None,
+                   runtime: str | None = None) -> tuple[str, float]:
+    """Path of the compiled library of kernel `name`, and the seconds spent compiling it (0 if cached).
+    By default for the host, linked against runtime_library; the CUDA path passes its own."""
     import time
+    target = kernel_target() if target is None else target
     folder = _folder(cache_dir)
-    library = os.path.join(folder, f"{name}_{_key(source, halide_version(), kernel_target().to_string())}.so")
+    library = os.path.join(folder, f"{name}_{_key(source, halide_version(), target.to_string())}.so")
     if os.path.exists(library):
         return library, 0.0
-    runtime = runtime_library(cache_dir)
+    runtime = runtime_library(cache_dir) if runtime is None else runtime
     start = time.perf_counter()
     with _locked(library):
         if os.path.exists(library):
@@ -148,12 +151,12 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
                 prefix = os.path.join(tmp, name)
                 with compiler_messages_to_log(name):
-                    pipeline.compile_to_file(prefix, arguments, name, kernel_target())
+                    pipeline.compile_to_file(prefix, arguments, name, target)
                 _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
                 os.replace(prefix + ".so", library)
         except KernelCompileError:
             raise
         except Exception as e:  # Halide reports errors in the algorithm or schedule as HalideError
-            raise KernelCompileError(f"smelt: Halide kernel {name} did not compile; source: {path}; "
+            raise KernelCompileError(f"smelt: Halide kernel {name} ({target}) did not compile; source: {path}; "
                                      f"error: {type(e).__name__}: {e}") from e
     return library, time.perf_counter() - start

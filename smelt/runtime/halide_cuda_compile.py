@@ -14,10 +14,10 @@ import functools
 import os
 import subprocess
 import tempfile
-import time
 
 from ..errors import KernelCompileError
-from .halide_compile import _folder, _key, _link, _locked, compiler_messages_to_log, halide_version, load_source
+from .halide_compile import _folder, _key, _link, _locked
+from .halide_compile import kernel_library as host_kernel_library
 
 RUNTIME_NAME = "libsmelt_halide_cuda_runtime"
 SHIM = os.path.join(os.path.dirname(__file__), "halide_cuda_shim.c")
@@ -88,28 +88,4 @@ def runtime_library(cache_dir: str) -> str:
 def kernel_library(name: str, source: str, cache_dir: str, capability: tuple[int, int],
                    path: str | None = None) -> tuple[str, float]:
     """Path of kernel `name` compiled for a GPU of `capability`, and the seconds spent (0 if cached)."""
-    target = kernel_target(capability)
-    folder = _folder(cache_dir)
-    library = os.path.join(folder, f"{name}_{_key(source, halide_version(), target.to_string())}.so")
-    if os.path.exists(library):
-        return library, 0.0
-    runtime = runtime_library(cache_dir)
-    start = time.perf_counter()
-    with _locked(library):
-        if os.path.exists(library):
-            return library, 0.0
-        module = load_source(name, source, path)
-        try:
-            pipeline, arguments = getattr(module, name)()
-            with tempfile.TemporaryDirectory(dir=folder) as tmp:
-                prefix = os.path.join(tmp, name)
-                with compiler_messages_to_log(name):
-                    pipeline.compile_to_file(prefix, arguments, name, target)
-                _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
-                os.replace(prefix + ".so", library)
-        except KernelCompileError:
-            raise
-        except Exception as e:  # HalideError: the algorithm or its GPU schedule
-            raise KernelCompileError(f"smelt: Halide CUDA kernel {name} did not compile; source: {path}; "
-                                     f"error: {type(e).__name__}: {e}") from e
-    return library, time.perf_counter() - start
+    return host_kernel_library(name, source, cache_dir, path, kernel_target(capability), runtime_library(cache_dir))
