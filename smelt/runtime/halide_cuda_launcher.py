@@ -17,7 +17,7 @@ import torch
 from ..codegen.halide_ops import HALIDE_TYPE_CODE
 from .halide_compile import load_source
 from .halide_cuda_compile import kernel_library, runtime_library
-from .halide_launcher import INT32_MAX, HalideLauncher, HalideLaunchError
+from .halide_launcher import HalideLauncher, HalideLaunchError, storage_extent
 
 # bfloat16 travels as its 16 bits (halide_gpu_schedule.py): Halide checks the buffer's type.
 _TYPE_CODE = {**HALIDE_TYPE_CODE, torch.bfloat16: (1, 16)}
@@ -103,10 +103,7 @@ class HalideCudaLauncher(HalideLauncher):
             raise HalideLaunchError(f"smelt: Halide CUDA kernel {self.name} got {type(tensor).__name__} "
                                     f"{getattr(tensor, 'device', '')} for buffer {k}: it runs on tensors of "
                                     f"cuda:{self.device}, the device of its first buffer")
-        extent = tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
-        if extent > INT32_MAX:
-            raise HalideLaunchError(f"smelt: Halide kernel {self.name}: a buffer of {extent} elements is past "
-                                    f"Halide's int32 extents")
+        extent = storage_extent(self.name, tensor)
         buffer = self.buffers[k]
         buffer.type.code, buffer.type.bits = _TYPE_CODE[tensor.dtype]
         buffer.host = None

@@ -66,6 +66,16 @@ def _install_error_handler(runtime_path: str) -> None:
 _EMPTY = ctypes.c_uint64(0)
 
 
+def storage_extent(kernel: str, tensor: torch.Tensor) -> int:
+    """Elements from the tensor's first to the end of its storage: the kernel's index expressions
+    may reach any of them (a view read through another layout)."""
+    extent = tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
+    if extent > INT32_MAX:
+        raise HalideLaunchError(f"smelt: Halide kernel {kernel}: a buffer of {extent} elements is past "
+                                f"Halide's int32 extents")
+    return extent
+
+
 class HalideLauncher:
     """Calls one kernel as `name(*input_buffers, *output_buffers, *sizes)`, like smelt's wrapper does.
 
@@ -136,12 +146,7 @@ class HalideLauncher:
         if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
             raise HalideLaunchError(f"smelt: Halide kernel {self.name} got {type(tensor).__name__} "
                                     f"{getattr(tensor, 'device', '')} for buffer {k}: it runs on CPU tensors")
-        # Everything from the first element to the end of the storage: the kernel's index
-        # expressions may reach any of it (a view read through another layout).
-        extent = tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
-        if extent > INT32_MAX:
-            raise HalideLaunchError(f"smelt: Halide kernel {self.name}: a buffer of {extent} elements is past "
-                                    f"Halide's int32 extents")
+        extent = storage_extent(self.name, tensor)
         buffer = self.buffers[k]
         code, bits = HALIDE_TYPE_CODE[tensor.dtype]
         buffer.type.code, buffer.type.bits = code, bits
