@@ -69,15 +69,20 @@ def _locked(path: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _link(objects: list[str], out: str, extra: list[str] = ()) -> None:
-    cmd = ["cc", "-shared", "-o", out, *objects, *extra]
+def run_cc(args: list[str], what: str, setting: str = "SMELT_CPU_BACKEND") -> None:
+    """Runs the system C compiler; `what` names the step in errors, `setting` the way around it."""
+    cmd = ["cc", *args]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
     except FileNotFoundError:
-        raise KernelCompileError("smelt: the Halide backend links its kernels with the system C compiler `cc`, "
-                                 "which is not on PATH: install one, or set SMELT_CPU_BACKEND=triton") from None
+        raise KernelCompileError(f"smelt: the Halide backend needs the system C compiler `cc` ({what}), which is "
+                                 f"not on PATH: install one, or set {setting}=triton") from None
     if done.returncode != 0:
-        raise KernelCompileError(f"smelt: linking {out} failed: {' '.join(cmd)}\n{done.stderr}")
+        raise KernelCompileError(f"smelt: {what} failed: {' '.join(cmd)}\n{done.stderr}")
+
+
+def _link(objects: list[str], out: str, extra: list[str] = ()) -> None:
+    run_cc(["-shared", "-o", out, *objects, *extra], f"linking {out}")
 
 
 def runtime_library(cache_dir: str) -> str:

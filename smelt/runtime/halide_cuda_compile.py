@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 import tempfile
 
 from ..errors import KernelCompileError
-from .halide_compile import _folder, _key, _link, _locked
+from .halide_compile import _folder, _key, _link, _locked, run_cc
 from .halide_compile import kernel_library as host_kernel_library
 
 RUNTIME_NAME = "libsmelt_halide_cuda_runtime"
@@ -54,14 +53,7 @@ def kernel_target(capability: tuple[int, int]):
 
 
 def _compile_shim(out: str) -> None:
-    cmd = ["cc", "-c", "-fPIC", "-O2", "-o", out, SHIM]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise KernelCompileError("smelt: SMELT_CUDA_BACKEND=halide builds its runtime with the system C compiler "
-                                 "`cc`, which is not on PATH: install one, or set SMELT_CUDA_BACKEND=triton") from None
-    if done.returncode != 0:
-        raise KernelCompileError(f"smelt: compiling {SHIM} failed: {' '.join(cmd)}\n{done.stderr}")
+    run_cc(["-c", "-fPIC", "-O2", "-o", out, SHIM], f"compiling {SHIM}", "SMELT_CUDA_BACKEND")
 
 
 def runtime_library(cache_dir: str) -> str:
