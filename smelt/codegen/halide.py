@@ -128,7 +128,7 @@ class HalideKernel:
         self.uses_random = False  # set by the random ops: the module then defines philox()
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
-        self.bf16_bits = getattr(self.schedule, "bf16_as_bits", False)
+        self.bf16_bits = self.schedule.bf16_as_bits
 
     # ------------------------------------------------------------ half floats
 
@@ -363,9 +363,9 @@ class HalideKernel:
         out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
         out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
-        out.writeline(f"DEVICE = {getattr(self.schedule, 'device', 'cpu')!r}  # the target its schedule is for")
+        out.writeline(f"DEVICE = {self.schedule.device!r}  # the target its schedule is for")
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
-        helpers += getattr(self.schedule, "helpers", lambda: "")()
+        helpers += self.schedule.helpers()
         body_text = "\n".join(self.body.lines)
         helpers += "".join(source for name, source in SPECIAL_FUNCTIONS.items() if f" {name}(" in body_text)
         for line in helpers.splitlines():
@@ -470,7 +470,7 @@ class HalideOps:
         bounds = f"(0 <= {symbol}_unchecked) & ({symbol}_unchecked < {size_text})"
         if k.mask_stack:  # a lane the mask turns off may hold any index
             bounds = f"{bounds} | ~({' & '.join(k.mask_stack)})"
-        if getattr(k.schedule, "device", "cpu") == "cuda":
+        if k.schedule.device == "cuda":
             # A GPU kernel cannot stop the pipeline with a message (Halide prints no require in
             # device code); as smelt's Triton kernels on CUDA, whose device_assert is compiled out,
             # it does not check. The index is clamped, so a bad one reads or writes in bounds.
@@ -522,11 +522,12 @@ class HalideOps:
             return self.k.emit(f"{self._operand(a)} * {infinity}", dtype, rank)
         if name == "truediv" and b.rank == 0 and not isinstance(b, ConstantVar):
             # A scalar Halide may fold to a literal zero while building the Expr (a count of 0):
-            # `- 0` hides it from that check, keeps -0.0 as it is, and is simplified away later.
+            # `- 0` hides it from that check and is simplified away later (a zero Halide folds this
+            # way divides as +0.0).
             b = CSEVar(f"({b} - {literal(0, dtype)})", dtype, 0)
         if dtype == torch.bool and name in BOOL_ARITHMETIC:
             return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
-        if name in INFIX and not (dtype == torch.bool and name in ("add", "sub", "mul", "left_shift", "right_shift")):
+        if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
             out = torch.bool if name in PREDICATE_OPS else dtype
             return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY

@@ -84,6 +84,12 @@ class HalideSchedule:
     stored_rows: list[str] = dataclasses.field(default_factory=list)
     scans: list[str] = dataclasses.field(default_factory=list)
     scatters: int = 0
+    device = "cpu"  # the target the schedule is for (halide_gpu_schedule: cuda)
+    bf16_as_bits = False  # bfloat16 is a Halide type on the CPU
+
+    def helpers(self) -> str:
+        """Module-level helpers the schedule's kernels need (none on the CPU)."""
+        return ""
 
     def __post_init__(self):
         # Rows contiguous in memory: fold each row into vector lanes first. Otherwise (columns)

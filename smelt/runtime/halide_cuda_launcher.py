@@ -72,10 +72,11 @@ def _placeholder(device: int) -> int:
 class HalideCudaLauncher(HalideLauncher):
     """Calls one Halide CUDA kernel as `name(*input_buffers, *output_buffers, *sizes)`."""
 
-    def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None):
+    def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None,
+                 module=None):
         self.launch = CudaLaunch()
         self.launch_address = ctypes.c_void_p(ctypes.addressof(self.launch))
-        super().__init__(name, source, origins, cache_dir, path)
+        super().__init__(name, source, origins, cache_dir, path, module)
         self.interface = _runtime(self.runtime_path).halide_cuda_device_interface()
         self.device = None
 
@@ -118,6 +119,6 @@ class HalideCudaLauncher(HalideLauncher):
 
 def halide_launcher(name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None):
     """The launcher for a generated Halide module: its DEVICE says which target its schedule is for."""
-    device = getattr(load_source(name, source, path), "DEVICE", "cpu")
-    launcher = HalideCudaLauncher if device == "cuda" else HalideLauncher
-    return launcher(name, source, origins, cache_dir, path)
+    module = load_source(name, source, path)
+    launcher = HalideCudaLauncher if module.DEVICE == "cuda" else HalideLauncher
+    return launcher(name, source, origins, cache_dir, path, module)

@@ -83,11 +83,12 @@ class HalideLauncher:
     called from two threads at once.
     """
 
-    def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None):
+    def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None,
+                 module=None):
         self.name = name
         self.origins = origins
         self.path = path
-        module = load_source(name, source, path)
+        module = load_source(name, source, path) if module is None else module
         self.num_inputs, self.num_outputs = len(module.INPUTS), len(module.OUTPUTS)
         self.size_names = module.SIZES
         self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
