@@ -159,6 +159,28 @@ def test_softmax_and_log_softmax():
     run_both(lambda a: torch.softmax(a.to(torch.bfloat16), -1), x, atol=1e-2, rtol=1e-2)
 
 
+def test_softmax_fast_exp_over_the_whole_float32_range_masks_and_nan():
+    # Row i is i * step apart from its max down to -100: every exponent exp_nonpositive takes,
+    # including the subnormal results it flushes to 0, at eager's float32 tolerance.
+    x = torch.linspace(0, -100, 4097).repeat(6, 1) * torch.linspace(0.01, 1, 6)[:, None]
+    x[1, ::3] = float("-inf")  # a masked row
+    x[2, :] = float("-inf")  # fully masked: nan, as eager
+    x[3, 17] = float("nan")
+    x[4, 5] = 3e38  # a huge max: the rest underflow to 0
+    actual = run_both(lambda a: torch.softmax(a, -1), x, atol=1e-5, rtol=1.3e-6)
+    assert any("exp_nonpositive(" in source for source in last_graph().kernel_sources.values())
+    assert (actual[1, ::3] == 0).all()
+
+
+def test_division_by_a_per_row_value_multiplies_by_its_reciprocal():
+    x = torch.randn(7, 300)
+    x[0, :5] = 0.0
+    d = torch.randn(7, 1)
+    d[1], d[2], d[3] = 0.0, float("inf"), float("nan")
+    run_both(lambda a, b: a / b, x, d, atol=1e-5, rtol=1.3e-6)
+    run_both(lambda a: a / a.sum(-1, keepdim=True), x, atol=1e-5, rtol=1.3e-6)
+
+
 def test_layer_norm_is_one_kernel():
     ln = torch.nn.LayerNorm(96)
     x = torch.randn(4, 11, 96)

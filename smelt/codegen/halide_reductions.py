@@ -49,7 +49,14 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         from .halide import HalideOps
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
         ops = HalideOps(k)
-        terms = ops.exp(ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1)))
+        shifted = ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1))
+        if dtype == torch.float32:
+            # v - max is never positive (or is nan): the cheaper exp of halide_special serves, and
+            # is what a later ops.exp of the same value finds.
+            terms = k.emit(f"exp_nonpositive({shifted})", dtype, 2)
+            k.cse.remember(ops.unary_text("exp", shifted), terms)
+        else:
+            terms = ops.exp(shifted)
         k.cse.redirect(terms, k.as_func(f"{name}_exp", terms, 2))
         k.schedule.row_values(f"{name}_exp")
         row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
