@@ -31,7 +31,7 @@ from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY,
 from . import halide_random as random
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
-from .halide_schedule import HalideSchedule
+from .halide_schedule import HalideSchedule, static_extent
 from .halide_special import SPECIAL_FUNCTIONS
 from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
 from .triton_ops import register_dtype
@@ -370,7 +370,9 @@ class HalideKernel:
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
         helpers += self.schedule.helpers()
         body_text = "\n".join(self.body.lines)
-        helpers += "".join(source for name, source in SPECIAL_FUNCTIONS.items() if f" {name}(" in body_text)
+        for special, source in SPECIAL_FUNCTIONS.items():
+            if f" {special}(" in body_text + helpers:
+                helpers += source
         for line in helpers.splitlines():
             out.writeline(line)
         out.writeline()
@@ -412,9 +414,8 @@ class HalideKernel:
         """xnumel and rnumel where the graph's shapes fix them (its index expressions hold them
         as literals already). Not an empty extent: a mean over it would divide by a literal 0,
         which Halide refuses to build (as a Param, it divides at run time, giving nan)."""
-        extents = {"xnumel": self.plan.xnumel, "rnumel": self.plan.rnumel}
-        return {name: int(value) for name, value in extents.items()
-                if value is not None and sympy.sympify(value).is_Integer and int(value) > 0}
+        extents = {"xnumel": static_extent(self.plan.xnumel), "rnumel": static_extent(self.plan.rnumel)}
+        return {name: value for name, value in extents.items() if value}
 
     def launch_args(self) -> tuple[list[tuple[str, str]], list[str]]:
         params = [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.ordered_outputs()]

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import sympy
-
-from .halide_schedule import GUARD
+from .halide_schedule import GUARD, static_extent
 
 # Threads of a block for elementwise work: a multiple of the warp, small enough that short
 # kernels still spread over the H100's 132 SMs.
@@ -49,11 +47,6 @@ def bf16_bits_to_f32(b):
 '''
 
 
-def _static(expr) -> int | None:
-    expr = sympy.sympify(expr) if expr is not None else None
-    return int(expr) if expr is not None and expr.is_Integer else None
-
-
 def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -66,7 +59,7 @@ class HalideGpuSchedule:
     bf16_as_bits = True
 
     def __post_init__(self):
-        rnumel = _static(self.plan.rnumel) if self.plan.is_reduction else None
+        rnumel = static_extent(self.plan.rnumel) if self.plan.is_reduction else None
         self.rows_contiguous = self.plan.is_reduction and self.plan.r_contiguous()
         self.lanes = None
         if self.rows_contiguous and (rnumel is None or rnumel >= MIN_LANES):
@@ -83,7 +76,7 @@ class HalideGpuSchedule:
         return f"{stage}.gpu_tile({var}, {outer}, {inner}, {THREADS}, {GUARD})"
 
     def _tile_2d(self, stage: str, inner_var: str, outer_var: str, var_kind: str) -> str:
-        rnumel = _static(self.plan.rnumel)
+        rnumel = static_extent(self.plan.rnumel)
         across = 32 if rnumel is None else min(THREADS, _pow2_at_least(max(rnumel, 1)))
         block_x, thread_x, block_y, thread_y = self._names(var_kind, 4)
         return (f"{stage}.gpu_tile({inner_var}, {outer_var}, {block_x}, {block_y}, {thread_x}, {thread_y}, "

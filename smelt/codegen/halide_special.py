@@ -6,7 +6,18 @@ i0; lgamma's Lanczos sum is good to about 1e-14). exp_nonpositive is a float32 f
 """
 from __future__ import annotations
 
+# In dependency order: a helper is included when the kernel, or a helper before it, calls it.
 SPECIAL_FUNCTIONS = {
+    "sigmoid": '''
+
+def sigmoid(v):
+    # From exp(-|v|) <= 1 on float32: exp_nonpositive's cheaper path, no overflow to guard
+    # (silu_mul 2048x2048, one thread: 2.19 -> 2.07 ms).
+    if v.type() != hl.Float(32):
+        return 1 / (1 + exp(-v))
+    small = exp_nonpositive(-hl.abs(v))
+    return hl.select(v >= 0, hl.f32(1), small) / (1 + small)
+''',
     "exp_nonpositive": '''
 
 # exp on float32 v <= 0 (a softmax's v - max), or nan: about half the work of exp with its
