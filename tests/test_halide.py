@@ -103,6 +103,28 @@ def test_transposed_sliced_and_broadcast_inputs():
     run_both(lambda a, b, c: a.t() * 2 + b + c, t, s, row)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_transposing_store_of_static_extents_walks_register_tiles(dtype):
+    # 392 columns: 49 tiles of 8, one strip; 256 rows: 32 tiles.
+    a, b = torch.randn(256, 392, dtype=dtype), torch.randn(392, 256, dtype=dtype)
+    run_both(lambda x, y: torch.sin(x.t()) * y + 1, a, b)
+    source, = last_graph().kernel_sources.values()
+    assert "_tiles = hl.RDom(" in source and ".store_in(hl.MemoryType.Register)" in source
+
+
+def test_transposing_store_too_narrow_for_tiles_keeps_column_strips():
+    a, b = torch.randn(40, 24), torch.randn(24, 40)
+    run_both(lambda x, y: x.t() + y, a, b)
+    source, = last_graph().kernel_sources.values()
+    assert "_tiles" not in source and "_columns" in source
+
+
+def test_column_reduction_reads_a_row_at_a_time():
+    x = torch.randn(300, 129)  # a tail of columns past the last whole vector and task
+    run_both(lambda a: a.sum(0), x, rtol=1e-4, atol=1e-4)
+    assert any(".reorder(buf" in s and "rdom.x).vectorize(" in s for s in last_graph().kernel_sources.values())
+
+
 def test_zero_dim_and_expanded_inputs():
     scalar = torch.tensor(2.5)
     x = torch.randn(5, 1).expand(5, 7)

@@ -129,6 +129,8 @@ class HalideKernel:
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
         self.schedule = schedule_class(plan)  # halide_schedule (CPU) or halide_gpu_schedule
         self.uses_random = False  # set by the random ops: the module then defines philox()
+        self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
+        self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
         self.bf16_bits = self.schedule.bf16_as_bits
@@ -211,9 +213,42 @@ class HalideKernel:
         clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
         stored = self.graph.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
+        if self.tiles and not clamped and self.transposes(index, RINDEX, XINDEX):
+            text = self.tile_load(text).name
         if register_dtype(dtype) != dtype:
             text = self.widen(text, dtype)
         return self.emit(text, dtype, self.rank_of(index))
+
+    @staticmethod
+    def transposes(index: sympy.Expr, inner, outer) -> bool:
+        """Whether index walks memory along inner (its step is 1) and strides along outer."""
+        return index.coeff(inner) == 1 and index.coeff(outer) != 1 and outer in index.free_symbols
+
+    def tile_load(self, text: str) -> CSEVar:
+        """A load contiguous along r in a transposing store: a Func over (r, x) the schedule keeps
+        as a register tile, loaded a row per vector and read transposed."""
+        if text not in self.tile_loads:
+            name = f"tile{len(self.tile_loads)}"
+            self.body.writeline(f'{name} = hl.Func("{name}")')
+            self.body.writeline(f"{name}[r, x] = {text}")
+            self.schedule.tile_load(name)
+            self.tile_loads[text] = CSEVar(func_call(f"{name}[r, x]"), None, 2)
+        return self.tile_loads[text]
+
+    def transposing_store(self):
+        """The tiles of a kernel whose one output is a pointwise (x, r) member stored transposed
+        (contiguous along x) over static extents; None for any other kernel."""
+        if self.plan.is_reduction or self.plan.has_scan:
+            return None
+        stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
+        if len(stores) != 1 or stores[0].is_scatter or self.plan.placement[stores[0].name] != "xr":
+            return None
+        sizes = self.static_extents()
+        if "xnumel" not in sizes or "rnumel" not in sizes:
+            return None
+        if not self.transposes(stores[0].store_index("xr", self.plan.xnumel, self.plan.rnumel), XINDEX, RINDEX):
+            return None
+        return self.schedule.transpose_tiles(sizes["xnumel"], sizes["rnumel"])
 
     def value_of(self, node) -> CSEVar:
         if node.name in self.node_values:
@@ -271,10 +306,17 @@ class HalideKernel:
         out = self.output(node.write_name)
         domain = "xr_dom" if xr else "x_dom"
         x, r = (f"{domain}.y", f"{domain}.x") if xr else (f"{domain}.x", "0")
+        if self.tiles:
+            domain = f"{out}_tiles"
+            self.body.writeline(f"{domain} = hl.RDom([{', '.join(f'(0, {n})' for n in self.tiles.extents())}], "
+                                f'"{domain}")')
+            x, r = self.tiles.coordinates(domain)
         value = value.replace("[r, x]", f"[{r}, {x}]").replace("[x]", f"[{x}]")
         self.body.writeline(f"{out} = hl.Func({self.storage_type(dtype)}, 1, \"{out}\")")
         self.body.writeline(f"{out}[x] = hl.undef({self.storage_type(dtype)})")
         self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
+        if self.tiles:
+            return self.schedule.transposed_output(out, self.tiles, domain)
         # A store that walks memory along x (a transpose) is vectorized along x, not r.
         along_x = xr and index.coeff(RINDEX) != 1 and index.coeff(XINDEX) == 1
         self.schedule.output(out, domain, xr, along_x)
@@ -344,6 +386,7 @@ class HalideKernel:
     # ------------------------------------------------------------ the module
 
     def generate_body(self) -> None:
+        self.tiles = self.transposing_store()
         for node in self.plan.nodes:
             if node.is_extern:
                 raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")

@@ -87,6 +87,10 @@ class HalideGpuSchedule:
         # host stage, and Halide then demands a host pointer for the output.
         self.entries.append(self._tile_1d(func, "x", "Var"))
 
+    def transpose_tiles(self, xnumel: int, rnumel: int) -> None:
+        """No register-tiled transposes on the GPU: its stores are tiled as any other."""
+        return None
+
     def output(self, func: str, domain: str, per_element: bool, along_x: bool = False) -> None:
         # along_x (a transposing store) changes nothing yet: the update is one thread an element.
         self._device_only(func)
