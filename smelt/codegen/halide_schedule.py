@@ -256,6 +256,8 @@ class HalideSchedule:
                       f".vectorize(r).unroll(x)"]
         if len(self.outputs) == 1 and not self.scatters:
             out = self.outputs[0]
-            lines += [f"{func}.compute_at({out.func}, {out.loop()}).vectorize(r, {VECTOR}, {GUARD})"
+            # As wide as the output's store loop: a softmax's exps, 2048 a row, one thread:
+            # 16 lanes 2.65 ms, 64 lanes 2.48 ms.
+            lines += [f"{func}.compute_at({out.func}, {out.loop()}).vectorize(r, {out.vector}, {GUARD})"
                       for func in self.stored_rows]
         return lines
