@@ -110,8 +110,10 @@ def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
     return list(reversed(strides))
 
 
-def static_int(expr: Expr) -> int | None:
-    """The value of expr if it has no free symbols, else None."""
+def static_int(expr: Expr | None) -> int | None:
+    """The value of expr if it has no free symbols, else None (and None for None)."""
+    if expr is None:
+        return None
     expr = sympify(expr)
     return int(expr) if expr.is_Integer else None
 

@@ -245,6 +245,21 @@ def test_scans(op):
     run_both(lambda a: getattr(torch, op)(a, dim=0), x, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("length", [32, 47, 300])
+def test_blocked_scans_along_static_rows(length):
+    # Blocks of 16 with a partial last one; integer sums exact, products and logcumsumexp
+    # associative up to rounding; a cummin (tuple scan) keeps the serial form.
+    x = torch.randn(6, length)
+    run_both(lambda a: a.cumsum(-1), x, rtol=1e-5, atol=1e-5)
+    assert any("_in_block4" in source for source in last_graph().kernel_sources.values())
+    run_both(lambda a: a.cumsum(-1), torch.randint(-1000, 1000, (6, length)), atol=0, rtol=0)
+    run_both(lambda a: (a.cumprod(-1), a.logcumsumexp(-1)), torch.rand(6, length) + 0.5, rtol=1e-4, atol=1e-5)
+    run_both(lambda a: torch.cummin(a, -1), x, atol=0, rtol=0)
+    y = x.clone()
+    y[2, 5] = float("nan")
+    run_both(lambda a: (a.cumsum(-1), a.cummax(-1).values), y, rtol=1e-5, atol=1e-5)
+
+
 def test_cummax_and_logcumsumexp():
     x = torch.randn(5, 40)
     x[2, 7] = float("nan")

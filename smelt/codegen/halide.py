@@ -31,7 +31,7 @@ from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY,
 from . import halide_random as random
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
-from .halide_schedule import HalideSchedule, static_extent
+from .halide_schedule import HalideSchedule
 from .halide_special import SPECIAL_FUNCTIONS
 from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
 from .triton_ops import register_dtype
@@ -457,7 +457,7 @@ class HalideKernel:
         """xnumel and rnumel where the graph's shapes fix them (its index expressions hold them
         as literals already). Not an empty extent: a mean over it would divide by a literal 0,
         which Halide refuses to build (as a Param, it divides at run time, giving nan)."""
-        extents = {"xnumel": static_extent(self.plan.xnumel), "rnumel": static_extent(self.plan.rnumel)}
+        extents = dict(zip(("xnumel", "rnumel"), self.plan.static_sizes()))
         return {name: value for name, value in extents.items() if value}
 
     def launch_args(self) -> tuple[list[tuple[str, str]], list[str]]:

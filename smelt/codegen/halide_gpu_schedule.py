@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .halide_schedule import GUARD, static_extent
+from ..symbolic import static_int
+from .halide_schedule import GUARD
 
 # Threads of a block for elementwise work: a multiple of the warp, small enough that short
 # kernels still spread over the H100's 132 SMs.
@@ -59,7 +60,7 @@ class HalideGpuSchedule:
     bf16_as_bits = True
 
     def __post_init__(self):
-        rnumel = static_extent(self.plan.rnumel) if self.plan.is_reduction else None
+        rnumel = static_int(self.plan.rnumel) if self.plan.is_reduction else None
         self.rows_contiguous = self.plan.is_reduction and self.plan.r_contiguous()
         self.lanes = None
         if self.rows_contiguous and (rnumel is None or rnumel >= MIN_LANES):
@@ -76,7 +77,7 @@ class HalideGpuSchedule:
         return f"{stage}.gpu_tile({var}, {outer}, {inner}, {THREADS}, {GUARD})"
 
     def _tile_2d(self, stage: str, inner_var: str, outer_var: str, var_kind: str) -> str:
-        rnumel = static_extent(self.plan.rnumel)
+        rnumel = static_int(self.plan.rnumel)
         across = 32 if rnumel is None else min(THREADS, _pow2_at_least(max(rnumel, 1)))
         block_x, thread_x, block_y, thread_y = self._names(var_kind, 4)
         return (f"{stage}.gpu_tile({inner_var}, {outer_var}, {block_x}, {block_y}, {thread_x}, {thread_y}, "

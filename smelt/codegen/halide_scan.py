@@ -3,9 +3,16 @@
 The scan is a Func over (r, x): its pure definition is each element's own value, and its update
 walks r from 1 in order, combining the running result at r - 1 with the element at r. The
 combine is the scan's own loop body, printed by HalideOps with the two sides as Func calls.
+
+On the CPU, a scan of one value along rows of a static length is blocked instead (`_blocked`):
+prefixes within blocks of BLOCK elements in log2(BLOCK) steps, each a vector op across the row,
+then a serial scan of the blocks' totals, then each block combined with the total before it.
+Every scan smelt lowers (cumsum, cumprod, cummax, logcumsumexp, associative_scan) combines
+associatively, so only the grouping of the combines changes, not the result beyond rounding.
 """
 from __future__ import annotations
 
+from ..symbolic import static_int
 from .common import CSEVar
 from .halide_ops import func_call, halide_type
 from .triton_scan import scan_register_dtype
@@ -22,6 +29,8 @@ def emit_scan(k, node, values) -> CSEVar:
     values = tuple(ops.to_dtype(v, d) for v, d in zip(values, data.dtypes))
     values = tuple(ops.to_dtype(v, d) if d != v.dtype else v for v, d in zip(values, dtypes))
     key = (data.combine.name, tuple(v.name for v in values))
+    if key not in k.scan_results and _blockable(k, dtypes):
+        k.scan_results[key] = (_blocked(k, ops, data, f"{node.name}_scan", values[0], dtypes[0]),)
     if key not in k.scan_results:
         name = f"{node.name}_scan"
         k.body.writeline(f'{name}_input = hl.Func("{name}_input")')
@@ -40,6 +49,56 @@ def emit_scan(k, node, values) -> CSEVar:
         k.scan_results[key] = tuple(CSEVar(_element(f"{name}[r, x]", i, len(dtypes)), d, 2)
                                     for i, d in enumerate(dtypes))
     return ops.to_dtype(k.scan_results[key][data.output_index], data.dtype)
+
+
+# Elements a block's prefix covers: a vector of float32 on AVX-512.
+BLOCK = 16
+
+
+def _blockable(k, dtypes) -> bool:
+    """A scan of one value along contiguous rows of a static length, on the CPU (a column scan
+    keeps the serial form, which runs neighbouring rows side by side as vector lanes)."""
+    rnumel = k.plan.static_sizes()[1]
+    return (k.schedule.device == "cpu" and len(dtypes) == 1 and rnumel is not None and rnumel >= 2 * BLOCK
+            and k.plan.r_contiguous())
+
+
+def _combine(k, ops, data, dtype, earlier: str, later: str) -> str:
+    """The scan's combine of two Func calls, as an Expr of dtype."""
+    from ..ir import use_handler
+    with k.cse.scope(), use_handler(ops):
+        combined = data.combine.fn((CSEVar(func_call(earlier), dtype, 2),), (CSEVar(func_call(later), dtype, 2),))
+        return _typed(ops.to_dtype(combined[0], dtype), dtype)
+
+
+def _blocked(k, ops, data, name: str, value: CSEVar, dtype) -> CSEVar:
+    """The blocked scan of value along r (see the module's docstring); returns its call at (r, x).
+    (2048x2048 float32 cumsum, one thread: 4.2 ms serial along r, eight rows side by side.)"""
+    stage = f"{name}_in_block0"
+    k.body.writeline(f'{stage} = hl.Func("{stage}")')
+    k.body.writeline(f"{stage}[r, x] = {_typed(value, dtype)}")
+    stages = [stage]
+    step = 1
+    while step < BLOCK:
+        previous, stage = stage, f"{name}_in_block{step.bit_length()}"
+        # Lanes below `step` within their block have nothing that far back in it; the index is
+        # clamped so that bounds inference never reaches before the row.
+        both = _combine(k, ops, data, dtype, f"{previous}[hl.max(r - {step}, 0), x]", f"{previous}[r, x]")
+        k.body.writeline(f'{stage} = hl.Func("{stage}")')
+        k.body.writeline(f"{stage}[r, x] = hl.select(r % {BLOCK} >= {step}, {both}, {previous}[r, x])")
+        stages.append(stage)
+        step *= 2
+    blocks = f"{name}_blocks"
+    k.body.writeline(f'{blocks} = hl.Func("{blocks}")')
+    k.body.writeline(f"{blocks}[r, x] = {stage}[hl.min(r * {BLOCK} + {BLOCK - 1}, rnumel - 1), x]")
+    k.body.writeline(f'{blocks}_steps = hl.RDom([(1, (rnumel - 1) // {BLOCK})], "{blocks}_steps")')
+    walked = _combine(k, ops, data, dtype, f"{blocks}[{blocks}_steps.x - 1, x]", f"{blocks}[{blocks}_steps.x, x]")
+    k.body.writeline(f"{blocks}[{blocks}_steps.x, x] = {walked}")
+    both = _combine(k, ops, data, dtype, f"{blocks}[hl.max(r // {BLOCK} - 1, 0), x]", f"{stage}[r, x]")
+    k.body.writeline(f'{name} = hl.Func("{name}")')
+    k.body.writeline(f"{name}[r, x] = hl.select(r >= {BLOCK}, {both}, {stage}[r, x])")
+    k.schedule.blocked_scan(stages, blocks)
+    return CSEVar(func_call(f"{name}[r, x]"), dtype, 2)
 
 
 def _typed(value: CSEVar, dtype) -> str:
