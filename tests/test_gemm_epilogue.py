@@ -1,5 +1,5 @@
-"""Which linear-layer activations move into the matrix product's epilogue (the FX rewrite alone,
-on fake CUDA tensors; tests/gpu/test_gemm_epilogue.py runs it against eager)."""
+"""Which linear-layer activations move into the matrix product's epilogue (the FX rewrite on fake
+tensors, and on the CPU against eager; tests/gpu/test_gemm_epilogue.py runs CUDA against eager)."""
 
 import pytest
 import torch
@@ -38,7 +38,7 @@ def test_activation_after_a_linear_moves_into_the_product(act, use_gelu, dtype):
 @pytest.mark.parametrize("case", [
     "erf gelu",  # cuBLASLt's GELU is the tanh form
     "float32",  # no faster there
-    "cpu",  # the CPU's _addmm_activation computes the erf form
+    "cpu",  # tanh GELU: the CPU's _addmm_activation computes the erf form
     "product read twice",  # the pre-activation value is needed as well
     "alpha",
 ])
@@ -54,3 +54,24 @@ def test_what_stays_a_separate_activation(case):
     before = _targets(gm)
     assert fuse_gemm_epilogues(gm) == 0
     assert _targets(gm) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("act, use_gelu", [(F.gelu, True), (F.relu, False)])
+def test_cpu_product_applies_erf_gelu_and_relu(act, use_gelu, dtype):
+    gm = _traced(lambda x, w, b: act(F.linear(x, w, b)), device="cpu", dtype=dtype)
+    assert fuse_gemm_epilogues(gm) == 1
+    (product,) = [n for n in gm.graph.nodes if n.target is aten._addmm_activation.default]
+    assert product.kwargs == {"use_gelu": use_gelu}
+
+
+def test_cpu_mlp_through_the_epilogue_matches_eager_bit_for_bit():
+    import smelt  # noqa: F401
+    torch._dynamo.reset()
+    x, w1, b1 = torch.randn(64, 32), torch.randn(128, 32), torch.randn(128)
+    w2, b2 = torch.randn(32, 128), torch.randn(32)
+
+    def mlp(x):
+        return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+
+    torch.testing.assert_close(torch.compile(mlp, backend="smelt")(x), mlp(x), rtol=0, atol=0)
