@@ -434,8 +434,8 @@ class HalideKernel:
                     arguments.append(size)
                     continue
                 # The wrapper still passes it; the algorithm uses the literal, so Halide sizes loops
-                # and scratch buffers exactly (on the stack, no tail checks): softmax 2048x2048,
-                # one thread 3.2 -> 2.7 ms.
+                # and scratch buffers exactly (on the stack, no tail checks): 2048x2048 cumsum,
+                # one thread 4.9 -> 3.9 ms; layer_norm's kernel compiles in 0.16 s, not 0.52 s.
                 out.writeline(f'{size}_arg = hl.Param(hl.Int(32), "{size}")')
                 out.writeline(f"{size} = hl.Expr({extent})")
                 arguments.append(f"{size}_arg")
