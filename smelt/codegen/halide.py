@@ -427,8 +427,9 @@ class HalideKernel:
                 out.writeline(f'{param} = hl.ImageParam({self.storage_type(self.graph.dtype_of(buffer))}, 1, "{param}")'
                               f"  # {buffer}")
             arguments = list(self.inputs.values())
+            static = self.static_extents()
             for size in launch_sizes:
-                extent = self.static_extents().get(size)
+                extent = static.get(size)
                 if extent is None:
                     out.writeline(f'{size} = hl.Param(hl.Int(32), "{size}")')
                     arguments.append(size)
@@ -595,7 +596,7 @@ class HalideOps:
             # a multiply per element, as eager's softmax does; a division per element costs several
             # multiplies on the CPU. Within 1 ulp of a / b, and the same at 0, inf and nan; only a
             # divisor below 2**-128, whose reciprocal overflows, differs. (A literal divisor stays a
-            # division: x / 3 is exact where x * (1 / 3) is not.)
+            # division: x / 3 rounds once where x * (1 / 3) rounds twice.)
             inverse = self.k.emit(f"1 / {self._operand(b)}", dtype, b.rank)
             return self.k.emit(f"{self._operand(a)} * {inverse}", dtype, rank)
         if dtype == torch.bool and name in BOOL_ARITHMETIC:
