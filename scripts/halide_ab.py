@@ -4,10 +4,13 @@
     python3 scripts/halide_ab.py /tmp/k/graph_*/halide_red_*.py --threads 2 \\
         'rows32=out_ptr0_row, 8, hl=>out_ptr0_row, 32, hl'
 
-Each variant is the kernel's source with text replacements (`name=old=>new;;old2=>new2`). All are
-JIT-compiled for the host with StrictFloat, as smelt compiles them, and called in alternation on
-the same inputs (float32 randn, one buffer of xnumel * rnumel elements per parameter) with a fresh
-output each call. Medians and minima come from the same rounds, so the machine's drift between
+Each variant is the kernel's source with text replacements (`name=old=>new;;old2=>new2`), or another
+kernel's file (`--also PATH`, e.g. the same graph's kernel from an older commit). All are JIT-compiled
+for the host as smelt compiles them (StrictFloat unless the kernel declares STRICT_FLOAT = False) and
+called in alternation on the same inputs (float32 randn, one buffer of xnumel * rnumel elements per
+parameter). Each variant writes its own outputs, allocated once: a fresh 16 MB output per call
+would time the kernel's page faults, as many as its work. Medians and minima come from the same
+rounds, so the machine's drift between
 runs, which reaches ±30% on the 2-core CPU, touches every variant alike. Sizes must be static:
 the kernel's source must print xnumel (and rnumel) as literals.
 """
@@ -23,8 +26,10 @@ import tempfile
 import time
 
 
-def variants(source: str, specs: list[str]) -> dict[str, str]:
+def variants(source: str, specs: list[str], files: list[str]) -> dict[str, str]:
     texts = {"orig": source}
+    for path in files:
+        texts[os.path.splitext(os.path.basename(path))[0]] = open(path).read()
     for spec in specs:
         name, replacements = spec.split("=", 1)
         text = source
@@ -53,6 +58,7 @@ def main() -> None:
     parser.add_argument("variants", nargs="*", metavar="NAME=OLD=>NEW")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--also", action="append", default=[], metavar="PATH", help="another kernel file to time")
     args = parser.parse_intermixed_args()
     os.environ["HL_NUM_THREADS"] = str(args.threads)  # read when Halide's pool starts
     import halide as hl
@@ -65,14 +71,15 @@ def main() -> None:
     elements = 1
     for n in sizes:
         elements *= n
-    target = hl.get_host_target().with_feature(hl.TargetFeature.StrictFloat)
+    host = hl.get_host_target()
     compiled = {}
     with tempfile.TemporaryDirectory() as folder:
-        for name, text in variants(source, args.variants).items():
+        for name, text in variants(source, args.variants, args.also).items():
             module = load(name, text, folder)
             kernel = next(v for k, v in vars(module).items() if k.startswith("halide_") and callable(v))
             pipeline, arguments = kernel()
-            pipeline.compile_jit(target)
+            strict = getattr(module, "STRICT_FLOAT", True)  # as smelt's compile reads it
+            pipeline.compile_jit(host.with_feature(hl.TargetFeature.StrictFloat) if strict else host)
             compiled[name] = (pipeline, arguments)
     torch.manual_seed(0)
     first = compiled["orig"][1]
@@ -85,12 +92,11 @@ def main() -> None:
             images = [a for a in arguments if isinstance(a, hl.ImageParam)]
             for image, tensor in zip(images, inputs):
                 image.set(hl.Buffer(tensor.numpy()))
-            fresh = [torch.empty(elements) for _ in range(outputs)]
+            fresh = results.setdefault(name, [torch.empty(elements) for _ in range(outputs)])
             buffers = [hl.Buffer(t.numpy()) for t in fresh]
             start = time.perf_counter()
             pipeline.realize(buffers)
             times[name].append(time.perf_counter() - start)
-            results[name] = fresh
     print(f"{args.kernel}: {args.threads} thread(s), {args.rounds} rounds")
     for name, seconds in times.items():
         differs = max(float(((a - b).abs() / (b.abs() + 1e-6)).max()) for a, b in zip(results[name], results["orig"]))

@@ -194,6 +194,24 @@ def test_softmax_fast_exp_over_the_whole_float32_range_masks_and_nan():
     assert (actual[1, ::3] == 0).all()
 
 
+def test_kernel_with_fused_multiply_adds_keeps_ieee_semantics_everywhere_else():
+    # The softmax's exp polynomial compiles without StrictFloat, so it may use FMAs; the rest of
+    # its kernel is strict() (codegen/halide_strict.py), where fast-math would fold x * 0 to 0,
+    # isnan to false and maximum past a NaN.
+    nan, inf = float("nan"), float("inf")
+    x = torch.randn(8, 300) * 30
+    x[0, 3], x[1, 4], x[2, 5] = nan, inf, -inf
+    x[3] = -inf
+
+    def fn(a):
+        soft = torch.softmax(a, -1)
+        flags = torch.where(torch.isnan(a), 1.0, 0.0)
+        return soft + flags + torch.maximum(a, a.flip(-1)) * 0 + torch.exp(a) * 0, torch.sigmoid(a) * a
+
+    run_both(fn, x, atol=1e-5, rtol=1.3e-6)
+    assert any("STRICT_FLOAT = False" in source for source in last_graph().kernel_sources.values())
+
+
 def test_division_by_a_per_row_value_multiplies_by_its_reciprocal():
     x = torch.randn(7, 300)
     x[0, :5] = 0.0

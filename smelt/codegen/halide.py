@@ -33,8 +33,14 @@ from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
 from .halide_schedule import HalideSchedule
 from .halide_special import SPECIAL_FUNCTIONS
+from .halide_strict import STRICT_HELPER, strict_definitions, uses_loose_helper
 from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
 from .triton_ops import register_dtype
+
+
+# The pure vars a value of each rank is a function of, as a helper that defines a Func over them
+# is passed them.
+PURE_VARS = {0: "()", 1: "(x,)", 2: "(r, x)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,6 +422,11 @@ class HalideKernel:
         for special, source in SPECIAL_FUNCTIONS.items():
             if f" {special}(" in body_text + helpers:
                 helpers += source
+        # The CUDA target keeps StrictFloat whole: FMAs there are unmeasured.
+        loose = self.schedule.device == "cpu" and uses_loose_helper(helpers)
+        if loose:
+            out.writeline("STRICT_FLOAT = False  # see strict() below")
+            helpers += STRICT_HELPER
         for line in helpers.splitlines():
             out.writeline(line)
         out.writeline()
@@ -444,6 +455,8 @@ class HalideKernel:
             if self.plan.blocks_2d:
                 out.writeline('xr_dom = hl.RDom([(0, rnumel), (0, xnumel)], "xr_dom")')
                 out.writeline('rdom = hl.RDom([(0, rnumel)], "rdom")')
+        if loose:
+            self.body.lines = strict_definitions(self.body.lines)
         out.splice(self.body)
         with out.indent():
             out.writeline()
@@ -627,7 +640,8 @@ class HalideOps:
         template = table.get(name)
         if template is None:
             raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
-        return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), **signbit_bits(x.dtype))
+        return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), at=PURE_VARS[x.rank],
+                               **signbit_bits(x.dtype))
 
     def _int_floor_op(self, name, a, b, dtype, rank):
         # Halide's integer / and % are Euclidean (the remainder is never negative); eager floors.

@@ -53,7 +53,7 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         if dtype == torch.float32:
             # v - max is never positive (or is nan): the cheaper exp of halide_special serves, and
             # is what a later ops.exp of the same value finds.
-            terms = k.emit(f"exp_nonpositive({shifted})", dtype, 2)
+            terms = k.emit(f"exp_nonpositive({shifted}, (r, x))", dtype, 2)
             k.cse.remember(ops.unary_text("exp", shifted), terms)
         else:
             terms = ops.exp(shifted)

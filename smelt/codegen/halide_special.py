@@ -6,16 +6,20 @@ i0; lgamma's Lanczos sum is good to about 1e-14). exp_nonpositive is a float32 f
 """
 from __future__ import annotations
 
+# Helpers with float math outside strict(): a CPU kernel that calls one compiles without
+# StrictFloat, its other definitions made strict (halide_strict.py).
+LOOSE_HELPERS = ("exp_nonpositive",)
+
 # In dependency order: a helper is included when the kernel, or a helper before it, calls it.
 SPECIAL_FUNCTIONS = {
     "sigmoid": '''
 
-def sigmoid(v):
+def sigmoid(v, at):
     # From exp(-|v|) <= 1 on float32: exp_nonpositive's cheaper path, no overflow to guard
-    # (silu_mul 2048x2048, one thread: 2.19 -> 2.07 ms).
+    # (silu_mul 2048x2048, one thread: 2.19 -> 2.07 ms). `at`: v's pure vars, as exp_nonpositive's.
     if v.type() != hl.Float(32):
         return 1 / (1 + exp(-v))
-    small = exp_nonpositive(-hl.abs(v))
+    small = exp_nonpositive(-hl.abs(v), at)
     return hl.select(v >= 0, hl.f32(1), small) / (1 + small)
 ''',
     "exp_nonpositive": '''
@@ -29,14 +33,21 @@ EXP_NONPOSITIVE_COEFFICIENTS = (1.0, 1.0, 0.49999991059303284, 0.166664212942123
                                 0.008374771103262901, 0.0013829420786350965)
 
 
-def exp_nonpositive(v):
+def exp_nonpositive(v, at):
+    # `at`: the pure vars v is a function of, (r, x), (x,) or (). Over vars, the polynomial is a
+    # Func of its own, outside strict() where its kernel is compiled without StrictFloat, so its
+    # multiply-adds fuse (halide_strict.py); its argument f stays strict.
     scaled = v * hl.f32(1.4426950408889634)
     k = hl.cast(hl.Int(32), scaled - hl.f32(0.5))  # rounds to nearest: scaled <= 0 truncates up
     whole = hl.cast(hl.Float(32), k)
-    f = (v - whole * hl.f32(0.693145751953125)) - whole * hl.f32(1.428606765330187e-06)
+    f = hl.strict_float((v - whole * hl.f32(0.693145751953125)) - whole * hl.f32(1.428606765330187e-06))
     p = hl.f32(EXP_NONPOSITIVE_COEFFICIENTS[-1])
     for c in EXP_NONPOSITIVE_COEFFICIENTS[-2::-1]:
         p = p * f + hl.f32(c)
+    if at:
+        polynomial = hl.Func("exp_polynomial")
+        polynomial[at] = p
+        p = polynomial[at]
     two_to_k = hl.reinterpret(hl.Float(32), (k + 127) << 23)
     return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-87.33), hl.f32(0), p * two_to_k))
 ''',

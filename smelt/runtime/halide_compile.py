@@ -41,11 +41,14 @@ def target():
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_target():
+def kernel_target(strict_float: bool = True):
     """The host without Halide's fast-math: NaN compares as IEEE says (argmax, max and cummax see NaN
-    as eager does) and no float math is reassociated. Without the runtime, which is shared."""
+    as eager does) and no float math is reassociated. Without the runtime, which is shared.
+    A kernel that declares STRICT_FLOAT = False makes each definition strict itself
+    (codegen/halide_strict.py) and is compiled without the target's."""
     import halide as hl
-    return target().with_feature(hl.TargetFeature.StrictFloat).with_feature(hl.TargetFeature.NoRuntime)
+    host = target().with_feature(hl.TargetFeature.NoRuntime)
+    return host.with_feature(hl.TargetFeature.StrictFloat) if strict_float else host
 
 
 def _key(*parts: str) -> str:
@@ -136,11 +139,11 @@ def load_source(name: str, source: str, path: str | None = None) -> types.Simple
 
 
 def kernel_library(name: str, source: str, cache_dir: str, path: str | None = None, target=None,
-                   runtime: str | None = None) -> tuple[str, float]:
+                   runtime: str | None = None, strict_float: bool = True) -> tuple[str, float]:
     """Path of the compiled library of kernel `name`, and the seconds spent compiling it (0 if cached).
     By default for the host, linked against runtime_library; the CUDA path passes its own."""
     import time
-    target = kernel_target() if target is None else target
+    target = kernel_target(strict_float) if target is None else target
     folder = _folder(cache_dir)
     library = os.path.join(folder, f"{name}_{_key(source, halide_version(), target.to_string())}.so")
     if os.path.exists(library):

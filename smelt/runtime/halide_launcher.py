@@ -92,6 +92,7 @@ class HalideLauncher:
         self.num_inputs, self.num_outputs = len(module.INPUTS), len(module.OUTPUTS)
         self.size_names = module.SIZES
         self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
+        self.strict_float = getattr(module, "STRICT_FLOAT", True)
         runtime, library, self.compile_seconds = self._compile(source, cache_dir)
         _install_error_handler(runtime)
         self.library = ctypes.CDLL(library)
@@ -117,7 +118,7 @@ class HalideLauncher:
     def _compile(self, source: str, cache_dir: str) -> tuple[str, str, float]:
         """(the shared runtime, the kernel's library, seconds spent compiling it)."""
         runtime = runtime_library(cache_dir)
-        library, seconds = kernel_library(self.name, source, cache_dir, self.path)
+        library, seconds = kernel_library(self.name, source, cache_dir, self.path, strict_float=self.strict_float)
         return runtime, library, seconds
 
     def _leading_arguments(self) -> list[int]:
