@@ -108,7 +108,7 @@ def _generated_kernel(kernel, interpret: bool, backend: str) -> GeneratedKernel:
     if isinstance(kernel, ComboKernelSource):
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                                config=kernel.config, candidates=(kernel.config,), workspace=None, xnumel_arg=-1,
-                               interpret=interpret, combo=(tuple(kernel.member_numels), kernel.pointers_per_member))
+                               interpret=interpret, combo=kernel.launch)
     return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                            config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
                            ticket=kernel.ticket, xnumel_arg=len(kernel.params) + len(kernel.size_args),

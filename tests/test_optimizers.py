@@ -83,8 +83,8 @@ def test_adam_over_150_tensors_runs_in_at_most_8_launches(device, compile_fn, as
 
 
 def test_a_loop_over_a_list_is_one_launch(device, compile_fn, assert_close, observe, kernel_count):
-    # (A one-element tensor's kernel indexes by a constant: its body differs, so it is left out.)
-    xs = [torch.randn(s, device=device) for s in SIZES if torch.Size(s).numel() > 1]
+    # A one-element tensor's kernel indexes by a constant: its body differs, a branch of its own.
+    xs = [torch.randn(s, device=device) for s in SIZES]
 
     def fn(xs):
         return [torch.sigmoid(x) * 3 - x for x in xs]
@@ -92,6 +92,43 @@ def test_a_loop_over_a_list_is_one_launch(device, compile_fn, assert_close, obse
     assert_close(compile_fn(fn)(xs), fn(xs))
     inspects_triton_kernels()
     assert kernel_count() == 1, [g.kernel_names for g in observe.compiled_graphs()]
+
+
+def test_kernels_of_different_bodies_and_dtypes_share_one_launch(device, compile_fn, assert_close, observe,
+                                                                   kernel_count):
+    xs = [torch.randn(s, device=device) for s in SIZES]
+    hs = [torch.randn(s, device=device, dtype=torch.float16) for s in SIZES[:3]]
+
+    def fn(xs, hs):
+        return [torch.sigmoid(x) * 3 - x for x in xs] + [h.cos() + 1 for h in hs] + [xs[0].exp() * xs[1].sum()]
+
+    assert_close(compile_fn(fn)(xs, hs), fn(xs, hs), atol=2e-3, rtol=2e-3)
+    inspects_triton_kernels()
+    (graph,) = observe.compiled_graphs()
+    combos = [source for name, source in graph.kernel_sources.items() if "combo" in name]
+    assert len(combos) == 1 and "elif kind == 2:" in combos[0], graph.kernel_names
+    # The sum and the kernel that reads it are two more: the last could not join the combo
+    # (it reads the sum, which runs after the combo's place).
+    assert kernel_count() <= 3, graph.kernel_names
+
+
+@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
+def test_adam_step_counts_and_updates_each_take_one_launch(foreach, device, compile_fn, assert_close, observe,
+                                                           kernel_count):
+    # The for-loop step alternates: count i += 1, then parameter i, which reads it. Both kinds
+    # still gather into one combo each.
+    params = [torch.randn(s, device=device, requires_grad=True) for s in MIXED[::5]]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    ref_params = _copies(params)
+    opt = torch.optim.Adam(params, lr=1e-2, foreach=foreach)
+    ref_opt = torch.optim.Adam(ref_params, lr=1e-2, foreach=foreach)
+    compile_fn(opt.step, fullgraph=False)()
+    ref_opt.step()
+    for p, q in zip(params, ref_params):
+        assert_close(p, q, atol=1e-6, rtol=1e-6)
+    inspects_triton_kernels()
+    assert kernel_count() <= 4, [g.kernel_names for g in observe.compiled_graphs()]
 
 
 def test_kernels_that_depend_on_each_other_stay_apart(device, compile_fn, assert_close):

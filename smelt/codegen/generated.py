@@ -24,8 +24,9 @@ class GeneratedKernel:
     interpret: bool  # a CPU kernel, run by the Triton interpreter
     ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
     backend: str = "triton"  # "triton" | "halide"
-    # A combo kernel (codegen/triton_combo.py): its members' element counts, pointers per member.
-    combo: tuple[tuple[int, ...], int] | None = None
+    # A combo kernel (codegen/triton_combo.py): its members' element counts, its members' kinds,
+    # pointers per kind.
+    combo: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
@@ -34,7 +35,7 @@ class GeneratedKernel:
                 "workspace": list(self.workspace) if self.workspace is not None else None,
                 "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket,
                 "backend": self.backend,
-                "combo": [list(self.combo[0]), self.combo[1]] if self.combo is not None else None}
+                "combo": [list(part) for part in self.combo] if self.combo is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedKernel:
@@ -45,7 +46,7 @@ class GeneratedKernel:
                    workspace=tuple(workspace) if workspace is not None else None,
                    xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False),
                    backend=data.get("backend", "triton"),
-                   combo=(tuple(data["combo"][0]), data["combo"][1]) if data.get("combo") else None)
+                   combo=tuple(tuple(part) for part in data["combo"]) if data.get("combo") else None)
 
 
 def _block_config(data: dict) -> BlockConfig:

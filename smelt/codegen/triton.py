@@ -530,20 +530,25 @@ class TritonKernel:
             return self.row_split.finish(text)
         return text
 
-    def module_source(self, functions: list[str], interpret: bool, comment_lines: list[str]) -> str:
-        """A kernel module: comments, imports, the helpers this kernel's body uses, `functions`."""
+    def module_source(self, functions: list[str], interpret: bool, comment_lines: list[str],
+                      also: tuple["TritonKernel", ...] = ()) -> str:
+        """A kernel module: comments, imports, the helpers the bodies of this kernel and of `also`
+        (a combo's other bodies) use, `functions`."""
         out = IndentedBuffer()
         out.writelines(comment_lines)
         out.writeline("import triton")
         out.writeline("import triton.language as tl")
         if interpret:
             out.writeline("from smelt.runtime import interpreter_libdevice as libdevice")
-            if self.uses_random:
+            if any(k.uses_random for k in (self, *also)):
                 out.writeline(INTERPRETER_IMPORT)
         else:
             out.writeline("from triton.language.extra import libdevice")
         out.writeline()
         helpers, helper_sources = set(self.helpers), dict(self.helper_sources)
+        for other in also:
+            helpers |= set(other.helpers)
+            helper_sources.update(other.helper_sources)
         if self.finisher is not None:
             helpers |= self.finisher.helpers
             helper_sources.update(self.finisher.helper_sources)

@@ -195,6 +195,15 @@ def lerp(g, start, end, weight):
     return make_pointwise(g, [start, end, weight], lambda s, e, w: ops.add(s, ops.mul(w, ops.sub(e, s))))
 
 
+@lowering(prims.fma)
+def fma(g, a, b, c):
+    # prims.fma rounds once (addcmul decomposes to it). Floats narrower than float64 multiply
+    # exactly in float64 and the sum rounds there, then once more to the output's type.
+    out = g.out_meta.dtype
+    wide = torch.float64 if out.is_floating_point and out != torch.float64 else out
+    return make_pointwise(g, [a, b, c], lambda x, y, z: ops.add(ops.mul(x, y), z), compute_dtype=wide)
+
+
 @lowering(aten.addcmul)
 def addcmul(g, x, a, b, value=1):
     return make_pointwise(g, [x, a, b, value], lambda v, p, q, k: ops.add(v, ops.mul(k, ops.mul(p, q))))

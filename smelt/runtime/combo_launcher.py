@@ -1,11 +1,12 @@
 """Launches a combo kernel (codegen/triton_combo.py): builds its work and pointer tables.
 
-The work table (member, block) per program depends only on the members' static sizes: made once
-per device, biggest members first so that the small ones fill the last wave. The pointer table
-holds each member's buffer addresses and element count; it is kept per distinct set of addresses,
-since an optimizer's parameters and states stay where they are from step to step, and built when
-they move (buffers the graph allocates may move every call): written into pinned memory and copied
-without waiting, so the host never stalls on the GPU's queue.
+The work table (kind, offset of the member's row in the pointer table, block) per program depends
+only on the members' static sizes and kinds: made once per device, biggest members first so that
+the small ones fill the last wave. The pointer table holds each member's buffer addresses and
+element count, one row per member (as long as its kind has pointers, plus one); it is kept per
+distinct set of addresses, since an optimizer's parameters and states stay where they are from
+step to step, and built when they move (buffers the graph allocates may move every call): written
+into pinned memory and copied without waiting, so the host never stalls on the GPU's queue.
 """
 from __future__ import annotations
 
@@ -18,10 +19,15 @@ STAGING = 4
 
 
 class ComboLauncher:
-    def __init__(self, launcher, member_numels: list[int], pointers_per_member: int):
+    def __init__(self, launcher, member_numels: list[int], member_kinds: list[int], pointers_per_kind: list[int]):
         self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
         self.numels = member_numels
-        self.per_member = pointers_per_member
+        self.kinds = member_kinds
+        self.pointers = [pointers_per_kind[k] for k in member_kinds]  # each member's
+        # Where each member's row starts in the pointer table, and its buffers in the call's arguments.
+        self.rows = [0]
+        for n in self.pointers:
+            self.rows.append(self.rows[-1] + n + 1)
         self.work: dict = {}
         self.tables: dict = {}
         self.staging: list = []  # (pinned int64 tensor, CUDA event recorded after its copy)
@@ -55,13 +61,17 @@ class ComboLauncher:
         members = torch.repeat_interleave(order, blocks[order])
         starts = torch.cumsum(blocks[order], 0) - blocks[order]
         block = torch.arange(len(members)) - torch.repeat_interleave(starts, blocks[order])
-        return torch.stack([members, block], 1).to(torch.int32).contiguous().to(device)
+        kinds = torch.tensor(self.kinds, dtype=torch.int64)[members]
+        rows = torch.tensor(self.rows[:-1], dtype=torch.int64)[members]
+        return torch.stack([kinds, rows, block], 1).to(torch.int32).contiguous().to(device)
 
     def _pointer_table(self, addresses: tuple[int, ...], device) -> torch.Tensor:
         rows = []
-        for m, numel in enumerate(self.numels):
-            rows.extend(addresses[m * self.per_member:(m + 1) * self.per_member])
+        at = 0
+        for numel, count in zip(self.numels, self.pointers):
+            rows.extend(addresses[at:at + count])
             rows.append(numel)
+            at += count
         table = torch.tensor(rows, dtype=torch.int64)
         if device.type != "cuda":
             return table

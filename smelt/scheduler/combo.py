@@ -1,12 +1,16 @@
-"""Independent kernels with one body, gathered into one launch.
+"""Independent kernels gathered into one launch.
 
-An optimizer step (or any loop over a list of tensors) leaves one small kernel per tensor, each
-with the same code over different buffers and sizes: hundreds of launches, each too small to
-fill the GPU. Kernels whose generated body is the same (the key given by the caller) are moved
-together into one step when nothing between them orders them: a kernel joins an earlier group
-only if it neither reads what any step since the group's start writes nor writes what those
-steps read or write. The group then runs at its first member's place, in one launch
-(codegen/triton_combo.py), and the buffers' lifetimes are planned again for the new order.
+An optimizer step (or any loop over a list of tensors) leaves one small kernel per tensor: hundreds
+of launches, each too small to fill the GPU. The caller gives each combinable step a key: which
+launches it may share (its device, how it runs) and its kind (its generated body). A step moves
+back to join an earlier combo of its key when nothing between them orders them: it neither reads
+what any step since the combo's place writes nor writes what those steps read or write. Each combo
+runs at its first member's place, in one launch (codegen/triton_combo.py), and the buffers'
+lifetimes are planned again for the new order.
+
+Several combos of one key stay open at once, so kernels that alternate with ones they depend on
+(a for-loop optimizer: step count i, then parameter i, which reads it) still end up in one combo
+per kind of kernel, not one per tensor.
 """
 from __future__ import annotations
 
@@ -16,31 +20,65 @@ from .schedule import Step, plan_frees
 
 # Members per launch at most: the pointer table grows with them, nothing else does.
 MAX_MEMBERS = 1024
+# Kinds (bodies) per launch at most: each is a branch of the kernel, compiled with it.
+MAX_KINDS = 8
+# Open combos per key: older ones are closed, bounding the search per step.
+MAX_OPEN = 32
 
 
-def combine(steps: list[Step], key_of: Callable[[Step], Hashable | None], outputs: set[str], graph) -> list[Step]:
-    """The steps with kernels of equal keys (None: never combined) gathered into combo steps."""
+class _Window:
+    """An open combo: its place, its kinds and what the steps placed at or after it access."""
+
+    def __init__(self, index: int, kind: Hashable):
+        self.index = index
+        self.kinds = {kind}
+        self.read: set[str] = set()
+        self.written: set[str] = set()
+
+    def admits(self, step_reads: set[str], step_writes: set[str], kind: Hashable, size: int) -> bool:
+        if size >= MAX_MEMBERS or (kind not in self.kinds and len(self.kinds) >= MAX_KINDS):
+            return False
+        return not step_reads & self.written and not step_writes & (self.read | self.written)
+
+
+def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable] | None], outputs: set[str],
+            graph) -> list[Step]:
+    """The steps with combinable ones gathered into combo steps. key_of gives a step's (launch key,
+    kind), or None for a step never combined."""
     placed: list[Step] = []
-    open_groups: dict = {}  # key -> [index in placed, names read since, names written since]
+    open_windows: dict[Hashable, list[_Window]] = {}
     for step in steps:
         reads, writes = _accesses(step)
-        key = key_of(step) if not step.is_extern and not step.finishers else None
-        joined = False
-        if key is not None and key in open_groups:
-            index, read_since, written_since = open_groups[key]
-            members = placed[index].combo
-            if len(members) < MAX_MEMBERS and not reads & written_since and not writes & (read_since | written_since):
-                members.append(step)
-                joined = True
-        if not joined:
-            placed.append(Step(step.group, combo=[step]) if key is not None else step)
-            if key is not None:
-                open_groups[key] = [len(placed) - 1, set(), set()]
+        keyed = key_of(step) if not step.is_extern and not step.finishers else None
+        window = None
+        if keyed is not None:
+            key, kind = keyed
+            candidates = open_windows.get(key, [])
+            # A window that has this kind already first: members of one kind share a branch.
+            for w in sorted(candidates, key=lambda w: kind not in w.kinds):
+                if w.admits(reads, writes, kind, len(placed[w.index].combo)):
+                    window = w
+                    break
+        if window is not None:
+            placed[window.index].combo.append(step)
+            window.kinds.add(kind)
+            position = window.index
+        else:
+            position = len(placed)
+            placed.append(Step(step.group, combo=[step]) if keyed is not None else step)
+            if keyed is not None:
+                windows = open_windows.setdefault(key, [])
+                windows.append(_Window(position, kind))
+                del windows[:-MAX_OPEN]
             if step.is_extern and _orders_everything(step):
-                open_groups.clear()
-        for window in open_groups.values():
-            window[1] |= reads
-            window[2] |= writes
+                open_windows.clear()
+        # The step now runs at `position`: a later step that joins a window at or before it
+        # moves ahead of it, one that joins a later window does not.
+        for windows in open_windows.values():
+            for w in windows:
+                if w.index <= position:
+                    w.read |= reads
+                    w.written |= writes
     result = []
     for step in placed:
         if step.combo and len(step.combo) == 1:

@@ -18,7 +18,7 @@ class Step:
     # Small reductions of this kernel's results that its last program runs, in order
     # (codegen/triton_finisher.py).
     finishers: list["Step"] = dataclasses.field(default_factory=list)
-    # Independent kernels with one body, launched together (scheduler/combo.py); `group` is the first's.
+    # Independent kernels launched together (scheduler/combo.py); `group` is the first's.
     combo: list["Step"] = dataclasses.field(default_factory=list)
 
     @property
@@ -53,7 +53,7 @@ class Schedule:
                 lines.append(f"    its last program then reduces over {f.xnumel} x {f.rnumel}: "
                              f"{', '.join(n.name for n in f.nodes)}; stores {', '.join(finisher.stored)}")
             if step.combo:
-                lines.append(f"    launched with {len(step.combo) - 1} more kernels of the same body: "
+                lines.append(f"    launched with {len(step.combo) - 1} more independent kernels: "
                              f"{', '.join(m.group.nodes[0].name for m in step.combo[1:])}")
             if step.frees:
                 lines.append(f"    then frees {', '.join(step.frees)}")
