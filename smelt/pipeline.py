@@ -26,7 +26,7 @@ from .lowering.gemm_epilogue import fuse_gemm_epilogues
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
-from .scheduler.combo import combine
+from .scheduler.combo import combine, is_merge_key, merge_key
 
 log = logging.getLogger("smelt")
 _graph_ids = itertools.count()
@@ -54,7 +54,9 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     bodies = ComboBodies(graph, lambda step: step.group.nodes[0].buffer.get_device().type == "cpu", cfg.eviction_hints,
                          sched.steps)
     outputs = {o.name for o in graph.outputs if o.name is not None}
-    sched.steps = combine(sched.steps, lambda step: bodies.key(step) if is_triton(step) else None, outputs, graph)
+    # Triton kernels share launches as combo kernels; tiny Halide ones merge into one kernel.
+    sched.steps = combine(sched.steps, lambda step: bodies.key(step) if is_triton(step) else merge_key(step),
+                          outputs, graph, merge=is_merge_key)
     sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit, is_triton)
     # Each kernel runs on its own members' device: a graph may copy between devices.
     kernels: dict[int, TritonKernelSource | ComboKernelSource | HalideKernelSource] = {}

@@ -212,6 +212,26 @@ def test_kernel_with_fused_multiply_adds_keeps_ieee_semantics_everywhere_else():
     assert any("STRICT_FLOAT = False" in source for source in last_graph().kernel_sources.values())
 
 
+def test_tiny_independent_kernels_merge_into_one_per_size():
+    # A for-loop optimizer leaves a few tiny kernels per parameter, each cheaper to run than to
+    # call: those of one size that nothing orders become one kernel (scheduler/combo.py).
+    xs = [torch.randn(3) for _ in range(12)] + [torch.randn(()) for _ in range(5)]
+    ys = [torch.randn_like(x) for x in xs]
+
+    def fn(xs, ys):
+        for x, y in zip(xs, ys):
+            x.add_(y * 2).clamp_(max=1.5)
+        return [x.sin() + y for x, y in zip(xs, ys)]
+
+    expected_xs = [x.clone() for x in xs]
+    expected = fn(expected_xs, ys)
+    actual = compiled(fn)(xs, ys)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(xs, expected_xs)
+    names = last_graph().kernel_names
+    assert len(names) == 2, names  # one of 3 elements, one of 1 (each tensor's own: 17)
+
+
 def test_division_by_a_per_row_value_multiplies_by_its_reciprocal():
     x = torch.randn(7, 300)
     x[0, :5] = 0.0

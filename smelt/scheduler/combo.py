@@ -8,14 +8,20 @@ what any step since the combo's place writes nor writes what those steps read or
 runs at its first member's place, in one launch (codegen/triton_combo.py), and the buffers'
 lifetimes are planned again for the new order.
 
+A backend without combo kernels (Halide) can still take steps of one iteration space merged: the
+members' nodes become one fused kernel with every member's outputs (`merge`). On the CPU a call
+costs microseconds of host time, and a for-loop optimizer makes a few tiny kernels per parameter.
+
 Several combos of one key stay open at once, so kernels that alternate with ones they depend on
 (a for-loop optimizer: step count i, then parameter i, which reads it) still end up in one combo
 per kind of kernel, not one per tensor.
 """
 from __future__ import annotations
 
+import copy
 from typing import Callable, Hashable
 
+from ..symbolic import static_int
 from .schedule import Step, plan_frees
 
 # Members per launch at most: the pointer table grows with them, nothing else does.
@@ -24,6 +30,11 @@ MAX_MEMBERS = 1024
 MAX_KINDS = 8
 # Open combos per key: older ones are closed, bounding the search per step.
 MAX_OPEN = 32
+# Members of a merged kernel at most: its compile grows with them (one Halide pipeline).
+MAX_MERGED = 32
+# A pointwise kernel this small costs less to run than to call (a Halide call from Python is a few
+# microseconds): worth merging with others of its size.
+MERGE_NUMEL = 1 << 12
 
 
 class _Window:
@@ -35,18 +46,20 @@ class _Window:
         self.read: set[str] = set()
         self.written: set[str] = set()
 
-    def admits(self, step_reads: set[str], step_writes: set[str], kind: Hashable, size: int) -> bool:
-        if size >= MAX_MEMBERS or (kind not in self.kinds and len(self.kinds) >= MAX_KINDS):
+    def admits(self, step_reads: set[str], step_writes: set[str], kind: Hashable, size: int, limit: int) -> bool:
+        if size >= limit or (kind not in self.kinds and len(self.kinds) >= MAX_KINDS):
             return False
         return not step_reads & self.written and not step_writes & (self.read | self.written)
 
 
 def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable] | None], outputs: set[str],
-            graph) -> list[Step]:
+            graph, merge: Callable[[Hashable], bool] = lambda key: False) -> list[Step]:
     """The steps with combinable ones gathered into combo steps. key_of gives a step's (launch key,
-    kind), or None for a step never combined."""
+    kind), or None for a step never combined; the steps of a key that `merge` names become one
+    fused kernel instead (they must share an iteration space: the key says so)."""
     placed: list[Step] = []
     open_windows: dict[Hashable, list[_Window]] = {}
+    to_merge: set[int] = set()  # ids of the placed combos to become one fused kernel
     for step in steps:
         reads, writes = _accesses(step)
         keyed = key_of(step) if not step.is_extern and not step.finishers else None
@@ -56,7 +69,8 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
             candidates = open_windows.get(key, [])
             # A window that has this kind already first: members of one kind share a branch.
             for w in sorted(candidates, key=lambda w: kind not in w.kinds):
-                if w.admits(reads, writes, kind, len(placed[w.index].combo)):
+                limit = MAX_MERGED if merge(key) else MAX_MEMBERS
+                if w.admits(reads, writes, kind, len(placed[w.index].combo), limit):
                     window = w
                     break
         if window is not None:
@@ -67,6 +81,8 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
             position = len(placed)
             placed.append(Step(step.group, combo=[step]) if keyed is not None else step)
             if keyed is not None:
+                if merge(key):
+                    to_merge.add(id(placed[-1]))
                 windows = open_windows.setdefault(key, [])
                 windows.append(_Window(position, kind))
                 del windows[:-MAX_OPEN]
@@ -83,6 +99,8 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
     for step in placed:
         if step.combo and len(step.combo) == 1:
             result.append(step.combo[0])
+        elif step.combo and id(step) in to_merge:
+            result.append(_merged(step.combo))
         elif step.combo:
             step.stored = [name for member in step.combo for name in member.stored]
             result.append(step)
@@ -91,6 +109,29 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
     if len(result) != len(steps):
         plan_frees(result, outputs, graph)
     return result
+
+
+def merge_key(step: Step) -> tuple[Hashable, Hashable] | None:
+    """The (launch key, kind) under which a tiny pointwise step merges with others of its size
+    (see `merge`), or None."""
+    group = step.group
+    if group.is_reduction or any(n.is_scatter for n in group.nodes):
+        return None
+    numel = static_int(group.xnumel)
+    if not numel or numel > MERGE_NUMEL:
+        return None
+    return ("merge", str(group.nodes[0].buffer.get_device()), numel), None
+
+
+def is_merge_key(key: Hashable) -> bool:
+    return isinstance(key, tuple) and key[:1] == ("merge",)
+
+
+def _merged(members: list[Step]) -> Step:
+    """One kernel computing every member's nodes (independent, of one iteration space)."""
+    group = copy.copy(members[0].group)
+    group.nodes = [n for m in members for n in m.group.nodes]
+    return Step(group, stored=[name for m in members for name in m.stored])
 
 
 def _accesses(step: Step) -> tuple[set[str], set[str]]:
