@@ -1,7 +1,7 @@
 """cProfile of 20 compiled Adam steps (benchmarks/optimizer_step.py's parameters), by own time:
 what the host does per step once compiled.
 
-    python3 scripts/step_profile.py [--backend smelt]
+    python3 scripts/step_profile.py [--backend smelt] [--for-loop]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from benchmarks.backends import compile_fn  # noqa: E402
 from benchmarks.optimizer_step import make  # noqa: E402
 
 backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "smelt"
-params, opt = make("cuda", False, True)
+params, opt = make("cuda", False, "--for-loop" not in sys.argv)
 step = compile_fn(backend, opt.step)
 for _ in range(3):
     step()

@@ -414,6 +414,19 @@ def test_random_values_match_the_triton_backend(monkeypatch):
     assert 0.45 < halide_values[0].mean() < 0.55 and halide_values[3].min() >= 3
 
 
+def test_kernels_alike_but_for_names_share_one_compiled_library(tmp_path, monkeypatch):
+    # Softmaxes of one shape on different tensors: their kernels differ only in the names of the
+    # graph's buffers, the kernel and comments, so Halide compiles one pipeline for both.
+    monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
+    a, b, c = (torch.randn(64, 100) * k for k in (1, 3, 5))
+    run_both(lambda x, y, z: (torch.softmax(x, -1), torch.softmax(y, -1), torch.softmax(z, -1) * 2), a, b, c)
+    sources = last_graph().kernel_sources
+    assert len(sources) == 3, list(sources)
+    libraries = [f for f in os.listdir(os.path.join(tmp_path, "halide", os.listdir(tmp_path / "halide")[0]))
+                 if f.startswith("halide_kernel_") and f.endswith(".so")]
+    assert len(libraries) == 2, libraries  # softmax, and softmax times 2
+
+
 def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
     script = (
         "import time, torch, smelt, smelt.observe\n"

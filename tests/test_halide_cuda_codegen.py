@@ -32,7 +32,7 @@ def cuda_sources(monkeypatch, tmp_path):
 
     def also_for_cuda(step, graph, index, gpu=False):
         kernel = original(step, graph, index, True)
-        library, _ = halide_cuda_compile.kernel_library(kernel.name, kernel.source, str(tmp_path), H100)
+        library, _, _ = halide_cuda_compile.kernel_library(kernel.name, kernel.source, str(tmp_path), H100)
         found[kernel.name] = (kernel.source, library)
         return original(step, graph, index, gpu)
 

@@ -17,6 +17,7 @@ import importlib.metadata
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -138,28 +139,46 @@ def load_source(name: str, source: str, path: str | None = None) -> types.Simple
     return types.SimpleNamespace(**namespace)
 
 
+# A comment to the line's end: no quote follows its '#', so the '#' is not inside a string.
+_COMMENT = re.compile(r"[ \t]*#[^\"'\n]*$", re.M)
+_BUFFER = re.compile(r"\bbuf(\d+)(?=_|\b)")
+
+
+def canonical_source(name: str, source: str) -> str:
+    """The kernel's source without its name and comments, its graph's buffer names (which name
+    its Funcs) numbered in order of appearance. Kernels that differ only there compute alike (a
+    model's repeated layers, an optimizer's parameters of one size) and share one library."""
+    text = _COMMENT.sub("", source.replace(name, "KERNEL"))
+    numbers: dict[str, str] = {}
+    return _BUFFER.sub(lambda m: "buf" + numbers.setdefault(m.group(1), str(len(numbers))), text)
+
+
 def kernel_library(name: str, source: str, cache_dir: str, path: str | None = None, target=None,
-                   runtime: str | None = None, strict_float: bool = True) -> tuple[str, float]:
-    """Path of the compiled library of kernel `name`, and the seconds spent compiling it (0 if cached).
-    By default for the host, linked against runtime_library; the CUDA path passes its own."""
+                   runtime: str | None = None, strict_float: bool = True) -> tuple[str, str, float]:
+    """(path of the compiled library of kernel `name`, the name its pipeline is exported under, the
+    seconds spent compiling it: 0 if cached). By default for the host, linked against
+    runtime_library; the CUDA path passes its own. The library is shared by every kernel of the
+    same canonical_source."""
     import time
     target = kernel_target(strict_float) if target is None else target
     folder = _folder(cache_dir)
-    library = os.path.join(folder, f"{name}_{_key(source, halide_version(), target.to_string())}.so")
+    canonical = canonical_source(name, source)
+    symbol = f"halide_kernel_{_key(canonical)}"
+    library = os.path.join(folder, f"{symbol}_{_key(canonical, halide_version(), target.to_string())}.so")
     if os.path.exists(library):
-        return library, 0.0
+        return library, symbol, 0.0
     runtime = runtime_library(cache_dir) if runtime is None else runtime
     start = time.perf_counter()
     with _locked(library):
         if os.path.exists(library):
-            return library, 0.0
+            return library, symbol, 0.0
         module = load_source(name, source, path)
         try:
             pipeline, arguments = getattr(module, name)()
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
-                prefix = os.path.join(tmp, name)
+                prefix = os.path.join(tmp, symbol)
                 with compiler_messages_to_log(name):
-                    pipeline.compile_to_file(prefix, arguments, name, target)
+                    pipeline.compile_to_file(prefix, arguments, symbol, target)
                 _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
                 os.replace(prefix + ".so", library)
         except KernelCompileError:
@@ -167,4 +186,4 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
         except Exception as e:  # Halide reports errors in the algorithm or schedule as HalideError
             raise KernelCompileError(f"smelt: Halide kernel {name} ({target}) did not compile; source: {path}; "
                                      f"error: {type(e).__name__}: {e}") from e
-    return library, time.perf_counter() - start
+    return library, symbol, time.perf_counter() - start

@@ -78,6 +78,6 @@ def runtime_library(cache_dir: str) -> str:
 
 
 def kernel_library(name: str, source: str, cache_dir: str, capability: tuple[int, int],
-                   path: str | None = None) -> tuple[str, float]:
-    """Path of kernel `name` compiled for a GPU of `capability`, and the seconds spent (0 if cached)."""
+                   path: str | None = None) -> tuple[str, str, float]:
+    """Kernel `name` compiled for a GPU of `capability`: as halide_compile.kernel_library."""
     return host_kernel_library(name, source, cache_dir, path, kernel_target(capability), runtime_library(cache_dir))

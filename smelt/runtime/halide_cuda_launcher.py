@@ -80,11 +80,10 @@ class HalideCudaLauncher(HalideLauncher):
         self.interface = _runtime(self.runtime_path).halide_cuda_device_interface()
         self.device = None
 
-    def _compile(self, source: str, cache_dir: str) -> tuple[str, str, float]:
+    def _compile(self, source: str, cache_dir: str) -> tuple[str, str, str, float]:
         capability = torch.cuda.get_device_capability(torch.cuda.current_device())
         self.runtime_path = runtime_library(cache_dir)
-        library, seconds = kernel_library(self.name, source, cache_dir, capability, self.path)
-        return self.runtime_path, library, seconds
+        return (self.runtime_path, *kernel_library(self.name, source, cache_dir, capability, self.path))
 
     def _leading_arguments(self) -> list[int]:
         return [ctypes.addressof(self.launch_address)]

@@ -3,7 +3,7 @@
 Each tensor is described to Halide as a one-dimensional `halide_buffer_t` over its storage from
 its first element (the kernel's index expressions hold the strides), pointing at the tensor's
 own memory: views, storage offsets and bfloat16 (which numpy lacks) need nothing special. The
-pipeline is called through its `<name>_argv` entry point with ctypes: buffers, then the sizes as
+pipeline is called through its `<exported name>_argv` entry point with ctypes: buffers, then the sizes as
 int32, then the output buffers.
 """
 from __future__ import annotations
@@ -93,10 +93,10 @@ class HalideLauncher:
         self.size_names = module.SIZES
         self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
         self.strict_float = getattr(module, "STRICT_FLOAT", True)
-        runtime, library, self.compile_seconds = self._compile(source, cache_dir)
+        runtime, library, symbol, self.compile_seconds = self._compile(source, cache_dir)
         _install_error_handler(runtime)
         self.library = ctypes.CDLL(library)
-        self.fn = getattr(self.library, f"{name}_argv")
+        self.fn = getattr(self.library, f"{symbol}_argv")
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         buffers = self.num_inputs + self.num_outputs
@@ -115,11 +115,10 @@ class HalideLauncher:
         order += [ctypes.addressof(self.buffers[self.num_inputs + k]) for k in range(self.num_outputs)]
         self.argv = (ctypes.c_void_p * len(order))(*order)
 
-    def _compile(self, source: str, cache_dir: str) -> tuple[str, str, float]:
-        """(the shared runtime, the kernel's library, seconds spent compiling it)."""
+    def _compile(self, source: str, cache_dir: str) -> tuple[str, str, str, float]:
+        """(the shared runtime, the kernel's library, its exported name, seconds spent compiling it)."""
         runtime = runtime_library(cache_dir)
-        library, seconds = kernel_library(self.name, source, cache_dir, self.path, strict_float=self.strict_float)
-        return runtime, library, seconds
+        return (runtime, *kernel_library(self.name, source, cache_dir, self.path, strict_float=self.strict_float))
 
     def _leading_arguments(self) -> list[int]:
         """Addresses of the arguments before the buffers (none on the CPU)."""
