@@ -59,6 +59,22 @@ def test_two_independent_outputs_of_pointwise_share_kernel(device, compile_fn, a
     assert kernel_count() == 1
 
 
+def test_a_one_element_value_read_twice_is_recomputed_not_stored(device, compile_fn, assert_close, observe,
+                                                                   kernel_count):
+    # Like Adam's bias correction: a few ops on a step count, read by two expressions of one kernel.
+    x = torch.randn(33, 129, device=device)
+    step = torch.tensor(3.0, device=device)
+
+    def fn(x, step):
+        correction = (1 + 0.5 ** step).sqrt()
+        return x / correction + 1e-8 / correction
+
+    _compile_and_check(compile_fn, assert_close, fn, x, step)
+    assert kernel_count() == 1
+    (graph,) = observe.compiled_graphs()
+    assert graph.wrapper_source.count("empty_strided") == 1, graph.wrapper_source  # the output alone
+
+
 def test_pure_view_graph_needs_no_kernel(device, compile_fn, assert_close, kernel_count):
     x = torch.randn(33, 129, device=device)
     _compile_and_check(compile_fn, assert_close, lambda x: x.t()[2:], x)

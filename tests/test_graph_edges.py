@@ -47,6 +47,25 @@ def test_inplace_add_mutates_input_like_eager(device, compile_fn, assert_close):
     assert_close(out, out_ref)
 
 
+@pytest.mark.parametrize("shape", [(), (3,), (17, 33)])
+def test_a_value_read_before_an_inplace_update_sees_the_old_input(shape, device, compile_fn, assert_close):
+    # The output is realized after the graph's copy_ into x; computed from x, it must still read
+    # the old contents, even fused into the kernel that writes the new ones.
+    x = torch.randn(shape, device=device)
+    y = torch.randn(shape, device=device)
+    x_ref = x.clone()
+
+    def fn(x, y):
+        before = x * 3
+        x.add_(y * 2).clamp_(max=1.5)
+        return before.sin() + y
+
+    out = compile_fn(fn)(x, y)
+    out_ref = fn(x_ref, y)
+    assert_close(x, x_ref)
+    assert_close(out, out_ref)
+
+
 def test_inplace_mutation_of_input_slice(device, compile_fn, assert_close):
     x = torch.randn(17, 33, device=device)
     y = torch.randn(33, device=device)

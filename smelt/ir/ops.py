@@ -134,6 +134,26 @@ def is_indirect(symbol) -> bool:
     return str(symbol).startswith(INDIRECT_PREFIX)
 
 
+class OpCounter(TextHandler):
+    """Counts the ops and loads a loop body runs (values a body reuses count each time)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __getattr__(self, name: str):
+        op = super().__getattr__(name)
+
+        def counted(*args):
+            self.ops += 1
+            return op(*args)
+        return counted
+
+    def load(self, name, index):
+        self.ops += 1
+        return super().load(name, index)
+
+
 class ReadsHandler(TextHandler):
     """Records every (buffer name, index) a loop body loads."""
 

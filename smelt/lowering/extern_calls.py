@@ -103,11 +103,17 @@ def copy_(g, dst, src, non_blocking=False):
     dtype = target.get_dtype()
     loops = Pointwise(target.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype), size,
                       g.origin | src.origins)
-    written = g.register_computed(loops, layout=target.layout, mutates=target.name)
-    source = src.data.data if isinstance(src.data, StorageBox) and src.data.is_realized() else None
-    if isinstance(source, ComputedBuffer) and source.mutates is None and source.get_dtype() == dtype \
-            and list(source.get_size()) == list(size):
-        written.copy_of = source.name  # the scheduler may keep `source` in the input alone
+
+    def write():
+        # After the graph's outputs: a value read here and by an output realized later (or recomputed
+        # by its readers) is computed from the input's old contents everywhere.
+        written = g.register_computed(loops, layout=target.layout, mutates=target.name)
+        source = src.data.data if isinstance(src.data, StorageBox) and src.data.is_realized() else None
+        if isinstance(source, ComputedBuffer) and source.mutates is None and source.get_dtype() == dtype \
+                and list(source.get_size()) == list(size):
+            written.copy_of = source.name  # the scheduler may keep `source` in the input alone
+
+    g.input_writes.append(write)
     return dst
 
 

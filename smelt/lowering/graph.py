@@ -14,7 +14,7 @@ import torch.fx
 from ..errors import LoweringError
 from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer,
                   Loops, Pointwise, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout)
-from ..ir.ops import ReadsHandler, use_handler
+from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import dense_dim_order, index_var, sympify
 from . import registry
@@ -51,6 +51,9 @@ class IRGraph:
         # Buffers the scheduler keeps only in the graph input their kernel also copies them into:
         # later kernels read them there (scheduler/schedule.py plan_memory).
         self.kept_in_input: dict[str, str] = {}
+        # Writes into graph inputs (aten.copy_), registered after everything else: every other
+        # buffer, realized however late, reads an input's old contents, so it must come first.
+        self.input_writes: list = []
         self.softmax_rows = SoftmaxRows(gm)  # amax/sum pairs lowered as one online reduction
 
     # ------------------------------------------------------------ building
@@ -191,6 +194,9 @@ def lower_graph(gm: torch.fx.GraphModule) -> IRGraph:
                 value = env[fx_out] if isinstance(fx_out, torch.fx.Node) else fx_out
                 meta = fx_out.meta.get("val") if isinstance(fx_out, torch.fx.Node) else None
                 graph.outputs.append(_lower_output(graph, value, meta))
+            graph.node = None
+            for write in graph.input_writes:
+                write()
         else:
             raise LoweringError(f"smelt: unsupported FX node kind {node.op!r} ({node.format_node()})")
     return graph
@@ -297,11 +303,31 @@ def _check_shape(node, result):
                                 f"eager gives {val.dtype}")
 
 
+# Ops a one-element value may take and still be recomputed by each reader instead of stored.
+SCALAR_INLINE_OPS = 12
+
+
 def _maybe_realize(graph: IRGraph, node, value):
     """Realize a loop nest read by several users, so that it is computed once and fused, not recomputed."""
     if isinstance(value, TensorBox) and isinstance(value.data, StorageBox) and len(node.users) > 1:
-        if isinstance(value.data.data, Loops) and not graph.softmax_rows.keeps_inline(node, value):
+        if isinstance(value.data.data, Loops) and not graph.softmax_rows.keeps_inline(node, value) \
+                and not _cheap_scalar(value.data.data):
             value.data.realize(graph)
+
+
+def _cheap_scalar(loops: Loops) -> bool:
+    """Whether a loop nest is one element computed by a few ops (an optimizer's bias correction, a
+    constant): each reader recomputes it once per program, which costs less than a kernel, a
+    buffer and a load. A for-loop Adam stored three such values per parameter."""
+    if not isinstance(loops, Pointwise) or any(sympify(r) != 1 for r in loops.get_size()):
+        return False
+    handler = OpCounter()
+    try:
+        with use_handler(handler):
+            loops.make_loader()([sympify(0)] * len(loops.get_size()))
+    except AttributeError:
+        return False  # an op the counter does not know (random numbers): computed once
+    return handler.ops <= SCALAR_INLINE_OPS
 
 
 def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
