@@ -1,14 +1,16 @@
 """An Adam step over ~150 tensors of mixed sizes (issue 6): eager, Inductor and smelt.
 
-    python3 -m benchmarks.optimizer_step [--small] [--device cuda] [--foreach 1]
+    python3 -m benchmarks.optimizer_step [--small] [--device cuda] [--foreach 1] [--clip 1.0]
 
 Parameters: a few 16M-element matrices, dozens of 4k vectors and about a hundred tiny tensors,
 fp32, each with a gradient. Each backend gets its own copy (same seed) and its own optimizer; the
 compiled step is checked against eager's after two steps, then timed with do_bench (each call is a
 real step: the parameters keep moving, which does not change the work). The floor is Adam's
 bytes: parameter, gradient and both moments read, parameter and moments written (28 bytes an
-element in fp32), over the measured copy bandwidth. Kernel launches per step are counted with the
-profiler; compile seconds are the first call's.
+element in fp32), over the measured copy bandwidth. With --clip, the step first clips the
+gradients' total norm (`clip_grad_norm_`), which reads each gradient for its norm and writes it
+scaled: 36 bytes an element. Kernel launches per step are counted with the profiler; compile
+seconds are the first call's.
 """
 from __future__ import annotations
 
@@ -33,6 +35,19 @@ def make(device: str, small: bool, foreach: bool):
     for p in params:
         p.grad = torch.randn_like(p) * 1e-2
     return params, torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+
+
+def make_step(device: str, small: bool, foreach: bool, clip: float | None):
+    """(parameters, the eager step): Adam's, after clipping the gradients' norm to `clip` if given."""
+    params, opt = make(device, small, foreach)
+    if clip is None:
+        return params, opt.step
+
+    def clipped_step():
+        torch.nn.utils.clip_grad_norm_(params, clip, foreach=foreach)
+        opt.step()
+
+    return params, clipped_step
 
 
 def launches_per_step(step, device: str) -> int | str:
@@ -64,6 +79,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--foreach", type=int, default=1)
+    parser.add_argument("--clip", type=float, default=None, help="clip the gradients' total norm to this first")
     parser.add_argument("--backends", default="eager,inductor,smelt")
     parser.add_argument("--compile-time", action="store_true",
                         help="also cold and warm first-call seconds, each in a fresh process (Dynamo alone too)")
@@ -71,11 +87,11 @@ def main() -> None:
                         help="smelt's combo block shapes to compare, e.g. 1024x4,4096x8 (XBLOCK x warps)")
     args = parser.parse_args()
     numel = sum(torch.Size(s).numel() for s in shapes(args.small))
-    floor_bytes = 28 * numel
+    floor_bytes = (28 if args.clip is None else 36) * numel
     bw = copy_bandwidth(args.device)
-    reference, ref_opt = make(args.device, args.small, bool(args.foreach))
+    reference, ref_step = make_step(args.device, args.small, bool(args.foreach), args.clip)
     for _ in range(2):
-        ref_opt.step()
+        ref_step()
     rows = []
     runs = []
     for backend in args.backends.split(","):
@@ -90,10 +106,10 @@ def main() -> None:
             os.environ["SMELT_GRAPH_CACHE"] = "0"  # each shape compiles anew
             from smelt.codegen import triton_combo
             xblock, warps = (int(v) for v in shape.split("x"))
-            triton_combo.COMBO_CONFIG = triton_combo.BlockConfig(xblock, None, warps, False)
-        params, opt = make(args.device, args.small, bool(args.foreach))
+            triton_combo.POINTWISE_CONFIG = triton_combo.BlockConfig(xblock, None, warps, False)
+        params, eager_step = make_step(args.device, args.small, bool(args.foreach), args.clip)
         preload(backend) if backend != "eager" else None
-        step = opt.step if backend == "eager" else compile_fn(backend, opt.step)
+        step = eager_step if backend == "eager" else compile_fn(backend, eager_step)
         synchronize(args.device)
         start = time.perf_counter()
         step()
@@ -105,9 +121,10 @@ def main() -> None:
         ms = bench_ms(step, args.device)
         host = host_ms_per_step(step, args.device)
         rows.append((label, ms, floor_bytes / (ms * 1e-3) / bw, launches, first, error, host))
-        del params, opt, step
+        del params, eager_step, step
         torch._dynamo.reset()
-    print(f"\n### Adam step, {len(shapes(args.small))} tensors, {numel / 1e6:.1f}M elements fp32 "
+    clipped = "" if args.clip is None else f", gradients clipped to norm {args.clip}"
+    print(f"\n### Adam step{clipped}, {len(shapes(args.small))} tensors, {numel / 1e6:.1f}M elements fp32 "
           f"(floor {floor_bytes / 1e6:.0f} MB; copy BW {bw / 1e9:.0f} GB/s; foreach={bool(args.foreach)})\n")
     print("| backend | ms | % of floor | host ms per step | launches per step | first call s | max abs diff vs eager |")
     print("|---|---|---|---|---|---|---|")

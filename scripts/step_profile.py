@@ -1,7 +1,7 @@
 """cProfile of 20 compiled Adam steps (benchmarks/optimizer_step.py's parameters), by own time:
 what the host does per step once compiled.
 
-    python3 scripts/step_profile.py [--backend smelt] [--for-loop]
+    python3 scripts/step_profile.py [--backend smelt] [--for-loop] [--clip]
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.optimizer_step import make  # noqa: E402
+from benchmarks.optimizer_step import make_step  # noqa: E402
 
 backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "smelt"
-params, opt = make("cuda", False, "--for-loop" not in sys.argv)
-step = compile_fn(backend, opt.step)
+params, eager_step = make_step("cuda", False, "--for-loop" not in sys.argv, 1.0 if "--clip" in sys.argv else None)
+step = compile_fn(backend, eager_step)
 for _ in range(3):
     step()
 torch.cuda.synchronize()

@@ -37,4 +37,11 @@ def decomposition_table() -> dict:
     for packet in _LOWERED_INSTEAD:
         for name in packet.overloads():
             table.pop(getattr(packet, name), None)
+    table[aten._foreach_norm.Scalar] = _foreach_norm
     return table
+
+
+def _foreach_norm(tensors, ord=2, dtype=None):
+    """clip_grad_norm_'s per-tensor norms, as one reduction each (ATen runs the list as one op, which
+    torch does not decompose): the reductions fuse with their reads and share combo launches."""
+    return [aten.linalg_vector_norm.default(t, ord, dtype=dtype) for t in tensors]

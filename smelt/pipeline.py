@@ -17,7 +17,7 @@ from .codegen.halide_schedule import HalideSchedule
 from .codegen.simd import plan_kernel
 from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 from .codegen.triton_combo import ComboBodies, ComboKernelSource, combo_kernel
-from .codegen.triton_finisher import Finisher, attach_finishers
+from .codegen.triton_finisher import Finisher, attach_finishers, finisher_plan
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
 from .errors import SmeltError
@@ -52,11 +52,22 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
         return _backend_of(step, cfg) == "triton"
 
     bodies = ComboBodies(graph, lambda step: step.group.nodes[0].buffer.get_device().type == "cpu", cfg.eviction_hints,
-                         sched.steps)
+                         cfg.persistent_reduction_limit, sched.steps)
     outputs = {o.name for o in graph.outputs if o.name is not None}
-    # Triton kernels share launches as combo kernels; tiny Halide ones merge into one kernel.
-    sched.steps = combine(sched.steps, lambda step: bodies.key(step) if is_triton(step) else merge_key(step),
-                          outputs, graph, merge=is_merge_key)
+    # A reduction whose last program can finish the small reductions of its results after it takes
+    # them into its launch. Such a pair stays out of combos, unless alike pairs (a split norm per
+    # tensor) fill two combos: fewer launches than one per pair.
+    finishing = finisher_plan(sched.steps, cfg.persistent_reduction_limit, is_triton)
+    lone = {id(big) for big in finishing.values() if not bodies.alike(big)}
+    paired = lone | {small for small, big in finishing.items() if id(big) in lone}
+
+    def key_of(step):
+        if id(step) in paired:
+            return None
+        # Triton kernels share launches as combo kernels; tiny Halide ones merge into one kernel.
+        return bodies.key(step) if is_triton(step) else merge_key(step)
+
+    sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
     sched.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit, is_triton)
     # Each kernel runs on its own members' device: a graph may copy between devices.
     kernels: dict[int, TritonKernelSource | ComboKernelSource | HalideKernelSource] = {}

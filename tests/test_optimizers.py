@@ -21,6 +21,16 @@ def _copies(params):
     return out
 
 
+def _adam_pair(shapes, device, foreach=True):
+    """(parameters, Adam) to compile and an equal pair for eager; each parameter has a gradient."""
+    params = [torch.randn(s, device=device, requires_grad=True) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    ref_params = _copies(params)
+    return ((params, torch.optim.Adam(params, lr=1e-2, foreach=foreach)),
+            (ref_params, torch.optim.Adam(ref_params, lr=1e-2, foreach=foreach)))
+
+
 @pytest.mark.parametrize("make", [
     lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),
     lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
@@ -66,12 +76,7 @@ MIXED = [(256, 256)] * 3 + [(96,)] * 40 + [(3,)] * 100 + [(5, 7)] * 7  # 150 ten
 
 
 def test_adam_over_150_tensors_runs_in_at_most_8_launches(device, compile_fn, assert_close, observe, kernel_count):
-    params = [torch.randn(s, device=device, requires_grad=True) for s in MIXED]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    ref_params = _copies(params)
-    opt = torch.optim.Adam(params, lr=1e-2, foreach=True)
-    ref_opt = torch.optim.Adam(ref_params, lr=1e-2, foreach=True)
+    (params, opt), (ref_params, ref_opt) = _adam_pair(MIXED, device)
     compile_fn(opt.step, fullgraph=False)()
     ref_opt.step()
     for p, q in zip(params, ref_params):
@@ -80,6 +85,42 @@ def test_adam_over_150_tensors_runs_in_at_most_8_launches(device, compile_fn, as
     assert not [op for g in graphs for op in g.fallback_ops]
     inspects_triton_kernels()  # combo kernels are Triton's
     assert kernel_count() <= 8, [g.kernel_names for g in graphs]
+
+
+def test_clipped_adam_step_over_150_tensors_runs_in_at_most_8_launches(device, compile_fn, assert_close, observe,
+                                                                       kernel_count):
+    # clip_grad_norm_'s per-tensor norms are reductions: the small ones share one combo launch, the
+    # big ones' split halves two more, and the total norm and the clipping follow.
+    (params, opt), (ref_params, ref_opt) = _adam_pair(MIXED, device)
+
+    def step(params, opt):
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
+    compile_fn(step, fullgraph=False)(params, opt)
+    step(ref_params, ref_opt)
+    for p, q in zip(params, ref_params):
+        assert_close(p, q, atol=1e-6, rtol=1e-6)
+    graphs = observe.compiled_graphs()
+    assert not [op for g in graphs for op in g.fallback_ops]
+    inspects_triton_kernels()
+    assert kernel_count() <= 8, [g.kernel_names for g in graphs]
+
+
+def test_reductions_over_a_list_share_launches(device, compile_fn, assert_close, observe, kernel_count):
+    # Row sums, norms and maxima of six shapes: nine kinds (a body at each block size it runs),
+    # which two launches of at most eight kinds hold; one launch per tensor without combos.
+    xs = [torch.randn(s, device=device) for s in SIZES]
+
+    def fn(xs):
+        return [x.sum(-1) for x in xs] + [x.norm() for x in xs] + [x.amax() for x in xs]
+
+    assert_close(compile_fn(fn)(xs), fn(xs))
+    inspects_triton_kernels()
+    (graph,) = observe.compiled_graphs()
+    combos = [source for name, source in graph.kernel_sources.items() if "combo" in name]
+    assert combos and "rnumel = tl.load(slots" in combos[0], graph.kernel_names
+    assert kernel_count() <= 2, graph.kernel_names
 
 
 def test_a_loop_over_a_list_is_one_launch(device, compile_fn, assert_close, observe, kernel_count):
@@ -117,18 +158,24 @@ def test_adam_step_counts_and_updates_each_take_one_launch(foreach, device, comp
                                                            kernel_count):
     # The for-loop step alternates: count i += 1, then parameter i, which reads it. Both kinds
     # still gather into one combo each.
-    params = [torch.randn(s, device=device, requires_grad=True) for s in MIXED[::5]]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    ref_params = _copies(params)
-    opt = torch.optim.Adam(params, lr=1e-2, foreach=foreach)
-    ref_opt = torch.optim.Adam(ref_params, lr=1e-2, foreach=foreach)
+    (params, opt), (ref_params, ref_opt) = _adam_pair(MIXED[::5], device, foreach)
     compile_fn(opt.step, fullgraph=False)()
     ref_opt.step()
     for p, q in zip(params, ref_params):
         assert_close(p, q, atol=1e-6, rtol=1e-6)
     inspects_triton_kernels()
     assert kernel_count() <= 4, [g.kernel_names for g in observe.compiled_graphs()]
+
+
+def test_for_loop_adam_stores_no_per_parameter_scalars(device, compile_fn, observe):
+    # Each parameter's bias corrections and lerp weight are one-element values read twice: each
+    # kernel recomputes them rather than a buffer per parameter being allocated, written and read.
+    params = [torch.randn(s, device=device, requires_grad=True) for s in SIZES]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    compile_fn(torch.optim.Adam(params, lr=1e-2, foreach=False).step, fullgraph=False)()
+    sources = [g.wrapper_source for g in observe.compiled_graphs()]
+    assert sources and not any("empty_strided" in s for s in sources), sources
 
 
 def test_kernels_that_depend_on_each_other_stay_apart(device, compile_fn, assert_close):

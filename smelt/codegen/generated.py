@@ -24,9 +24,9 @@ class GeneratedKernel:
     interpret: bool  # a CPU kernel, run by the Triton interpreter
     ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
     backend: str = "triton"  # "triton" | "halide"
-    # A combo kernel (codegen/triton_combo.py): its members' element counts, its members' kinds,
-    # pointers per kind.
-    combo: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
+    # A combo kernel (codegen/triton_combo.py): its members' sizes, its members' kinds, pointers
+    # per kind, XBLOCK per kind.
+    combo: tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
@@ -46,7 +46,12 @@ class GeneratedKernel:
                    workspace=tuple(workspace) if workspace is not None else None,
                    xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False),
                    backend=data.get("backend", "triton"),
-                   combo=tuple(tuple(part) for part in data["combo"]) if data.get("combo") else None)
+                   combo=_combo(data["combo"]) if data.get("combo") else None)
+
+
+def _combo(parts: list) -> tuple:
+    sizes, *per_member_and_kind = parts
+    return (tuple(tuple(s) for s in sizes), *(tuple(part) for part in per_member_and_kind))
 
 
 def _block_config(data: dict) -> BlockConfig:

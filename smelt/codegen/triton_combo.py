@@ -1,20 +1,25 @@
 """One launch for many independent kernels (scheduler/combo.py gathers them).
 
-Each kind of member (one generated body) is generated once, as a function of its buffers'
-pointers, xnumel and the block it runs. The launched kernel reads, per program, the kind, where
-its member's pointers and element count start in a pointer table, and which block of the member
-to run, from a work table; a chain of ifs on the kind picks the body:
+Each kind of member (one generated body, its dtypes and its block sizes) is generated once, as a
+function of its buffers' pointers, sizes and the block it runs. The launched kernel reads, per
+program, the kind, where its member's pointers and sizes start in a pointer table, and which
+block of the member to run, from a work table; a chain of ifs on the kind picks the body:
 
     kind, slots, block = work[pid]
     if kind == 0:
         in_ptr0, ..., xnumel = table[slots:]
-        body0(in_ptr0, ..., xnumel, block)
-    elif kind == 1: ...
+        body0(in_ptr0, ..., xnumel, block, 1024)
+    elif kind == 1:
+        in_ptr0, ..., xnumel, rnumel = table[slots:]
+        body1(in_ptr0, ..., xnumel, rnumel, block, 1, 2048)
+    ...
 
 So the kernel's source, and its compile, grow with the kinds, not with the members: an Adam step
-over 150 parameters is one compile of one Adam body. Members are kernels over a flat range
-(pointwise, not tiled) with static sizes; a body is generated with its mask on, since member
-sizes differ. The launcher (runtime/combo_launcher.py) builds both tables.
+over 150 parameters is one compile of one Adam body. Members are pointwise kernels over a flat
+range or reductions whose rows one program each finishes (not tiled, not split across programs,
+no scans), with static sizes. Each kind keeps the block sizes the member would have alone: a
+small norm's RBLOCK is not a big one's. A body is generated with its masks on, since member sizes
+differ. The launcher (runtime/combo_launcher.py) builds both tables.
 """
 from __future__ import annotations
 
@@ -24,12 +29,12 @@ import dataclasses
 from ..scheduler.schedule import Step
 from ..symbolic import static_int
 from .simd import plan_kernel
-from .triton import BlockConfig, TritonKernel, index_dtype_for
+from .triton import BlockConfig, TritonKernel, choose_blocks, index_dtype_for
 from .triton_ops import triton_type
 
-# Every member runs in blocks of this many elements: big enough for wide loads, and a tiny
-# member wastes only masked lanes of one block.
-COMBO_CONFIG = BlockConfig(XBLOCK=1024, RBLOCK=None, num_warps=4, persistent=False)
+# Every pointwise member runs in blocks of this many elements: big enough for wide loads, and a
+# tiny member wastes only masked lanes of one block.
+POINTWISE_CONFIG = BlockConfig(XBLOCK=1024, RBLOCK=None, num_warps=4, persistent=False)
 # A kernel of at most this many elements is launch-bound on a GPU (a launch costs what moving a few
 # MB does): it may share a launch with kernels of other bodies even when no kernel shares its own.
 # A bigger one joins only kernels of its outline, as an optimizer's parameters do.
@@ -43,52 +48,81 @@ class MemberBody:
     kernel: TritonKernel
     text: str
     pointers: list[tuple[str, str]]  # (parameter, buffer), in the body's order
-    xnumel: int
+    sizes: tuple[int, ...]  # (xnumel,) or, for a reduction, (xnumel, rnumel)
+    config: BlockConfig
+
+    def kind(self, graph) -> tuple:
+        """What members of one branch share: the body, its buffers' dtypes, its block sizes."""
+        dtypes = tuple(graph.dtype_of(buffer) for _, buffer in self.pointers)
+        return self.text, dtypes, (self.config.XBLOCK, self.config.RBLOCK, self.config.persistent)
 
 
 class ComboBodies:
     """Generates each candidate step's body once; `key` is what scheduler/combo.py groups by."""
 
-    def __init__(self, graph, interpret_for, eviction_hints: bool, steps: list[Step]):
+    def __init__(self, graph, interpret_for, eviction_hints: bool, persistent_limit: int, steps: list[Step]):
         self.graph = graph
         self.interpret_for = interpret_for  # step -> whether its kernel is interpreted
         self.eviction_hints = eviction_hints
+        self.persistent_limit = persistent_limit
         self.bodies: dict[int, MemberBody] = {}
         # Only a step whose outline another step shares can have its body: the others are not
         # generated twice (once here, once as their own kernel).
         counts = collections.Counter(_outline(s) for s in steps if not s.is_extern)
         self.shared = {outline for outline, n in counts.items() if n > 1}
 
+    def alike(self, step: Step) -> bool:
+        """Whether another step surely shares this one's body (its outline)."""
+        return _outline(step) in self.shared
+
     def key(self, step: Step):
         """(which launches the step may share, its kind), as scheduler/combo.py takes them; None
         for a step never combined."""
-        xn = static_int(step.group.xnumel)
-        if _outline(step) not in self.shared and not (xn and xn <= SMALL):
+        elements = _elements(step)
+        if _outline(step) not in self.shared and not (elements and elements <= SMALL):
             return None
         body = self.body(step)
         if body is None:
             return None
-        dtypes = tuple(self.graph.dtype_of(buffer) for _, buffer in body.pointers)
-        return (str(step.group.nodes[0].buffer.get_device()), self.interpret_for(step)), (body.text, dtypes)
+        return (str(step.group.nodes[0].buffer.get_device()), self.interpret_for(step)), body.kind(self.graph)
 
     def body(self, step: Step) -> MemberBody | None:
         if id(step) in self.bodies:
             return self.bodies[id(step)]
-        body = None
-        group = step.group
-        xn = static_int(group.xnumel)
-        if not group.is_reduction and xn and not any(n.is_scatter for n in group.nodes):
-            plan = plan_kernel(group, step.stored)
-            if plan.tiling is None and plan.stored:
-                kernel = TritonKernel(plan, COMBO_CONFIG, self.graph, index_dtype_for(plan, self.graph),
-                                      self.interpret_for(step), masks=(True, False),
-                                      eviction_hints=self.eviction_hints, program_arg=True)
-                text = kernel.function_source("BODY")
-                pointers, sizes = kernel.launch_args()
-                if not sizes:  # a size passed by name would differ between members
-                    body = MemberBody(kernel, text, pointers, xn)
-        self.bodies[id(step)] = body
+        self.bodies[id(step)] = body = self._generate(step)
         return body
+
+    def _generate(self, step: Step) -> MemberBody | None:
+        group = step.group
+        if not _elements(step) or any(n.is_scatter for n in group.nodes):
+            return None
+        plan = plan_kernel(group, step.stored)
+        if plan.tiling is not None or not plan.stored or plan.has_scan:
+            return None
+        interpret = self.interpret_for(step)
+        if plan.is_reduction:
+            config = choose_blocks(plan, interpret, self.persistent_limit)
+            if config.row_split > 1:  # its programs meet through a workspace of their own
+                return None
+            sizes = (static_int(group.xnumel), static_int(group.rnumel))
+        else:
+            config, sizes = POINTWISE_CONFIG, (static_int(group.xnumel),)
+        kernel = TritonKernel(plan, config, self.graph, index_dtype_for(plan, self.graph), interpret,
+                              masks=(True, plan.is_reduction), eviction_hints=self.eviction_hints, program_arg=True)
+        text = kernel.function_source("BODY")
+        pointers, named_sizes = kernel.launch_args()
+        if named_sizes:  # a size passed by name would differ between members
+            return None
+        return MemberBody(kernel, text, pointers, sizes, config)
+
+
+def _elements(step: Step) -> int | None:
+    """The elements the step's kernel iterates over, when static."""
+    xn = static_int(step.group.xnumel)
+    if not step.group.is_reduction:
+        return xn
+    rn = static_int(step.group.rnumel)
+    return xn * rn if xn and rn is not None else None
 
 
 def _outline(step: Step) -> tuple:
@@ -105,45 +139,53 @@ class ComboKernelSource:
     name: str
     source: str
     member_buffers: list[list[str]]
-    member_numels: list[int]
+    member_sizes: list[tuple[int, ...]]
     member_kinds: list[int]
     pointers_per_kind: list[int]
-    config: BlockConfig
+    xblock_per_kind: list[int]
+    config: BlockConfig  # the launch's: its warps (block sizes are each kind's)
     origins: list[str]
 
     @property
     def launch(self) -> tuple:
-        """What runtime/combo_launcher.py takes besides the kernel: numels, kinds, pointers per kind."""
-        return tuple(self.member_numels), tuple(self.member_kinds), tuple(self.pointers_per_kind)
+        """What runtime/combo_launcher.py takes besides the kernel: each member's sizes and kind,
+        each kind's pointers and XBLOCK."""
+        return (tuple(self.member_sizes), tuple(self.member_kinds), tuple(self.pointers_per_kind),
+                tuple(self.xblock_per_kind))
 
 
 def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index: int) -> ComboKernelSource:
     members = [bodies.body(m) for m in step.combo]
-    keys = [(m.text, tuple(graph.dtype_of(buffer) for _, buffer in m.pointers)) for m in members]
     kinds: dict[tuple, int] = {}
     kind_bodies: list[MemberBody] = []
-    for key, m in zip(keys, members):
-        if key not in kinds:
-            kinds[key] = len(kind_bodies)
+    for m in members:
+        if m.kind(graph) not in kinds:
+            kinds[m.kind(graph)] = len(kind_bodies)
             kind_bodies.append(m)
-    member_kinds = [kinds[key] for key in keys]
+    member_kinds = [kinds[m.kind(graph)] for m in members]
     origins = sorted({o for m in step.combo for n in m.group.nodes for o in n.buffer.origins})
     ops = sorted({o.split(".")[1].strip("_") for o in origins if o.count(".") >= 1})
     name = f"triton_combo_{'_'.join([o for o in ops if o][:5]) or 'copy'}_{index}"
+    # One function per distinct text: kinds that differ only in dtypes or block sizes call it with
+    # their own pointers and constants, and Triton specializes it for each.
+    texts: dict[str, str] = {}
+    for body in kind_bodies:
+        texts.setdefault(body.text, f"{name}_body{len(texts)}")
+    if len(texts) == 1:
+        texts = {text: f"{name}_body" for text in texts}
     several = len(kind_bodies) > 1
-    body_names = [f"{name}_body{k}" if several else f"{name}_body" for k in range(len(kind_bodies))]
     lines = [
         "",
         "@triton.jit",
-        f"def {name}(work_ptr, table_ptr, XBLOCK: tl.constexpr):",
-        "    # This program's kind of member, where its member's buffers are listed and which block",
-        "    # of it to run (work table).",
+        f"def {name}(work_ptr, table_ptr):",
+        "    # This program's kind of member, where its member's buffers and sizes are listed and",
+        "    # which block of it to run (work table).",
         "    row = work_ptr + 3 * tl.program_id(0)",
         "    kind = tl.load(row)",
         "    slots = table_ptr + tl.load(row + 1)",
         "    block = tl.load(row + 2)",
     ]
-    for k, (body, body_name) in enumerate(zip(kind_bodies, body_names)):
+    for k, body in enumerate(kind_bodies):
         indent = "    "
         if several:
             lines.append(f"    {'if' if k == 0 else 'elif'} kind == {k}:")
@@ -153,19 +195,34 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
         for j, (param, (_, buffer)) in enumerate(zip(params, body.pointers)):
             pointer = f"tl.pointer_type({triton_type(graph.dtype_of(buffer))})"
             lines.append(f"{indent}{param} = tl.load(slots + {j}).to({pointer})")
-        lines.append(f"{indent}xnumel = tl.load(slots + {len(params)})")
-        lines.append(f"{indent}{body_name}({', '.join(params)}, xnumel, block, XBLOCK)")
+        size_names = ["xnumel", "rnumel"][:len(body.sizes)]
+        for j, size in enumerate(size_names):
+            lines.append(f"{indent}{size} = tl.load(slots + {len(params) + j})")
+        blocks = [str(body.config.XBLOCK)] + ([str(body.config.RBLOCK)] if body.config.RBLOCK is not None else [])
+        lines.append(f"{indent}{texts[body.text]}({', '.join(params + size_names + ['block'] + blocks)})")
     written = [m.stored[0] for m in step.combo if m.stored]
     shown = ", ".join(written[:8]) + (f" and {len(written) - 8} more" if len(written) > 8 else "")
-    bodies_text = f"{len(kind_bodies)} bodies" if several else "one body"
+    described = "; ".join(f"kind {k}: {_blocks_text(b)}" for k, b in enumerate(kind_bodies)) if several \
+        else _blocks_text(kind_bodies[0])
     comments = [f"# aten ops: {', '.join(origins)}",
-                f"# combo of {len(members)} kernels with {bodies_text}, one program per {COMBO_CONFIG.XBLOCK} elements "
-                f"of a member; they write {shown}"]
-    functions = [b.text.replace("def BODY(", f"def {n}(", 1) for b, n in zip(kind_bodies, body_names)]
+                f"# combo of {len(members)} kernels of {len(kind_bodies)} kind(s), one program per block of a member "
+                f"({described}); they write {shown}"]
+    functions = [b.text.replace("def BODY(", f"def {texts[b.text]}(", 1)
+                 for b in {b.text: b for b in kind_bodies}.values()]
     functions.append("\n".join(lines) + "\n")
     first = kind_bodies[0]
     source = first.kernel.module_source(functions, interpret, comments, also=tuple(b.kernel for b in kind_bodies[1:]))
+    config = BlockConfig(XBLOCK=max(b.config.XBLOCK for b in kind_bodies), RBLOCK=None,
+                         num_warps=max(b.config.num_warps for b in kind_bodies), persistent=False)
     return ComboKernelSource(
         name=name, source=source, member_buffers=[[buffer for _, buffer in m.pointers] for m in members],
-        member_numels=[m.xnumel for m in members], member_kinds=member_kinds,
-        pointers_per_kind=[len(b.pointers) for b in kind_bodies], config=COMBO_CONFIG, origins=origins)
+        member_sizes=[m.sizes for m in members], member_kinds=member_kinds,
+        pointers_per_kind=[len(b.pointers) for b in kind_bodies],
+        xblock_per_kind=[b.config.XBLOCK for b in kind_bodies], config=config, origins=origins)
+
+
+def _blocks_text(body: MemberBody) -> str:
+    c = body.config
+    if c.RBLOCK is None:
+        return f"XBLOCK={c.XBLOCK}"
+    return f"XBLOCK={c.XBLOCK} RBLOCK={c.RBLOCK}{' persistent' if c.persistent else ''}"

@@ -31,24 +31,43 @@ def attach_finishers(steps: list[Step], persistent_limit: int, eligible=lambda s
     """The steps, each reduction kernel followed by small reductions of its results made one step
     whose `finishers` are those small reductions (in order: a later one may read an earlier one's).
     Only steps `eligible` says are printed as Triton take part."""
+    finishing = finisher_plan(steps, persistent_limit, eligible)
     merged: list[Step] = []
     for step in steps:
-        before = merged[-1] if merged else None
-        if before is not None and not step.is_extern and not before.is_extern and eligible(before) \
-                and can_finish(before, step, persistent_limit):
-            before.finishers.append(step)
-            before.frees = before.frees + step.frees
+        big = finishing.get(id(step))
+        if big is not None:  # the step just before it in `merged`
+            big.finishers.append(step)
+            big.frees = big.frees + step.frees
             continue
         merged.append(step)
     return merged
 
 
-def can_finish(big: Step, small: Step, persistent_limit: int) -> bool:
-    if big.is_extern or small.is_extern or small.finishers:
+def finisher_plan(steps: list[Step], persistent_limit: int, eligible=lambda step: True) -> dict[int, Step]:
+    """Which step each small reduction would finish in (id of the small step -> the big step), for
+    the steps in this order; nothing is changed."""
+    finishing: dict[int, Step] = {}
+    finishers: dict[int, list[Step]] = {}  # big step's id -> the small steps it takes
+    before = None
+    for step in steps:
+        if before is not None and not step.is_extern and not before.is_extern and eligible(before) \
+                and can_finish(before, step, persistent_limit, finishers.get(id(before), [])):
+            finishers.setdefault(id(before), []).append(step)
+            finishing[id(step)] = before
+            continue
+        before = step
+    return finishing
+
+
+def can_finish(big: Step, small: Step, persistent_limit: int, finishers: list[Step] | None = None) -> bool:
+    """Whether `small` can run in `big`'s last program, after the small steps `finishers` (by
+    default big's own) already do."""
+    finishers = big.finishers if finishers is None else finishers
+    if big.is_extern or small.is_extern or small.finishers or big.combo or small.combo:
         return False
     if not big.group.is_reduction or not small.group.is_reduction:
         return False
-    ready = set(big.stored).union(*(f.stored for f in big.finishers))
+    ready = set(big.stored).union(*(f.stored for f in finishers))
     if not small.group.read_names() - small.group.names <= ready:
         # Only a pure reduction of the big kernel's results. Measured on an H100: cross entropy's
         # loss over rows (a gather per row) finished by the last program took 0.248 ms, 0.236 with
@@ -64,7 +83,7 @@ def can_finish(big: Step, small: Step, persistent_limit: int) -> bool:
         return False
     if not static_int(big.group.xnumel):
         return False  # a launch of no programs would leave the small reduction unrun
-    if big.finishers:
+    if finishers:
         return True  # the big kernel was already found fit for finishing
     # Interpreted kernels never split rows, so asking as for the GPU covers both.
     return row_split_for(plan_kernel(big.group, big.stored), False, persistent_limit) == 1

@@ -3,7 +3,7 @@
 The work table (kind, offset of the member's row in the pointer table, block) per program depends
 only on the members' static sizes and kinds: made once per device, biggest members first so that
 the small ones fill the last wave. The pointer table holds each member's buffer addresses and
-element count, one row per member (as long as its kind has pointers, plus one); it is kept per
+sizes (xnumel, and rnumel for a reduction), one row per member; it is kept per
 distinct set of addresses, since an optimizer's parameters and states stay where they are from
 step to step, and built when they move (buffers the graph allocates may move every call): written
 into pinned memory and copied without waiting, so the host never stalls on the GPU's queue.
@@ -19,15 +19,17 @@ STAGING = 4
 
 
 class ComboLauncher:
-    def __init__(self, launcher, member_numels: list[int], member_kinds: list[int], pointers_per_kind: list[int]):
+    def __init__(self, launcher, member_sizes: list[tuple[int, ...]], member_kinds: list[int],
+                 pointers_per_kind: list[int], xblock_per_kind: list[int]):
         self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
-        self.numels = member_numels
+        self.sizes = member_sizes
         self.kinds = member_kinds
         self.pointers = [pointers_per_kind[k] for k in member_kinds]  # each member's
+        self.blocks = self.blocks_of(member_sizes, member_kinds, xblock_per_kind)
         # Where each member's row starts in the pointer table, and its buffers in the call's arguments.
         self.rows = [0]
-        for n in self.pointers:
-            self.rows.append(self.rows[-1] + n + 1)
+        for n, sizes in zip(self.pointers, self.sizes):
+            self.rows.append(self.rows[-1] + n + len(sizes))
         self.work: dict = {}
         self.tables: dict = {}
         self.staging: list = []  # (pinned int64 tensor, CUDA event recorded after its copy)
@@ -38,8 +40,13 @@ class ComboLauncher:
         return self.launcher.variants
 
     @staticmethod
-    def programs(member_numels: list[int], xblock: int) -> int:
-        return sum(-(-n // xblock) for n in member_numels)
+    def blocks_of(member_sizes, member_kinds, xblock_per_kind) -> list[int]:
+        """Programs each member runs: its x blocks at its kind's XBLOCK."""
+        return [-(-sizes[0] // xblock_per_kind[k]) for sizes, k in zip(member_sizes, member_kinds)]
+
+    @classmethod
+    def programs(cls, member_sizes, member_kinds, pointers_per_kind, xblock_per_kind) -> int:
+        return sum(cls.blocks_of(member_sizes, member_kinds, xblock_per_kind))
 
     def __call__(self, *buffers):
         device = buffers[0].device
@@ -55,8 +62,7 @@ class ComboLauncher:
         self.launcher(work, table)
 
     def _work_table(self, device) -> torch.Tensor:
-        xblock = self.launcher.config.XBLOCK
-        blocks = torch.tensor([-(-n // xblock) for n in self.numels], dtype=torch.int64)
+        blocks = torch.tensor(self.blocks, dtype=torch.int64)
         order = torch.argsort(blocks, descending=True, stable=True)
         members = torch.repeat_interleave(order, blocks[order])
         starts = torch.cumsum(blocks[order], 0) - blocks[order]
@@ -68,9 +74,9 @@ class ComboLauncher:
     def _pointer_table(self, addresses: tuple[int, ...], device) -> torch.Tensor:
         rows = []
         at = 0
-        for numel, count in zip(self.numels, self.pointers):
+        for sizes, count in zip(self.sizes, self.pointers):
             rows.extend(addresses[at:at + count])
-            rows.append(numel)
+            rows.extend(sizes)
             at += count
         table = torch.tensor(rows, dtype=torch.int64)
         if device.type != "cuda":

@@ -54,8 +54,9 @@ class TritonLauncher:
 
     def _use(self, config) -> None:
         self.config = config
-        self.constexprs = {"XBLOCK": config.XBLOCK}
-        if config.RBLOCK is not None:
+        # A combo kernel (fixed grid) takes no blocks: each kind's are constants in its source.
+        self.constexprs = {"XBLOCK": config.XBLOCK} if self.programs is None else {}
+        if config.RBLOCK is not None and self.programs is None:
             self.constexprs["RBLOCK"] = config.RBLOCK
         if self.row_split is not None:
             self.constexprs["ROW_SPLIT"] = self.row_split
