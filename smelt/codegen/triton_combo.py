@@ -156,13 +156,14 @@ class ComboKernelSource:
 
 def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index: int) -> ComboKernelSource:
     members = [bodies.body(m) for m in step.combo]
+    keys = [m.kind(graph) for m in members]
     kinds: dict[tuple, int] = {}
     kind_bodies: list[MemberBody] = []
-    for m in members:
-        if m.kind(graph) not in kinds:
-            kinds[m.kind(graph)] = len(kind_bodies)
+    for key, m in zip(keys, members):
+        if key not in kinds:
+            kinds[key] = len(kind_bodies)
             kind_bodies.append(m)
-    member_kinds = [kinds[m.kind(graph)] for m in members]
+    member_kinds = [kinds[key] for key in keys]
     origins = sorted({o for m in step.combo for n in m.group.nodes for o in n.buffer.origins})
     ops = sorted({o.split(".")[1].strip("_") for o in origins if o.count(".") >= 1})
     name = f"triton_combo_{'_'.join([o for o in ops if o][:5]) or 'copy'}_{index}"

@@ -30,7 +30,7 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
         fn = getattr(module, kernel.name)
         tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
         variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
-        programs = ComboLauncher.programs(*kernel.combo) if kernel.combo else None
+        programs = ComboLauncher.programs(kernel.combo) if kernel.combo else None
         launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
                                   kernel.xnumel_arg, kernel.workspace, tuner, variants, kernel.ticket, programs)
         namespace[kernel.name] = ComboLauncher(launcher, *kernel.combo) if kernel.combo else launcher

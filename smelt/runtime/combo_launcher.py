@@ -45,7 +45,9 @@ class ComboLauncher:
         return [-(-sizes[0] // xblock_per_kind[k]) for sizes, k in zip(member_sizes, member_kinds)]
 
     @classmethod
-    def programs(cls, member_sizes, member_kinds, pointers_per_kind, xblock_per_kind) -> int:
+    def programs(cls, launch: tuple) -> int:
+        """The grid of a combo kernel, from its `launch` (codegen/triton_combo.py)."""
+        member_sizes, member_kinds, _, xblock_per_kind = launch
         return sum(cls.blocks_of(member_sizes, member_kinds, xblock_per_kind))
 
     def __call__(self, *buffers):

@@ -54,10 +54,11 @@ class TritonLauncher:
 
     def _use(self, config) -> None:
         self.config = config
-        # A combo kernel (fixed grid) takes no blocks: each kind's are constants in its source.
-        self.constexprs = {"XBLOCK": config.XBLOCK} if self.programs is None else {}
-        if config.RBLOCK is not None and self.programs is None:
-            self.constexprs["RBLOCK"] = config.RBLOCK
+        self.constexprs = {}
+        if self.programs is None:  # a combo kernel (fixed grid) has each kind's blocks in its source
+            self.constexprs["XBLOCK"] = config.XBLOCK
+            if config.RBLOCK is not None:
+                self.constexprs["RBLOCK"] = config.RBLOCK
         if self.row_split is not None:
             self.constexprs["ROW_SPLIT"] = self.row_split
         self.block_constants = dict(self.constexprs)
