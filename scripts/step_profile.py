@@ -1,7 +1,8 @@
 """cProfile of 20 compiled Adam steps (benchmarks/optimizer_step.py's parameters), by own time:
-what the host does per step once compiled.
+what the host does per step once compiled. With --kernels, the GPU's side instead: each kernel's
+time per step, from torch.profiler.
 
-    python3 scripts/step_profile.py [--backend smelt] [--for-loop] [--clip]
+    python3 scripts/step_profile.py [--backend smelt] [--for-loop] [--clip] [--kernels]
 """
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ step = compile_fn(backend, eager_step)
 for _ in range(3):
     step()
 torch.cuda.synchronize()
+if "--kernels" in sys.argv:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20, max_name_column_width=60))
+    sys.exit(0)
 profile = cProfile.Profile()
 profile.enable()
 for _ in range(20):

@@ -204,6 +204,11 @@ def _simplify_index(expr: Expr, range_items: tuple) -> Expr:
             reduced = _drop_small_part(e.args[0], e.args[1], ranges)
             if reduced is not None:
                 return visit(ModularIndexing(reduced[0], reduced[1], e.args[2]))
+        if isinstance(e, ModularIndexing) and e.args[1] == 1:
+            split = _low_part_apart(e.args[0], e.args[2], ranges)
+            if split is not None:
+                f, y, low = split
+                return visit(f * ModularIndexing(y, 1, sympy.cancel(e.args[2] / f)) + low)
         if isinstance(e, FloorDiv):
             base, div = e.args
             if _less_than(_upper_bound(base, ranges), div):
@@ -234,6 +239,23 @@ def _drop_small_part(base: Expr, div: Expr, ranges: dict):
         y, r = _split_multiples(base, f)
         if y != 0 and r != 0 and r.is_nonnegative and _less_than(_upper_bound(r, ranges), f):
             return y, sympy.cancel(div / f)
+    return None
+
+
+def _low_part_apart(base: Expr, mod: Expr, ranges: dict):
+    """(f, y, r) when base == f*y + r with 0 <= r < f for some factor f of mod, else None.
+
+    Then base % mod == f*(y % (mod/f)) + r: the low part never reaches the modulus. A split
+    reduction's chunk (1024*x + r) % 4096 becomes 1024*(x % 4) + r, which _recombine folds with
+    its row's 4096*(x // 4) back into 1024*x + r.
+    """
+    for term in sympy.Add.make_args(base):
+        f = sympy.gcd(term.as_coeff_Mul()[0], mod)
+        if f == 1:
+            continue
+        y, r = _split_multiples(base, f)
+        if y != 0 and r != 0 and r.is_nonnegative and _less_than(_upper_bound(r, ranges), f):
+            return f, y, r
     return None
 
 

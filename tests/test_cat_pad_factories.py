@@ -110,3 +110,45 @@ def test_eye_and_triu_mask(device, check):
         return x.masked_fill(mask, 0.0) + torch.eye(17, device=x.device)
 
     check(fn, x)
+
+
+# Past CAT_INLINE_PIECES (8) pieces, each piece is written into its slice of the cat's output.
+def test_a_stack_of_many_norms_is_written_in_place(device, check, observe):
+    xs = [torch.randn(n, device=device) for n in (5, 7, 300, 9, 11, 13, 2, 3, 4, 100, 64, 1)]
+
+    def fn(*xs):
+        total = torch.stack([x.pow(2).sum().sqrt() for x in xs]).pow(2).sum().sqrt()
+        return total, torch.cat([x * 2 for x in xs])
+    check(fn, *xs, atol=1e-5, rtol=1e-5)
+    source = observe.compiled_graphs()[-1].wrapper_source
+    # The 12 norms live in one buffer of 12 and the 12 doubled pieces in one of 519: no buffer
+    # per piece, and the total's kernel reads one pointer, not twelve.
+    assert source.count("empty_strided") == 3, source
+    assert "(12,), (1,)" in source and "(519,), (1,)" in source, source
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_a_cat_of_many_pieces_along_each_dim(dim, device, check):
+    pieces = [torch.randn(*[(k % 3) + 1 if d == dim else 4 for d in range(3)], device=device) for k in range(11)]
+
+    def fn(*pieces):
+        out = torch.cat([p.exp() if k % 2 else p.sum(dim, keepdim=True).expand_as(p) for k, p in enumerate(pieces)], dim)
+        return out, out.sum(dim)
+    check(fn, *pieces, atol=1e-5, rtol=1e-5)
+
+
+def test_a_cat_of_many_pieces_mixes_dtypes_and_keeps_channels_last(device, check):
+    pieces = [torch.randn(2, 3, 4, 5, device=device).to(memory_format=torch.channels_last) for _ in range(10)]
+    pieces[3] = pieces[3].half()
+    # The half piece's product is rounded to half: an ulp there is 4e-3.
+    actual, expected = check(lambda *ps: torch.cat([p * 3 for p in ps], 1), *pieces, atol=1e-2, rtol=1e-3)
+    assert actual.stride() == expected.stride()
+
+
+def test_a_piece_read_by_another_op_is_read_from_its_slice(device, check):
+    xs = [torch.randn(6, device=device) for _ in range(9)]
+
+    def fn(*xs):
+        doubled = [x * 2 for x in xs]
+        return torch.cat(doubled), doubled[4].sum() + doubled[0]
+    check(fn, *xs)

@@ -827,6 +827,7 @@ def graph_needs_int64(graph) -> bool:
     if cached is not None and cached[0] is graph:
         return cached[1]
     sizes = [b.layout.storage_numel() for b in graph.buffers if b.layout is not None]
+    sizes += [s.layout.storage_numel() for s in getattr(graph, "shared_storages", {}).values()]
     sizes += [v.layout.storage_numel() for _, v in graph.inputs if v is not None and hasattr(v, "layout")]
     answer = any(static_int(s) is None or static_int(s) > INT32_LIMIT for s in sizes)
     _graph_int64.clear()  # one graph is generated at a time: keep only its answer

@@ -1,6 +1,8 @@
 """Prints the Python module that runs one compiled graph: bind sizes, allocate, launch, free, return."""
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 import torch
 
@@ -66,6 +68,20 @@ class WrapperCodegen:
         out.writeline(f"{name} = torch.empty_strided(({size}{comma}), ({stride}{comma}), "
                       f"device={self.device(layout.device)}, dtype={layout.dtype})")
 
+    def allocate_buffer(self, out: IndentedBuffer, buffer, allocated: set[str]) -> None:
+        """Memory for `buffer`, or for a slice of a shared storage its view (the storage first)."""
+        lives_in = getattr(buffer, "lives_in", None)
+        if lives_in is None:
+            self.allocate(out, buffer.name, buffer.layout)
+        else:
+            storage, offset = lives_in
+            if storage not in allocated:
+                self.allocate(out, storage, self.graph.shared_storages[storage].layout)
+                allocated.add(storage)
+            layout = buffer.layout
+            out.writeline(f"{buffer.name} = {self.strided(storage, dataclasses.replace(layout, offset=offset))}")
+        allocated.add(buffer.name)
+
     def bind_sizes(self, out: IndentedBuffer) -> None:
         for name, value in self.graph.inputs:
             if isinstance(value, sympy.Symbol) and value not in self.bound:
@@ -95,8 +111,7 @@ class WrapperCodegen:
                 kernel = self.kernels[k]
                 for name in step.stored + [n for f in step.finishers for n in f.stored]:
                     if name not in allocated:
-                        self.allocate(body, name, buffers[name].layout)
-                        allocated.add(name)
+                        self.allocate_buffer(body, buffers[name], allocated)
                 if step.combo:
                     args = [buffer for member in kernel.member_buffers for buffer in member]
                     body.writeline(f"{kernel.name}({', '.join(args)})")

@@ -2,7 +2,7 @@
 from .extern import ExternKernel, MultiOutput
 from .loops import REDUCTION_OUTPUTS, Loops, Pointwise, Reduction
 from .nodes import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, IRNode,
-                    Layout, StorageBox, TensorBox, make_contiguous_layout)
+                    Layout, SharedStorage, StorageBox, TensorBox, make_contiguous_layout)
 from .ops import ops, use_handler
 from .scatter import Scatter
 from .scan import SCAN_COMBINES, Scan, ScanCombine
@@ -10,5 +10,5 @@ from .views import ReinterpretView, View, as_strided_layout
 
 __all__ = ["Buffer", "ComputedBuffer", "ConstantBuffer", "ExternKernel", "FixedLayout", "FlexibleLayout", "IRNode",
            "InputBuffer", "Layout", "Loops", "MultiOutput", "Pointwise", "REDUCTION_OUTPUTS", "Reduction",
-           "ReinterpretView", "SCAN_COMBINES", "Scan", "ScanCombine", "Scatter", "StorageBox", "TensorBox", "View",
+           "ReinterpretView", "SCAN_COMBINES", "Scan", "ScanCombine", "Scatter", "SharedStorage", "StorageBox", "TensorBox", "View",
            "as_strided_layout", "make_contiguous_layout", "ops", "use_handler"]

@@ -152,6 +152,9 @@ class ComputedBuffer(Buffer):
         self.data = data
         self.mutates = mutates
         self.copy_of: str | None = None  # a write into a graph input of another buffer's values, unchanged
+        # (SharedStorage's name, element offset): this buffer is a slice of that storage, a view
+        # the wrapper makes, not memory of its own.
+        self.lives_in: tuple[str, Expr] | None = None
         self.origins = data.origins
 
     @property
@@ -168,7 +171,18 @@ class ComputedBuffer(Buffer):
 
     def describe(self) -> str:
         target = f" (writes into {self.mutates})" if self.mutates else ""
+        if self.lives_in:
+            target = f" (slice of {self.lives_in[0]} at {self.lives_in[1]})"
         return f"{self.name}: {self.layout}{target} = {self.data}"
+
+
+class SharedStorage(Buffer):
+    """Memory that several ComputedBuffers fill, each its own slice: a cat of many pieces, each
+    piece written in place. No kernel computes it as a whole; the wrapper allocates it with its
+    first slice, and a reader runs after every slice's writer."""
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.layout}, filled by the slices that live in it"
 
 
 class _Wrapper(IRNode):

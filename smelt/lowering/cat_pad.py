@@ -4,12 +4,18 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import Pointwise, TensorBox, ops
-from ..symbolic import sympify
+from ..ir import FixedLayout, Pointwise, StorageBox, TensorBox, ops
+from ..symbolic import contiguous_strides, dense_dim_order, sympify
 from .common import out_size
 from .registry import lowering
 
 aten = torch.ops.aten
+
+# Up to this many pieces, a cat is a loop nest its readers inline (a where per piece); beyond, each
+# piece is written into its slice of the output: a chain of hundreds of wheres costs every element
+# a comparison per piece, and the kernel an argument per piece (clip_grad_norm_ stacks one norm
+# per parameter).
+CAT_INLINE_PIECES = 8
 
 
 @lowering(aten.cat)
@@ -25,6 +31,8 @@ def cat(g, tensors, dim=0):
     for t in pieces:
         starts.append(offset)
         offset = offset + sympify(t.get_size()[dim])
+    if len(pieces) > CAT_INLINE_PIECES:
+        return _cat_into_slices(g, pieces, starts, dim, size)
     loaders = [t.make_loader() for t in pieces]
     dtype = meta.dtype
 
@@ -52,6 +60,29 @@ def cat(g, tensors, dim=0):
         return result
     origins = g.origin.union(*[t.origins for t in pieces])
     return TensorBox.of_storage(Pointwise(meta.device, dtype, inner_fn, size, origins))
+
+
+def _cat_into_slices(g, pieces, starts, dim, size):
+    """The cat as memory each piece writes its slice of; a piece's loop nest fuses into whatever
+    kernel computes its values."""
+    meta, dtype = g.out_meta, g.out_meta.dtype
+    stride = [sympify(s) for s in meta.stride()]
+    symbolic = any(isinstance(v, torch.SymInt) for v in (*meta.size(), *meta.stride()))
+    if symbolic or dense_dim_order(list(meta.size()), list(meta.stride())) is None:
+        stride = contiguous_strides(size)
+    storage = g.register_shared_storage(FixedLayout(meta.device, dtype, tuple(size), tuple(stride)))
+    for t, start in zip(pieces, starts):
+        if t.get_numel() == 0:
+            continue
+        load = t.make_loader()
+
+        def copy(index, load=load, t=t):
+            v = load(index)
+            return v if t.get_dtype() == dtype else ops.to_dtype(v, dtype)
+        loops = Pointwise(meta.device, dtype, copy, t.get_size(), g.origin | t.origins)
+        piece = g.register_computed(loops, layout=FixedLayout(meta.device, dtype, tuple(t.get_size()), tuple(stride)))
+        piece.lives_in = (storage.name, start * stride[dim])
+    return TensorBox(StorageBox(storage))
 
 
 def _cast(g, x, dtype):

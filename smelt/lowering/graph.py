@@ -12,8 +12,9 @@ import torch
 import torch.fx
 
 from ..errors import LoweringError
-from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer,
-                  Loops, Pointwise, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout)
+from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, Layout,
+                  Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout,
+                  make_contiguous_layout)
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import dense_dim_order, index_var, sympify
@@ -54,6 +55,8 @@ class IRGraph:
         # Writes into graph inputs (aten.copy_), registered after everything else: every other
         # buffer, realized however late, reads an input's old contents, so it must come first.
         self.input_writes: list = []
+        # Memory filled slice by slice (a cat's pieces written in place), by name: not steps.
+        self.shared_storages: dict[str, SharedStorage] = {}
         self.softmax_rows = SoftmaxRows(gm)  # amax/sum pairs lowered as one online reduction
 
     # ------------------------------------------------------------ building
@@ -89,6 +92,11 @@ class IRGraph:
         self.buffers.append(buffer)
         return buffer
 
+    def register_shared_storage(self, layout: Layout) -> SharedStorage:
+        storage = SharedStorage(self.new_name(), layout)
+        self.shared_storages[storage.name] = storage
+        return storage
+
     def register_buffer(self, buffer: Buffer) -> Buffer:
         self.buffers.append(buffer)
         return buffer
@@ -114,6 +122,7 @@ class IRGraph:
         if self._dtypes is None:  # built once lowering is over; buffers no longer change then
             self._dtypes = {name: c.get_dtype() for name, c in self.constants.items()}
             self._dtypes.update((n, v.get_dtype()) for n, v in self.inputs if hasattr(v, "layout"))
+            self._dtypes.update((n, s.get_dtype()) for n, s in self.shared_storages.items())
             for b in self.buffers:
                 if b.layout is not None:
                     self._dtypes.setdefault(getattr(b, "storage_name", b.name), b.get_dtype())
@@ -126,6 +135,7 @@ class IRGraph:
         lines = [f"inputs: {', '.join(n for n, _ in self.inputs)}"]
         for name, c in self.constants.items():
             lines.append(c.describe())
+        lines += [s.describe() for s in self.shared_storages.values()]
         lines += [b.describe() for b in self.buffers]
         lines.append("outputs: " + ", ".join(
             o.kind if o.kind == "none" else f"{o.name or o.expr}" + (f" as {o.layout}" if o.layout else "")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+_data_ptr = torch.Tensor.data_ptr
 # Pointer tables kept per combo kernel: enough for a few alternating buffer sets.
 MAX_TABLES = 8
 # Pinned staging buffers a launcher cycles through when its buffers move every call.
@@ -55,7 +56,7 @@ class ComboLauncher:
         work = self.work.get(device)
         if work is None:
             work = self.work[device] = self._work_table(device)
-        addresses = tuple(b.data_ptr() for b in buffers)
+        addresses = tuple(map(_data_ptr, buffers))  # map: no generator frame per call (hundreds of buffers)
         table = self.tables.get((device, addresses))
         if table is None:
             if len(self.tables) >= MAX_TABLES:

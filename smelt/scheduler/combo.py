@@ -45,11 +45,19 @@ class _Window:
         self.kinds = {kind}
         self.read: set[str] = set()
         self.written: set[str] = set()
+        self.filled: set[str] = set()  # shared storages some slice of which is written
 
-    def admits(self, step_reads: set[str], step_writes: set[str], kind: Hashable, size: int, limit: int) -> bool:
+    def admits(self, accesses: "_Accesses", kind: Hashable, size: int, limit: int) -> bool:
         if size >= limit or (kind not in self.kinds and len(self.kinds) >= MAX_KINDS):
             return False
-        return not step_reads & self.written and not step_writes & (self.read | self.written)
+        # Slices of one storage are disjoint: their writers need no order among themselves.
+        return (not accesses.reads & (self.written | self.filled) and not accesses.writes & (self.read | self.written)
+                and not accesses.fills & self.read)
+
+    def add(self, accesses: "_Accesses") -> None:
+        self.read |= accesses.reads
+        self.written |= accesses.writes
+        self.filled |= accesses.fills
 
 
 def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable] | None], outputs: set[str],
@@ -61,7 +69,7 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
     open_windows: dict[Hashable, list[_Window]] = {}
     to_merge: set[int] = set()  # ids of the placed combos to become one fused kernel
     for step in steps:
-        reads, writes = _accesses(step)
+        accesses = _Accesses(step)
         keyed = key_of(step) if not step.is_extern and not step.finishers else None
         window = None
         if keyed is not None:
@@ -70,7 +78,7 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
             # A window that has this kind already first: members of one kind share a branch.
             for w in sorted(candidates, key=lambda w: kind not in w.kinds):
                 limit = MAX_MERGED if merge(key) else MAX_MEMBERS
-                if w.admits(reads, writes, kind, len(placed[w.index].combo), limit):
+                if w.admits(accesses, kind, len(placed[w.index].combo), limit):
                     window = w
                     break
         if window is not None:
@@ -93,8 +101,7 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
         for windows in open_windows.values():
             for w in windows:
                 if w.index <= position:
-                    w.read |= reads
-                    w.written |= writes
+                    w.add(accesses)
     result = []
     for step in placed:
         if step.combo and len(step.combo) == 1:
@@ -134,10 +141,13 @@ def _merged(members: list[Step]) -> Step:
     return Step(group, stored=[name for m in members for name in m.stored])
 
 
-def _accesses(step: Step) -> tuple[set[str], set[str]]:
-    reads = set().union(*(n.read_names for n in step.nodes))
-    writes = {n.write_name for n in step.nodes} | {n.name for n in step.nodes}
-    return reads, writes
+class _Accesses:
+    """The names a step reads and writes, and the shared storages it writes slices of."""
+
+    def __init__(self, step: Step):
+        self.reads = set().union(*(n.read_names for n in step.nodes))
+        self.writes = {n.write_name for n in step.nodes} | {n.name for n in step.nodes}
+        self.fills = {n.fills for n in step.nodes if n.fills is not None}
 
 
 def _orders_everything(step: Step) -> bool:

@@ -37,6 +37,9 @@ class SchedulerNode:
             self.reads = self._trace_reads()
             self.read_names = {name for name, _ in self.reads}
         self.write_name = buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name
+        # The SharedStorage this node's buffer is a slice of: its readers wait for this node too.
+        lives_in = getattr(buffer, "lives_in", None)
+        self.fills: str | None = lives_in[0] if lives_in else None
         if self.is_scatter:
             # A scatter updates what its target holds: it runs after the target's writer.
             self.read_names.add(self.write_name)

@@ -90,7 +90,8 @@ def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNo
         # A write into a graph input is kept even when nothing reads it; a scatter only when its target is.
         mutates = getattr(node.buffer, "mutates", None) is not None and not node.is_scatter
         effectful = getattr(node.buffer, "has_side_effects", False)
-        if node.write_name in needed or mutates or effectful or node.name in needed:
+        fills_needed = node.fills is not None and node.fills in needed
+        if node.write_name in needed or mutates or effectful or node.name in needed or fills_needed:
             kept.append(node)
             needed |= node.read_names
     return list(reversed(kept))
@@ -119,6 +120,8 @@ def fuse(nodes: list[SchedulerNode]) -> list[FusedGroup]:
             groups[k].xnumel, groups[k].rnumel = xnumel, rnumel
         group_index[node.write_name] = k
         group_index[node.name] = k
+        if node.fills is not None:  # the storage is ready once its last-placed slice is
+            group_index[node.fills] = max(k, group_index.get(node.fills, k))
         for name in node.read_names:
             readers.setdefault(name, set()).add(k)
     return groups
@@ -166,7 +169,7 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
             used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
             if name in graph.kept_in_input:
                 continue
-            if name in outputs or name in input_names or used_elsewhere or node.is_scatter:
+            if name in outputs or name in input_names or used_elsewhere or node.is_scatter or node.fills:
                 step.stored.append(name)
     plan_frees(steps, outputs, graph)
 
@@ -206,13 +209,15 @@ def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
                 last_use[kept.get(name, name)] = k
             if node.write_name != node.name:  # a write into a graph input uses that input too
                 last_use[node.write_name] = k
+            if node.fills is not None:  # a slice's view lives until written, its storage on
+                last_use[node.name] = max(k, last_use.get(node.name, k))
     written = {n for s in steps for m in (s.combo or [s]) for f in [m] + m.finishers
                for n in (f.stored if not f.is_extern else [f.group.nodes[0].write_name])}
     unbound = {n.name for s in steps for n in s.nodes if not getattr(n.buffer, "binds_name", True)}
     for name, k in last_use.items():
         if name in outputs or name in graph.constants or name in unbound:
             continue
-        if name in written or name in input_names:
+        if name in written or name in input_names or name in getattr(graph, "shared_storages", {}):
             steps[k].frees.append(name)
     # An ATen call's output nobody reads (an unused part of a multi-output op) dies right away.
     for step in steps:

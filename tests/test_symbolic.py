@@ -1,0 +1,40 @@
+"""simplify_index against brute force: every rewrite must keep each value of the index."""
+import itertools
+
+import pytest
+import sympy
+
+from smelt.symbolic import FloorDiv, ModularIndexing, index_var, simplify_index
+
+X, R = index_var("xindex"), index_var("rindex")
+
+
+def _value(expr, x, r):
+    def visit(e):
+        if isinstance(e, FloorDiv):
+            return visit(e.args[0]) // visit(e.args[1])
+        if isinstance(e, ModularIndexing):
+            return (visit(e.args[0]) // visit(e.args[1])) % visit(e.args[2])
+        if e.args:
+            return e.func(*[sympy.Integer(visit(a)) for a in e.args])
+        return {X: x, R: r}.get(e, e)
+    return int(visit(expr))
+
+
+CASES = [
+    # A split reduction's chunk of a 64x64 matrix: row and column of 16*x + r.
+    (64 * FloorDiv(16 * X + R, 64) + ModularIndexing(16 * X + R, 1, 64), 256, 16, "16*xindex + rindex"),
+    (ModularIndexing(16 * X + R, 1, 64), 256, 16, None),
+    (ModularIndexing(6 * X + R, 1, 4), 40, 2, None),
+    (ModularIndexing(16 * X + R, 1, 64), 256, 32, None),  # r reaches past the factor: kept
+    (FloorDiv(16 * X + R, 64), 256, 16, None),
+]
+
+
+@pytest.mark.parametrize("expr, xs, rs, expected", CASES)
+def test_simplified_index_keeps_every_value(expr, xs, rs, expected):
+    simple = simplify_index(expr, {X: xs, R: rs})
+    for x, r in itertools.product(range(xs), range(rs)):
+        assert _value(simple, x, r) == _value(expr, x, r), (simple, x, r)
+    if expected is not None:
+        assert simple == sympy.sympify(expected, locals={"xindex": X, "rindex": R})
