@@ -1,7 +1,7 @@
 """Where a cold compile of the Adam step goes (benchmarks/optimizer_step.py's parameters): wall
 time of Dynamo, AOTAutograd and each smelt stage, measured with timers around them.
 
-    python3 scripts/compile_breakdown.py [--small] [--device cuda] [--profile 40]
+    python3 scripts/compile_breakdown.py [--small] [--device cuda] [--for-loop] [--profile 40]
 
 --profile N also prints the N functions with the most own time inside smelt's generate step (cProfile).
 """
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument("--for-loop", action="store_true", help="Adam with foreach=False")
     args = parser.parse_args()
     import smelt  # noqa: F401
     from smelt import backend, pipeline
@@ -67,7 +68,7 @@ def main() -> None:
     timed(pipeline, "assemble", "smelt: assemble")
     timed(kernel_binaries.KernelVariants, "_load_or_compile", "Triton compile")
     timed(launcher.TritonLauncher, "__call__", "launches (incl. compile)")
-    params, opt = make(args.device, args.small, True)
+    params, opt = make(args.device, args.small, not args.for_loop)
     step = torch.compile(opt.step, backend="smelt")
     start = time.perf_counter()
     step()

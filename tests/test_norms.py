@@ -97,3 +97,28 @@ def test_rms_norm_written_by_hand(device, check):
     x = torch.randn(33, 129, device=device)
     w = torch.randn(129, device=device)
     check(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, x, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("row", [5, 16, 100, 2048])
+@pytest.mark.parametrize("kind", ["randn", "offset", "inf", "nan", "inf_first"])
+def test_var_mean_of_rows_with_offsets_and_special_values(row, kind, device, compile_fn, assert_close):
+    # Halide's contiguous rows take mean and m2 in one walk, shifted by the row's first 16 values:
+    # far-off rows must keep their precision, and an inf or nan anywhere must leave var nan and
+    # the mean not finite. (Eager's Welford makes the mean of a row with an inf nan or inf
+    # depending on where the inf lies: only finiteness is compared there.)
+    x = torch.randn(24, row, device=device)
+    if kind == "offset":
+        x = x * 1e-2 + 1000
+    elif kind != "randn":
+        special = float("nan") if kind == "nan" else float("inf")
+        x[3, row // 2] = special
+        x[7, 0] = special if kind == "nan" else -special
+        x[11, :] = special
+        if kind == "inf_first":
+            x[15, :min(row, 16)] = special
+    fn = lambda x: torch.var_mean(x, dim=1)  # noqa: E731
+    (var, mean), (want_var, want_mean) = compile_fn(fn)(x), fn(x)
+    assert_close(var, want_var, atol=1e-4, rtol=1e-4)
+    assert torch.equal(mean.isfinite(), want_mean.isfinite())
+    finite = want_mean.isfinite()
+    assert_close(mean[finite], want_mean[finite], atol=1e-4, rtol=1e-4)
