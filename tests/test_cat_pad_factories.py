@@ -152,3 +152,8 @@ def test_a_piece_read_by_another_op_is_read_from_its_slice(device, check):
         doubled = [x * 2 for x in xs]
         return torch.cat(doubled), doubled[4].sum() + doubled[0]
     check(fn, *xs)
+
+
+def test_a_cat_of_many_empty_pieces(device, check):
+    pieces = [torch.randn(0, 3, device=device) for _ in range(10)]
+    check(lambda *ps: torch.cat([p * 2 for p in ps]), *pieces)

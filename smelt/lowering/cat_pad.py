@@ -5,7 +5,7 @@ import sympy
 import torch
 
 from ..ir import FixedLayout, Pointwise, StorageBox, TensorBox, ops
-from ..symbolic import contiguous_strides, dense_dim_order, sympify
+from ..symbolic import contiguous_strides, dense_dim_order, product, sympify
 from .common import out_size
 from .registry import lowering
 
@@ -31,7 +31,7 @@ def cat(g, tensors, dim=0):
     for t in pieces:
         starts.append(offset)
         offset = offset + sympify(t.get_size()[dim])
-    if len(pieces) > CAT_INLINE_PIECES:
+    if len(pieces) > CAT_INLINE_PIECES and product(size) != 0:  # an empty cat has no slice to allocate it
         return _cat_into_slices(g, pieces, starts, dim, size)
     loaders = [t.make_loader() for t in pieces]
     dtype = meta.dtype
