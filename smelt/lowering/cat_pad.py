@@ -5,8 +5,8 @@ import sympy
 import torch
 
 from ..ir import FixedLayout, Pointwise, StorageBox, TensorBox, ops
-from ..symbolic import contiguous_strides, dense_dim_order, product, sympify
-from .common import out_size
+from ..symbolic import contiguous_strides, product, sympify
+from .common import is_dense, out_size
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -66,10 +66,7 @@ def _cat_into_slices(g, pieces, starts, dim, size):
     """The cat as memory each piece writes its slice of; a piece's loop nest fuses into whatever
     kernel computes its values."""
     meta, dtype = g.out_meta, g.out_meta.dtype
-    stride = [sympify(s) for s in meta.stride()]
-    symbolic = any(isinstance(v, torch.SymInt) for v in (*meta.size(), *meta.stride()))
-    if symbolic or dense_dim_order(list(meta.size()), list(meta.stride())) is None:
-        stride = contiguous_strides(size)
+    stride = [sympify(s) for s in meta.stride()] if is_dense(meta) else contiguous_strides(size)
     storage = g.register_shared_storage(FixedLayout(meta.device, dtype, tuple(size), tuple(stride)))
     for t, start in zip(pieces, starts):
         if t.get_numel() == 0:

@@ -7,7 +7,7 @@ import sympy
 import torch
 
 from ..ir import Pointwise, TensorBox, ops
-from ..symbolic import Expr, sympify
+from ..symbolic import Expr, dense_dim_order, sympify
 
 
 def is_tensor(x) -> bool:
@@ -97,3 +97,10 @@ def common_dtype(*args) -> torch.dtype:
     _, result = utils.elementwise_dtypes(*probes,
                                          type_promotion_kind=utils.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
     return result
+
+
+def is_dense(meta: torch.Tensor) -> bool:
+    """Whether eager's strides pack the elements with no gaps or overlaps; symbolic ones do not count."""
+    if any(isinstance(v, torch.SymInt) for v in (*meta.stride(), *meta.size())):
+        return False
+    return dense_dim_order(list(meta.size()), list(meta.stride())) is not None

@@ -17,8 +17,9 @@ from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleL
                   make_contiguous_layout)
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
-from ..symbolic import dense_dim_order, index_var, sympify
+from ..symbolic import index_var, sympify
 from . import registry
+from .common import is_dense
 from .online_softmax import SoftmaxRows
 
 log = logging.getLogger("smelt.lowering")
@@ -351,7 +352,7 @@ def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
         buffer = data.realize(graph)
         if meta is not None and isinstance(buffer.layout, FlexibleLayout):
             stride = [sympify(s) for s in meta.stride()]
-            if stride != list(buffer.layout.stride) and _is_dense(meta):
+            if stride != list(buffer.layout.stride) and is_dense(meta):
                 buffer.fix_strides(stride)
         return OutputSpec("buffer", name=buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name)
     strided = graph.realize(value)
@@ -359,10 +360,3 @@ def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
         return OutputSpec("view", name=strided.name, layout=strided.layout)
     name = strided.storage_name if isinstance(strided, ComputedBuffer) else strided.name
     return OutputSpec("buffer", name=name)
-
-
-def _is_dense(meta: torch.Tensor) -> bool:
-    """Whether eager's strides pack the elements with no gaps or overlaps; symbolic ones do not count."""
-    if any(isinstance(v, torch.SymInt) for v in (*meta.stride(), *meta.size())):
-        return False
-    return dense_dim_order(list(meta.size()), list(meta.stride())) is not None
