@@ -15,6 +15,8 @@ seconds are the first call's.
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import torch
@@ -85,6 +87,8 @@ def main() -> None:
                         help="also cold and warm first-call seconds, each in a fresh process (Dynamo alone too)")
     parser.add_argument("--combo-blocks", default=None,
                         help="smelt's combo block shapes to compare, e.g. 1024x4,4096x8 (XBLOCK x warps)")
+    parser.add_argument("--autotune", action="store_true",
+                        help="also smelt with SMELT_AUTOTUNE=1 (combos timed as a whole on the first call)")
     args = parser.parse_args()
     numel = sum(torch.Size(s).numel() for s in shapes(args.small))
     floor_bytes = (28 if args.clip is None else 36) * numel
@@ -99,10 +103,16 @@ def main() -> None:
             runs += [("smelt", shape) for shape in args.combo_blocks.split(",")]
         else:
             runs.append((backend, None))
+        if backend == "smelt" and args.autotune:
+            runs.append(("smelt", "autotuned"))
     for backend, shape in runs:
         label = backend if shape is None else f"smelt, combo blocks {shape}"
-        if shape is not None:
-            import os
+        if shape == "autotuned":
+            label = "smelt, autotuned (first call tunes)"
+            os.environ["SMELT_AUTOTUNE"] = "1"
+            os.environ["SMELT_GRAPH_CACHE"] = "0"
+            os.environ["SMELT_CACHE_DIR"] = tempfile.mkdtemp(prefix="smelt_autotune_")  # nothing chosen yet
+        elif shape is not None:
             os.environ["SMELT_GRAPH_CACHE"] = "0"  # each shape compiles anew
             from smelt.codegen import triton_combo
             xblock, warps = (int(v) for v in shape.split("x"))

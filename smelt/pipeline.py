@@ -84,7 +84,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
                 backends[k] = "triton"
                 interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu"
         elif step.combo:
-            kernels[k] = combo_kernel(step, bodies, graph, interpreted[k], len(kernels))
+            kernels[k] = combo_kernel(step, bodies, graph, interpreted[k], len(kernels), cfg.autotune)
         else:
             kernels[k] = generate_kernel(step, graph, interpreted[k], cfg, len(kernels))
 
@@ -120,7 +120,7 @@ def _generated_kernel(kernel, interpret: bool, backend: str) -> GeneratedKernel:
                                xnumel_arg=len(kernel.params) + len(kernel.size_args))
     if isinstance(kernel, ComboKernelSource):
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
-                               config=kernel.config, candidates=(kernel.config,), workspace=None, xnumel_arg=-1,
+                               config=kernel.config, candidates=tuple(kernel.candidates), workspace=None, xnumel_arg=-1,
                                interpret=interpret, combo=kernel.launch)
     return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                            config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,

@@ -68,3 +68,38 @@ def test_in_place_update_is_not_tuned(tuning, device, compile_fn):
     compile_fn(lambda x: x.add_(1))(x)
     assert torch.equal(x, torch.ones_like(x))
     assert timed == []
+
+
+def test_combo_is_tuned_as_a_whole_and_its_in_place_updates_apply_once(tuning, device, compile_fn, observe):
+    # The trials store into copies: the parameters take the update once, not once per trial.
+    folder, timed = tuning
+    sizes = (3000, 5000, 700, 4096, 10)
+    params = [torch.randn(n, device=device) for n in sizes]
+    grads = [torch.randn(n, device=device) for n in sizes]
+    sums = [torch.randn(n, 6, device=device) for n in sizes]
+    expected = [p - 0.1 * g for p, g in zip(params, grads)]
+
+    def step(params, grads, sums):
+        for p, g in zip(params, grads):
+            p.sub_(g, alpha=0.1)
+        return [s.sum(-1) for s in sums]
+
+    reduced = compile_fn(step)(params, grads, sums)
+    for p, e in zip(params, expected):
+        torch.testing.assert_close(p, e)
+    for r, s in zip(reduced, sums):
+        torch.testing.assert_close(r, s.sum(-1))
+    inspects_triton_kernels()
+    (graph,) = observe.compiled_graphs()
+    combos = [s for name, s in graph.kernel_sources.items() if "combo" in name]
+    assert combos and all("autotuned over" in s for s in combos), graph.kernel_names
+    assert len(timed) > len(combos), "each combo's candidates should have been timed"
+
+    # Another process's compile reads each combo's choice from disk, and its update still applies once.
+    torch._dynamo.reset()
+    timed.clear()
+    expected = [p - 0.1 * g for p, g in zip(params, grads)]
+    compile_fn(step)(params, grads, sums)
+    for p, e in zip(params, expected):
+        torch.testing.assert_close(p, e)
+    assert timed == []

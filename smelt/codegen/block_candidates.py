@@ -44,6 +44,23 @@ def candidates(plan, heuristic) -> list:
     return found
 
 
+def combo_candidates(heuristic, pointwise_elements: int) -> list:
+    """A combo kernel's, timed as a whole: its pointwise kinds' XBLOCK with num_warps, where it has
+    pointwise members (the biggest has `pointwise_elements`), else num_warps alone (each reduction
+    kind keeps its own blocks)."""
+    found = [heuristic]
+    if pointwise_elements:
+        changes = [dict(XBLOCK=x, num_warps=w) for x, w in ((512, 4), (2048, 4), (2048, 8), (4096, 8), (1024, 8))
+                   if x <= next_power_of_2(pointwise_elements)]
+    else:
+        changes = [dict(num_warps=w) for w in (2, 4, 8, 16)]
+    for change in changes:
+        config = dataclasses.replace(heuristic, **change)
+        if config not in found:
+            found.append(config)
+    return found
+
+
 def masks_needed(plan, configs) -> tuple[bool, bool]:
     """(x mask, r mask) that make the one source correct for every candidate."""
     xn, rn = plan.static_sizes()

@@ -25,8 +25,8 @@ class GeneratedKernel:
     ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
     backend: str = "triton"  # "triton" | "halide"
     # A combo kernel (codegen/triton_combo.py): its members' sizes, its members' kinds, pointers
-    # per kind, XBLOCK per kind.
-    combo: tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
+    # per kind, XBLOCK per kind, written pointers per kind.
+    combo: tuple | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
@@ -50,8 +50,9 @@ class GeneratedKernel:
 
 
 def _combo(parts: list) -> tuple:
-    sizes, *per_member_and_kind = parts
-    return (tuple(tuple(s) for s in sizes), *(tuple(part) for part in per_member_and_kind))
+    sizes, kinds, pointers, xblocks, written = parts
+    return (tuple(tuple(s) for s in sizes), tuple(kinds), tuple(pointers), tuple(xblocks),
+            tuple(tuple(w) for w in written))
 
 
 def _block_config(data: dict) -> BlockConfig:

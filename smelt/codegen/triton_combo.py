@@ -8,7 +8,7 @@ block of the member to run, from a work table; a chain of ifs on the kind picks 
     kind, slots, block = work[pid]
     if kind == 0:
         in_ptr0, ..., xnumel = table[slots:]
-        body0(in_ptr0, ..., xnumel, block, 1024)
+        body0(in_ptr0, ..., xnumel, block, XBLOCK)
     elif kind == 1:
         in_ptr0, ..., xnumel, rnumel = table[slots:]
         body1(in_ptr0, ..., xnumel, rnumel, block, 1, 2048)
@@ -17,9 +17,11 @@ block of the member to run, from a work table; a chain of ifs on the kind picks 
 So the kernel's source, and its compile, grow with the kinds, not with the members: an Adam step
 over 150 parameters is one compile of one Adam body. Members are pointwise kernels over a flat
 range or reductions whose rows one program each finishes (not tiled, not split across programs,
-no scans), with static sizes. Each kind keeps the block sizes the member would have alone: a
-small norm's RBLOCK is not a big one's. A body is generated with its masks on, since member sizes
-differ. The launcher (runtime/combo_launcher.py) builds both tables.
+no scans), with static sizes. A reduction kind keeps the block sizes the member would have alone
+(a small norm's RBLOCK is not a big one's); pointwise kinds share the launch's XBLOCK, a constexpr
+that autotuning may change together with num_warps (the combo is timed as a whole). A body is
+generated with its masks on, since member sizes differ. The launcher
+(runtime/combo_launcher.py) builds both tables.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import dataclasses
 
 from ..scheduler.schedule import Step
 from ..symbolic import static_int
+from .block_candidates import combo_candidates
 from .simd import plan_kernel
 from .triton import BlockConfig, TritonKernel, choose_blocks, index_dtype_for
 from .triton_ops import triton_type
@@ -48,6 +51,7 @@ class MemberBody:
     kernel: TritonKernel
     text: str
     pointers: list[tuple[str, str]]  # (parameter, buffer), in the body's order
+    written: tuple[int, ...]  # which of the pointers the body stores through
     sizes: tuple[int, ...]  # (xnumel,) or, for a reduction, (xnumel, rnumel)
     config: BlockConfig
 
@@ -113,7 +117,8 @@ class ComboBodies:
         pointers, named_sizes = kernel.launch_args()
         if named_sizes:  # a size passed by name would differ between members
             return None
-        return MemberBody(kernel, text, pointers, sizes, config)
+        written = tuple(j for j, (_, buffer) in enumerate(pointers) if buffer in kernel.args.outputs)
+        return MemberBody(kernel, text, pointers, written, sizes, config)
 
 
 def _elements(step: Step) -> int | None:
@@ -142,19 +147,22 @@ class ComboKernelSource:
     member_sizes: list[tuple[int, ...]]
     member_kinds: list[int]
     pointers_per_kind: list[int]
-    xblock_per_kind: list[int]
-    config: BlockConfig  # the launch's: its warps (block sizes are each kind's)
+    xblock_per_kind: list[int]  # a reduction kind's own; 0 for a pointwise kind (the launch's XBLOCK)
+    written_per_kind: list[tuple[int, ...]]  # the pointers each kind stores through
+    config: BlockConfig  # the launch's: its warps and its pointwise kinds' XBLOCK
+    candidates: list[BlockConfig]  # more than one: timed as a whole on the first launch
     origins: list[str]
 
     @property
     def launch(self) -> tuple:
         """What runtime/combo_launcher.py takes besides the kernel: each member's sizes and kind,
-        each kind's pointers and XBLOCK."""
+        each kind's pointers, XBLOCK and written pointers."""
         return (tuple(self.member_sizes), tuple(self.member_kinds), tuple(self.pointers_per_kind),
-                tuple(self.xblock_per_kind))
+                tuple(self.xblock_per_kind), tuple(self.written_per_kind))
 
 
-def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index: int) -> ComboKernelSource:
+def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index: int,
+                 autotune: bool = False) -> ComboKernelSource:
     members = [bodies.body(m) for m in step.combo]
     keys = [m.kind(graph) for m in members]
     kinds: dict[tuple, int] = {}
@@ -178,7 +186,7 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
     lines = [
         "",
         "@triton.jit",
-        f"def {name}(work_ptr, table_ptr):",
+        f"def {name}(work_ptr, table_ptr, XBLOCK: tl.constexpr):",
         "    # This program's kind of member, where its member's buffers and sizes are listed and",
         "    # which block of it to run (work table).",
         "    row = work_ptr + 3 * tl.program_id(0)",
@@ -199,31 +207,37 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
         size_names = ["xnumel", "rnumel"][:len(body.sizes)]
         for j, size in enumerate(size_names):
             lines.append(f"{indent}{size} = tl.load(slots + {len(params) + j})")
-        blocks = [str(body.config.XBLOCK)] + ([str(body.config.RBLOCK)] if body.config.RBLOCK is not None else [])
+        blocks = ([str(body.config.XBLOCK), str(body.config.RBLOCK)] if body.config.RBLOCK is not None
+                  else ["XBLOCK"])
         lines.append(f"{indent}{texts[body.text]}({', '.join(params + size_names + ['block'] + blocks)})")
+    config = BlockConfig(XBLOCK=POINTWISE_CONFIG.XBLOCK, RBLOCK=None,
+                         num_warps=max(b.config.num_warps for b in kind_bodies), persistent=False)
+    pointwise = [m.sizes[0] for m in members if len(m.sizes) == 1]
+    candidates = combo_candidates(config, max(pointwise, default=0)) if autotune else [config]
     written = [m.stored[0] for m in step.combo if m.stored]
     shown = ", ".join(written[:8]) + (f" and {len(written) - 8} more" if len(written) > 8 else "")
     described = "; ".join(f"kind {k}: {_blocks_text(b)}" for k, b in enumerate(kind_bodies)) if several \
         else _blocks_text(kind_bodies[0])
     comments = [f"# aten ops: {', '.join(origins)}",
                 f"# combo of {len(members)} kernels of {len(kind_bodies)} kind(s), one program per block of a member "
-                f"({described}); they write {shown}"]
+                f"({described}); they write {shown}",
+                f"# launch: XBLOCK={config.XBLOCK} num_warps={config.num_warps}"
+                + (f"; autotuned over {len(candidates)} configs" if len(candidates) > 1 else "")]
     functions = [b.text.replace("def BODY(", f"def {texts[b.text]}(", 1)
                  for b in {b.text: b for b in kind_bodies}.values()]
     functions.append("\n".join(lines) + "\n")
     first = kind_bodies[0]
     source = first.kernel.module_source(functions, interpret, comments, also=tuple(b.kernel for b in kind_bodies[1:]))
-    config = BlockConfig(XBLOCK=max(b.config.XBLOCK for b in kind_bodies), RBLOCK=None,
-                         num_warps=max(b.config.num_warps for b in kind_bodies), persistent=False)
     return ComboKernelSource(
         name=name, source=source, member_buffers=[[buffer for _, buffer in m.pointers] for m in members],
         member_sizes=[m.sizes for m in members], member_kinds=member_kinds,
         pointers_per_kind=[len(b.pointers) for b in kind_bodies],
-        xblock_per_kind=[b.config.XBLOCK for b in kind_bodies], config=config, origins=origins)
+        xblock_per_kind=[b.config.XBLOCK if b.config.RBLOCK is not None else 0 for b in kind_bodies],
+        written_per_kind=[b.written for b in kind_bodies], config=config, candidates=candidates, origins=origins)
 
 
 def _blocks_text(body: MemberBody) -> str:
     c = body.config
     if c.RBLOCK is None:
-        return f"XBLOCK={c.XBLOCK}"
+        return "XBLOCK of the launch"
     return f"XBLOCK={c.XBLOCK} RBLOCK={c.RBLOCK}{' persistent' if c.persistent else ''}"

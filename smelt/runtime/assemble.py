@@ -30,10 +30,15 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
         fn = getattr(module, kernel.name)
         tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
         variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
-        programs = ComboLauncher.programs(kernel.combo) if kernel.combo else None
-        launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
-                                  kernel.xnumel_arg, kernel.workspace, tuner, variants, kernel.ticket, programs)
-        namespace[kernel.name] = ComboLauncher(launcher, *kernel.combo) if kernel.combo else launcher
+        if kernel.combo:  # tuned by its ComboLauncher, which builds the tables each config needs
+            programs = ComboLauncher.programs(kernel.combo, kernel.config.XBLOCK)
+            launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
+                                      kernel.xnumel_arg, variants=variants, programs=programs)
+            namespace[kernel.name] = ComboLauncher(launcher, *kernel.combo, autotuner=tuner)
+            continue
+        namespace[kernel.name] = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config,
+                                                kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, variants,
+                                                kernel.ticket)
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)

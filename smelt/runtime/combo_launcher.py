@@ -7,11 +7,17 @@ sizes (xnumel, and rnumel for a reduction), one row per member; it is kept per
 distinct set of addresses, since an optimizer's parameters and states stay where they are from
 step to step, and built when they move (buffers the graph allocates may move every call): written
 into pinned memory and copied without waiting, so the host never stalls on the GPU's queue.
+
+With autotuning on, the first call times the launch's candidate configs (its pointwise kinds'
+XBLOCK and num_warps) as whole launches, and the choice is cached on disk like a kernel's.
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 
+log = logging.getLogger("smelt.runtime")
 _data_ptr = torch.Tensor.data_ptr
 # Pointer tables kept per combo kernel: enough for a few alternating buffer sets.
 MAX_TABLES = 8
@@ -21,16 +27,25 @@ STAGING = 4
 
 class ComboLauncher:
     def __init__(self, launcher, member_sizes: list[tuple[int, ...]], member_kinds: list[int],
-                 pointers_per_kind: list[int], xblock_per_kind: list[int]):
+                 pointers_per_kind: list[int], xblock_per_kind: list[int], written_per_kind: list[tuple[int, ...]],
+                 autotuner=None):
         self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
         self.sizes = member_sizes
         self.kinds = member_kinds
+        self.xblock_per_kind = xblock_per_kind
         self.pointers = [pointers_per_kind[k] for k in member_kinds]  # each member's
-        self.blocks = self.blocks_of(member_sizes, member_kinds, xblock_per_kind)
         # Where each member's row starts in the pointer table, and its buffers in the call's arguments.
         self.rows = [0]
         for n, sizes in zip(self.pointers, self.sizes):
             self.rows.append(self.rows[-1] + n + len(sizes))
+        # Positions, among a call's buffers, of those some member stores through.
+        self.written = []
+        at = 0
+        for k in member_kinds:
+            self.written += [at + j for j in written_per_kind[k]]
+            at += pointers_per_kind[k]
+        self.autotuner = autotuner  # times the candidate configs on the first call, then dropped
+        self.blocks = self.blocks_of(member_sizes, member_kinds, xblock_per_kind, launcher.config.XBLOCK)
         self.work: dict = {}
         self.tables: dict = {}
         self.staging: list = []  # (pinned int64 tensor, CUDA event recorded after its copy)
@@ -41,21 +56,24 @@ class ComboLauncher:
         return self.launcher.variants
 
     @staticmethod
-    def blocks_of(member_sizes, member_kinds, xblock_per_kind) -> list[int]:
-        """Programs each member runs: its x blocks at its kind's XBLOCK."""
-        return [-(-sizes[0] // xblock_per_kind[k]) for sizes, k in zip(member_sizes, member_kinds)]
+    def blocks_of(member_sizes, member_kinds, xblock_per_kind, xblock: int) -> list[int]:
+        """Programs each member runs: its x blocks at its kind's XBLOCK, or the launch's `xblock`
+        for a pointwise kind (listed as 0)."""
+        return [-(-sizes[0] // (xblock_per_kind[k] or xblock)) for sizes, k in zip(member_sizes, member_kinds)]
 
     @classmethod
-    def programs(cls, launch: tuple) -> int:
+    def programs(cls, launch: tuple, xblock: int) -> int:
         """The grid of a combo kernel, from its `launch` (codegen/triton_combo.py)."""
-        member_sizes, member_kinds, _, xblock_per_kind = launch
-        return sum(cls.blocks_of(member_sizes, member_kinds, xblock_per_kind))
+        member_sizes, member_kinds, _, xblock_per_kind, _ = launch
+        return sum(cls.blocks_of(member_sizes, member_kinds, xblock_per_kind, xblock))
 
     def __call__(self, *buffers):
         device = buffers[0].device
+        if self.autotuner is not None:
+            self._tune(buffers, device)
         work = self.work.get(device)
         if work is None:
-            work = self.work[device] = self._work_table(device)
+            work = self.work[device] = self._work_table(device, self.blocks)
         addresses = tuple(map(_data_ptr, buffers))  # map: no generator frame per call (hundreds of buffers)
         table = self.tables.get((device, addresses))
         if table is None:
@@ -64,8 +82,42 @@ class ComboLauncher:
             table = self.tables[(device, addresses)] = self._pointer_table(addresses, device)
         self.launcher(work, table)
 
-    def _work_table(self, device) -> torch.Tensor:
-        blocks = torch.tensor(self.blocks, dtype=torch.int64)
+    def _tune(self, buffers, device) -> None:
+        """Times the candidate configs as whole launches (or reads the choice from disk) and keeps
+        the fastest. The trials store into copies of the written buffers: a combo that updates its
+        inputs in place (an optimizer's) would otherwise apply its update once per trial."""
+        tuner, self.autotuner = self.autotuner, None
+        written = [buffers[i] for i in self.written]
+        needed = sum(b.numel() * b.element_size() for b in written)
+        if device.type == "cuda" and needed > torch.cuda.mem_get_info(device)[0] // 2:
+            log.info("smelt: %s is not autotuned: copies of the %.0f MB it writes would not fit",
+                     self.launcher.name, needed / 1e6)
+            return
+        scratch = list(map(_data_ptr, buffers))
+        copies = []
+        for i, b in zip(self.written, written):
+            copy = torch.empty_strided(b.size(), b.stride(), dtype=b.dtype, device=b.device).copy_(b)
+            copies.append(copy)
+            scratch[i] = copy.data_ptr()
+        table = self._pointer_table(tuple(scratch), device)
+        prepared = {}
+
+        def run(config):
+            key = (config.XBLOCK, config.num_warps)
+            if key not in prepared:
+                blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
+                prepared[key] = self._work_table(device, blocks), sum(blocks)
+            work, programs = prepared[key]
+            self.launcher.reconfigure(config, programs)
+            self.launcher(work, table)
+
+        config = tuner.pick((tuple(self.sizes), tuple(self.kinds)), device, run)
+        self.blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
+        self.work.clear()
+        self.launcher.reconfigure(config, sum(self.blocks))
+
+    def _work_table(self, device, blocks: list[int]) -> torch.Tensor:
+        blocks = torch.tensor(blocks, dtype=torch.int64)
         order = torch.argsort(blocks, descending=True, stable=True)
         members = torch.repeat_interleave(order, blocks[order])
         starts = torch.cumsum(blocks[order], 0) - blocks[order]

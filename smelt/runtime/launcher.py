@@ -54,16 +54,25 @@ class TritonLauncher:
 
     def _use(self, config) -> None:
         self.config = config
-        self.constexprs = {}
-        if self.programs is None:  # a combo kernel (fixed grid) has each kind's blocks in its source
-            self.constexprs["XBLOCK"] = config.XBLOCK
-            if config.RBLOCK is not None:
-                self.constexprs["RBLOCK"] = config.RBLOCK
+        # A combo kernel (fixed grid) takes only its pointwise kinds' XBLOCK: its reduction kinds'
+        # blocks are in its source.
+        self.constexprs = {"XBLOCK": config.XBLOCK}
+        if self.programs is None and config.RBLOCK is not None:
+            self.constexprs["RBLOCK"] = config.RBLOCK
         if self.row_split is not None:
             self.constexprs["ROW_SPLIT"] = self.row_split
         self.block_constants = dict(self.constexprs)
         if not self.interpret:  # the interpreter takes no launch options
             self.constexprs["num_warps"] = config.num_warps
+
+    def reconfigure(self, config, programs: int) -> None:
+        """A combo kernel's new launch config and grid (runtime/combo_launcher.py tunes them)."""
+        if config == self.config and programs == self.programs:
+            return
+        self.programs = programs
+        self._use(config)
+        if self._resolved is not None:
+            self._resolved.clear()
 
     def __call__(self, *args):
         key = None
