@@ -97,7 +97,6 @@ def main() -> None:
     for _ in range(2):
         ref_step()
     rows = []
-    steps = []  # each row's (parameters, step), kept until its launches are counted
     runs = []
     for backend in args.backends.split(","):
         if backend == "smelt" and args.combo_blocks:
@@ -128,16 +127,12 @@ def main() -> None:
         first = time.perf_counter() - start
         step()
         error = max(float((p - q).abs().max()) for p, q in zip(params, reference))
+        launches = launches_per_step(step, args.device)
         ms = bench_ms(step, args.device)
         host = host_ms_per_step(step, args.device)
-        rows.append([label, ms, floor_bytes / (ms * 1e-3) / bw, None, first, error, host])
-        steps.append((params, step))
-    # Launches are counted after every row is timed: once the profiler has run, each later launch
-    # in the process costs more (eager's clipped step measured 2.3-3.1 ms before it, 3.6-5.4 after).
-    for row, (_, step) in zip(rows, steps):
-        row[3] = launches_per_step(step, args.device)
-    del steps
-    torch._dynamo.reset()
+        rows.append((label, ms, floor_bytes / (ms * 1e-3) / bw, launches, first, error, host))
+        del params, eager_step, step
+        torch._dynamo.reset()
     clipped = "" if args.clip is None else f", gradients clipped to norm {args.clip}"
     print(f"\n### Adam step{clipped}, {len(shapes(args.small))} tensors, {numel / 1e6:.1f}M elements fp32 "
           f"(floor {floor_bytes / 1e6:.0f} MB; copy BW {bw / 1e9:.0f} GB/s; foreach={bool(args.foreach)})\n")
