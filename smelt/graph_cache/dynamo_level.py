@@ -12,6 +12,7 @@ inside, no autocast, a single inference graph. Anything else compiles as usual.
 from __future__ import annotations
 
 import logging
+import operator
 
 import torch
 
@@ -112,6 +113,9 @@ class InferenceGraph:
         self.call = call
         self.bumped = tuple(bumped)
         self.held = list(held)
+        # The written inputs, picked without a generator per call (an optimizer writes hundreds).
+        self._written = operator.itemgetter(*self.bumped) if len(self.bumped) > 1 else \
+            (lambda args, i=self.bumped[0] if self.bumped else 0: (args[i],))
 
     def __call__(self, *args):
         grad = torch.is_grad_enabled()
@@ -124,7 +128,7 @@ class InferenceGraph:
             if grad:
                 torch._C._set_grad_enabled(True)
         if self.bumped:
-            torch.autograd.graph.increment_version(tuple(args[i] for i in self.bumped))
+            torch.autograd.graph.increment_version(self._written(args))
         return result
 
 
