@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+from smelt.codegen import triton_combo
 from smelt.runtime.autotune import Autotuner
 from conftest import inspects_triton_kernels
 
@@ -70,9 +71,11 @@ def test_in_place_update_is_not_tuned(tuning, device, compile_fn):
     assert timed == []
 
 
-def test_combo_is_tuned_as_a_whole_and_its_in_place_updates_apply_once(tuning, device, compile_fn, observe):
+def test_combo_is_tuned_as_a_whole_and_its_in_place_updates_apply_once(tuning, device, compile_fn, observe,
+                                                                       monkeypatch):
     # The trials store into copies: the parameters take the update once, not once per trial.
     folder, timed = tuning
+    monkeypatch.setattr(triton_combo, "TUNE_MIN_ELEMENTS", 0)  # tune these small combos too
     sizes = (3000, 5000, 700, 4096, 10)
     params = [torch.randn(n, device=device) for n in sizes]
     grads = [torch.randn(n, device=device) for n in sizes]
@@ -102,4 +105,19 @@ def test_combo_is_tuned_as_a_whole_and_its_in_place_updates_apply_once(tuning, d
     compile_fn(step)(params, grads, sums)
     for p, e in zip(params, expected):
         torch.testing.assert_close(p, e)
+    assert timed == []
+
+
+def test_a_launch_bound_combo_is_not_tuned(tuning, device, compile_fn, observe, assert_close):
+    _, timed = tuning
+    xs = [torch.randn(n, device=device) for n in (3000, 5000, 700)]
+
+    def fn(xs):
+        return [torch.sigmoid(x) * 3 for x in xs]
+
+    assert_close(compile_fn(fn)(xs), fn(xs))
+    inspects_triton_kernels()
+    (graph,) = observe.compiled_graphs()
+    combos = [s for name, s in graph.kernel_sources.items() if "combo" in name]
+    assert combos and not any("autotuned over" in s for s in combos), graph.kernel_names
     assert timed == []

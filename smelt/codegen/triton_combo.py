@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 
 from ..scheduler.schedule import Step
 from ..symbolic import static_int
@@ -42,6 +43,9 @@ POINTWISE_CONFIG = BlockConfig(XBLOCK=1024, RBLOCK=None, num_warps=4, persistent
 # MB does): it may share a launch with kernels of other bodies even when no kernel shares its own.
 # A bigger one joins only kernels of its outline, as an optimizer's parameters do.
 SMALL = 1 << 16
+# A combo over at most this many elements is launch-bound (a few microseconds of bandwidth): it is
+# not autotuned.
+TUNE_MIN_ELEMENTS = 1 << 20
 
 
 @dataclasses.dataclass
@@ -213,7 +217,10 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
     config = BlockConfig(XBLOCK=POINTWISE_CONFIG.XBLOCK, RBLOCK=None,
                          num_warps=max(b.config.num_warps for b in kind_bodies), persistent=False)
     pointwise = [m.sizes[0] for m in members if len(m.sizes) == 1]
-    candidates = combo_candidates(config, max(pointwise, default=0)) if autotune else [config]
+    elements = sum(math.prod(m.sizes) for m in members)
+    # A launch this small costs what launching costs, whatever its config: not worth timing.
+    tuned = autotune and elements > TUNE_MIN_ELEMENTS
+    candidates = combo_candidates(config, max(pointwise, default=0)) if tuned else [config]
     written = [m.stored[0] for m in step.combo if m.stored]
     shown = ", ".join(written[:8]) + (f" and {len(written) - 8} more" if len(written) > 8 else "")
     described = "; ".join(f"kind {k}: {_blocks_text(b)}" for k, b in enumerate(kind_bodies)) if several \
