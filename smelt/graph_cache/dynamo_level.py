@@ -12,12 +12,12 @@ inside, no autocast, a single inference graph. Anything else compiles as usual.
 from __future__ import annotations
 
 import logging
-import operator
 
 import torch
 
 from .. import observe
 from ..runtime.assemble import assemble
+from ..runtime.launcher import items_getter
 from . import enabled, load_generated, stats
 from .fingerprint import Uncacheable, digest, dynamo_graph_text, environment_text
 from .store import read_entry, write_entry
@@ -113,9 +113,7 @@ class InferenceGraph:
         self.call = call
         self.bumped = tuple(bumped)
         self.held = list(held)
-        # The written inputs, picked without a generator per call (an optimizer writes hundreds).
-        self._written = operator.itemgetter(*self.bumped) if len(self.bumped) > 1 else \
-            (lambda args, i=self.bumped[0] if self.bumped else 0: (args[i],))
+        self._written = items_getter(self.bumped)  # no generator per call: an optimizer writes hundreds
 
     def __call__(self, *args):
         grad = torch.is_grad_enabled()

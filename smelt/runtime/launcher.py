@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from typing import Callable
 
 import torch
 import triton
@@ -119,7 +120,7 @@ class TritonLauncher:
         if self._tensors is None:
             tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
             scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
-            self._tensors, self._scalars = _getter(tensors), _getter(scalars)
+            self._tensors, self._scalars = items_getter(tensors), items_getter(scalars)
         bits = 0
         for tensor in self._tensors(args):
             bits |= tensor.data_ptr()
@@ -174,7 +175,7 @@ class TritonLauncher:
         return f"<{self.name} from {self.path}>"
 
 
-def _getter(positions: list[int]):
+def items_getter(positions) -> Callable:
     """A tuple of the arguments at `positions`, whatever their number."""
     if not positions:
         return lambda args: ()
