@@ -5,26 +5,14 @@ each ATen call alone, and addmm against mm, median milliseconds on this machine'
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.cpu_workloads import _mlp_inputs, mlp  # noqa: E402
-
-
-def median_ms(fn, calls: int = 40) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+from benchmarks.measure import bench_ms  # noqa: E402
 
 
 def main() -> None:
@@ -42,7 +30,7 @@ def main() -> None:
         "linear 2 without bias (mm)": lambda: torch.mm(h, w2.t()),
     }
     for name, fn in parts.items():
-        print(f"{name:28s} {median_ms(fn):7.3f} ms")
+        print(f"{name:28s} {bench_ms(fn, 'cpu', warmup=50, rep=400):7.3f} ms")
 
 
 if __name__ == "__main__":
