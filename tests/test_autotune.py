@@ -8,6 +8,7 @@ import torch
 
 from smelt.codegen import triton_combo
 from smelt.runtime.autotune import Autotuner
+from smelt.runtime.combo_launcher import ComboLauncher
 from conftest import inspects_triton_kernels
 
 pytestmark = pytest.mark.smelt_only
@@ -101,11 +102,15 @@ def test_combo_is_tuned_as_a_whole_and_its_in_place_updates_apply_once(tuning, d
     # Another process's compile reads each combo's choice from disk, and its update still applies once.
     torch._dynamo.reset()
     timed.clear()
+    copied = []
+    timing = ComboLauncher._time_candidates
+    monkeypatch.setattr(ComboLauncher, "_time_candidates", lambda *a: copied.append(1) or timing(*a))
     expected = [p - 0.1 * g for p, g in zip(params, grads)]
     compile_fn(step)(params, grads, sums)
     for p, e in zip(params, expected):
         torch.testing.assert_close(p, e)
     assert timed == []
+    assert copied == [], "a combo whose choice is on disk should not copy its buffers"
 
 
 def test_a_launch_bound_combo_is_not_tuned(tuning, device, compile_fn, observe, assert_close):

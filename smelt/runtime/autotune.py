@@ -27,13 +27,20 @@ class Autotuner:
         self.folder = os.path.join(cache_dir, "autotune")
         self.chosen: dict[tuple, object] = {}
 
+    def known(self, sizes: tuple, device) -> object | None:
+        """The config already chosen for these sizes, in this process or on disk; None if untimed."""
+        if sizes not in self.chosen:
+            config = self._read(self._path(sizes, device))
+            if config is None:
+                return None
+            self.chosen[sizes] = config
+        return self.chosen[sizes]
+
     def pick(self, sizes: tuple, device, run) -> object:
         """The best config for these sizes; `run(config)` launches the kernel once with it."""
-        if sizes in self.chosen:
-            return self.chosen[sizes]
-        path = self._path(sizes, device)
-        config = self._read(path)
+        config = self.known(sizes, device)
         if config is None:
+            path = self._path(sizes, device)
             timings = [(self._time(lambda c=c: run(c), device), k) for k, c in enumerate(self.configs)]
             best = min(timings)[1]
             config = self.configs[best]

@@ -87,14 +87,25 @@ class ComboLauncher:
         the fastest. The trials store into copies of the written buffers: a combo that updates its
         inputs in place (an optimizer's) would otherwise apply its update once per trial."""
         tuner, self.autotuner = self.autotuner, None
+        key = (tuple(self.sizes), tuple(self.kinds))
+        config = tuner.known(key, device)  # chosen before: no copies, no trials
+        if config is None:
+            config = self._time_candidates(tuner, key, buffers, device)
+        if config is not None:
+            self.blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
+            self.work.clear()
+            self.launcher.reconfigure(config, sum(self.blocks))
+
+    def _time_candidates(self, tuner, key, buffers, device):
+        """The fastest candidate, timed on copies of the written buffers; None where they do not fit."""
         written = [buffers[i] for i in self.written]
         needed = sum(b.numel() * b.element_size() for b in written)
         if device.type == "cuda" and needed > torch.cuda.mem_get_info(device)[0] // 2:
             log.info("smelt: %s is not autotuned: copies of the %.0f MB it writes would not fit",
                      self.launcher.name, needed / 1e6)
-            return
+            return None
         scratch = list(map(_data_ptr, buffers))
-        copies = []
+        copies = []  # alive until the trials end: the table points into them
         for i, b in zip(self.written, written):
             copy = torch.empty_strided(b.size(), b.stride(), dtype=b.dtype, device=b.device).copy_(b)
             copies.append(copy)
@@ -103,18 +114,15 @@ class ComboLauncher:
         prepared = {}
 
         def run(config):
-            key = (config.XBLOCK, config.num_warps)
-            if key not in prepared:
+            shape = (config.XBLOCK, config.num_warps)
+            if shape not in prepared:
                 blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
-                prepared[key] = self._work_table(device, blocks), sum(blocks)
-            work, programs = prepared[key]
+                prepared[shape] = self._work_table(device, blocks), sum(blocks)
+            work, programs = prepared[shape]
             self.launcher.reconfigure(config, programs)
             self.launcher(work, table)
 
-        config = tuner.pick((tuple(self.sizes), tuple(self.kinds)), device, run)
-        self.blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
-        self.work.clear()
-        self.launcher.reconfigure(config, sum(self.blocks))
+        return tuner.pick(key, device, run)
 
     def _work_table(self, device, blocks: list[int]) -> torch.Tensor:
         blocks = torch.tensor(blocks, dtype=torch.int64)
