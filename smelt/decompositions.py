@@ -25,6 +25,11 @@ _LOWERED_INSTEAD = [
     aten.replication_pad2d, aten.replication_pad3d, aten.roll,
 ]
 
+# Core decompositions that are wrong for a training graph, so the op stays one ATen call.
+# The CPU flash attention's decomposition returns the attention probabilities in the slot where
+# the op returns the logsumexp, and its backward op (an ATen call) reads that slot as logsumexp.
+_KEPT_AS_ATEN_CALLS = [aten._scaled_dot_product_flash_attention_for_cpu]
+
 
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
@@ -34,7 +39,7 @@ def decomposition_table() -> dict:
     # of every other namespace, which AOTAutograd's tracing applies anyway; that costs ~0.1 s.
     table = dict(getattr(core, "decomp_table", None) or core)
     table.update(get_decompositions(_EXTRA))
-    for packet in _LOWERED_INSTEAD:
+    for packet in _LOWERED_INSTEAD + _KEPT_AS_ATEN_CALLS:
         for name in packet.overloads():
             table.pop(getattr(packet, name), None)
     table[aten._foreach_norm.Scalar] = _foreach_norm

@@ -1,0 +1,42 @@
+"""The accuracy rule (smelt/tools/accuracy.py) that the model suite and the fuzzer judge by."""
+import torch
+
+from smelt.tools.accuracy import compare, to_float64
+
+
+def _case(dtype, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(256, 256)
+    ref = (x.double() @ x.double()).sum(-1)
+    eager = (x.to(dtype) @ x.to(dtype)).sum(-1)
+    return ref, eager
+
+
+def test_a_result_as_close_to_float64_as_eager_passes():
+    ref, eager = _case(torch.bfloat16)
+    other = eager.clone()
+    other[::7] = ref[::7].to(torch.bfloat16)  # some values exact: closer to float64 than eager
+    assert compare(other, eager, ref) == []
+
+
+def test_a_wrong_result_fails_even_when_small():
+    ref = torch.randn(100, dtype=torch.float64) * 1e-6
+    eager = ref.float()
+    assert compare(eager * 1.5, eager, ref)
+    assert compare(eager, eager, ref) == []
+
+
+def test_nonfinite_positions_and_integers_and_structure_must_match():
+    e = torch.tensor([1.0, float("inf"), float("nan")])
+    assert compare(torch.tensor([1.0, float("-inf"), float("nan")]), e, e.double())
+    assert compare(torch.tensor([1.0, float("inf"), 2.0]), e, e.double())
+    assert compare(e.clone(), e, e.double()) == []
+    assert compare(torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert compare({"a": e}, {"b": e})
+    assert compare(e.half(), e, e.double())
+
+
+def test_to_float64_keeps_integers_and_grad():
+    x = torch.randn(3, requires_grad=True)
+    y, i = to_float64((x, torch.arange(3)))
+    assert y.dtype == torch.float64 and y.requires_grad and i.dtype == torch.int64
