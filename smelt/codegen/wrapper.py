@@ -146,6 +146,7 @@ class WrapperCodegen:
     def extern_call(self, out: IndentedBuffer, buffer) -> None:
         if isinstance(buffer, MultiOutput):
             out.writeline(f"{buffer.name} = {buffer.parent.name}{''.join(f'[{i}]' for i in buffer.path)}")
+            self.bind_unbacked(out, buffer)
             return
         if isinstance(buffer, DynamicScalar):
             out.writeline(f"{buffer.symbol} = {self.literal(buffer.source)}.item()")
@@ -168,6 +169,23 @@ class WrapperCodegen:
         args += [f"{k}={self.literal(v)}" for k, v in buffer.kwargs.items()]
         note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
         out.writeline(f"{buffer.name} = {target}({', '.join(args)}){note}")
+        self.bind_unbacked(out, buffer)
+
+    def bind_unbacked(self, out: IndentedBuffer, buffer) -> None:
+        """Binds the size symbols an ATen call's output introduces (u0 for nonzero's row count,
+        x[mask]'s length, unique's...): later sizes and kernel arguments use them."""
+        if buffer.layout is None:
+            return
+        layout = buffer.layout
+        for what, exprs in (("size", layout.size), ("stride", layout.stride)):
+            for d, e in enumerate(exprs):
+                if not isinstance(e, sympy.Expr):
+                    continue
+                # A size that is an unbound symbol alone; an expression of one (2*u0) is not
+                # what ATen's data-dependent ops return.
+                if isinstance(e, sympy.Symbol) and e not in self.bound:
+                    out.writeline(f"{e} = {buffer.name}.{what}({d})")
+                    self.bound.add(e)
 
     def output(self, spec) -> str:
         if spec.kind == "none":
