@@ -27,6 +27,7 @@ class WrapperCodegen:
         self.title = title
         self.devices: dict[str, torch.device] = {}
         self.bound: set[sympy.Symbol] = set()
+        self.uses_layout_check = False
 
     def literal(self, value) -> str:
         """Python source for an extern call's argument."""
@@ -135,6 +136,8 @@ class WrapperCodegen:
         out.writeline("import math")
         out.writeline("import torch")
         out.writeline("from torch._C._dynamo.guards import _reinterpret_tensor as reinterpret_tensor")
+        if self.uses_layout_check:
+            out.writeline("from smelt.runtime.extern_layout import as_planned")
         for name, device in self.devices.items():
             out.writeline(f"{name} = torch.device({str(device)!r})")
         out.writeline("")
@@ -170,6 +173,20 @@ class WrapperCodegen:
         note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
         out.writeline(f"{buffer.name} = {target}({', '.join(args)}){note}")
         self.bind_unbacked(out, buffer)
+        self.check_planned_layout(out, buffer, op)
+
+    def check_planned_layout(self, out: IndentedBuffer, buffer, op) -> None:
+        """An ATen result read by kernels with the strides of its traced value (static ones only;
+        runtime/extern_layout.py)."""
+        layout = buffer.layout
+        if layout is None or not all(isinstance(e, sympy.Integer) for e in (*layout.size, *layout.stride)):
+            return
+        if sum(int(n) != 1 for n in layout.size) < 2:
+            return  # at most one dim longer than 1: every stride order is the same memory
+        self.uses_layout_check = True
+        size = ", ".join(pexpr(s) for s in layout.size)
+        stride = ", ".join(pexpr(s) for s in layout.stride)
+        out.writeline(f"{buffer.name} = as_planned({buffer.name}, ({size},), ({stride},), {str(op)!r})")
 
     def bind_unbacked(self, out: IndentedBuffer, buffer) -> None:
         """Binds the size symbols an ATen call's output introduces (u0 for nonzero's row count,

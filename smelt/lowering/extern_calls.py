@@ -9,22 +9,46 @@ from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, op
 from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
-from .graph import _layout_of, origin_name
+from .common import is_dense
+from .graph import _layout_of, origin_name, realize_with_strides
 from .registry import lowering
 
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
 
 
-def _realize_args(g, value):
-    return walk_args(value, lambda a: g.realize(a) if isinstance(a, TensorBox) else a)
+def _realize_args(g, value, traced=None):
+    """Tensor arguments realized with the strides they had when the graph was traced, where those
+    were dense. An ATen op's output layout follows its inputs' (a convolution of a channels-last
+    input is channels-last), and the extern's output is described by the traced output: handed a
+    contiguous copy instead, ATen would return a layout that the kernels reading it do not expect."""
+    if isinstance(value, (list, tuple)):
+        traced = traced if isinstance(traced, (list, tuple)) and len(traced) == len(value) else [None] * len(value)
+        return type(value)(_realize_args(g, v, t) for v, t in zip(value, traced))
+    if not isinstance(value, TensorBox):
+        return value
+    if isinstance(traced, torch.Tensor) and is_dense(traced):
+        return realize_with_strides(g, value, traced.stride())
+    return g.realize(value)
+
+
+def _traced_values(node):
+    """An FX node's arguments as the values they had when traced."""
+    def value(a):
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+    return (torch.fx.node.map_aggregate(tuple(node.args), value),
+            {k: torch.fx.node.map_aggregate(v, value) for k, v in node.kwargs.items()})
 
 
 def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effects: bool = False):
     """Run `op` through ATen, its tensor inputs realized, its outputs described by `meta` (by
     default the FX node's)."""
-    args = _realize_args(g, tuple(args))
-    kwargs = {k: _realize_args(g, v) for k, v in kwargs.items()}
+    # The traced values describe `args` only when the extern is the FX node's own op on its own
+    # arguments (a with_effects wrapper or a foreach position passes others).
+    traced_args, traced_kwargs = (_traced_values(g.node) if isinstance(g.node, torch.fx.Node)
+                                  and op is g.node.target else (None, {}))
+    args = _realize_args(g, tuple(args), traced_args)
+    kwargs = {k: _realize_args(g, v, traced_kwargs.get(k)) for k, v in kwargs.items()}
     meta = g.out_meta if meta is None else meta
     # An op that returns nothing (a check like _linalg_check_errors) is called for its effect.
     has_side_effects = has_side_effects or (isinstance(op, torch._ops.OpOverload) and not op._schema.returns)

@@ -165,6 +165,31 @@ def origin_name(node: torch.fx.Node) -> str:
     return getattr(target, "__name__", str(target))
 
 
+def realize_with_strides(graph: IRGraph, box: TensorBox, stride) -> Buffer | ReinterpretView:
+    """`box` realized with `stride` (a dense order), copied only where no strided form of it has
+    those strides. Dims of size 1 may have any stride."""
+    stride = tuple(sympify(s) for s in stride)
+    data = box.data
+    if isinstance(data, StorageBox) and not data.is_realized():
+        buffer = data.realize(graph)
+        if isinstance(buffer.layout, FlexibleLayout) and not _strides_agree(buffer.layout, stride):
+            buffer.fix_strides(stride)
+        return buffer
+    if not isinstance(data, (StorageBox, ReinterpretView)) and as_strided_layout(data) is None:
+        strided = None  # a loop nest over unrealized values: computed straight into `stride`
+    else:
+        strided = graph.realize(box)
+        if _strides_agree(strided.layout, stride):
+            return strided
+    size = box.get_size()
+    loops = Pointwise(box.get_device(), box.get_dtype(), box.make_loader(), size, box.origins)
+    return graph.register_computed(loops, layout=FixedLayout(box.get_device(), box.get_dtype(), tuple(size), stride))
+
+
+def _strides_agree(layout: Layout, stride) -> bool:
+    return all(sympify(n) == 1 or a == b for n, a, b in zip(layout.size, layout.stride, stride))
+
+
 def _layout_of(val: torch.Tensor, cls=FixedLayout):
     """The layout of a real tensor as a kernel sees it: offsets count from its data pointer, which
     already includes the storage offset."""

@@ -1,0 +1,74 @@
+"""ATen calls inside a compiled graph get their inputs in the traced layouts, and their results are
+read with the strides they really have (a ConvNeXt block read a convolution's output with the wrong
+strides: outputs unrelated to eager's)."""
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from smelt.runtime import extern_layout
+
+
+@pytest.fixture(autouse=True)
+def _report_every_copy():
+    extern_layout._reported.clear()  # each test sees the first copy of each op logged
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """timm's: a layer norm over channels of an NCHW tensor, through two permutes."""
+
+    def forward(self, x):
+        x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_convolution_of_a_permuted_layer_norm(device, compile_fn, assert_close, stride, caplog):
+    torch.manual_seed(0)
+    model = nn.Sequential(LayerNorm2d(40), nn.Conv2d(40, 80, 2, stride=stride), LayerNorm2d(80)).to(device).eval()
+    x = torch.randn(2, 40, 16, 16, device=device)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="smelt.runtime"):
+        assert_close(compile_fn(model)(x), model(x), atol=1e-4, rtol=1e-4)
+    # The convolution got its input channels-last, as traced: its result needed no copy.
+    assert "returned strides" not in caplog.text
+
+
+def test_extern_inputs_of_every_dense_layout(device, compile_fn, assert_close, caplog):
+    """Channels-last, transposed and permuted producers feeding convolutions and a matmul."""
+    w = torch.randn(8, 6, 3, 3, device=device)
+
+    def f(x, y):
+        a = F.conv2d((x * 2).contiguous(memory_format=torch.channels_last), w)
+        b = F.conv2d((x + 1).permute(0, 1, 3, 2), w)
+        c = (y.exp()).t() @ y
+        return a.relu() + b.transpose(2, 3), c.sum(0)
+
+    x = torch.randn(2, 6, 9, 9, device=device)
+    y = torch.randn(5, 7, device=device)
+    with caplog.at_level(logging.WARNING, logger="smelt.runtime"):
+        assert_close(compile_fn(f)(x, y), f(x, y), atol=1e-4, rtol=1e-4)
+    assert "returned strides" not in caplog.text
+
+
+@torch.library.custom_op("smelt_test::layout_liar", mutates_args=())
+def layout_liar(x: torch.Tensor) -> torch.Tensor:
+    return x.clone(memory_format=torch.contiguous_format) * 3
+
+
+@layout_liar.register_fake
+def _(x):
+    return torch.empty_like(x, memory_format=torch.channels_last)
+
+
+def test_a_result_in_another_layout_than_traced_is_copied_not_misread(device, compile_fn, assert_close, caplog):
+    """An op whose traced result is channels-last but whose kernel returns contiguous memory: the
+    kernels after it must still read the right elements (the wrapper copies, and says so once)."""
+    def f(x):
+        return torch.ops.smelt_test.layout_liar(x + 1) + 1
+
+    x = torch.randn(2, 3, 4, 5, device=device)
+    with caplog.at_level(logging.WARNING, logger="smelt.runtime"):
+        actual = compile_fn(f)(x)
+    assert_close(actual, f(x))
