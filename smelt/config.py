@@ -1,23 +1,81 @@
-"""One settings object for smelt, each field overridable by an SMELT_* environment variable.
+"""One settings object for smelt, and the one place where SMELT_* environment variables are read.
 
-Environment variables are read when `Config()` is built, and `current()` builds a fresh one per
-compiled graph, so a test or a user may change them between compiles.
+Every variable is declared once in SETTINGS (its parser, default and meaning); `Config()` reads
+the per-compile ones and `setting(name)` any of them. Environment variables are read when
+`Config()` is built, and `current()` builds a fresh one per compiled graph, so a test or a user may
+change them between compiles. A value a parser refuses raises SettingError naming the variable and
+what it accepts; an SMELT_* variable nobody reads (a typo) is warned about once.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib.util
 import logging
 import os
 import shutil
-import tempfile
+from typing import Any, Callable
+
+from .errors import SmeltError
 
 log = logging.getLogger("smelt")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+class SettingError(SmeltError, ValueError):
+    """An SMELT_* environment variable holds a value smelt does not accept."""
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+BACKENDS = ("halide", "triton")
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingError(f"smelt: {name}={raw!r} is not a boolean; accepted (any case): "
+                       f"{', '.join(_TRUE)} for on, {', '.join(_FALSE)} for off")
+
+
+def parse_positive_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SettingError(f"smelt: {name}={raw!r} is not accepted: it takes a positive integer (e.g. 4096)")
+    return value
+
+
+def parse_backend(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in BACKENDS:
+        raise SettingError(f"smelt: {name}={raw!r} is not a backend; accepted: {', '.join(BACKENDS)}")
+    return value
+
+
+def parse_path(name: str, raw: str) -> str:
+    return os.path.abspath(os.path.expanduser(raw.strip()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    parse: Callable[[str, str], Any]
+    default: Any  # used when the variable is unset or empty; a callable is called then
+    accepted: str  # for the README and the unknown-variable warning
+
+
+def default_cache_dir() -> str:
+    """Per user, where the XDG base directory spec puts caches (as pip, ccache and Mesa do): it
+    survives reboots, and unlike a fixed name in the shared /tmp no other user can own or squat it."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if not os.path.isabs(base):  # the spec says to ignore a relative value
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "smelt")
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,51 +91,76 @@ def default_cpu_backend() -> str:
     return "triton"
 
 
+_BOOL = "1/0, true/false, yes/no, on/off"
+SETTINGS: dict[str, Setting] = {
+    "SMELT_CPU_BACKEND": Setting(parse_backend, default_cpu_backend, "halide, triton"),
+    "SMELT_CUDA_BACKEND": Setting(parse_backend, "triton", "triton, halide"),
+    "SMELT_DEBUG_DIR": Setting(parse_path, None, "a folder"),
+    "SMELT_CACHE_DIR": Setting(parse_path, default_cache_dir, "a folder"),
+    "SMELT_GRAPH_CACHE": Setting(parse_bool, True, _BOOL),
+    "SMELT_PERSISTENT_REDUCTION_LIMIT": Setting(parse_positive_int, 4096, "a positive integer"),
+    "SMELT_SPLIT_REDUCTIONS": Setting(parse_bool, True, _BOOL),
+    "SMELT_SPLIT_REDUCTION_MIN_NUMEL": Setting(parse_positive_int, 32768, "a positive integer"),
+    "SMELT_PERSISTENT_SCAN_LIMIT": Setting(parse_positive_int, 4096, "a positive integer"),
+    "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
+    "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
+    "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
+    # Read once, by `import smelt` (preload.py).
+    "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
+    "SMELT_GUARD_PROFILE": Setting(parse_bool, False, _BOOL),
+}
+# Read by smelt's tests and benchmarks, not by smelt: known, so not warned about.
+OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_COMMIT")
+
+
+def setting(name: str) -> Any:
+    """The value of SMELT_* variable `name`, parsed; its default when unset or empty."""
+    spec = SETTINGS[name]
+    raw = os.environ.get(name, "")
+    if raw.strip():
+        return spec.parse(name, raw)
+    return spec.default() if callable(spec.default) else spec.default
+
+
+def _field(name: str):
+    return dataclasses.field(default_factory=lambda: setting(name))
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     # Which code generator runs graphs whose tensors live on the CPU: compiled Halide pipelines, or
     # (`triton`) Triton kernels run by its interpreter, which is slow and there to test Triton codegen.
-    cpu_backend: str = dataclasses.field(default_factory=lambda: os.environ.get("SMELT_CPU_BACKEND")
-                                         or default_cpu_backend())
-    cuda_backend: str = dataclasses.field(default_factory=lambda: _env("SMELT_CUDA_BACKEND", "triton"))
+    cpu_backend: str = _field("SMELT_CPU_BACKEND")
+    cuda_backend: str = _field("SMELT_CUDA_BACKEND")
     # When set, every compiled graph dumps its stages into its own subfolder here.
-    debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("SMELT_DEBUG_DIR") or None)
-    # Where generated kernel and wrapper sources are written so Triton can read them back.
-    cache_dir: str = dataclasses.field(
-        default_factory=lambda: _env("SMELT_CACHE_DIR", os.path.join(tempfile.gettempdir(), "smelt_cache"))
-    )
+    debug_dir: str | None = _field("SMELT_DEBUG_DIR")
+    # Where generated sources, kernel libraries and cached graphs are written (cache_location.py
+    # swaps in a private temporary folder, with the graph cache off, when this one is unusable).
+    cache_dir: str = _field("SMELT_CACHE_DIR")
     # Compiled graphs are kept under cache_dir and reused by later processes (SMELT_GRAPH_CACHE=0: never).
-    graph_cache: bool = dataclasses.field(default_factory=lambda: _env("SMELT_GRAPH_CACHE", "1") != "0")
+    graph_cache: bool = _field("SMELT_GRAPH_CACHE")
     # Reductions whose rows are at most this long keep the whole row in registers.
-    persistent_reduction_limit: int = dataclasses.field(
-        default_factory=lambda: int(_env("SMELT_PERSISTENT_REDUCTION_LIMIT", "4096"))
-    )
+    persistent_reduction_limit: int = _field("SMELT_PERSISTENT_REDUCTION_LIMIT")
     # Reductions with few outputs over many elements run in two kernels: partial results over
     # chunks of each row, then a reduction of the partials (lowering/split_reduction.py).
-    split_reductions: bool = dataclasses.field(
-        default_factory=lambda: _env("SMELT_SPLIT_REDUCTIONS", "1") not in ("0", "false", "False", "")
-    )
+    split_reductions: bool = _field("SMELT_SPLIT_REDUCTIONS")
     # Only reductions whose every program would read at least this many elements are split (a
     # row's length, or a column block's rows times columns); tests lower it to split small tensors.
-    split_reduction_min_numel: int = dataclasses.field(
-        default_factory=lambda: int(_env("SMELT_SPLIT_REDUCTION_MIN_NUMEL", "32768"))
-    )
+    split_reduction_min_numel: int = _field("SMELT_SPLIT_REDUCTION_MIN_NUMEL")
     # Scans (cumsum, cummax, ...) whose rows are at most this long scan the whole row in registers;
     # longer rows are scanned block by block, carrying the running value.
-    persistent_scan_limit: int = dataclasses.field(
-        default_factory=lambda: int(_env("SMELT_PERSISTENT_SCAN_LIMIT", "4096"))
-    )
+    persistent_scan_limit: int = _field("SMELT_PERSISTENT_SCAN_LIMIT")
 
     # Cache hints on the loads of reduction kernels (codegen/eviction.py); SMELT_EVICTION_HINTS=0: none.
-    eviction_hints: bool = dataclasses.field(default_factory=lambda: _env("SMELT_EVICTION_HINTS", "1") != "0")
+    eviction_hints: bool = _field("SMELT_EVICTION_HINTS")
 
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.
-    gemm_epilogues: bool = dataclasses.field(default_factory=lambda: _env("SMELT_GEMM_EPILOGUES", "1") != "0")
+    gemm_epilogues: bool = _field("SMELT_GEMM_EPILOGUES")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.
-    autotune: bool = dataclasses.field(default_factory=lambda: _env("SMELT_AUTOTUNE", "0") == "1")
+    autotune: bool = _field("SMELT_AUTOTUNE")
 
     def backend_for(self, device_type: str) -> str:
         if device_type == "cpu":
@@ -87,5 +170,26 @@ class Config:
         raise ValueError(f"smelt: no code generator for device type {device_type!r}")
 
 
+_warned_unknown: set[frozenset] = set()
+
+
+def warn_unknown_variables() -> None:
+    """One warning per set of SMELT_* variables that nothing reads (a typo leaves a setting at its default)."""
+    unknown = frozenset(n for n in os.environ
+                        if n.startswith("SMELT_") and n not in SETTINGS and n not in OUTSIDE_SMELT)
+    if not unknown or unknown in _warned_unknown:
+        return
+    _warned_unknown.add(unknown)
+    hints = []
+    for name in sorted(unknown):
+        close = difflib.get_close_matches(name, SETTINGS, n=1)
+        hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    log.warning("smelt: ignoring unknown environment variable(s) %s; smelt reads: %s",
+                ", ".join(hints), ", ".join(SETTINGS))
+
+
 def current() -> Config:
-    return Config()
+    """The settings of the compile starting now, with a cache folder it can write to."""
+    from .cache_location import usable  # noqa: PLC0415 - it imports this module
+    warn_unknown_variables()
+    return usable(Config())

@@ -10,7 +10,8 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
-import os
+
+from .config import setting
 
 MODULES = (
     # sympy's Add imports its tensor algebra the first time it adds terms (smelt's index math).
@@ -47,7 +48,7 @@ def skip_guard_latency_profile() -> None:
     """Dynamo times each new frame's guards once after building them, for a metric only it reads,
     and flushes the CPU caches first so the timing is cold: 20-25 ms of a 70 ms warm first call on
     the 2-core CPU. smelt skips that timing (reported as 0 µs); SMELT_GUARD_PROFILE=1 keeps it."""
-    if os.environ.get("SMELT_GUARD_PROFILE", "0") == "1":
+    if setting("SMELT_GUARD_PROFILE"):
         return
     try:
         from torch._dynamo import guards
@@ -67,7 +68,7 @@ def freeze_import_time_objects() -> None:
     collection during a compile rescans them: Dynamo's first trace of a layer norm took 0.24 s
     instead of 0.07 s on the 2-core CPU. Frozen objects are still freed by reference counting;
     only cycles among them are never collected. SMELT_GC_FREEZE=0 leaves the collector alone."""
-    if os.environ.get("SMELT_GC_FREEZE", "1") != "0":
+    if setting("SMELT_GC_FREEZE"):
         gc.freeze()
         # Thawed at exit, so the last collection still reaches them (nanobind, which Triton's
         # bindings use, reports objects left uncollected at shutdown as leaks).

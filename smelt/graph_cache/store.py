@@ -9,6 +9,7 @@ import json
 import logging
 import os
 
+from ..runtime.checked_files import atomic_write
 from .fingerprint import digest
 
 log = logging.getLogger("smelt.graph_cache")
@@ -48,10 +49,7 @@ def write_entry(cache_dir: str, section: str, key: str, body: dict) -> None:
     path = entry_path(cache_dir, section, key)
     entry = {"magic": MAGIC, "key": key, "body_sha256": digest(json.dumps(body, sort_keys=True)), "body": body}
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(entry, f)
-        os.replace(tmp, path)  # atomic: a reader sees the old entry or the new one, never half of one
+        # atomic: a reader sees the old entry or the new one, never half of one
+        atomic_write(path, json.dumps(entry).encode("utf-8"))
     except OSError as e:
         log.warning("smelt: could not write graph cache entry %s (%s)", path, e)

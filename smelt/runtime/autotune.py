@@ -17,6 +17,8 @@ import time
 
 import torch
 
+from .checked_files import atomic_write
+
 log = logging.getLogger("smelt")
 
 
@@ -71,12 +73,11 @@ class Autotuner:
         return config
 
     def _write(self, path: str, config) -> None:
-        os.makedirs(self.folder, exist_ok=True)
         fields = {k: getattr(config, k) for k in ("XBLOCK", "RBLOCK", "num_warps")}
-        temp = f"{path}.{os.getpid()}.tmp"
-        with open(temp, "w") as f:
-            json.dump(fields, f)
-        os.replace(temp, path)  # atomic: a reader never sees half a file
+        try:
+            atomic_write(path, json.dumps(fields).encode())  # a reader never sees half a file
+        except OSError as e:  # the choice still holds in this process
+            log.warning("smelt: could not keep autotune entry %s (%s)", path, e)
 
     @staticmethod
     def _time(fn, device) -> float:

@@ -24,6 +24,7 @@ import tempfile
 import types
 
 from ..errors import KernelCompileError
+from . import checked_files
 
 log = logging.getLogger("smelt.runtime")
 RUNTIME_NAME = "libsmelt_halide_runtime"
@@ -56,8 +57,12 @@ def _key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
+# Part of the folder's name: libraries written before they had a recorded hash are never read.
+LAYOUT = "checked-1"
+
+
 def _folder(cache_dir: str) -> str:
-    folder = os.path.join(cache_dir, "halide", _key(halide_version(), target().to_string())[:12])
+    folder = os.path.join(cache_dir, "halide", _key(halide_version(), target().to_string(), LAYOUT)[:12])
     os.makedirs(folder, exist_ok=True)
     return folder
 
@@ -89,19 +94,35 @@ def _link(objects: list[str], out: str, extra: list[str] = ()) -> None:
     run_cc(["-shared", "-o", out, *objects, *extra], f"linking {out}")
 
 
+def build_checked(path: str, build) -> bool:
+    """Makes sure `path` holds an intact build (checked_files): returns False when it already did,
+    else runs `build(tmp)`, which leaves the finished file at `tmp/out`, installs it and returns True.
+    A damaged file is removed, with a warning, and built again."""
+    if checked_files.problem(path) is None:
+        return False
+    with _locked(path):
+        problem = checked_files.problem(path)
+        if problem is None:
+            return False
+        if problem != checked_files.MISSING:
+            checked_files.discard(path, problem)
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
+            build(tmp)
+            checked_files.install(os.path.join(tmp, "out"), path)
+    return True
+
+
 def runtime_library(cache_dir: str) -> str:
     """Path of the shared Halide runtime every kernel library links against."""
     import halide as hl
+
+    def build(tmp: str) -> None:
+        obj = os.path.join(tmp, "runtime.o")
+        hl.compile_standalone_runtime(obj, target())
+        _link([obj], os.path.join(tmp, "out"), ["-lpthread", "-ldl", "-lm"])
+
     path = os.path.join(_folder(cache_dir), f"{RUNTIME_NAME}.so")
-    if os.path.exists(path):
-        return path
-    with _locked(path):
-        if not os.path.exists(path):
-            with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
-                obj = os.path.join(tmp, "runtime.o")
-                hl.compile_standalone_runtime(obj, target())
-                _link([obj], os.path.join(tmp, "runtime.so"), ["-lpthread", "-ldl", "-lm"])
-                os.replace(os.path.join(tmp, "runtime.so"), path)
+    build_checked(path, build)
     return path
 
 
@@ -165,25 +186,25 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
     canonical = canonical_source(name, source)
     symbol = f"halide_kernel_{_key(canonical)}"
     library = os.path.join(folder, f"{symbol}_{_key(canonical, halide_version(), target.to_string())}.so")
-    if os.path.exists(library):
+    if checked_files.problem(library) is None:
         return library, symbol, 0.0
     runtime = runtime_library(cache_dir) if runtime is None else runtime
     start = time.perf_counter()
-    with _locked(library):
-        if os.path.exists(library):
-            return library, symbol, 0.0
+
+    def build(tmp: str) -> None:
         module = load_source(name, source, path)
         try:
             pipeline, arguments = getattr(module, name)()
-            with tempfile.TemporaryDirectory(dir=folder) as tmp:
-                prefix = os.path.join(tmp, symbol)
-                with compiler_messages_to_log(name):
-                    pipeline.compile_to_file(prefix, arguments, symbol, target)
-                _link([prefix + ".o"], prefix + ".so", [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
-                os.replace(prefix + ".so", library)
+            prefix = os.path.join(tmp, symbol)
+            with compiler_messages_to_log(name):
+                pipeline.compile_to_file(prefix, arguments, symbol, target)
+            _link([prefix + ".o"], os.path.join(tmp, "out"), [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
         except KernelCompileError:
             raise
         except Exception as e:  # Halide reports errors in the algorithm or schedule as HalideError
             raise KernelCompileError(f"smelt: Halide kernel {name} ({target}) did not compile; source: {path}; "
                                      f"error: {type(e).__name__}: {e}") from e
+
+    if not build_checked(library, build):
+        return library, symbol, 0.0
     return library, symbol, time.perf_counter() - start

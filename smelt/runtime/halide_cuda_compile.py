@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 
 from ..errors import KernelCompileError
-from .halide_compile import _folder, _key, _link, _locked, run_cc
+from .halide_compile import _folder, _key, _link, build_checked, run_cc
 from .halide_compile import kernel_library as host_kernel_library
 
 RUNTIME_NAME = "libsmelt_halide_cuda_runtime"
@@ -61,19 +60,16 @@ def runtime_library(cache_dir: str) -> str:
     import halide as hl
     with open(SHIM) as f:
         shim = f.read()
-    folder = _folder(cache_dir)
-    path = os.path.join(folder, f"{RUNTIME_NAME}_{_key(shim, runtime_target().to_string())[:12]}.so")
-    if os.path.exists(path):
-        return path
-    with _locked(path):
-        if not os.path.exists(path):
-            with tempfile.TemporaryDirectory(dir=folder) as tmp:
-                runtime, shim_object = os.path.join(tmp, "runtime.o"), os.path.join(tmp, "shim.o")
-                hl.compile_standalone_runtime(runtime, runtime_target())
-                _compile_shim(shim_object)
-                # The shim's strong definitions replace the runtime's weak ones at this link.
-                _link([shim_object, runtime], os.path.join(tmp, "runtime.so"), ["-lpthread", "-ldl", "-lm"])
-                os.replace(os.path.join(tmp, "runtime.so"), path)
+    path = os.path.join(_folder(cache_dir), f"{RUNTIME_NAME}_{_key(shim, runtime_target().to_string())[:12]}.so")
+
+    def build(tmp: str) -> None:
+        runtime, shim_object = os.path.join(tmp, "runtime.o"), os.path.join(tmp, "shim.o")
+        hl.compile_standalone_runtime(runtime, runtime_target())
+        _compile_shim(shim_object)
+        # The shim's strong definitions replace the runtime's weak ones at this link.
+        _link([shim_object, runtime], os.path.join(tmp, "out"), ["-lpthread", "-ldl", "-lm"])
+
+    build_checked(path, build)
     return path
 
 

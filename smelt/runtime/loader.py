@@ -4,25 +4,34 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
 import types
 
 import triton
 
+from .checked_files import atomic_write
+
+log = logging.getLogger("smelt.runtime")
+
 _modules: dict[str, types.ModuleType] = {}
 
 
 def source_path(cache_dir: str, name: str, source: str) -> str:
+    """The file holding `source` (Triton imports kernels from files). One already there is reused
+    when it holds exactly `source`: a damaged one would import as other code, or not at all."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    folder = os.path.join(cache_dir, "sources", digest[:2])
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{name}_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)  # atomic: another process may be writing the same file
+    path = os.path.join(cache_dir, "sources", digest[:2], f"{name}_{digest}.py")
+    data = source.encode()
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return path
+        log.warning("smelt: cached source %s is damaged: writing it again", path)
+    except FileNotFoundError:
+        pass
+    atomic_write(path, data)  # another process may be writing the same file
     return path
 
 
@@ -50,7 +59,11 @@ def load_module(path: str, interpret: bool = False) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     # Triton reads a kernel's source back through its module: it must be importable by name.
     sys.modules[name] = module
+    with open(path, encoding="utf-8") as f:
+        code = compile(f.read(), path, "exec")
+    # Run from its source, not through the import system, which would keep and trust a
+    # __pycache__ file next to it: a damaged one fails the import.
     with interpreter_mode(interpret):
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)
     _modules[key] = module
     return module

@@ -1,0 +1,128 @@
+"""SMELT_* environment variables: read in one place (smelt/config.py), one way per kind of value,
+and refused with an error naming the variable and what it accepts."""
+import logging
+import os
+import re
+
+import pytest
+import torch
+
+from smelt import config
+from smelt.config import SETTINGS, Config, SettingError, setting
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BOOLEANS = [name for name, s in SETTINGS.items() if s.parse is config.parse_bool]
+INTEGERS = [name for name, s in SETTINGS.items() if s.parse is config.parse_positive_int]
+
+
+@pytest.mark.parametrize("name", BOOLEANS)
+@pytest.mark.parametrize("raw,value", [("1", True), ("true", True), ("YES", True), ("On", True), (" yes ", True),
+                                       ("0", False), ("false", False), ("False", False), ("no", False),
+                                       ("OFF", False)])
+def test_booleans_read_one_way(name, raw, value, monkeypatch):
+    # SMELT_GRAPH_CACHE=false left the cache on; SMELT_AUTOTUNE=yes left autotuning off.
+    monkeypatch.setenv(name, raw)
+    assert setting(name) is value
+
+
+@pytest.mark.parametrize("name", BOOLEANS)
+def test_a_word_that_is_not_a_boolean_names_the_variable(name, monkeypatch):
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(SettingError, match=rf"{name}='maybe'.*1, true, yes, on.*0, false, no, off"):
+        setting(name)
+
+
+def test_config_fields_follow_their_variables(monkeypatch):
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "false")
+    monkeypatch.setenv("SMELT_AUTOTUNE", "yes")
+    monkeypatch.setenv("SMELT_SPLIT_REDUCTIONS", "off")
+    monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", "128")
+    cfg = Config()
+    assert (cfg.graph_cache, cfg.autotune, cfg.split_reductions, cfg.persistent_reduction_limit) == \
+        (False, True, False, 128)
+
+
+@pytest.mark.parametrize("name", INTEGERS)
+@pytest.mark.parametrize("raw", ["abc", "1.5", "0", "-4"])
+def test_a_bad_integer_names_the_variable(name, raw, monkeypatch):
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(SettingError, match=rf"{name}='{re.escape(raw)}'.*positive integer"):
+        Config()
+
+
+@pytest.mark.parametrize("name", ["SMELT_CPU_BACKEND", "SMELT_CUDA_BACKEND"])
+def test_backend_names_are_checked(name, monkeypatch):
+    monkeypatch.setenv(name, "halid")
+    with pytest.raises(SettingError, match=rf"{name}='halid'.*accepted: halide, triton"):
+        Config()
+    monkeypatch.setenv(name, "Triton")
+    assert Config().backend_for("cpu" if "CPU" in name else "cuda") == "triton"
+
+
+def test_an_empty_variable_means_its_default(monkeypatch):
+    monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", "")
+    monkeypatch.setenv("SMELT_DEBUG_DIR", "")
+    assert Config().persistent_reduction_limit == 4096 and Config().debug_dir is None
+
+
+def test_a_bad_setting_fails_the_compile_naming_it(monkeypatch):
+    monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", "abc")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="SMELT_PERSISTENT_REDUCTION_LIMIT='abc'"):
+        torch.compile(lambda x: x.sum(-1), backend="smelt")(torch.randn(4, 8))
+    torch._dynamo.reset()
+
+
+def test_an_unknown_variable_is_warned_about_once(monkeypatch, caplog):
+    monkeypatch.setattr(config, "_warned_unknown", set())
+    monkeypatch.setenv("SMELT_AUTOTUN", "1")
+    with caplog.at_level(logging.WARNING, logger="smelt"):
+        config.warn_unknown_variables()
+        config.warn_unknown_variables()
+    warnings = [r.getMessage() for r in caplog.records if "unknown environment variable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "SMELT_AUTOTUN (did you mean SMELT_AUTOTUNE?)" in warnings[0]
+    assert all(name in warnings[0] for name in SETTINGS)
+
+
+def test_known_variables_are_not_warned_about(monkeypatch, caplog):
+    monkeypatch.setattr(config, "_warned_unknown", set())
+    for name in SETTINGS:
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.setenv("SMELT_TEST_DEVICE", os.environ.get("SMELT_TEST_DEVICE", "cpu"))
+    with caplog.at_level(logging.WARNING, logger="smelt"):
+        config.warn_unknown_variables()
+    assert "unknown environment variable" not in caplog.text
+
+
+def test_only_config_reads_the_environment():
+    # Each SMELT_* variable is parsed in one place: no other module of smelt reads one from os.environ.
+    readers = []
+    for folder, _, files in os.walk(os.path.join(REPO_ROOT, "smelt")):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and path != config.__file__:
+                with open(path) as f:
+                    if re.search(r"(environ|getenv)\b[^\n]*SMELT_", f.read()):
+                        readers.append(os.path.relpath(path, REPO_ROOT))
+    assert readers == []
+
+
+def test_the_readme_lists_every_setting_with_its_default():
+    with open(os.path.join(REPO_ROOT, "README.md")) as f:
+        readme = f.read()
+    table = readme.split("## Settings (environment variables)")[1].split("\n## ")[0]
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(SMELT_[A-Z_]+)` \|.*$", table, re.M)}
+    assert sorted(rows) == sorted(SETTINGS)
+    for name, row in rows.items():
+        assert row.count("|") >= 5, f"{name}: its row needs accepted values and a default"
+
+
+def test_the_default_cache_dir_is_per_user(monkeypatch, tmp_path):
+    # A fixed folder under the shared /tmp belonged to whoever compiled first: PermissionError for the others.
+    monkeypatch.delenv("SMELT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert setting("SMELT_CACHE_DIR") == str(tmp_path / "xdg" / "smelt")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert setting("SMELT_CACHE_DIR") == str(tmp_path / "home" / ".cache" / "smelt")
