@@ -19,8 +19,8 @@ from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify
 from . import registry
-from .common import is_dense
 from .online_softmax import SoftmaxRows
+from .output_strides import realize_output
 
 log = logging.getLogger("smelt.lowering")
 
@@ -228,8 +228,7 @@ def lower_graph(gm: torch.fx.GraphModule) -> IRGraph:
             graph.node = None
             for fx_out in results:
                 value = env[fx_out] if isinstance(fx_out, torch.fx.Node) else fx_out
-                meta = fx_out.meta.get("val") if isinstance(fx_out, torch.fx.Node) else None
-                graph.outputs.append(_lower_output(graph, value, meta))
+                graph.outputs.append(_lower_output(graph, value, fx_out))
             graph.node = None
             for write in graph.input_writes:
                 write()
@@ -366,21 +365,13 @@ def _cheap_scalar(loops: Loops) -> bool:
     return handler.ops <= SCALAR_INLINE_OPS
 
 
-def _lower_output(graph: IRGraph, value, meta) -> OutputSpec:
+def _lower_output(graph: IRGraph, value, fx_out) -> OutputSpec:
     if value is None:
         return OutputSpec("none")
     if isinstance(value, sympy.Expr) or isinstance(value, (int, float, bool)):
         return OutputSpec("scalar", expr=sympify(value) if not isinstance(value, float) else value)
     assert isinstance(value, TensorBox), value
-    data = value.data
-    if isinstance(data, StorageBox) and not data.is_realized():
-        buffer = data.realize(graph)
-        if meta is not None and isinstance(buffer.layout, FlexibleLayout):
-            stride = [sympify(s) for s in meta.stride()]
-            if stride != list(buffer.layout.stride) and is_dense(meta):
-                buffer.fix_strides(stride)
-        return OutputSpec("buffer", name=buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name)
-    strided = graph.realize(value)
+    strided = realize_output(graph, value, fx_out)
     if isinstance(strided, ReinterpretView):
         return OutputSpec("view", name=strided.name, layout=strided.layout)
     name = strided.storage_name if isinstance(strided, ComputedBuffer) else strided.name

@@ -1,0 +1,98 @@
+"""Graph outputs with eager's strides: a view of a computed tensor (`(x + 1).t()`, a slice, an
+expand, a diagonal) is returned as that view of its realized base, not as a contiguous copy."""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+import torch.fx
+
+from ..ir import FixedLayout, FlexibleLayout, Pointwise, StorageBox, TensorBox
+from ..ir.views import ReinterpretView, View
+from ..symbolic import sympify
+from .common import is_dense
+
+
+def realize_output(graph, box: TensorBox, node):
+    """A strided form of output `box` whose size, strides and offset are those of eager's `meta`
+    wherever smelt can produce them: the base of a view is realized (with its eager strides when
+    dense) so the view aliases it; a dense result laid out otherwise is copied into eager's strides."""
+    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor):
+        return graph.realize(box)
+    dense = _dense_strides(meta)
+    data = box.data
+    if isinstance(data, StorageBox) and not data.is_realized():
+        buffer = data.realize(graph)
+        if dense is not None and isinstance(buffer.layout, FlexibleLayout) and dense != list(buffer.layout.stride):
+            buffer.fix_strides(dense)
+        return buffer
+    base = _eager_base(node)
+    if base is not None:
+        _realize_base(graph, box.data, base)
+    strided = graph.realize(box)
+    if _matches(strided, meta):
+        if isinstance(strided, ReinterpretView):
+            # Dims of one element take eager's stride too (unsqueeze's is not 0).
+            stride = tuple(sympify(s) for s in meta.stride())
+            strided = ReinterpretView(strided.buffer, dataclasses.replace(strided.layout, stride=stride))
+        return strided
+    if dense is None:
+        return strided
+    loops = Pointwise(box.get_device(), box.get_dtype(), box.make_loader(), box.get_size(), box.origins)
+    layout = FixedLayout(box.get_device(), box.get_dtype(), tuple(box.get_size()), tuple(dense))
+    return graph.register_computed(loops, layout=layout)
+
+
+def _eager_base(node: torch.fx.Node) -> torch.Tensor | None:
+    """The value (eager's strides) of the tensor output `node` is a view of, walking ATen view ops
+    (the traced values do not keep their bases)."""
+    base = None
+    while isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload) \
+            and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+        base = node.meta.get("val")
+    return base if isinstance(base, torch.Tensor) else None
+
+
+def _realize_base(graph, node, base_meta: torch.Tensor) -> None:
+    while isinstance(node, (View, TensorBox)):
+        node = node.data
+    if not isinstance(node, StorageBox) or node.is_realized():
+        return
+    buffer = node.realize(graph)
+    stride = _dense_strides(base_meta)
+    if isinstance(buffer.layout, FlexibleLayout) and stride is not None \
+            and list(buffer.layout.size) == [sympify(s) for s in base_meta.size()] \
+            and stride != list(buffer.layout.stride):
+        buffer.fix_strides(stride)
+
+
+def _dense_strides(meta: torch.Tensor) -> list | None:
+    """Eager's strides as expressions if they pack the elements with no gaps or overlaps (symbolic
+    ones compared as expressions, so no guard is added), else None."""
+    if is_dense(meta):
+        return [sympify(s) for s in meta.stride()]
+    size = [sympify(s) for s in meta.size()]
+    stride = [sympify(s) for s in meta.stride()]
+    if all(isinstance(e, sympy.Integer) for e in (*size, *stride)):
+        return None
+    remaining = [d for d in range(len(size)) if size[d] != 1]
+    expected = sympy.Integer(1)
+    while remaining:
+        d = next((d for d in remaining if sympy.expand(stride[d] - expected) == 0), None)
+        if d is None:
+            return None
+        remaining.remove(d)
+        expected = expected * size[d]
+    return stride
+
+
+def _matches(strided, meta: torch.Tensor) -> bool:
+    """Same size and strides (an offset a copy could not give anyway is not compared)."""
+    layout = strided.layout
+    if [sympify(s) for s in meta.size()] != list(layout.size):
+        return False
+    # Dims of one element may have any stride.
+    return all(n == 1 or a == sympify(b) for n, a, b in zip(layout.size, layout.stride, meta.stride()))
