@@ -1,0 +1,167 @@
+"""Runs a program eagerly, in float64 and through smelt, and judges smelt's result by the accuracy rule.
+
+Eager raising means the program is invalid (skip). smelt raising where eager ran is a crash. Outputs,
+every input's gradient (backward through random cotangents) and inputs the program mutates are
+compared."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import signal
+import threading
+import time
+import traceback
+
+import torch
+import torch._dynamo
+
+from ..accuracy import compare, to_float64
+from .inputs import make_input
+from .program import Program
+
+COTANGENT_SEED = 9001
+
+
+@dataclasses.dataclass
+class Result:
+    status: str  # pass | fail (wrong values) | crash (smelt raised) | timeout | skip (eager raised)
+    messages: list = dataclasses.field(default_factory=list)
+    names: list = dataclasses.field(default_factory=list)  # program values/inputs each message is about
+    seconds: float = 0.0
+
+    def signature(self) -> str:
+        """What 'fails the same way' means to the shrinker: the status, and for a crash its exception
+        type and first message line with numbers and value names blotted out."""
+        if self.status != "crash" or not self.messages:
+            return self.status
+        text = self.messages[0].splitlines()[0]
+        text = re.sub(r"from ATen ops:.*|source: \S+|/\S+|\b\w*fused\w*", "", text)
+        return "crash: " + re.sub(r"\b[xv]\d+\b|\d+", "#", text)[:160]
+
+
+class Timeout(Exception):
+    pass
+
+
+class _deadline:
+    """SIGALRM after `seconds` (main thread only; elsewhere no limit)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.armed = seconds and threading.current_thread() is threading.main_thread()
+
+    def __enter__(self):
+        if self.armed:
+            def on_alarm(signum, frame):
+                raise Timeout(f"no result after {self.seconds} s")
+            self.previous = signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+
+def exact_clone(t: torch.Tensor) -> torch.Tensor:
+    """A copy with the same sizes, strides and offset (clone() would make an expanded input dense)."""
+    c = torch.empty((), dtype=t.dtype, device=t.device)
+    c.set_(t.detach().untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+    return c.requires_grad_(t.requires_grad)
+
+
+def _cotangents(outs, dtypes):
+    gen = torch.Generator().manual_seed(COTANGENT_SEED)
+    return [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(d).to(o.dtype).to(o.device)
+            for o, d in zip(outs, dtypes)]
+
+
+def _needs_grad(o):
+    return isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()
+
+
+def run_once(fn, inputs, backward, cot_dtypes=None):
+    """fn on `inputs` (used as they are: mutated in place): (outputs, gradients, inputs after the call,
+    the dtypes its cotangents were drawn in)."""
+    outs = fn(*inputs)
+    grads, dtypes = [], []
+    if backward:
+        diff = [o for o in outs if _needs_grad(o)]
+        dtypes = cot_dtypes or [o.dtype for o in diff]
+        if diff:
+            torch.autograd.backward(diff, _cotangents(diff, dtypes))
+        grads = [i.grad for i in inputs if i.requires_grad]
+    after = [None if i.requires_grad else i for i in inputs]
+    return list(outs), grads, after, dtypes
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[:6])[:1500]
+
+
+def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0) -> Result:
+    """make_inputs() gives fresh inputs each call. names: each input's and output's name in the program
+    (for the messages)."""
+    start = time.perf_counter()
+    inputs = make_inputs()
+    n_out = None
+    try:
+        eager = run_once(fn, inputs, backward)
+    except Exception as exc:  # an invalid program: not smelt's fault
+        return Result("skip", [_short(exc)], seconds=time.perf_counter() - start)
+    n_out = len(eager[0])
+    in_names = (names or {}).get("inputs") or [f"input{k}" for k in range(len(inputs))]
+    out_names = (names or {}).get("outputs") or [f"output{k}" for k in range(n_out)]
+    try:
+        reference = run_once(fn, to_float64([exact_clone(i) for i in make_inputs()]), backward, eager[3])
+    except Exception:
+        reference = None
+    torch._dynamo.reset()
+    compiled_fn = torch.compile(fn, backend="smelt", fullgraph=True)
+    try:
+        with _deadline(timeout):
+            actual = run_once(compiled_fn, make_inputs(), backward, eager[3])
+    except Timeout as exc:
+        return Result("timeout", [str(exc)], seconds=time.perf_counter() - start)
+    except Exception as exc:
+        return Result("crash", [_short(exc)], seconds=time.perf_counter() - start,
+                      names=[])
+    finally:
+        torch._dynamo.reset()
+    messages, where = [], []
+    grad_names = [n for n, i in zip(in_names, inputs) if i.requires_grad]
+    labelled = ([(f"{n} (output)", n, 0) for n in out_names] + [(f"{n}.grad", n, 1) for n in grad_names]
+                + [(f"{n} after the call", n, 2) for n in in_names])
+    flat_a = actual[0] + actual[1] + actual[2]
+    flat_e = eager[0] + eager[1] + eager[2]
+    flat_r = (reference[0] + reference[1] + reference[2]) if reference else [None] * len(flat_e)
+    for (label, name, _), a, e, r in zip(labelled, flat_a, flat_e, flat_r):
+        if e is None and a is None:
+            continue
+        found = compare(a, e, r, label)
+        messages += found
+        where += [name] * len(found)
+    status = "fail" if messages else "pass"
+    return Result(status, messages, where, seconds=time.perf_counter() - start)
+
+
+def make_inputs(program: Program, device="cpu") -> list:
+    return [make_input(i.shape, i.dtype, i.layout, i.grad, i.seed, i.kind, i.high, device) for i in program.inputs]
+
+
+def judge_program(program: Program, device="cpu", timeout: float = 60.0) -> Result:
+    try:
+        return judge(program.function(), lambda: make_inputs(program, device), program.backward,
+                     {"inputs": [i.name for i in program.inputs], "outputs": list(program.outputs)}, timeout)
+    except Exception as exc:  # the fuzzer's own harness failing: report it, do not stop the run
+        return Result("crash", ["fuzzer harness: " + _short(exc) + "\n" + traceback.format_exc(limit=3)])
+
+
+def check_fn(fn, inputs, backward=True, timeout: float = 60.0) -> list:
+    """For a pasted repro: smelt's failures on fn(*inputs) by the accuracy rule (empty: it passes)."""
+    result = judge(fn, lambda: [exact_clone(i) for i in inputs], backward, timeout=timeout)
+    if result.status == "skip":
+        return [f"eager raised (an invalid program): {result.messages[0]}"]
+    return [f"{result.status}: {m}" for m in result.messages]
