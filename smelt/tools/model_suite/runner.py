@@ -1,0 +1,198 @@
+"""Runs one (model, mode) case: eager, compiled and a float64 reference of the same weights and
+inputs, judged by smelt.tools.accuracy. Returns what failed, never raises for a model's failure.
+
+- infer_fp32 / infer_bf16: the model in .eval() and that dtype; the reference is the same
+  (bf16-rounded) weights in float64.
+- train: one step (forward, loss, backward, AdamW) from identical weights; compares the loss, every
+  gradient, every parameter and buffer after the step. fp32 on the CPU, bf16 autocast on CUDA
+  (the reference runs without autocast). The optimizer step is compiled too.
+- dynamic: decoders compiled with dynamic=True, run over several sequence lengths.
+- decode: a decoder's one-token step with a KV cache filled by an eager prefill; compares the
+  logits and the cache after the step.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import time
+import traceback
+
+import torch
+
+from ..accuracy import compare, to_float64
+from .cache_tensors import outputs_with_plain_cache
+from .modes import DYNAMIC_SEQS, applies
+from .zoo import ModelSpec, Sample, library_missing
+
+LR = 1e-3
+
+
+@dataclasses.dataclass
+class CaseResult:
+    model: str
+    mode: str
+    size: str
+    device: str
+    status: str  # "pass", "fail" (accuracy), "error" (an exception), "skip"
+    failures: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    timings: dict | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def message(self, limit: int = 6) -> str:
+        lines = self.failures[:limit] + ([f"... and {len(self.failures) - limit} more"]
+                                          if len(self.failures) > limit else [])
+        return "\n".join(lines)
+
+
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _build(spec: ModelSpec, size: str, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return spec.build(size)
+
+
+def _compile(fn, backend, **kw):
+    return torch.compile(fn, backend=backend, **kw)
+
+
+# ---------------------------------------------------------------- inference
+def _infer(spec, size, device, backend, seed, dtype, notes):
+    model = _build(spec, size, seed).to(device=device, dtype=dtype).eval()
+    sample = spec.sample(size, generator=_seeded(seed)).to(device, float_dtype=dtype)
+    reference_model = to_float64(model)
+    with torch.no_grad():
+        expected = model(**sample.kwargs)
+        reference = reference_model(**sample.to(device, float_dtype=torch.float64).kwargs)
+        actual = _compile(model, backend)(**sample.kwargs)
+    return compare(actual, expected, reference)
+
+
+# ---------------------------------------------------------------- training
+def _autocast(device):
+    if torch.device(device).type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+def _train_step(model, sample, loss_fn, step_fn, autocast):
+    with autocast:
+        loss = loss_fn(sample)
+    loss.backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+    step_fn()
+    state = {f"param[{name}]": p.detach().clone() for name, p in model.named_parameters()}
+    state.update({f"buffer[{name}]": b.detach().clone() for name, b in model.named_buffers() if b.is_floating_point()})
+    return {"loss": loss.detach(), "grads": grads, "after_step": state}
+
+
+def _train(spec, size, device, backend, seed, notes):
+    base = _build(spec, size, seed).to(device).train()
+    sample = spec.sample(size, generator=_seeded(seed)).to(device)
+    eager_m, compiled_m, reference_m = base, copy.deepcopy(base), to_float64(base)
+
+    def run(model, sample, compiled, autocast):
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)
+        loss_fn = functools.partial(spec.loss, model)
+        step_fn = opt.step
+        if compiled:
+            loss_fn = _compile(loss_fn, backend)
+            step_fn = _compile(opt.step, backend)
+        return _train_step(model, sample, loss_fn, step_fn, autocast)
+
+    expected = run(eager_m, sample, False, _autocast(device))
+    reference = run(reference_m, sample.to(device, float_dtype=torch.float64), False, torch.autocast("cpu", enabled=False))
+    actual = run(compiled_m, sample, True, _autocast(device))
+    missing = sorted(set(expected["grads"]) - set(actual["grads"]))
+    if missing:
+        return [f"grads: compiled has no gradient for {missing[:5]}"]
+    return compare(actual, expected, reference, path="train")
+
+
+# ---------------------------------------------------------------- dynamic shapes
+def _dynamic(spec, size, device, backend, seed, notes):
+    model = _build(spec, size, seed).to(device).eval()
+    reference_model = to_float64(model)
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = torch.compile(model, backend=counter, dynamic=True)
+    failures = []
+    with torch.no_grad():
+        for seq in DYNAMIC_SEQS[size]:
+            sample = spec.sample(size, seq_len=seq, generator=_seeded(seed + seq)).to(device)
+            expected = model(**sample.kwargs)
+            reference = reference_model(**sample.to(device, float_dtype=torch.float64).kwargs)
+            failures += compare(compiled(**sample.kwargs), expected, reference, path=f"seq {seq}")
+    if counter.frame_count > 1:
+        notes.append(f"{counter.frame_count} graphs compiled over {len(DYNAMIC_SEQS[size])} sequence lengths")
+    return failures
+
+
+# ---------------------------------------------------------------- one-token decode with a KV cache
+def _decode(spec, size, device, backend, seed, notes):
+    model = _build(spec, size, seed).to(device).eval()
+    reference_model = to_float64(model)
+    prompt = spec.sample(size, generator=_seeded(seed)).to(device)
+    prefill = dict(prompt.kwargs, use_cache=True)
+    with torch.no_grad():
+        out = model(**prefill)
+        next_ids = out.logits[:, -1:].argmax(-1)
+        cache = out["cache"] if "cache" in out else out.past_key_values
+        reference_cache = reference_model(**Sample(prefill).to(device, float_dtype=torch.float64).kwargs)
+        reference_cache = reference_cache["cache"] if "cache" in reference_cache else reference_cache.past_key_values
+
+        def step(m, cache):
+            return outputs_with_plain_cache(m(input_ids=next_ids, cache=cache, use_cache=True))
+
+        expected = step(model, copy.deepcopy(cache))
+        reference = step(reference_model, reference_cache)
+        actual = step(_compile(model, backend), copy.deepcopy(cache))
+    return compare(actual, expected, reference, path="decode")
+
+
+RUNNERS = {
+    "infer_fp32": functools.partial(_infer, dtype=torch.float32),
+    "infer_bf16": functools.partial(_infer, dtype=torch.bfloat16),
+    "train": _train,
+    "dynamic": _dynamic,
+    "decode": _decode,
+}
+
+
+def run_case(spec: ModelSpec, mode: str, size: str = "tiny", device: str = "cpu", backend: str = "smelt",
+             seed: int = 0, timings: bool = False, timing_kw: dict | None = None) -> CaseResult:
+    result = CaseResult(spec.name, mode, size, device, "skip")
+    if not applies(spec, mode):
+        result.notes.append(f"{mode} applies to decoders only")
+        return result
+    why = library_missing(spec)
+    if why:
+        result.notes.append(why)
+        return result
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    try:
+        result.failures = RUNNERS[mode](spec, size, device, backend, seed, notes=result.notes)
+        result.status = "fail" if result.failures else "pass"
+    except Exception as exc:  # a model's failure is a result, not the end of the run
+        result.status = "error"
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = next((f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames)), "?")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        result.failures = [f"{type(exc).__name__}: {first[:500]} (raised at {where})"]
+        result.notes.append("".join(traceback.format_exception(exc))[-4000:])
+    result.seconds = time.perf_counter() - start
+    if timings and result.status == "pass":
+        from .timing import measure_case
+        try:
+            result.timings = measure_case(spec, mode, size, device, seed=seed, **(timing_kw or {}))
+        except Exception as exc:
+            result.notes.append(f"timing failed: {type(exc).__name__}: {str(exc)[:300]}")
+    torch._dynamo.reset()
+    return result
