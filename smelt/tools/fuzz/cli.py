@@ -25,10 +25,10 @@ def program_seed(seed: int, k: int) -> int:
 
 
 def backend_name(device: str) -> str:
+    from smelt.config import setting
     if device.startswith("cuda"):
-        return "cuda/" + os.environ.get("SMELT_CUDA_BACKEND", "triton")
-    from smelt.config import default_cpu_backend
-    return "cpu/" + os.environ.get("SMELT_CPU_BACKEND", default_cpu_backend())
+        return "cuda/" + setting("SMELT_CUDA_BACKEND")
+    return "cpu/" + setting("SMELT_CPU_BACKEND")
 
 
 def _commit() -> str:
