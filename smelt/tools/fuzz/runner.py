@@ -34,8 +34,9 @@ class Result:
         type and first message line with numbers and value names blotted out."""
         if self.status != "crash" or not self.messages:
             return self.status
-        text = self.messages[0].splitlines()[0]
-        text = re.sub(r"from ATen ops:.*|source: \S+|/\S+|\b\w*fused\w*", "", text)
+        lines = [line for line in self.messages[0].splitlines() if not line.startswith("Set TORCHDYNAMO")]
+        text = " ".join(lines[:2]) if lines[0].endswith("raised:") else lines[0]  # Dynamo's wrapper: the cause
+        text = re.sub(r"from ATen ops:.*|source: \S+|/\S+|\b\w*fused\w*|\([\w-]*x86[\w-]*\)", "", text)
         return "crash: " + re.sub(r"\b[xv]\d+\b|\d+", "#", text)[:160]
 
 
