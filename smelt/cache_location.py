@@ -15,6 +15,7 @@ import shutil
 import tempfile
 
 log = logging.getLogger("smelt")
+SECTIONS = ("sources", "halide", "graphs", "autotune", "kernels")  # what smelt writes below the folder
 
 
 def _problem(folder: str) -> str | None:
@@ -23,9 +24,12 @@ def _problem(folder: str) -> str | None:
     mount refuses everyone)."""
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".smelt_probe_")
-        os.close(fd)
-        os.unlink(probe)
+        # The folder and the sections already in it (another user's, in a shared folder).
+        for section in [folder, *(os.path.join(folder, s) for s in SECTIONS)]:
+            if section == folder or os.path.isdir(section):
+                fd, probe = tempfile.mkstemp(dir=section, prefix=".smelt_probe_")
+                os.close(fd)
+                os.unlink(probe)
     except OSError as e:
         return f"{type(e).__name__}: {e.strerror or e}"
     return None

@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import tempfile
 from typing import Any, Callable
 
 from .errors import SmeltError
@@ -74,7 +75,10 @@ def default_cache_dir() -> str:
     survives reboots, and unlike a fixed name in the shared /tmp no other user can own or squat it."""
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     if not os.path.isabs(base):  # the spec says to ignore a relative value
-        base = os.path.join(os.path.expanduser("~"), ".cache")
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):  # no HOME and no password entry: still one folder per user
+            return os.path.join(tempfile.gettempdir(), f"smelt_cache_{os.getuid()}")
+        base = os.path.join(home, ".cache")
     return os.path.join(base, "smelt")
 
 

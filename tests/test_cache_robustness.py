@@ -125,3 +125,20 @@ def test_an_atomic_write_leaves_no_half_file(tmp_path, monkeypatch):
         checked_files.atomic_write(str(path), b"new")
     monkeypatch.undo()
     assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["entry.json"]
+
+
+def test_a_section_another_user_owns_makes_the_folder_unusable(tmp_path, monkeypatch):
+    # The old shared default: the top folder writable, its `sources` made by another user with 0755.
+    # Root writes anywhere, so the refusal is simulated where the probe writes.
+    folder = tmp_path / "shared"
+    (folder / "sources").mkdir(parents=True)
+    real_mkstemp = cache_location.tempfile.mkstemp
+
+    def mkstemp(dir=None, **kw):
+        if dir == str(folder / "sources"):
+            raise PermissionError(13, "Permission denied")
+        return real_mkstemp(dir=dir, **kw)
+
+    monkeypatch.setattr(cache_location.tempfile, "mkstemp", mkstemp)
+    private, persists = cache_location.resolve(str(folder))
+    assert not persists and private != str(folder)
