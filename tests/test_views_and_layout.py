@@ -145,3 +145,13 @@ def test_output_takes_eagers_strides_for_a_transposed_result(device, check):
     assert actual.stride() == expected.stride()
     actual, expected = check(lambda x: x.permute(2, 0, 1) + 1, torch.randn(3, 4, 6, device=device))
     assert actual.stride() == expected.stride()
+
+
+def test_dynamic_reshape_merging_dims_beside_a_size_one_dim_keeps_strides(device, compile_fn, assert_close):
+    # q @ k^T over one query (a decode step): q's (B, H, 1, D) views as (B*H, 1, D) for bmm. Its
+    # storage index simplified to s89*(v0 + v1) + v2, whose unexpanded form gave v0 stride 0.
+    fn = lambda q, k: q @ k.transpose(-1, -2)  # noqa: E731
+    compiled = compile_fn(fn, dynamic=True)
+    for queries in (1, 3):
+        q, k = torch.randn(2, 4, queries, 64, device=device), torch.randn(2, 4, 5, 64, device=device)
+        assert_close(compiled(q, k), fn(q, k))

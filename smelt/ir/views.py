@@ -116,7 +116,8 @@ def as_strided_layout(node: IRNode) -> tuple[Buffer, Layout] | None:
     vars_ = [index_var(f"v{k}") for k in range(len(size))]
     mapped = reindex(vars_)
     storage_index = mapped[0] if reindex.flat_storage else buffer.layout.index(mapped)
-    storage_index = simplify_index(storage_index, dict(zip(vars_, size)))
+    # expanded: coeff() reads only top-level terms, and simplify may leave s*(v0 + v1)
+    storage_index = sympy.expand(simplify_index(storage_index, dict(zip(vars_, size))))
     if any(isinstance(a, sympy.Function) for a in sympy.preorder_traversal(storage_index)):
         return None  # div/mod left over: not expressible with strides
     if vars_:
