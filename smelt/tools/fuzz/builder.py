@@ -3,6 +3,7 @@ computed eagerly as each op is added, so an op eager rejects is never kept."""
 from __future__ import annotations
 
 import random
+import warnings
 
 import torch
 
@@ -107,7 +108,9 @@ class Builder:
         lines = source.format(out=out, **names).split("\n")
         scope = {"torch": torch, "F": torch.nn.functional, **self.env}
         try:
-            exec("\n".join(lines), scope)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec("\n".join(lines), scope)
             value = scope[out]
             if not isinstance(value, torch.Tensor):
                 raise TypeError("not a tensor")

@@ -15,6 +15,7 @@ import time
 import warnings
 
 from .generator import generate
+from .journal import Journal
 from .program import Program, merged
 from .runner import Result, judge_program
 from .shrinker import shrink
@@ -39,18 +40,13 @@ def _commit() -> str:
         return "?"
 
 
-class Finding:
-    def __init__(self, where: str, program: Program, result: Result, shrunk: Program, shrunk_result: Result):
-        self.where, self.program, self.result = where, program, result
-        self.shrunk, self.shrunk_result = shrunk, shrunk_result
-
-    def key(self) -> str:
-        """Failures deduplicated by cause as best a machine can: a crash by its message, a wrong value by
-        the shrunk program's ops with names and numbers blotted out."""
-        if self.result.status in ("crash", "timeout"):
-            return self.shrunk_result.signature()
-        ops = sorted(re.sub(r"\b[xv]\d+\b|\d+", "#", line) for op in self.shrunk.ops for line in op.lines)
-        return "fail: " + " | ".join(ops)
+def finding_key(status: str, shrunk: Program, shrunk_result: Result) -> str:
+    """Failures deduplicated by cause as best a machine can: a crash by its message, a wrong value by
+    the shrunk program's ops with names and numbers blotted out."""
+    if status != "fail":
+        return shrunk_result.signature()
+    ops = sorted(re.sub(r"\b[xv]\d+\b|\d+", "#", line) for op in shrunk.ops for line in op.lines)
+    return "fail: " + " | ".join(ops)
 
 
 def check_batch(programs: list, seeds: list, device: str, timeout: float):
@@ -58,7 +54,7 @@ def check_batch(programs: list, seeds: list, device: str, timeout: float):
     batch is judged again program by program, so each failure points at one program."""
     batch = merged(programs)
     result = judge_program(batch, device, timeout)
-    if result.status in ("pass", "skip") and len(programs) > 1 or len(programs) == 1:
+    if result.status in ("pass", "skip", "unsupported") and len(programs) > 1 or len(programs) == 1:
         for s, p in zip(seeds, programs):
             yield s, p, result
         return
@@ -78,62 +74,124 @@ def check_batch(programs: list, seeds: list, device: str, timeout: float):
         yield seeds[0], batch, result
 
 
-def write_findings(path: str, findings: list, header: str) -> None:
+def write_findings(path: str, journal: Journal, header: str) -> None:
     parts = [f"# smelt fuzzer findings\n\n{header}\n"]
-    for n, f in enumerate(findings, 1):
-        msgs = "\n".join(f.shrunk_result.messages[:6]) or f.result.status
-        parts.append(f"## {n}. {f.result.status}: {f.key()[:160]}\n\n{f.where}; shrunk from {len(f.program.ops)} ops to "
-                     f"{len(f.shrunk.ops)}\n\n```\n{msgs}\n```\n\n```python\n{f.shrunk.source()}```\n")
+    for n, f in enumerate(journal.findings, 1):
+        msgs = "\n".join(f["messages"][:6]) or f["status"]
+        parts.append(f"## {n}. {f['status']}: {f['key'][:160]}\n\n{f['where']}; shrunk from {f['ops_before']} ops to "
+                     f"{f['ops_after']}\n\n```\n{msgs}\n```\n\n```python\n{f['source']}```\n")
     with open(path, "w") as fh:
         fh.write("\n".join(parts))
 
 
+def _header(backend, seed, journal, seconds=None):
+    c = journal.counts
+    took = f" in {seconds:.0f} s" if seconds is not None else " so far"
+    return f"backend {backend}, commit {_commit()}, seed {seed}; {sum(c.values())} programs{took} ({c})"
+
+
 def run(count: int, seed: int, device="cpu", backward=True, batch=4, every=50, out=None, shrink_budget=120.0,
-        timeout=60.0, log=print) -> dict:
+        timeout=60.0, skip=(), log=print, journal: Journal | None = None, stop: int | None = None) -> dict:
+    """Judges programs 0..count-1 of `seed` (from where `journal` left off, up to `stop`), leaving out the
+    indices in `skip` (known failures)."""
     backend = backend_name(device)
     start = time.monotonic()
-    counts = {"pass": 0, "fail": 0, "crash": 0, "timeout": 0, "skip": 0}
-    findings, keys = [], {}
-    done = 0
-    header = ""
-    while done < count:
-        size = min(batch, count - done)
-        seeds = [program_seed(seed, done + k) for k in range(size)]
+    journal = journal or Journal(None)
+    done = journal.next_index()
+    end = count if stop is None else min(stop, count)
+    while done < end:
+        size = min(batch, end - done)
+        indices = [done + k for k in range(size) if done + k not in skip]
+        seeds = [program_seed(seed, k) for k in indices]
         programs = [generate(s, device, backward) for s in seeds]
+        done += size
         for s, p, result in check_batch(programs, seeds, device, timeout):
             if p not in programs:  # the batch itself, failing only as a whole
                 where = f"batch of seeds {seeds} (no program fails alone)"
             else:
-                counts[result.status] += 1
-                where = f"generate({s}) (--seed {seed}, program {s - program_seed(seed, 0)})"
-            if result.status in ("pass", "skip"):
+                where = f"generate({s}) (--seed {seed}, program {indices[programs.index(p)]})"
+                journal.add({"index": indices[programs.index(p)], "status": result.status})
+            if result.status in ("pass", "skip", "unsupported"):
                 continue
-            if result.status == "timeout":
+            if result.status == "timeout" or not shrink_budget:
                 shrunk, shrunk_result, tried = p, result, 0
             else:
                 shrunk, shrunk_result, tried = shrink(p, result, device, shrink_budget, timeout)
-            finding = Finding(f"{where}, {backend}", p, result, shrunk, shrunk_result)
-            key = finding.key()
-            if key in keys:
-                keys[key].where += f"; also {where}"
-                log(f"  {result.status} at {where}: same as finding {findings.index(keys[key]) + 1}")
+            key = finding_key(result.status, shrunk, shrunk_result)
+            known = journal.find(key)
+            if known:
+                journal.add({"also": key, "where": where})
+                log(f"  {result.status} at {where}: same as finding {journal.findings.index(known) + 1}")
             else:
-                keys[key] = finding
-                findings.append(finding)
+                journal.add({"finding": {"key": key, "status": result.status, "where": f"{where}, {backend}",
+                                         "messages": shrunk_result.messages, "source": shrunk.source(),
+                                         "ops_before": len(p.ops), "ops_after": len(shrunk.ops)}})
                 log(f"  {result.status} at {where} (shrunk in {tried} tries):\n"
                     + "\n".join("    " + m for m in shrunk_result.messages[:3]))
             if out:
-                header = (f"backend {backend}, commit {_commit()}, seed {seed}; {sum(counts.values())} programs so far "
-                          f"({counts})")
-                write_findings(out, findings, header)
-        done += size
+                write_findings(out, journal, _header(backend, seed, journal))
         if done % every < size or done == count:
-            log(f"[{done}/{count}] {time.monotonic() - start:.0f} s: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+            log(f"[{done}/{count}] {time.monotonic() - start:.0f} s: "
+                + ", ".join(f"{k} {v}" for k, v in journal.counts.items()))
     seconds = time.monotonic() - start
     if out:
-        write_findings(out, findings, f"backend {backend}, commit {_commit()}, seed {seed}; {count} programs in "
-                       f"{seconds:.0f} s ({counts})")
-    return {"counts": counts, "findings": findings, "seconds": seconds}
+        write_findings(out, journal, _header(backend, seed, journal, seconds))
+    return {"counts": journal.counts, "findings": journal.findings, "seconds": seconds}
+
+
+def supervise(argv: list, args) -> int:
+    """Runs the fuzzer in child processes. A child killed by a signal (a kernel that segfaults) is
+    started again on that batch one program at a time, the program that kills it recorded as a
+    'segfault' finding, and the run goes on after it."""
+    journal_path = args.journal or (args.out or "fuzz") + ".journal"
+    if not args.journal and os.path.exists(journal_path):
+        os.remove(journal_path)
+    base = [sys.executable, "-m", "smelt.tools.fuzz", *argv, "--in-process", "--journal", journal_path]
+    isolate_until = None
+    while True:
+        journal = Journal(journal_path)
+        at = journal.next_index()
+        if at >= args.count:
+            break
+        cmd = base + (["--batch", "1", "--stop", str(isolate_until)] if isolate_until else [])
+        rc = subprocess.run(cmd).returncode
+        if rc >= 0 and not isolate_until:
+            break
+        if rc >= 0:  # the isolated batch ran through: back to batches
+            isolate_until = None
+            continue
+        journal = Journal(journal_path)
+        at = journal.next_index()
+        if isolate_until is None:
+            isolate_until = at + args.batch
+            print(f"  the process died (signal {-rc}) in the batch from program {at}: again one at a time", flush=True)
+            continue
+        s = program_seed(args.seed, at)
+        program = generate(s, args.device, args.backward)
+        where = f"generate({s}) (--seed {args.seed}, program {at})"
+        print(f"  segfault at {where} (signal {-rc})", flush=True)
+        journal.add({"index": at, "status": "segfault"})
+        journal.add({"finding": {"key": f"segfault {s}", "status": "segfault",
+                                 "where": f"{where}, {backend_name(args.device)}",
+                                 "messages": [f"the process died by signal {-rc} (not shrunk: each try would "
+                                              f"need a process)"], "source": program.source(),
+                                 "ops_before": len(program.ops), "ops_after": len(program.ops)}})
+    journal = Journal(journal_path)
+    if args.out:
+        write_findings(args.out, journal, _header(backend_name(args.device), args.seed, journal))
+    return _summary(args, journal, None)
+
+
+def _summary(args, journal: Journal, seconds) -> int:
+    c = journal.counts
+    failed = sum(c[k] for k in ("fail", "crash", "timeout", "segfault"))
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    print(f"\n{sum(c.values())} programs{took} ({backend_name(args.device)}): passed {c['pass']}, failed {failed} "
+          f"(wrong values {c['fail']}, crashes {c['crash']}, segfaults {c['segfault']}, timeouts {c['timeout']}), "
+          f"skipped {c['skip']} (eager raised), unsupported {c['unsupported']} (torch.compile raised without smelt too)")
+    for n, f in enumerate(journal.findings, 1):
+        print(f"\n--- failure {n}: {f['where']}\n" + "\n".join(f["messages"][:6]) + "\n" + f["source"])
+    return 1 if failed else 0
 
 
 def main(argv=None) -> int:
@@ -148,17 +206,21 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=50, help="programs between progress lines")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per program")
     ap.add_argument("--shrink-budget", type=float, default=120.0, help="seconds spent shrinking each failure")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run here, without a supervising process (a segfault then ends the run)")
+    ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--stop", type=int, default=None, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
     import smelt  # noqa: F401  (registers the backend)
+    if not args.in_process:
+        return supervise(argv, args)
+    journal = Journal(args.journal)
     summary = run(args.count, args.seed, args.device, args.backward, args.batch, args.every, args.out,
-                  args.shrink_budget, args.timeout, log=lambda s: print(s, flush=True))
-    c = summary["counts"]
-    failed = c["fail"] + c["crash"] + c["timeout"]
-    print(f"\n{args.count} programs in {summary['seconds']:.0f} s ({backend_name(args.device)}): passed {c['pass']}, "
-          f"failed {failed} (wrong values {c['fail']}, crashes {c['crash']}, timeouts {c['timeout']}), "
-          f"skipped {c['skip']}")
-    for n, f in enumerate(summary["findings"], 1):
-        print(f"\n--- failure {n}: {f.where}\n" + "\n".join(f.shrunk_result.messages[:6]) + "\n" + f.shrunk.source())
-    return 1 if failed else 0
+                  args.shrink_budget, args.timeout, log=lambda s: print(s, flush=True), journal=journal,
+                  stop=args.stop)
+    if args.journal:  # a supervised child: the supervisor prints the summary
+        return 0
+    return _summary(args, journal, summary["seconds"])

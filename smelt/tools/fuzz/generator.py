@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import warnings
 
 import torch
 
@@ -41,7 +42,8 @@ def generate_batch(seed: int, size: int, device="cpu", backward=True) -> Program
 
 def _runs(program: Program, device) -> bool:
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             run_once(program.function(), make_inputs(program, device), program.backward)
         return True
     except Exception:

@@ -386,8 +386,8 @@ def norm(b: Builder) -> bool:
                       w=b.new_input((c,), t.dtype), bias=b.new_input((c,), t.dtype))
     if choice in (2, 3):
         training = choice == 3
-        mean = b.new_input((c,), t.dtype, grad=False)
-        var = b.new_input((c,), t.dtype, kind="positive", grad=False)
+        mean = b.new_input((c,), t.dtype, layout="contiguous", grad=False)  # written in training
+        var = b.new_input((c,), t.dtype, kind="positive", layout="contiguous", grad=False)
         return b.emit("norm", "{out} = F.batch_norm({a}, {m}, {v}, {w}, {bias}, training=%s, momentum=0.2)" % training,
                       a=a, m=mean, v=var, w=b.new_input((c,), t.dtype), bias=b.new_input((c,), t.dtype))
     if choice == 4:

@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 
 import torch
 import torch._dynamo
@@ -25,6 +26,7 @@ COTANGENT_SEED = 9001
 @dataclasses.dataclass
 class Result:
     status: str  # pass | fail (wrong values) | crash (smelt raised) | timeout | skip (eager raised)
+    #              | unsupported (torch.compile raises without smelt too)
     messages: list = dataclasses.field(default_factory=list)
     names: list = dataclasses.field(default_factory=list)  # program values/inputs each message is about
     seconds: float = 0.0
@@ -102,9 +104,23 @@ def _short(exc: BaseException) -> str:
     return "\n".join(lines[:6])[:1500]
 
 
+def _compiled_run(fn, make_inputs, backward, cot_dtypes, backend):
+    torch._dynamo.reset()
+    try:
+        return run_once(torch.compile(fn, backend=backend, fullgraph=True), make_inputs(), backward, cot_dtypes)
+    finally:
+        torch._dynamo.reset()
+
+
 def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0) -> Result:
     """make_inputs() gives fresh inputs each call. names: each input's and output's name in the program
     (for the messages)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager's own (a var of one element, ...), once per program
+        return _judge(fn, make_inputs, backward, names, timeout)
+
+
+def _judge(fn, make_inputs, backward, names, timeout) -> Result:
     start = time.perf_counter()
     inputs = make_inputs()
     n_out = None
@@ -119,31 +135,38 @@ def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0) ->
         reference = run_once(fn, to_float64([exact_clone(i) for i in make_inputs()]), backward, eager[3])
     except Exception:
         reference = None
-    torch._dynamo.reset()
-    compiled_fn = torch.compile(fn, backend="smelt", fullgraph=True)
     try:
         with _deadline(timeout):
-            actual = run_once(compiled_fn, make_inputs(), backward, eager[3])
+            actual = _compiled_run(fn, make_inputs, backward, eager[3], "smelt")
     except Timeout as exc:
         return Result("timeout", [str(exc)], seconds=time.perf_counter() - start)
     except Exception as exc:
-        return Result("crash", [_short(exc)], seconds=time.perf_counter() - start,
-                      names=[])
-    finally:
-        torch._dynamo.reset()
-    messages, where = [], []
+        try:  # Dynamo or AOTAutograd raising without smelt: not smelt's bug
+            _compiled_run(fn, make_inputs, backward, eager[3], "aot_eager")
+        except Exception as without:
+            return Result("unsupported", ["torch.compile raises without smelt too (aot_eager): " + _short(without)],
+                          seconds=time.perf_counter() - start)
+        return Result("crash", [_short(exc)], seconds=time.perf_counter() - start)
     grad_names = [n for n, i in zip(in_names, inputs) if i.requires_grad]
-    labelled = ([(f"{n} (output)", n, 0) for n in out_names] + [(f"{n}.grad", n, 1) for n in grad_names]
-                + [(f"{n} after the call", n, 2) for n in in_names])
-    flat_a = actual[0] + actual[1] + actual[2]
-    flat_e = eager[0] + eager[1] + eager[2]
-    flat_r = (reference[0] + reference[1] + reference[2]) if reference else [None] * len(flat_e)
-    for (label, name, _), a, e, r in zip(labelled, flat_a, flat_e, flat_r):
-        if e is None and a is None:
-            continue
-        found = compare(a, e, r, label)
-        messages += found
-        where += [name] * len(found)
+    labelled = ([(f"{n} (output)", n) for n in out_names] + [(f"{n}.grad", n) for n in grad_names]
+                + [(f"{n} after the call", n) for n in in_names])
+
+    def judged(run):
+        found = []
+        for (label, name), a, e, r in zip(labelled, run[0] + run[1] + run[2], eager[0] + eager[1] + eager[2],
+                                          (reference[0] + reference[1] + reference[2]) if reference
+                                          else [None] * len(labelled)):
+            if not (e is None and a is None):
+                found += [(name, m) for m in compare(a, e, r, label)]
+        return found
+    found = judged(actual)
+    messages, where = [m for _, m in found], [n for n, _ in found]
+    if found:
+        try:
+            if judged(_compiled_run(fn, make_inputs, backward, eager[3], "aot_eager")):
+                messages.append("(torch.compile without smelt, aot_eager, fails the rule too)")
+        except Exception:
+            pass
     status = "fail" if messages else "pass"
     return Result(status, messages, where, seconds=time.perf_counter() - start)
 

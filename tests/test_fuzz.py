@@ -1,0 +1,139 @@
+"""The differential fuzzer (smelt/tools/fuzz): its parts, judged without compiling where they can be, and a
+fixed-seed run of a few hundred random programs through smelt (forward and backward) in `make test`."""
+import io
+import os
+import contextlib
+
+import pytest
+import torch
+
+from smelt.tools.fuzz import cli, runner, shrinker
+from smelt.tools.fuzz.generator import generate
+from smelt.tools.fuzz.program import merged
+
+# -- the parts --------------------------------------------------------------------------------------
+
+
+def test_a_seed_gives_one_program_and_its_printed_source_reproduces_it():
+    p = generate(7)
+    assert p.source() == generate(7).source()
+    assert p.source() != generate(8).source()
+    scope = {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(p.source(), "<repro>", "exec"), scope)  # the pasted repro: compiles and checks fn
+    assert out.getvalue().strip() == "passes"
+
+
+def test_generated_programs_cover_every_family_and_dtype():
+    programs = [generate(s) for s in range(150)]
+    families = {op.family for p in programs for op in p.ops}
+    from smelt.tools.fuzz.ops import FAMILIES
+    from smelt.tools.fuzz.builder import ALL_DTYPES
+    assert families == set(FAMILIES)
+    dtypes = {i.dtype for p in programs for i in p.inputs}
+    assert dtypes == set(ALL_DTYPES)
+    layouts = {i.layout for p in programs for i in p.inputs}
+    assert layouts == {"contiguous", "transposed", "strided", "expanded", "channels_last"}
+    assert any(0 in i.shape for p in programs for i in p.inputs)
+    assert any(i.grad for p in programs for i in p.inputs)
+
+
+def _compiled_as(monkeypatch, make_wrong):
+    """torch.compile inside the runner returns make_wrong(fn) instead of a smelt-compiled fn."""
+    real = torch.compile
+    monkeypatch.setattr(runner.torch, "compile",
+                        lambda fn, backend, **kw: make_wrong(fn) if backend == "smelt" else real(fn, backend=backend, **kw))
+
+
+@pytest.mark.parametrize("wrong, status", [
+    (lambda fn: (lambda x, y: (fn(x, y)[0] * 1.01, fn(x, y)[1])), "fail"),  # a value off by 1%
+    (lambda fn: (lambda x, y: (fn(x, y)[0], fn(x, y)[1] + 1)), "fail"),  # an integer off by one
+    (lambda fn: (lambda x, y: (fn(x, y)[0].detach() + x * 0 + x.detach() * 0, fn(x, y)[1])), "fail"),  # grad
+    (lambda fn: (lambda x, y: (y.add_(1), fn(x, y))[1]), "fail"),  # an input mutated that eager leaves alone
+    (lambda fn: (lambda x, y: 1 / 0), "crash"),
+    (lambda fn: fn, "pass"),
+])
+def test_the_runner_tells_wrong_values_gradients_mutations_and_crashes(monkeypatch, wrong, status):
+    def fn(x, y):
+        return x.sin() * 2, y * 3
+    _compiled_as(monkeypatch, wrong)
+    result = runner.judge(fn, lambda: [torch.linspace(0, 1, 6, requires_grad=True), torch.arange(4)],
+                          backward=True)
+    assert result.status == status, result.messages
+
+
+def test_eager_raising_is_a_skip_not_a_failure():
+    def fn(x):
+        return x @ x  # (3,) @ (4, 5) cannot multiply
+    assert runner.judge(fn, lambda: [torch.ones(3)], backward=False).status == "skip"
+
+
+def test_the_shrinker_keeps_only_what_the_failure_needs(monkeypatch):
+    def fake_judge(p, device="cpu", timeout=0):  # "smelt" gets cumsum wrong, whatever else there is
+        wrong = any("cumsum" in line for op in p.ops for line in op.lines)
+        return runner.Result("fail" if wrong else "pass", ["cumsum wrong"] if wrong else [])
+    monkeypatch.setattr(shrinker, "judge_program", fake_judge)
+    p = next(p for p in map(generate, range(1000, 3000))
+             if len(p.ops) >= 5 and any(op.family == "scan" and "cumsum" in op.lines[0] for op in p.ops))
+    small, result, tried = shrinker.shrink(p, fake_judge(p))
+    assert result.status == "fail" and len(small.ops) == 1 and "cumsum" in small.ops[0].lines[0]
+    assert all(i.layout == "contiguous" and not i.grad and i.dtype in (torch.float32, torch.int64) or
+               not i.dtype.is_floating_point for i in small.inputs)
+    assert all(s <= 1 for i in small.inputs if i.kind == "value" for s in i.shape)
+
+
+def test_a_failing_batch_blames_the_program_that_fails_alone(monkeypatch):
+    programs = [generate(s) for s in range(40, 44)]
+    guilty = 2
+
+    def fake_judge(p, device="cpu", timeout=0):
+        groups = p.groups()
+        if len(groups) > 1:  # the batch: the guilty program's outputs are wrong
+            bad = [o.out for o in p.ops if o.group == guilty][:1]
+            return runner.Result("fail", ["wrong"], bad) if bad else runner.Result("pass")
+        return runner.Result("fail" if p is programs[guilty] else "pass", ["wrong"])
+    monkeypatch.setattr(cli, "judge_program", fake_judge)
+    results = list(cli.check_batch(programs, list(range(4)), "cpu", 60))
+    assert [r.status for _, _, r in results] == ["pass", "pass", "fail", "pass"]
+    assert results[2][1] is programs[guilty]
+
+
+def test_merged_programs_keep_each_program_apart():
+    a, b = generate(1), generate(2)
+    m = merged([a, b])
+    assert len(m.ops) == len(a.ops) + len(b.ops) and len(m.inputs) == len(a.inputs) + len(b.inputs)
+    assert m.sub_program(1).body().count("\n") == b.body().count("\n")
+    m.function()  # valid Python
+
+
+# -- the fixed-seed run -----------------------------------------------------------------------------
+
+SEED = 0
+COUNT = int(os.environ.get("SMELT_FUZZ_COUNT", "240"))
+BATCH = 6
+# Programs of the fixed seed that fail by a known, not yet fixed bug: left out of the run below, each
+# checked by its own strict xfail under the backends it fails on (it must pass elsewhere).
+KNOWN_FAILURES = {}  # program index -> (backends it fails on, reason)
+
+
+def test_fixed_seed_programs_pass(device):
+    summary = cli.run(COUNT, SEED, device, backward=True, batch=BATCH, every=10 ** 9, shrink_budget=0,
+                      skip=set(KNOWN_FAILURES), log=lambda s: None)
+    failures = "\n\n".join(f["where"] + "\n" + "\n".join(f["messages"][:3]) + "\n" + f["source"]
+                           for f in summary["findings"])
+    assert not summary["findings"], failures
+    assert summary["counts"]["skip"] <= COUNT // 50, summary["counts"]
+
+
+def _known(index):
+    backends, reason = KNOWN_FAILURES[index]
+    backend = cli.backend_name(os.environ.get("SMELT_TEST_DEVICE", "cpu"))
+    return pytest.param(index, marks=pytest.mark.xfail(backend in backends, reason=reason, strict=True))
+
+
+@pytest.mark.parametrize("index", [_known(k) for k in sorted(KNOWN_FAILURES)])
+def test_known_failure_of_the_fixed_seed(device, index):
+    program = generate(cli.program_seed(SEED, index), device)
+    result = runner.judge_program(program, device)
+    assert result.status == "pass", "\n".join(result.messages) + "\n" + program.source()
