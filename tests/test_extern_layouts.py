@@ -72,3 +72,34 @@ def test_a_result_in_another_layout_than_traced_is_copied_not_misread(device, co
     with caplog.at_level(logging.WARNING, logger="smelt.runtime"):
         actual = compile_fn(f)(x)
     assert_close(actual, f(x))
+
+
+@torch.library.custom_op("smelt_test::pair_liar", mutates_args=())
+def pair_liar(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.clone(memory_format=torch.contiguous_format) * 2, x.sum(1)
+
+
+@pair_liar.register_fake
+def _(x):
+    return torch.empty_like(x, memory_format=torch.channels_last), x.sum(1)
+
+
+def test_each_result_of_a_several_output_op_is_checked(device, compile_fn, assert_close):
+    def f(x):
+        a, b = torch.ops.smelt_test.pair_liar(x.exp())
+        return a + 1, b * 2
+
+    x = torch.randn(2, 3, 4, 5, device=device)
+    assert_close(compile_fn(f)(x), f(x))
+
+
+def test_a_strided_view_of_a_computed_value_is_handed_to_aten_as_that_view(device, compile_fn, assert_close):
+    """q, k and v sliced from one computed projection, as attention layers do: ATen gets views of
+    the projection (its strides as traced), not dense copies."""
+    def f(x, w):
+        q, k = (x * 2).chunk(2, dim=-1)
+        return torch.bmm(q.transpose(1, 2), k) @ w
+
+    x = torch.randn(3, 8, 12, device=device)
+    w = torch.randn(6, 5, device=device)
+    assert_close(compile_fn(f)(x, w), f(x, w), atol=1e-4, rtol=1e-4)

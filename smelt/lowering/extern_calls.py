@@ -10,7 +10,7 @@ from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from .common import is_dense
-from .graph import _layout_of, origin_name, realize_with_strides
+from .graph import _layout_of, origin_name, realize_view_base, realize_with_strides
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -29,6 +29,10 @@ def _realize_args(g, value, traced=None):
         return value
     if isinstance(traced, torch.Tensor) and is_dense(traced):
         return realize_with_strides(g, value, traced.stride())
+    if isinstance(traced, torch.Tensor):
+        # A view with gaps (q, k and v sliced from one projection): realize what it views, then
+        # hand ATen the view itself, as eager does, rather than a dense copy of it.
+        realize_view_base(g, value)
     return g.realize(value)
 
 

@@ -16,7 +16,7 @@ from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleL
                   Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout,
                   make_contiguous_layout)
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
-from ..ir.views import ReinterpretView
+from ..ir.views import ReinterpretView, View
 from ..symbolic import index_var, sympify
 from . import registry
 from .online_softmax import SoftmaxRows
@@ -184,6 +184,15 @@ def realize_with_strides(graph: IRGraph, box: TensorBox, stride) -> Buffer | Rei
     size = box.get_size()
     loops = Pointwise(box.get_device(), box.get_dtype(), box.make_loader(), size, box.origins)
     return graph.register_computed(loops, layout=FixedLayout(box.get_device(), box.get_dtype(), tuple(size), stride))
+
+
+def realize_view_base(graph: IRGraph, box: TensorBox) -> None:
+    """Realizes the storage a chain of views reads, so that the views become strided views of it."""
+    node = box
+    while isinstance(node, (TensorBox, View)):
+        node = node.data
+    if isinstance(node, StorageBox) and not node.is_realized():
+        node.realize(graph)
 
 
 def _strides_agree(layout: Layout, stride) -> bool:
