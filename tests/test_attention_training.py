@@ -16,8 +16,11 @@ KERNELS = ["default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION
 def _attention(kernel, mask, bias, computed, heads=4):
     def f(x):
         b, t, _ = x.shape
-        q, k, v = (x * 1.5 if computed else x).chunk(3, dim=2)
-        q, k, v = (z.view(b, t, heads, -1).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (x * 1.5 if computed == "sliced_projection" else x).chunk(3, dim=2)
+        q, k, v = (z.view(b, t, heads, -1) for z in (q, k, v))
+        if computed == "per_head_product":  # dense [b, t, h, d] values, as a rotary embedding makes
+            q, k, v = q * 1.5, k.sin(), v * 0.5
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         kw = {"is_causal": True} if mask == "causal" else {"attn_mask": bias.to(x.dtype)} if mask == "float" else {}
         if kernel == "default":
             y = F.scaled_dot_product_attention(q, k, v, **kw)
@@ -36,7 +39,7 @@ def _run(f, x, grad):
     return out, gx
 
 
-@pytest.mark.parametrize("computed", [False, True], ids=["views_of_input", "computed_qkv"])
+@pytest.mark.parametrize("computed", ["input_views", "sliced_projection", "per_head_product"])
 @pytest.mark.parametrize("mask", ["none", "causal", "float"])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_sdpa_gradients(device, compile_fn, kernel, mask, computed):
