@@ -26,12 +26,13 @@ from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import simplify_index
 from .common import CSE, CSEVar, IndentedBuffer
-from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
+from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
 from . import halide_random as random
 from .halide_reductions import emit_reduction
 from .halide_scan import emit_scan
 from .halide_schedule import HalideSchedule
+from .halide_division import DIVISION_HELPERS
 from .halide_special import SPECIAL_FUNCTIONS
 from .halide_strict import STRICT_HELPER, strict_definitions, uses_loose_helper
 from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
@@ -78,17 +79,29 @@ def in_output(out, index):
 
 
 # Halide's exp, log and erf are polynomials that miss IEEE's special values (exp(nan) = 0,
-# log(inf) = 88.7, erf(inf) = nan): those are put back.
+# log(inf) = 88.7, erf(inf) = nan) and break far out: exp's integer exponent overflows from
+# about 1e10 (exp(1e10) = 0), erf gives nan from 1e9, log reads a subnormal's exponent field as
+# if it were normal (log(1e-45) = -88). Arguments are clamped where the result no longer changes,
+# subnormals scaled into the normal range, and the special values put back.
 def exp(v):
-    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.exp(v))
+    low, high = (-746.0, 710.0) if v.type() == hl.Float(64) else (-104.0, 89.0)  # exp(high) = inf
+    clamped = hl.clamp(v, hl.cast(v.type(), low), hl.cast(v.type(), high))
+    return hl.select(hl.is_nan(v), v, hl.exp(clamped))
 
 
 def log(v):
-    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.log(v))
+    wide = v.type() == hl.Float(64)
+    smallest_normal, scale, bits = (2.0 ** -1022, 2.0 ** 54, 54) if wide else (2.0 ** -126, 2.0 ** 24, 24)
+    subnormal = (v > 0) & (v < hl.cast(v.type(), smallest_normal))
+    scaled = hl.select(subnormal, v * hl.cast(v.type(), scale), v)
+    shift = hl.select(subnormal, hl.cast(v.type(), bits * 0.6931471805599453), hl.cast(v.type(), 0))
+    return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.log(scaled) - shift)
 
 
 def erf(v):
-    return hl.select(hl.is_inf(v), hl.select(v > 0, hl.cast(v.type(), 1), hl.cast(v.type(), -1)), hl.erf(v))
+    # erf(+-4) is +-1 in float32 already.
+    clamped = hl.clamp(v, hl.cast(v.type(), -4), hl.cast(v.type(), 4))
+    return hl.select(hl.is_nan(v), v, hl.erf(clamped))
 '''
 
 
@@ -419,7 +432,7 @@ class HalideKernel:
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
         helpers += self.schedule.helpers()
         body_text = "\n".join(self.body.lines)
-        for special, source in SPECIAL_FUNCTIONS.items():
+        for special, source in {**SPECIAL_FUNCTIONS, **DIVISION_HELPERS}.items():
             if f" {special}(" in body_text + helpers:
                 helpers += source
         # The CUDA target keeps StrictFloat whole: FMAs there are unmeasured.
@@ -618,6 +631,8 @@ class HalideOps:
             out = torch.bool if name in PREDICATE_OPS else dtype
             return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
+        if name == "fmod" and dtype == torch.float64:
+            raise UnsupportedInHalide("smelt: op fmod on torch.float64 has no exact Halide form (halide_division.py)")
         if name not in table:
             raise UnsupportedInHalide(f"smelt: op {name} on {dtype} has no Halide form")
         text = table[name].format(a.name, b.name, t=halide_type(register_dtype(dtype)), **signbit_bits(dtype))
@@ -638,7 +653,7 @@ class HalideOps:
         """What op `name` on x prints as (and its CSE key)."""
         table = table or (FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY)
         template = table.get(name)
-        if template is None:
+        if template is None or (name in FLOAT64_UNPRINTED and x.dtype == torch.float64):
             raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
         return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), at=PURE_VARS[x.rank],
                                **signbit_bits(x.dtype))

@@ -65,23 +65,29 @@ FLOAT_UNARY = {
     "exp": "exp({0})", "log": "log({0})", "sqrt": "hl.sqrt({0})", "sin": "hl.sin({0})", "cos": "hl.cos({0})",
     "tan": "hl.tan({0})", "asin": "hl.asin({0})", "acos": "hl.acos({0})", "atan": "hl.atan({0})",
     "sinh": "hl.sinh({0})", "cosh": "hl.cosh({0})", "tanh": "hl.tanh({0})", "asinh": "hl.asinh({0})",
-    "acosh": "hl.acosh({0})", "atanh": "hl.atanh({0})", "erf": "erf({0})", "erfc": "1 - erf({0})",
+    "acosh": "hl.acosh({0})", "atanh": "hl.atanh({0})", "erf": "erf({0})", "erfc": "erfc({0})",
     "floor": "hl.floor({0})", "ceil": "hl.ceil({0})", "trunc": "hl.trunc({0})", "round": "hl.round({0})",
     "abs": "hl.abs({0})", "reciprocal": "1 / {0}", "rsqrt": "1 / hl.sqrt({0})",
     "sigmoid": "sigmoid({0}, {at})", "exp2": "exp({0} * hl.cast({t}, hl.f64(0.6931471805599453)))",
     "log2": "log({0}) * hl.cast({t}, hl.f64(1.4426950408889634))",
     "log10": "log({0}) * hl.cast({t}, hl.f64(0.4342944819032518))",
     # Exact near 0 where exp(x) - 1 and log(1 + x) lose their digits (Kahan's trick: the rounding
-    # error of u = exp(x) or 1 + x cancels in the ratio).
-    "expm1": "hl.select({0} == 0, {0}, hl.select(hl.abs({0}) < 0.5, (exp({0}) - 1) * {0} / "
-             "hl.select(exp({0}) == 1, {0}, log(exp({0}))), exp({0}) - 1))",
-    "log1p": "hl.select(1 + {0} == 1, {0}, log(1 + {0}) * {0} / ((1 + {0}) - 1))",
+    # error of u = exp(x) or 1 + x cancels in the ratio). u == 1 gives x itself; log1p takes log(u)
+    # alone where u - 1 == x (large x, where x * log(u) would overflow; inf; -1).
+    "expm1": "hl.select(exp({0}) == 1, {0}, hl.select(hl.abs({0}) < 0.5, (exp({0}) - 1) * ({0} / log(exp({0}))), "
+             "exp({0}) - 1))",
+    "log1p": "hl.select(1 + {0} == 1, {0}, hl.select((1 + {0}) - 1 == {0}, log(1 + {0}), "
+             "log(1 + {0}) * ({0} / ((1 + {0}) - 1))))",
     "isnan": "hl.is_nan({0})", "isinf": "hl.is_inf({0})",
     "erfinv": "erfinv({0})", "i0": "i0({0})", "lgamma": "lgamma({0})",  # halide_special.py
     "signbit": "(hl.reinterpret(hl.UInt({bits}), {0}) >> {shift}) != 0",
     "neg": "-{0}", "relu": "hl.select({0} < 0, hl.cast({t}, 0), {0})",
-    "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), {0}))",
+    # sign(nan) is 0 in eager, and sign(-0) is +0.
+    "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), hl.cast({t}, 0)))",
 }
+# Halide's erf takes float32 only: float64 kernels with these run elsewhere (the Triton backend)
+# rather than at float32 precision.
+FLOAT64_UNPRINTED = {"erf", "erfc"}
 INT_UNARY = {
     # hl.abs of a signed integer is unsigned: cast back (abs(INT_MIN) wraps, as in eager).
     "abs": "hl.cast({t}, hl.abs({0}))", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}",
@@ -102,12 +108,13 @@ INFIX = {
     "right_shift": ">>",
 }
 FLOAT_BINARY = {
-    "pow": "hl.pow({0}, {1})", "atan2": "hl.atan2({0}, {1})", "hypot": "hl.hypot({0}, {1})",
+    "pow": "power({0}, {1})", "atan2": "hl.atan2({0}, {1})", "hypot": "hypot({0}, {1})",  # halide_special.py
     "copysign": "hl.select((hl.reinterpret(hl.UInt({bits}), {1}) >> {shift}) != 0, -hl.abs({0}), hl.abs({0}))",
-    "fmod": "{0} - hl.trunc({0} / {1}) * {1}",
+    "fmod": "float_fmod({0}, {1})",  # halide_division.py
     # NaN in either operand wins, as in eager.
     "maximum": "hl.select(hl.is_nan({0}) | ({0} > {1}), {0}, {1})",
     "minimum": "hl.select(hl.is_nan({0}) | ({0} < {1}), {0}, {1})",
+    # Approximations for index math: floor_divide and remainder lower through fmod (lowering/division.py).
     "floordiv": "hl.floor({0} / {1})", "remainder": "{0} - hl.floor({0} / {1}) * {1}",
     # One step of the bit pattern toward b: away from zero when b lies beyond a, else toward it;
     # from zero, the smallest subnormal with b's sign.

@@ -50,18 +50,22 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         # exp(v - max) goes through the kernel's CSE, then is redirected to a Func: a softmax's
         # output, which asks for the same expression, reads the stored value instead of computing
         # a second exp per element.
-        from .halide import HalideOps
+        from .halide import PURE_VARS, HalideOps
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
         ops = HalideOps(k)
         shifted = ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1))
         if dtype == torch.float32:
             # v - max is never positive (or is nan): the cheaper exp of halide_special serves, and
             # is what a later ops.exp of the same value finds.
-            terms = k.emit(f"exp_nonpositive({shifted}, (r, x))", dtype, 2)
+            terms = k.emit(f"exp_nonpositive({shifted}, {PURE_VARS[shifted.rank]})", dtype, shifted.rank)
             k.cse.remember(ops.unary_text("exp", shifted), terms)
         else:
             terms = ops.exp(shifted)
-        k.cse.redirect(terms, k.as_func(f"{name}_exp", terms, 2))
+        stored = k.as_func(f"{name}_exp", terms, 2)
+        if terms.rank == 2:
+            # Not where the row is one element (a softmax over one key): v - max does not depend
+            # on r then, and a member over x alone that asks for its exp could not call a Func at r.
+            k.cse.redirect(terms, stored)
         k.schedule.row_values(f"{name}_exp")
         row_sum = _fold(k, f"{name}_sum", "sum", dtype, func_call(f"{name}_exp[rdom.x, x]"))
         return CSEVar(row_max, dtype, 1), CSEVar(row_sum, dtype, 1)

@@ -51,6 +51,52 @@ def exp_nonpositive(v, at):
     two_to_k = hl.reinterpret(hl.Float(32), (k + 127) << 23)
     return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-87.33), hl.f32(0), p * two_to_k))
 ''',
+    "erfc": '''
+
+def erfc(v):
+    # 1 - erf(v) loses the tail (erfc(5) = 1.5e-12 became 0): the Chebyshev fit of Numerical
+    # Recipes (erfcc, 2nd ed. 6.2), relative error below 1.2e-7 for every x, in float64 so that
+    # exp(-z * z) keeps its digits up to z = 10, where float32's erfc reaches its subnormals.
+    # (float64 tensors: erf and erfc are not printed, halide_ops.FLOAT64_UNPRINTED.)
+    x = hl.cast(hl.Float(64), v)
+    z = hl.min(hl.abs(x), hl.f64(30))  # erfc(30) is 0 in float64; z * z stays finite
+    t = 1 / (1 + hl.f64(0.5) * z)
+    p = hl.f64(0.17087277)
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
+              1.00002368, -1.26551223):
+        p = hl.f64(c) + t * p
+    tail = t * hl.exp(p - z * z)
+    result = hl.select(x >= 0, tail, 2 - tail)
+    return hl.cast(v.type(), hl.select(hl.is_nan(x), x, result))
+''',
+    "power": '''
+
+def power(a, b):
+    # C's pow: |a| ** b as exp(b * log|a|) in float64 (Halide's pow misses the special values and
+    # overflows as its exp does: 2 ** 1e10 = 0), the sign of a negative base to an odd power, nan
+    # for a negative base to a non-integer power, and 1 for a ** 0, 1 ** b and (-1) ** inf.
+    wide = hl.Float(64)
+    x, y = hl.cast(wide, a), hl.cast(wide, b)
+    magnitude = exp(y * log(hl.abs(x)))
+    integer = hl.floor(y) == y
+    odd = integer & (hl.floor(y * hl.f64(0.5)) != y * hl.f64(0.5))
+    negative = (hl.reinterpret(hl.UInt(64), x) >> 63) != 0  # -0 too
+    one = (y == 0) | (x == 1) | ((hl.abs(x) == 1) & hl.is_inf(y))
+    result = hl.select(negative & odd, -magnitude, magnitude)
+    result = hl.select((x < 0) & hl.is_finite(x) & ~integer & hl.is_finite(y), hl.f64(float("nan")), result)
+    return hl.cast(a.type(), hl.select(one, hl.f64(1), result))
+''',
+    "hypot": '''
+
+def hypot(a, b):
+    # sqrt(a * a + b * b) overflows from 1.8e19 in float32: the larger magnitude times
+    # sqrt(1 + ratio ** 2) does not. An infinity wins over nan, as in C.
+    big, small = hl.max(hl.abs(a), hl.abs(b)), hl.min(hl.abs(a), hl.abs(b))
+    ratio = small / big
+    result = hl.select(big == 0, big, big * hl.sqrt(1 + ratio * ratio))
+    result = hl.select(hl.is_nan(a) | hl.is_nan(b), a + b, result)
+    return hl.select(hl.is_inf(a) | hl.is_inf(b), hl.cast(a.type(), float("inf")), result)
+''',
     "erfinv": '''
 
 def erfinv(v):

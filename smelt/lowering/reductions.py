@@ -170,8 +170,8 @@ def _var_and_mean(g, x, dims, correction, keepdim, unbiased):
     count = product(x.get_size()[d] for d in _dims(x, dims))
     mean_acc, m2 = make_reduction(g, x, dims, keepdim, "welford_reduce", acc, acc, outputs=(0, 1))
     denominator = sympify(count - correction)
-    if denominator.is_Integer:
-        denominator = max(int(denominator), 0)
+    if denominator.is_number:  # eager divides by max(0, N - correction); std passes a float correction
+        denominator = max(float(denominator), 0.0) if isinstance(correction, float) else max(int(denominator), 0)
     var_ = make_pointwise(g, [m2, denominator], ops.truediv, compute_dtype=acc, out_dtype=out,
                           size=m2.get_size())
     mean_ = mean_acc if acc == out else make_pointwise(g, [mean_acc], lambda v: v, compute_dtype=acc,

@@ -1,0 +1,133 @@
+"""Float math at special and extreme inputs, and reductions over rows of one element (or none),
+against eager, on the CPU backend under test (Halide by default; SMELT_CPU_BACKEND=triton runs
+the same cases through Triton's interpreter).
+
+An element passes when it is eager's value (NaN where eager has NaN, the same infinity, finite
+values within a tight relative tolerance), or the float64 run's value rounded to the dtype, or
+closer to that float64 value than eager's: eager itself is off at a few of these inputs (its
+vectorized sinh overflows at 89 where the scalar path gives 2.2e38; its erf GELU at -5 is 20%
+off in float32). Values within the dtype's smallest normal of each other count as equal (a
+subnormal flushed to 0), and so do two values both below it times |x| (up to 128): a flushed
+subnormal that a later op scales by x (silu(-88) = -88 * sigmoid(-88), whose fast exp flushes
+results below 2**-126 by design: halide_special.exp_nonpositive).
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+SPECIAL = [0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1e-30, -1e-30, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 5.0, -5.0,
+           9.0, -9.0, 10.0, -10.0, 20.0, -20.0, 88.0, -88.0, 89.0, -89.0, 100.0, -100.0, 1e4, -1e4, 1e9, -1e9,
+           1e10, -1e10, 1e30, -1e30, 3e38, -3e38, math.inf, -math.inf, math.nan]
+
+# Every float op the pointwise lowerings print one by one (smelt/lowering/pointwise.py's table),
+# then the activations and compositions built from them.
+UNARY = {name: getattr(torch, name) for name in (
+    "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh asinh acosh "
+    "atanh erf erfc erfinv sigmoid reciprocal floor ceil trunc round abs neg sign lgamma relu square frac "
+    "deg2rad nan_to_num sgn isnan isinf signbit logit sinc").split()}
+UNARY.update({
+    "i0": torch.special.i0, "ndtr": torch.special.ndtr, "log_ndtr": torch.special.log_ndtr,
+    "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "mish": F.mish,
+    "softplus": F.softplus, "softplus_beta2": lambda x: F.softplus(x, beta=2.0),
+    "softplus_threshold100": lambda x: F.softplus(x, beta=1, threshold=100),
+    "elu": F.elu, "selu": F.selu, "celu": lambda x: F.celu(x, alpha=0.5), "log_sigmoid": F.logsigmoid,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "hardtanh": F.hardtanh, "leaky_relu": F.leaky_relu,
+    "tanhshrink": F.tanhshrink, "softsign": F.softsign,
+    "pow_2.5": lambda x: x ** 2.5, "pow_-1.5": lambda x: torch.pow(x, -1.5), "pow_0.3": lambda x: x ** 0.3,
+    "pow_-2": lambda x: x ** -2.0, "pow_of_2": lambda x: torch.pow(2.0, x), "pow_of_0.5": lambda x: torch.pow(0.5, x),
+    "pow_of_10": lambda x: torch.pow(10.0, x), "pow_self": lambda x: torch.pow(x, x),
+    "xlogy": lambda x: torch.xlogy(x, x), "ldexp_3": lambda x: torch.ldexp(x, torch.tensor(3)),
+    "atan2_1": lambda x: torch.atan2(x, torch.ones_like(x)), "hypot_1": lambda x: torch.hypot(x, torch.ones_like(x)),
+    "fmod_3": lambda x: torch.fmod(x, 3.0), "remainder_3": lambda x: torch.remainder(x, 3.0),
+    "sigmoid_of_exp": lambda x: torch.sigmoid(torch.exp(-x)), "exp_minus_max": lambda x: torch.exp(x - 3e38),
+})
+
+TOLERANCE = {torch.float32: 4e-6, torch.bfloat16: 8e-3}
+
+
+def mismatches(x, actual, fn, rtol):
+    """(input, compiled, eager, float64) for each element that fails the rule in the docstring."""
+    expected = fn(x.clone())
+    reference = fn(x.clone().double()).to(x.dtype)
+    tiny = torch.finfo(x.dtype).tiny
+
+    def same(a, b, v):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if math.isinf(a) or math.isinf(b):
+            return a == b
+        scaled_tiny = tiny * min(max(1.0, abs(v)), 128.0)
+        return abs(a - b) <= rtol * abs(b) + tiny or max(abs(a), abs(b)) <= scaled_tiny
+
+    bad = []
+    for v, a, e, r in zip(x.tolist(), actual.double().tolist(), expected.double().tolist(), reference.double().tolist()):
+        closer = all(map(math.isfinite, (a, e, r))) and abs(a - r) <= abs(e - r)
+        if not (same(a, e, v) or same(a, r, v) or closer):
+            bad.append((v, a, e, r))
+    return bad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float_op_at_special_and_extreme_inputs(name, dtype, compile_fn):
+    fn = UNARY[name]
+    if dtype == torch.bfloat16 and name == "log_ndtr":
+        pytest.skip("eager has no bfloat16 log_ndtr")
+    x = torch.tensor(SPECIAL, dtype=dtype)
+    actual = compile_fn(fn)(x.clone())
+    if actual.dtype == torch.bool:
+        assert torch.equal(actual, fn(x)), name
+        return
+    bad = mismatches(x, actual, fn, TOLERANCE[dtype])
+    assert not bad, f"{name} ({dtype}): " + "; ".join(
+        f"at {v:g}: {a:.7g}, eager {e:.7g}, float64 {r:.7g}" for v, a, e, r in bad)
+
+
+# ---------------------------------------------------------------- softmax and reductions at the edges
+
+ROW_REDUCTIONS = {
+    "softmax": lambda a: torch.softmax(a, -1), "log_softmax": lambda a: torch.log_softmax(a, -1),
+    "amax": lambda a: a.amax(-1), "amin": lambda a: a.amin(-1), "sum": lambda a: a.sum(-1),
+    "mean": lambda a: a.mean(-1), "prod": lambda a: a.prod(-1), "var": lambda a: a.var(-1),
+    "std": lambda a: a.std(-1), "var_correction_2.5": lambda a: a.var(-1, correction=2.5), "var_mean": lambda a: torch.var_mean(a, -1, correction=0),
+    "argmax": lambda a: a.argmax(-1), "argmin": lambda a: a.argmin(-1), "cumsum": lambda a: a.cumsum(-1),
+    "logsumexp": lambda a: a.logsumexp(-1), "softmax_of_scaled": lambda a: torch.softmax(a * 0.5 + 1, -1),
+}
+NEEDS_ELEMENTS = {"amax", "amin", "argmax", "argmin"}  # eager refuses an empty row
+
+
+@pytest.mark.parametrize("name", sorted(ROW_REDUCTIONS))
+@pytest.mark.parametrize("rows,length", [(4, 1), (1, 1), (3, 0)])
+def test_reduction_over_rows_of_one_element_or_none(name, rows, length, check):
+    if length == 0 and name in NEEDS_ELEMENTS:
+        pytest.skip("eager raises on an empty row")
+    check(ROW_REDUCTIONS[name], torch.randn(rows, length))
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "amax", "sum", "var_mean", "argmax", "cumsum"])
+def test_dynamic_reduction_whose_row_becomes_one_element(name, compile_fn, assert_close):
+    fn = ROW_REDUCTIONS[name]
+    compiled = compile_fn(fn, dynamic=True)
+    for rows, length in [(3, 7), (5, 1), (2, 9), (6, 1)]:
+        x = torch.randn(rows, length)
+        assert_close(compiled(x), fn(x))
+
+
+def test_attention_decode_step_over_one_key(compile_fn, assert_close):
+    def attention(q, k, v):
+        scores = q @ k.transpose(-1, -2) / 8.0
+        return torch.softmax(scores, -1) @ v
+
+    compiled = compile_fn(attention, dynamic=True)
+    for keys in (5, 1):
+        q, k, v = torch.randn(2, 4, 1, 64), torch.randn(2, 4, keys, 64), torch.randn(2, 4, keys, 64)
+        assert_close(compiled(q, k, v), attention(q, k, v))
+
+
+def test_softmax_over_rows_of_extreme_values(check):
+    big = [0.0, 1e10, -1e10, 3e38, -3e38, 88.0, -104.0]
+    x = torch.tensor([big, [-math.inf] * 6 + [0.0], [math.inf, 0, 1, 2, 3, 4, 5], [math.nan] + big[1:],
+                      [1e-45, -1e-45, 0.0, -0.0, 1e-30, 1.0, -1.0], [-1e30, -1e30, -1e30, -1e30, -1e30, -1e30, -1e30]])
+    check(lambda a: (torch.softmax(a, -1), torch.log_softmax(a, -1), a.logsumexp(-1)), x)
