@@ -28,8 +28,7 @@ _BINARY = {
     aten.mul: "mul", prims.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum", aten.atan2: "atan2",
     aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
     aten.bitwise_left_shift: "left_shift", aten.bitwise_right_shift: "right_shift", aten.fmod: "fmod",
-    aten.remainder: "remainder", aten.floor_divide: "floordiv", aten.copysign: "copysign",
-    aten.hypot: "hypot",
+    aten.copysign: "copysign", aten.hypot: "hypot",  # floor_divide, remainder, div: division.py
 }
 # Ops whose result is bool: inputs are promoted among themselves first.
 _PREDICATES = {
@@ -76,28 +75,6 @@ def add_sub(g, a, b, alpha=1):
 @lowering(aten.rsub)
 def rsub(g, a, b, alpha=1):
     return make_pointwise(g, [a, b, alpha], lambda x, y, k: ops.sub(y, ops.mul(x, k)))
-
-
-@lowering(aten.div)
-def div(g, a, b, rounding_mode=None):
-    out = g.out_meta.dtype
-    if rounding_mode is None:
-        return make_pointwise(g, [a, b], ops.truediv)
-    if out.is_floating_point:
-        rounder = ops.floor if rounding_mode == "floor" else ops.trunc
-        return make_pointwise(g, [a, b], lambda x, y: rounder(ops.truediv(x, y)))
-    if rounding_mode == "floor":
-        return make_pointwise(g, [a, b], ops.floordiv)
-    return make_pointwise(g, [a, b], _trunc_div)
-
-
-def _trunc_div(x, y):
-    q = ops.floordiv(x, y)
-    r = ops.sub(x, ops.mul(q, y))
-    # floor and truncation differ by one when the quotient is negative and inexact.
-    fix = ops.logical_and(ops.ne(r, ops.constant(0, torch.int64)),
-                          ops.lt(q, ops.constant(0, torch.int64)))
-    return ops.where(fix, ops.add(q, ops.constant(1, torch.int64)), q)
 
 
 @lowering(aten.pow)
