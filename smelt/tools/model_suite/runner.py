@@ -19,6 +19,7 @@ import time
 import traceback
 
 import torch
+import torch._dynamo.testing
 
 from ..accuracy import compare, to_float64
 from .cache_tensors import outputs_with_plain_cache
@@ -37,7 +38,8 @@ class CaseResult:
     status: str  # "pass", "fail" (accuracy), "error" (an exception), "skip"
     failures: list = dataclasses.field(default_factory=list)
     notes: list = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock of the check
+    cpu_seconds: float = 0.0  # this process's CPU time (all threads): what the check costs on an idle machine
     timings: dict | None = None
 
     @property
@@ -176,7 +178,7 @@ def run_case(spec: ModelSpec, mode: str, size: str = "tiny", device: str = "cpu"
         result.notes.append(why)
         return result
     torch._dynamo.reset()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         result.failures = RUNNERS[mode](spec, size, device, backend, seed, notes=result.notes)
         result.status = "fail" if result.failures else "pass"
@@ -188,6 +190,7 @@ def run_case(spec: ModelSpec, mode: str, size: str = "tiny", device: str = "cpu"
         result.failures = [f"{type(exc).__name__}: {first[:500]} (raised at {where})"]
         result.notes.append("".join(traceback.format_exception(exc))[-4000:])
     result.seconds = time.perf_counter() - start
+    result.cpu_seconds = time.process_time() - cpu_start
     if timings and result.status == "pass":
         from .timing import measure_case
         try:

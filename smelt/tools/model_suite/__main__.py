@@ -1,0 +1,85 @@
+"""python -m smelt.tools.model_suite [--device cuda --size real --timings ...]: runs the zoo's
+(model, mode) cases, one line per case as it ends, and a markdown table last."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m smelt.tools.model_suite", description=__doc__)
+    p.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    p.add_argument("--size", choices=("tiny", "real"), default=None, help="default: real on CUDA, tiny on the CPU")
+    p.add_argument("--models", default="", help="comma-separated names (default: all); --list shows them")
+    p.add_argument("--modes", default="", help="comma-separated: infer_fp32,infer_bf16,train,dynamic,decode")
+    p.add_argument("--backend", default="smelt", help="torch.compile backend to judge (e.g. aot_eager to check the suite)")
+    p.add_argument("--timings", action="store_true",
+                   help="time eager, Inductor and smelt (passing cases), cold compile seconds, peak memory")
+    p.add_argument("--no-inductor", action="store_true", help="with --timings: leave Inductor out")
+    p.add_argument("--triage", action="store_true",
+                   help="rerun each failing case with aot_eager: failures that remain are not smelt's")
+    p.add_argument("--time-budget", type=float, default=0, help="seconds; later cases are skipped past it")
+    p.add_argument("--markdown", help="also write the table here")
+    p.add_argument("--json", help="write every result (with failure messages) here")
+    p.add_argument("--list", action="store_true")
+    return p.parse_args(argv)
+
+
+def _cuda():
+    import torch
+    return torch.cuda.is_available()
+
+
+def main(argv=None):
+    args = parse(argv)
+    if args.timings:  # cold compile times: neither compiler may read what an earlier process kept
+        os.environ.setdefault("SMELT_GRAPH_CACHE", "0")
+        os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    import smelt  # noqa: F401  (registers the backend)
+    from . import report
+    from .modes import MODES, cases
+    from .runner import CaseResult, run_case
+    from .zoo import all_specs
+
+    specs = all_specs()
+    if args.list:
+        for spec in specs.values():
+            print(f"{spec.name:22s} {spec.family:8s} {spec.requires}")
+        return 0
+    size = args.size or ("real" if args.device.startswith("cuda") else "tiny")
+    names = [n for n in args.models.split(",") if n] or list(specs)
+    modes = [m for m in args.modes.split(",") if m] or list(MODES)
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        sys.exit(f"unknown models {unknown}; --list shows the zoo")
+    start = time.perf_counter()
+    results = []
+    for spec, mode in cases([specs[n] for n in names], modes):
+        if args.time_budget and time.perf_counter() - start > args.time_budget:
+            results.append(CaseResult(spec.name, mode, size, args.device, "skip", notes=["past --time-budget"]))
+            continue
+        r = run_case(spec, mode, size, args.device, args.backend, timings=args.timings,
+                     timing_kw={"inductor": not args.no_inductor})
+        if args.triage and r.status in ("fail", "error"):
+            again = run_case(spec, mode, size, args.device, "aot_eager")
+            r.notes.insert(0, "aot_eager passes: smelt's bug" if again.passed
+                           else f"aot_eager also {again.status}: not smelt's ({again.message(1)[:200]})")
+        results.append(r)
+        print(f"[{time.perf_counter() - start:7.1f}s] {r.model:20s} {r.mode:10s} {r.status:5s} {r.seconds:6.1f}s "
+              f"{r.message(2)}", flush=True)
+    table = report.markdown(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(report.to_json(results))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    print()
+    print(table)
+    return 0 if all(r.status in ("pass", "skip") for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The suite's results as a markdown table (last thing the CLI prints) and as JSON."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+
+def _ratio(num, den):
+    return f"{num / den:.2f}x" if num and den else "-"
+
+
+def markdown(results) -> str:
+    lines = ["| model | mode | result | speedup vs eager | speedup vs Inductor | compile s (smelt / Inductor) "
+             "| peak memory vs eager | peak memory vs Inductor | note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        t = r.timings or {}
+        ms, comp, peak = t.get("ms", {}), t.get("compile_s", {}), t.get("peak_bytes", {})
+        compile_cell = (f"{comp['smelt']:.1f} / {comp['inductor']:.1f}" if comp.get("smelt") and comp.get("inductor")
+                        else (f"{comp['smelt']:.1f}" if comp.get("smelt") else "-"))
+        note = (r.failures[0] if r.failures else (r.notes[0] if r.notes else "")).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {r.model} | {r.mode} | {r.status} | {_ratio(ms.get('eager'), ms.get('smelt'))} | "
+                     f"{_ratio(ms.get('inductor'), ms.get('smelt'))} | {compile_cell} | "
+                     f"{_ratio(peak.get('smelt'), peak.get('eager'))} | {_ratio(peak.get('smelt'), peak.get('inductor'))} | "
+                     f"{note[:160]} |")
+    counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
+    lines.append("")
+    lines.append(f"{counts['pass']} passed, {counts['fail'] + counts['error']} failed, {counts['skip']} skipped "
+                 f"({counts['fail']} wrong results, {counts['error']} errors)")
+    return "\n".join(lines)
+
+
+def to_json(results) -> str:
+    rows = []
+    for r in results:
+        row = dataclasses.asdict(r)
+        row["notes"] = [n for n in r.notes if not n.startswith("Traceback")]
+        rows.append(row)
+    return json.dumps(rows, indent=1)

@@ -1,0 +1,111 @@
+"""Timings of one (model, mode) case for eager, Inductor and smelt: the cold first call (compile
+included: the CLI turns both compilers' on-disk caches off), then the steady time per call
+(median of triton.testing.do_bench on CUDA, median of N calls on the CPU) and the peak memory
+of a call (CUDA only)."""
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import torch
+
+from .modes import DYNAMIC_SEQS
+from .runner import _autocast, _build, _seeded
+from .zoo import Sample
+
+BACKENDS = ("eager", "inductor", "smelt")
+
+
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _steady_ms(fn, device, cpu_calls: int) -> float:
+    if torch.device(device).type == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, return_mode="median")
+    fn()
+    times = []
+    for _ in range(cpu_calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _callable(spec, mode, size, device, seed, backend):
+    """A no-argument function running one call of the case, compiled with `backend` (None: eager)."""
+    def compiled(fn, **kw):
+        return fn if backend is None else torch.compile(fn, backend=backend, **kw)
+
+    dtype = torch.bfloat16 if mode == "infer_bf16" else torch.float32
+    model = _build(spec, size, seed).to(device=device, dtype=dtype)
+    if mode == "train":
+        model.train()
+        sample = spec.sample(size, generator=_seeded(seed)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        loss_fn, step = compiled(functools.partial(spec.loss, model)), compiled(opt.step)
+
+        def train_step():
+            opt.zero_grad(set_to_none=True)
+            with _autocast(device):
+                loss = loss_fn(sample)
+            loss.backward()
+            step()
+        return train_step
+    model.eval()
+    if mode == "decode":
+        prompt = spec.sample(size, generator=_seeded(seed)).to(device)
+        with torch.no_grad():
+            out = model(**dict(prompt.kwargs, use_cache=True))
+        cache, next_ids = out["cache"], out.logits[:, -1:].argmax(-1)
+        length = cache.get_seq_length()
+        forward = compiled(model)
+
+        def decode_step():
+            with torch.no_grad():
+                forward(input_ids=next_ids, cache=cache, use_cache=True)
+            cache.crop(length)
+        return decode_step
+    seq = DYNAMIC_SEQS[size][-1] if mode == "dynamic" else None
+    sample = spec.sample(size, seq_len=seq, generator=_seeded(seed)).to(device, float_dtype=dtype)
+    forward = compiled(model, **({"dynamic": True} if mode == "dynamic" else {}))
+    if mode == "dynamic":  # the graph is compiled at another length first, as a served model's would be
+        with torch.no_grad():
+            forward(**Sample(spec.sample(size, seq_len=DYNAMIC_SEQS[size][0], generator=_seeded(seed)).to(
+                device, float_dtype=dtype).kwargs).kwargs)
+
+    def infer():
+        with torch.no_grad():
+            forward(**sample.kwargs)
+    return infer
+
+
+def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=5) -> dict:
+    result = {"ms": {}, "compile_s": {}, "peak_bytes": {}}
+    cuda = torch.device(device).type == "cuda"
+    for name in BACKENDS:
+        if name == "inductor" and not inductor:
+            continue
+        torch._dynamo.reset()
+        fn = _callable(spec, mode, size, device, seed, None if name == "eager" else name)
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        if name != "eager":
+            result["compile_s"][name] = time.perf_counter() - t0
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            fn()
+            _sync(device)
+            result["peak_bytes"][name] = torch.cuda.max_memory_allocated() - base
+        result["ms"][name] = _steady_ms(fn, device, cpu_calls)
+        del fn
+        if cuda:
+            torch.cuda.empty_cache()
+    torch._dynamo.reset()
+    return result
