@@ -101,3 +101,33 @@ def test_division_special_values(compile_fn, device, name, dtype):
         torch._dynamo.reset()
         fn = lambda b: op(5, b)  # noqa: E731
         _assert_same_bits(compile_fn(fn)(b), fn(b))
+
+
+# --- integer tensors with Python scalars out of their range: the scalar wraps, as in eager ----
+
+_SCALAR_OPS = {
+    "add": lambda x, s: x + s, "sub": lambda x, s: x - s, "rsub": lambda x, s: s - x, "mul": lambda x, s: x * s,
+    "and": lambda x, s: x & s, "or": lambda x, s: x | s, "xor": lambda x, s: x ^ s,
+    "eq": lambda x, s: x == s, "ne": lambda x, s: x != s, "lt": lambda x, s: x < s, "le": lambda x, s: x <= s,
+    "gt": lambda x, s: x > s, "ge": lambda x, s: x >= s, "where": lambda x, s: torch.where(x > 3, x, s),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32])
+def test_integer_tensor_with_out_of_range_scalar(compile_fn, device, dtype):
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.min, info.min + 1, -5, 0, 3, 44, 100, info.max], device=device).to(dtype)
+    for s in (300, -129, 2**33 + 7):
+        ops_ = {name: op for name, op in _SCALAR_OPS.items() if _eager_accepts(op, x, s)}
+        fn = lambda x, s=s: tuple(op(x, s) for op in ops_.values())  # noqa: E731
+        torch._dynamo.reset()
+        for name, actual, expected in zip(ops_, compile_fn(fn)(x), fn(x)):
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), (name, s, actual, expected)
+
+
+def _eager_accepts(op, x, s) -> bool:
+    try:
+        op(x, s)
+        return True
+    except RuntimeError:  # where: eager refuses a scalar that does not fit
+        return False

@@ -35,7 +35,15 @@ def literal(value, dtype: torch.dtype) -> str:
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
         return repr(value)
-    return str(int(value))
+    return str(wrap_integer(int(value), dtype))
+
+
+def wrap_integer(value: int, dtype: torch.dtype) -> int:
+    """value as eager casts a Python int to an integer dtype: modulo 2**bits (int8_tensor + 300
+    adds 44, uint8_tensor < -1 compares with 255). Triton rejects a literal out of its type's range."""
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if dtype.is_signed and value >= 1 << (bits - 1) else value
 
 
 # Unary ops on floats: Triton builtins where they exist, libdevice otherwise.
