@@ -17,7 +17,7 @@ import warnings
 from .generator import generate
 from .journal import Journal
 from .program import Program, merged
-from .runner import Result, judge_program
+from .runner import Result, judge_in_subprocess, judge_program
 from .shrinker import shrink
 
 
@@ -167,19 +167,34 @@ def supervise(argv: list, args) -> int:
             print(f"  the process died (signal {-rc}) in the batch from program {at}: again one at a time", flush=True)
             continue
         s = program_seed(args.seed, at)
-        program = generate(s, args.device, args.backward)
         where = f"generate({s}) (--seed {args.seed}, program {at})"
-        print(f"  segfault at {where} (signal {-rc})", flush=True)
+        if _dies_generating(s, args):  # eager itself crashed validating it: not smelt's
+            print(f"  eager segfaults at {where}: skipped", flush=True)
+            journal.add({"index": at, "status": "skip"})
+            continue
+        program = generate(s, args.device, args.backward)
+        print(f"  segfault at {where} (signal {-rc}), shrinking in fresh processes", flush=True)
+        shrunk, shrunk_result, tried = shrink(program, Result("segfault"), args.device, 3 * args.shrink_budget,
+                                              args.timeout, judge=judge_in_subprocess)
         journal.add({"index": at, "status": "segfault"})
-        journal.add({"finding": {"key": f"segfault {s}", "status": "segfault",
-                                 "where": f"{where}, {backend_name(args.device)}",
-                                 "messages": [f"the process died by signal {-rc} (not shrunk: each try would "
-                                              f"need a process)"], "source": program.source(),
-                                 "ops_before": len(program.ops), "ops_after": len(program.ops)}})
+        key = finding_key("segfault", shrunk, shrunk_result) + " " + " | ".join(
+            sorted(re.sub(r"\b[xv]\d+\b|\d+", "#", line) for op in shrunk.ops for line in op.lines))
+        if journal.find(key):
+            journal.add({"also": key, "where": where})
+        else:
+            journal.add({"finding": {"key": key, "status": "segfault", "where": f"{where}, {backend_name(args.device)}",
+                                     "messages": [f"the process died by signal {-rc} (shrunk in {tried} fresh processes)"],
+                                     "source": shrunk.source(), "ops_before": len(program.ops),
+                                     "ops_after": len(shrunk.ops)}})
     journal = Journal(journal_path)
     if args.out:
         write_findings(args.out, journal, _header(backend_name(args.device), args.seed, journal))
     return _summary(args, journal, None)
+
+
+def _dies_generating(seed: int, args) -> bool:
+    code = f"from smelt.tools.fuzz.generator import generate; generate({seed}, {args.device!r}, {args.backward})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode < 0
 
 
 def _summary(args, journal: Journal, seconds) -> int:

@@ -26,7 +26,7 @@ COTANGENT_SEED = 9001
 @dataclasses.dataclass
 class Result:
     status: str  # pass | fail (wrong values) | crash (smelt raised) | timeout | skip (eager raised)
-    #              | unsupported (torch.compile raises without smelt too)
+    #              | unsupported (torch.compile raises or is wrong without smelt too: aot_eager)
     messages: list = dataclasses.field(default_factory=list)
     names: list = dataclasses.field(default_factory=list)  # program values/inputs each message is about
     seconds: float = 0.0
@@ -164,7 +164,8 @@ def _judge(fn, make_inputs, backward, names, timeout) -> Result:
     if found:
         try:
             if judged(_compiled_run(fn, make_inputs, backward, eager[3], "aot_eager")):
-                messages.append("(torch.compile without smelt, aot_eager, fails the rule too)")
+                return Result("unsupported", ["torch.compile without smelt (aot_eager) fails the rule too: "
+                                              + messages[0]], seconds=time.perf_counter() - start)
         except Exception:
             pass
     status = "fail" if messages else "pass"
@@ -189,3 +190,31 @@ def check_fn(fn, inputs, backward=True, timeout: float = 60.0) -> list:
     if result.status == "skip":
         return [f"eager raised (an invalid program): {result.messages[0]}"]
     return [f"{result.status}: {m}" for m in result.messages]
+
+
+def judge_in_subprocess(program: Program, device="cpu", timeout: float = 60.0) -> Result:
+    """judge_program in a fresh process: a program whose kernel kills the process is a 'segfault'."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as fh:
+        pickle.dump(program, fh)
+    code = ("import json, pickle, sys, smelt; from smelt.tools.fuzz.runner import judge_program; "
+            f"r = judge_program(pickle.load(open({fh.name!r}, 'rb')), {device!r}, {timeout!r}); "
+            "print(json.dumps([r.status, r.messages, r.names]))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout * 3)
+    except subprocess.TimeoutExpired:
+        return Result("timeout", [f"no result after {timeout * 3} s"])
+    finally:
+        os.unlink(fh.name)
+    if done.returncode < 0:
+        return Result("segfault", [f"the process died by signal {-done.returncode}"])
+    try:
+        import json
+        status, messages, names = json.loads(done.stdout.strip().splitlines()[-1])
+        return Result(status, messages, names)
+    except (ValueError, IndexError):
+        return Result("crash", ["fuzzer harness: " + done.stderr[-1000:]])

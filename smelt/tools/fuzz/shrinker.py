@@ -74,8 +74,11 @@ def same_failure(result: Result, original: Result) -> bool:
     return result.signature() == original.signature()
 
 
-def shrink(program: Program, original: Result, device="cpu", budget_s: float = 180.0, timeout: float = 30.0):
-    """(smallest failing program found, its result, number of programs tried)."""
+def shrink(program: Program, original: Result, device="cpu", budget_s: float = 180.0, timeout: float = 30.0,
+           judge=None):
+    """(smallest failing program found, its result, number of programs tried). judge: how a candidate is
+    judged (default: judge_program, in this process)."""
+    judge = judge or judge_program
     best, best_result = program, original
     seen = {program.body()}
     tried = 0
@@ -93,7 +96,7 @@ def shrink(program: Program, original: Result, device="cpu", budget_s: float = 1
                 continue
             seen.add(key)
             tried += 1
-            result = judge_program(cand, device, timeout)
+            result = judge(cand, device, timeout)
             if same_failure(result, original):
                 best, best_result, progress = cand, result, True
                 break
