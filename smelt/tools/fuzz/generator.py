@@ -9,7 +9,8 @@ import torch
 from .builder import Builder
 from .ops import FAMILIES
 from .program import Program, merged
-from .runner import make_inputs, run_once
+from ..accuracy import to_float64
+from .runner import exact_clone, make_inputs, run_once
 
 
 def generate(seed: int, device="cpu", backward=True, min_ops=2, max_ops=8) -> Program:
@@ -44,7 +45,21 @@ def _runs(program: Program, device) -> bool:
     try:
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run_once(program.function(), make_inputs(program, device), program.backward)
+            fn = program.function()
+            eager = run_once(fn, make_inputs(program, device), program.backward)
+            again = run_once(fn, make_inputs(program, device), program.backward)
+            if not _same(eager[:3], again[:3]):  # eager reading memory it should not (see ops.norm)
+                return False
+            run_once(fn, to_float64([exact_clone(i) for i in make_inputs(program, device)]), program.backward,
+                     eager[3])  # the float64 reference must run too: without it only closeness to eager counts
         return True
     except Exception:
         return False
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a.detach().nan_to_num(7.0), b.detach().nan_to_num(7.0))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a is b or a == b

@@ -388,8 +388,10 @@ def norm(b: Builder) -> bool:
         training = choice == 3
         mean = b.new_input((c,), t.dtype, layout="contiguous", grad=False)  # written in training
         var = b.new_input((c,), t.dtype, kind="positive", layout="contiguous", grad=False)
+        # eager's CPU batch_norm backward reads past a stride-0 weight (torch 2.13): weights are never expanded
         return b.emit("norm", "{out} = F.batch_norm({a}, {m}, {v}, {w}, {bias}, training=%s, momentum=0.2)" % training,
-                      a=a, m=mean, v=var, w=b.new_input((c,), t.dtype), bias=b.new_input((c,), t.dtype))
+                      a=a, m=mean, v=var, w=b.new_input((c,), t.dtype, layout=b.r.choice(("contiguous", "strided"))),
+                      bias=b.new_input((c,), t.dtype, layout="contiguous"))
     if choice == 4:
         return b.emit("norm", "{out} = {a} * torch.rsqrt({a}.pow(2).mean(-1, keepdim=True) + 1e-6) * {w}", a=a,
                       w=b.new_input((t.shape[-1],), t.dtype))
