@@ -131,3 +131,19 @@ def _eager_accepts(op, x, s) -> bool:
         return True
     except RuntimeError:  # where: eager refuses a scalar that does not fit
         return False
+
+
+# --- integer pow: integer results that wrap as eager's --------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
+def test_integer_pow(compile_fn, device, dtype):
+    base = torch.tensor([-3, -2, -1, 0, 1, 2, 3, 5, 7, 100], device=device).to(dtype)
+    exponent = torch.tensor([0, 1, 2, 3, 5, 31, 40, 62, 63, 64], device=device).to(dtype)
+    if dtype.is_signed:
+        exponent[0] = -3  # a negative tensor exponent: 1, +-1 or 0
+    fn = lambda b, e: (b ** 0, 2 ** e, b ** 2, b ** e, b ** 13, torch.pow(b, 5), 3 ** b.abs(),  # noqa: E731
+                       torch.pow(b, 2.5))
+    for name, actual, expected in zip("b**0 2**e b**2 b**e b**13 pow(b,5) 3**|b| pow(b,2.5)".split(),
+                                      compile_fn(fn)(base, exponent), fn(base, exponent)):
+        assert actual.dtype == expected.dtype, name
+        torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{name}: {m}")

@@ -79,6 +79,9 @@ def rsub(g, a, b, alpha=1):
 
 @lowering(aten.pow)
 def pow_(g, a, b):
+    out = g.out_meta.dtype
+    if not (out.is_floating_point or out.is_complex or out == torch.bool):
+        return _integer_pow(g, a, b, out)
     if is_tensor(a) and not is_tensor(b) and isinstance(b, (int, float, sympy.Number)):
         exponent = float(b)
         if exponent == 2:
@@ -92,6 +95,54 @@ def pow_(g, a, b):
         if exponent == 3:
             return make_pointwise(g, [a], lambda x: ops.mul(ops.mul(x, x), x))
     return make_pointwise(g, [a, b], ops.pow)
+
+
+_UNSIGNED = {torch.int32: torch.uint32, torch.int64: torch.uint64}
+
+
+def _wrapping_mul(a, b, dtype):
+    """a * b modulo 2**bits: Halide holds a signed 32/64-bit overflow undefined (and refuses one
+    it meets while folding constants), so those multiply as unsigned."""
+    unsigned = _UNSIGNED.get(dtype)
+    if unsigned is None:
+        return ops.mul(a, b)
+    return ops.to_dtype(ops.mul(ops.to_dtype(a, unsigned), ops.to_dtype(b, unsigned)), dtype)
+
+
+def _integer_pow(g, a, b, dtype):
+    """Eager's integer pow: square-and-multiply, wrapping as the dtype does; a negative exponent
+    gives 1 for a base of 1, +-1 for -1 and 0 otherwise (eager refuses a negative Python one)."""
+    mul = lambda x, y: _wrapping_mul(x, y, dtype)  # noqa: E731
+    if isinstance(b, (int, sympy.Integer)) and not isinstance(b, bool) and int(b) >= 0:
+        exponent = int(b)
+
+        def static(x):
+            result, base, e = None, x, exponent
+            while e:
+                if e & 1:
+                    result = base if result is None else mul(result, base)
+                e >>= 1
+                if e:
+                    base = mul(base, base)
+            return ops.constant(1, dtype) if result is None else result
+        return make_pointwise(g, [a], static)
+    bits = dtype.itemsize * 8 - (1 if dtype.is_signed else 0)
+
+    def dynamic(x, e):
+        one, zero = ops.constant(1, dtype), ops.constant(0, dtype)
+        result, base, rest = one, x, e
+        for k in range(bits):
+            odd = ops.ne(ops.bitwise_and(rest, one), zero)
+            result = ops.where(odd, mul(result, base), result)
+            if k + 1 < bits:
+                base, rest = mul(base, base), ops.right_shift(rest, one)
+        if not dtype.is_signed:
+            return result
+        odd = ops.ne(ops.bitwise_and(e, one), zero)
+        minus_one = ops.where(odd, ops.constant(-1, dtype), one)
+        negative = ops.where(ops.eq(x, one), one, ops.where(ops.eq(x, ops.constant(-1, dtype)), minus_one, zero))
+        return ops.where(ops.lt(e, zero), negative, result)
+    return make_pointwise(g, [a, b], dynamic)
 
 
 @lowering(aten.where)
