@@ -103,3 +103,33 @@ def test_a_strided_view_of_a_computed_value_is_handed_to_aten_as_that_view(devic
     x = torch.randn(3, 8, 12, device=device)
     w = torch.randn(6, 5, device=device)
     assert_close(compile_fn(f)(x, w), f(x, w), atol=1e-4, rtol=1e-4)
+
+
+def test_dynamic_sizes_keep_the_traced_layout_of_an_extern_input(device, compile_fn, assert_close, caplog):
+    """Llama's attention under dynamic=True: q is a matmul's output viewed per head and transposed
+    (dense, with symbolic strides); the CPU attention kernel's output layout follows its input's."""
+    torch.manual_seed(0)
+    w = torch.randn(32, 32, device=device)
+
+    def f(x):
+        b, s, _ = x.shape
+        q = (x @ w).view(b, s, -1, 8).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, q.sin(), q, is_causal=True)
+        return o.transpose(1, 2).reshape(b, s, -1)
+
+    compiled = compile_fn(f, dynamic=True)
+    with caplog.at_level(logging.WARNING, logger="smelt.runtime"):
+        for s in (6, 11):
+            x = torch.randn(2, s, 32, device=device)
+            assert_close(compiled(x), f(x), atol=1e-4, rtol=1e-4)
+    assert "returned strides" not in caplog.text
+
+
+def test_a_result_in_another_layout_is_caught_under_dynamic_sizes(device, compile_fn, assert_close):
+    def f(x):
+        return torch.ops.smelt_test.layout_liar(x + 1) + 1
+
+    compiled = compile_fn(f, dynamic=True)
+    for n in (4, 7):
+        x = torch.randn(2, 3, n, 5, device=device)
+        assert_close(compiled(x), f(x))

@@ -177,12 +177,11 @@ class WrapperCodegen:
         self.check_planned_layout(out, buffer, op)
 
     def check_planned_layout(self, out: IndentedBuffer, buffer, op) -> None:
-        """An ATen result read by kernels with the strides of its traced value (static ones only;
-        runtime/extern_layout.py)."""
+        """An ATen result read by kernels with the strides of its traced value (runtime/extern_layout.py)."""
         layout = buffer.layout
-        if layout is None or not all(isinstance(e, sympy.Integer) for e in (*layout.size, *layout.stride)):
-            return
-        if sum(int(n) != 1 for n in layout.size) < 2:
+        if layout is None or any(not (e.free_symbols <= self.bound) for e in (*layout.size, *layout.stride)):
+            return  # a size only the result itself tells (an unbacked one)
+        if sum(n != 1 for n in layout.size) < 2:
             return  # at most one dim longer than 1: every stride order is the same memory
         self.uses_layout_check = True
         size = ", ".join(pexpr(s) for s in layout.size)

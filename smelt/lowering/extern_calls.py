@@ -8,7 +8,7 @@ import torch
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
 from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
-from ..symbolic import sympify
+from ..symbolic import dense_dim_order, sympify
 from .common import is_dense
 from .graph import _layout_of, origin_name, realize_view_base, realize_with_strides
 from .registry import lowering
@@ -27,13 +27,24 @@ def _realize_args(g, value, traced=None):
         return type(value)(_realize_args(g, v, t) for v, t in zip(value, traced))
     if not isinstance(value, TensorBox):
         return value
-    if isinstance(traced, torch.Tensor) and is_dense(traced):
+    if isinstance(traced, torch.Tensor) and (is_dense(traced) or _dense_at_its_hints(traced)):
         return realize_with_strides(g, value, traced.stride())
     if isinstance(traced, torch.Tensor):
         # A view with gaps (q, k and v sliced from one projection): realize what it views, then
         # hand ATen the view itself, as eager does, rather than a dense copy of it.
         realize_view_base(g, value)
     return g.realize(value)
+
+
+def _dense_at_its_hints(meta: torch.Tensor) -> bool:
+    """Whether symbolic strides are a dense order at the sizes traced (a permuted [B, S, H, D]
+    under dynamic=True); such strides are products of sizes, dense at every size."""
+    def hint(v):
+        return v.node.hint if isinstance(v, torch.SymInt) else v
+    sizes, strides = [hint(v) for v in meta.size()], [hint(v) for v in meta.stride()]
+    if any(v is None for v in (*sizes, *strides)):
+        return False
+    return dense_dim_order(sizes, strides) is not None
 
 
 def _traced_values(node):
