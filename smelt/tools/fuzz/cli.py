@@ -54,7 +54,7 @@ def check_batch(programs: list, seeds: list, device: str, timeout: float):
     batch is judged again program by program, so each failure points at one program."""
     batch = merged(programs)
     result = judge_program(batch, device, timeout)
-    if result.status in ("pass", "skip", "unsupported") and len(programs) > 1 or len(programs) == 1:
+    if result.status == "pass" or len(programs) == 1:
         for s, p in zip(seeds, programs):
             yield s, p, result
         return
@@ -63,7 +63,7 @@ def check_batch(programs: list, seeds: list, device: str, timeout: float):
         for name in result.names:
             groups |= {i.group for i in batch.inputs if i.name == name}
             groups |= {o.group for o in batch.ops if o.out == name}
-    else:
+    else:  # a crash, or a batch eager or Dynamo rejects: each program alone
         groups = set(range(len(programs)))
     blamed = False
     for g, (s, p) in enumerate(zip(seeds, programs)):
@@ -111,6 +111,8 @@ def run(count: int, seed: int, device="cpu", backward=True, batch=4, every=50, o
             else:
                 where = f"generate({s}) (--seed {seed}, program {indices[programs.index(p)]})"
                 journal.add({"index": indices[programs.index(p)], "status": result.status})
+            if result.status == "unsupported":
+                log(f"  unsupported at {where}: {result.messages[0].splitlines()[0][:200]}")
             if result.status in ("pass", "skip", "unsupported"):
                 continue
             if result.status == "timeout" or not shrink_budget:

@@ -65,9 +65,14 @@ class Program:
                 f"{self.body()}\n\n\ninputs = [\n{inputs}\n]\n"
                 f"print(check_fn(fn, inputs, backward={self.backward}) or 'passes')\n")
 
-    def function(self):
+    def function(self, reference=False):
+        """The program as a Python function. reference: every float dtype it names is float64 (with float64
+        inputs, the float64 run the accuracy rule measures against)."""
+        body = self.body()
+        if reference:
+            body = re.sub(r"torch\.(float32|bfloat16|float16)\b", "torch.float64", body).replace(".float()", ".double()")
         scope = {"torch": torch, "F": torch.nn.functional}
-        exec(compile(self.body(), "<fuzz program>", "exec"), scope)
+        exec(compile(body, "<fuzz program>", "exec"), scope)
         return scope["fn"]
 
     def sub_program(self, group: int) -> "Program":

@@ -112,15 +112,15 @@ def _compiled_run(fn, make_inputs, backward, cot_dtypes, backend):
         torch._dynamo.reset()
 
 
-def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0) -> Result:
+def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0, reference_fn=None) -> Result:
     """make_inputs() gives fresh inputs each call. names: each input's and output's name in the program
-    (for the messages)."""
+    (for the messages). reference_fn: fn computing in float64 throughout (default fn, on float64 inputs)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager's own (a var of one element, ...), once per program
-        return _judge(fn, make_inputs, backward, names, timeout)
+        return _judge(fn, make_inputs, backward, names, timeout, reference_fn or fn)
 
 
-def _judge(fn, make_inputs, backward, names, timeout) -> Result:
+def _judge(fn, make_inputs, backward, names, timeout, reference_fn) -> Result:
     start = time.perf_counter()
     inputs = make_inputs()
     n_out = None
@@ -132,7 +132,7 @@ def _judge(fn, make_inputs, backward, names, timeout) -> Result:
     in_names = (names or {}).get("inputs") or [f"input{k}" for k in range(len(inputs))]
     out_names = (names or {}).get("outputs") or [f"output{k}" for k in range(n_out)]
     try:
-        reference = run_once(fn, to_float64([exact_clone(i) for i in make_inputs()]), backward, eager[3])
+        reference = run_once(reference_fn, to_float64([exact_clone(i) for i in make_inputs()]), backward, eager[3])
     except Exception:
         reference = None
     try:
@@ -179,7 +179,8 @@ def make_inputs(program: Program, device="cpu") -> list:
 def judge_program(program: Program, device="cpu", timeout: float = 60.0) -> Result:
     try:
         return judge(program.function(), lambda: make_inputs(program, device), program.backward,
-                     {"inputs": [i.name for i in program.inputs], "outputs": list(program.outputs)}, timeout)
+                     {"inputs": [i.name for i in program.inputs], "outputs": list(program.outputs)}, timeout,
+                     program.function(reference=True))
     except Exception as exc:  # the fuzzer's own harness failing: report it, do not stop the run
         return Result("crash", ["fuzzer harness: " + _short(exc) + "\n" + traceback.format_exc(limit=3)])
 
