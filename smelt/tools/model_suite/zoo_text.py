@@ -44,7 +44,8 @@ def _decoder_config(cls_name, size, tiny: dict, real: dict):
 CONFIGS = {
     "bert": lambda s: ("BertForMaskedLM", _bert_like("BertConfig", s)),
     "roberta": lambda s: ("RobertaForMaskedLM", _bert_like(
-        "RobertaConfig", s, **({} if s == "real" else dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)))),
+        "RobertaConfig", s, **(dict(max_position_embeddings=514) if s == "real"  # positions start after padding_idx=1
+                                else dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)))),
     "electra": lambda s: ("ElectraForMaskedLM", _bert_like(
         "ElectraConfig", s, **(dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                    intermediate_size=3072, embedding_size=768) if s == "real"
