@@ -147,3 +147,24 @@ def test_integer_pow(compile_fn, device, dtype):
                                       compile_fn(fn)(base, exponent), fn(base, exponent)):
         assert actual.dtype == expected.dtype, name
         torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+
+# --- an index out of bounds raises, naming the op, where eager raises ------------------------
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x, j: x[j] * 2, "index"),
+    (lambda x, j: x[-j - 3] * 2, "index"),
+    (lambda x, j: torch.index_select(x, 0, j), "index_select"),
+    (lambda x, j: torch.gather(x, 0, j), "gather"),
+    (lambda x, j: torch.nn.functional.embedding(j, x.view(5, 1)), "index_select"),
+], ids=["index", "negative", "index_select", "gather", "embedding"])
+def test_index_out_of_bounds_raises(compile_fn, device, fn, op):
+    x, j = torch.randn(5, device=device), torch.tensor([0, 4, 7], device=device)
+    with pytest.raises(Exception):
+        fn(x, j)
+    with pytest.raises(Exception, match="out of bounds") as error:
+        compile_fn(fn)(x, j)
+    assert op in str(error.value), str(error.value)
+    torch._dynamo.reset()
+    j = torch.tensor([0, 2, 1], device=device)
+    torch.testing.assert_close(compile_fn(fn)(x, j), fn(x, j))

@@ -708,9 +708,13 @@ class TritonOps:
         # Negative indices count from the end, as in eager.
         k.body.writeline(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})")
         bounds = f"(0 <= {symbol}) & ({symbol} < {size_text})"
-        # Checked under the interpreter and in Triton's debug mode; compiled out otherwise.
-        k.body.writeline(f'tl.device_assert({bounds}{" | ~(" + mask + ")" if mask else ""}, '
-                         f'"index out of bounds: not in [0, {size_text})")')
+        check = f'{bounds}{" | ~(" + mask + ")" if mask else ""}, "index out of bounds: not in [0, {size_text})"'
+        if k.interpret:
+            # The interpreter drops tl.device_assert: its own check raises (interpreter_libdevice.py).
+            k.body.writeline(f"libdevice.check_index({check})")
+        else:
+            # Checked in Triton's debug mode; compiled out otherwise.
+            k.body.writeline(f"tl.device_assert({check})")
         k.indirect_ranks[str(symbol)] = value.rank
         return symbol
 

@@ -68,3 +68,12 @@ def round_to_bfloat16(x):
     conversion truncates. Not a libdevice function: smelt's kernels call it only when interpreted."""
     data = torch.from_numpy(np.ascontiguousarray(x.handle.data)).to(torch.bfloat16).view(torch.uint16).numpy()
     return tl.tensor(TensorHandle(data, tl.bfloat16), _result_type([x], data.shape, tl.bfloat16))
+
+
+def check_index(in_bounds, message: str):
+    """Raises IndexError where an indirect index is out of bounds. Triton's interpreter compiles
+    tl.device_assert out (its options never turn debug on), so interpreted kernels call this
+    instead. Not a libdevice function."""
+    data = in_bounds.handle.data if isinstance(in_bounds, tl.tensor) else np.asarray(in_bounds)
+    if not np.all(data):
+        raise IndexError(message)
