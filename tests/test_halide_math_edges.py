@@ -150,3 +150,11 @@ def test_erfc_keeps_its_tail_down_to_float32_subnormals(compile_fn):
     normal = expected >= torch.finfo(torch.float32).tiny
     torch.testing.assert_close(actual[normal], expected[normal], rtol=1e-6, atol=0)
     assert (actual[~normal] - expected[~normal]).abs().max() <= torch.finfo(torch.float32).tiny
+
+
+def test_float64_logs_of_subnormals(device, compile_fn, assert_close):
+    x = torch.tensor([1e-310, 4.9e-324, 2.2e-308, 1e-300, 0.5, 3.0, 0.0, float("inf")], dtype=torch.float64,
+                     device=device)
+    for f in (torch.log, torch.log2, torch.log10, torch.log1p):
+        torch._dynamo.reset()
+        assert_close(compile_fn(f)(x), f(x), atol=1e-12, rtol=1e-13)

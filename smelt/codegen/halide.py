@@ -92,9 +92,9 @@ def exp(v):
 def log(v):
     wide = v.type() == hl.Float(64)
     smallest_normal, scale, bits = (2.0 ** -1022, 2.0 ** 54, 54) if wide else (2.0 ** -126, 2.0 ** 24, 24)
-    subnormal = (v > 0) & (v < hl.cast(v.type(), smallest_normal))
-    scaled = hl.select(subnormal, v * hl.cast(v.type(), scale), v)
-    shift = hl.select(subnormal, hl.cast(v.type(), bits * 0.6931471805599453), hl.cast(v.type(), 0))
+    subnormal = (v > 0) & (v < hl.cast(v.type(), hl.f64(smallest_normal)))  # f64: 2**-1022 is 0 as f32
+    scaled = hl.select(subnormal, v * hl.cast(v.type(), hl.f64(scale)), v)
+    shift = hl.select(subnormal, hl.cast(v.type(), hl.f64(bits * 0.6931471805599453)), hl.cast(v.type(), 0))
     return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.log(scaled) - shift)
 
 
