@@ -16,7 +16,11 @@ ifneq ($(SYSTEM_HAS_TORCH),yes)
 	python3 -m venv .venv
 	.venv/bin/python -m pip install -q "torch==2.13.0"
 endif
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,models]"
+	# timm for the model suite's CNNs and ViTs, without its torchvision requirement: PyPI's
+	# torchvision is built for another torch and would replace this one. Its other needs
+	# (pyyaml, huggingface_hub, safetensors) come with transformers (the "models" extra).
+	$(PY) -m pip install -q --no-deps "timm>=1.0"
 	touch $@
 
 demo: setup

@@ -21,3 +21,15 @@ def outputs_with_plain_cache(outputs) -> dict:
         if key in out:
             out[key] = cache_tensors(out[key])
     return out
+
+
+def cache_of(outputs):
+    """The KV cache a model output carries (`cache` from transformers 5, `past_key_values` before)."""
+    return outputs["cache"] if "cache" in outputs else outputs["past_key_values"]
+
+
+def cache_kwargs(model, cache) -> dict:
+    """The keyword that passes a KV cache to this model's forward."""
+    import inspect
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache, "use_cache": True}

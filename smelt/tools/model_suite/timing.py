@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from .cache_tensors import cache_kwargs, cache_of
 from .modes import DYNAMIC_SEQS
 from .runner import _autocast, _build, _seeded
 from .zoo import Sample
@@ -60,14 +61,17 @@ def _callable(spec, mode, size, device, seed, backend):
         prompt = spec.sample(size, generator=_seeded(seed)).to(device)
         with torch.no_grad():
             out = model(**dict(prompt.kwargs, use_cache=True))
-        cache, next_ids = out["cache"], out.logits[:, -1:].argmax(-1)
+        cache, next_ids = cache_of(out), out.logits[:, -1:].argmax(-1)
         length = cache.get_seq_length()
         forward = compiled(model)
 
         def decode_step():
             with torch.no_grad():
-                forward(input_ids=next_ids, cache=cache, use_cache=True)
-            cache.crop(length)
+                forward(input_ids=next_ids, **cache_kwargs(model, cache))
+            try:
+                cache.crop(-1)  # transformers 5: drop the token just appended
+            except ValueError:
+                cache.crop(length)
         return decode_step
     seq = DYNAMIC_SEQS[size][-1] if mode == "dynamic" else None
     sample = spec.sample(size, seq_len=seq, generator=_seeded(seed)).to(device, float_dtype=dtype)
@@ -83,7 +87,7 @@ def _callable(spec, mode, size, device, seed, backend):
     return infer
 
 
-def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=5) -> dict:
+def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15) -> dict:
     result = {"ms": {}, "compile_s": {}, "peak_bytes": {}}
     cuda = torch.device(device).type == "cuda"
     for name in BACKENDS:
