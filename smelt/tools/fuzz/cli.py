@@ -33,6 +33,8 @@ def backend_name(device: str) -> str:
 
 
 def _commit() -> str:
+    if os.environ.get("SMELT_COMMIT"):  # a copy of the tree without its git folder
+        return os.environ["SMELT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "?"
@@ -112,7 +114,7 @@ def run(count: int, seed: int, device="cpu", backward=True, batch=4, every=50, o
                 where = f"generate({s}) (--seed {seed}, program {indices[programs.index(p)]})"
                 journal.add({"index": indices[programs.index(p)], "status": result.status})
             if result.status == "unsupported":
-                log(f"  unsupported at {where}: {result.messages[0].splitlines()[0][:200]}")
+                log(f"  unsupported at {where}: " + " ".join(result.messages[0].splitlines()[:2])[:300])
             if result.status in ("pass", "skip", "unsupported"):
                 continue
             if result.status == "timeout" or not shrink_budget:
