@@ -8,9 +8,9 @@ import torch
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
 from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
-from ..symbolic import dense_dim_order, sympify
-from .common import is_dense
-from .graph import _layout_of, origin_name, realize_view_base, realize_with_strides
+from ..symbolic import sympify
+from .graph import _layout_of, origin_name
+from .traced_layout import realize_as_traced
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -18,50 +18,26 @@ log = logging.getLogger("smelt.lowering")
 
 
 def _realize_args(g, value, traced=None):
-    """Tensor arguments realized with the strides they had when the graph was traced, where those
-    were dense. An ATen op's output layout follows its inputs' (a convolution of a channels-last
-    input is channels-last), and the extern's output is described by the traced output: handed a
-    contiguous copy instead, ATen would return a layout that the kernels reading it do not expect."""
+    """Tensor arguments realized in their traced layouts (lowering/traced_layout.py): an ATen op's
+    output layout follows its inputs', and the extern's output is planned from the traced output.
+    `traced` is the same structure of FX nodes, where known."""
     if isinstance(value, (list, tuple)):
         traced = traced if isinstance(traced, (list, tuple)) and len(traced) == len(value) else [None] * len(value)
         return type(value)(_realize_args(g, v, t) for v, t in zip(value, traced))
     if not isinstance(value, TensorBox):
         return value
-    if isinstance(traced, torch.Tensor) and (is_dense(traced) or _dense_at_its_hints(traced)):
-        return realize_with_strides(g, value, traced.stride())
-    if isinstance(traced, torch.Tensor):
-        # A view with gaps (q, k and v sliced from one projection): realize what it views, then
-        # hand ATen the view itself, as eager does, rather than a dense copy of it.
-        realize_view_base(g, value)
+    if isinstance(traced, torch.fx.Node):
+        return realize_as_traced(g, value, traced)
     return g.realize(value)
-
-
-def _dense_at_its_hints(meta: torch.Tensor) -> bool:
-    """Whether symbolic strides are a dense order at the sizes traced (a permuted [B, S, H, D]
-    under dynamic=True); such strides are products of sizes, dense at every size."""
-    def hint(v):
-        return v.node.hint if isinstance(v, torch.SymInt) else v
-    sizes, strides = [hint(v) for v in meta.size()], [hint(v) for v in meta.stride()]
-    if any(v is None for v in (*sizes, *strides)):
-        return False
-    return dense_dim_order(sizes, strides) is not None
-
-
-def _traced_values(node):
-    """An FX node's arguments as the values they had when traced."""
-    def value(a):
-        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-    return (torch.fx.node.map_aggregate(tuple(node.args), value),
-            {k: torch.fx.node.map_aggregate(v, value) for k, v in node.kwargs.items()})
 
 
 def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effects: bool = False):
     """Run `op` through ATen, its tensor inputs realized, its outputs described by `meta` (by
     default the FX node's)."""
-    # The traced values describe `args` only when the extern is the FX node's own op on its own
+    # The FX node's arguments describe `args` only when the extern is the node's own op on its own
     # arguments (a with_effects wrapper or a foreach position passes others).
-    traced_args, traced_kwargs = (_traced_values(g.node) if isinstance(g.node, torch.fx.Node)
-                                  and op is g.node.target else (None, {}))
+    own = isinstance(g.node, torch.fx.Node) and op is g.node.target
+    traced_args, traced_kwargs = (tuple(g.node.args), dict(g.node.kwargs)) if own else (None, {})
     args = _realize_args(g, tuple(args), traced_args)
     kwargs = {k: _realize_args(g, v, traced_kwargs.get(k)) for k, v in kwargs.items()}
     meta = g.out_meta if meta is None else meta

@@ -16,11 +16,11 @@ from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleL
                   Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout,
                   make_contiguous_layout)
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
-from ..ir.views import ReinterpretView, View
+from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify
 from . import registry
 from .online_softmax import SoftmaxRows
-from .output_strides import realize_output
+from .traced_layout import realize_as_traced
 
 log = logging.getLogger("smelt.lowering")
 
@@ -163,40 +163,6 @@ def origin_name(node: torch.fx.Node) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
     return getattr(target, "__name__", str(target))
-
-
-def realize_with_strides(graph: IRGraph, box: TensorBox, stride) -> Buffer | ReinterpretView:
-    """`box` realized with `stride` (a dense order), copied only where no strided form of it has
-    those strides. Dims of size 1 may have any stride."""
-    stride = tuple(sympify(s) for s in stride)
-    data = box.data
-    if isinstance(data, StorageBox) and not data.is_realized():
-        buffer = data.realize(graph)
-        if isinstance(buffer.layout, FlexibleLayout) and not _strides_agree(buffer.layout, stride):
-            buffer.fix_strides(stride)
-        return buffer
-    if not isinstance(data, (StorageBox, ReinterpretView)) and as_strided_layout(data) is None:
-        strided = None  # a loop nest over unrealized values: computed straight into `stride`
-    else:
-        strided = graph.realize(box)
-        if _strides_agree(strided.layout, stride):
-            return strided
-    size = box.get_size()
-    loops = Pointwise(box.get_device(), box.get_dtype(), box.make_loader(), size, box.origins)
-    return graph.register_computed(loops, layout=FixedLayout(box.get_device(), box.get_dtype(), tuple(size), stride))
-
-
-def realize_view_base(graph: IRGraph, box: TensorBox) -> None:
-    """Realizes the storage a chain of views reads, so that the views become strided views of it."""
-    node = box
-    while isinstance(node, (TensorBox, View)):
-        node = node.data
-    if isinstance(node, StorageBox) and not node.is_realized():
-        node.realize(graph)
-
-
-def _strides_agree(layout: Layout, stride) -> bool:
-    return all(sympify(n) == 1 or a == b for n, a, b in zip(layout.size, layout.stride, stride))
 
 
 def _layout_of(val: torch.Tensor, cls=FixedLayout):
@@ -380,7 +346,7 @@ def _lower_output(graph: IRGraph, value, fx_out) -> OutputSpec:
     if isinstance(value, sympy.Expr) or isinstance(value, (int, float, bool)):
         return OutputSpec("scalar", expr=sympify(value) if not isinstance(value, float) else value)
     assert isinstance(value, TensorBox), value
-    strided = realize_output(graph, value, fx_out)
+    strided = realize_as_traced(graph, value, fx_out)
     if isinstance(strided, ReinterpretView):
         return OutputSpec("view", name=strided.name, layout=strided.layout)
     name = strided.storage_name if isinstance(strided, ComputedBuffer) else strided.name

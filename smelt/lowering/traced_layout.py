@@ -1,5 +1,11 @@
-"""Graph outputs with eager's strides: a view of a computed tensor (`(x + 1).t()`, a slice, an
-expand, a diagonal) is returned as that view of its realized base, not as a contiguous copy."""
+"""Values realized in the layout they had when the graph was traced, where smelt can produce it.
+
+Two kinds of readers see a value's strides: the caller, for a graph output (eager returns
+`(x + 1).t()` as a transposed view, not a contiguous copy), and ATen, for an extern call's input (a
+convolution of a channels-last input returns channels-last memory, and the kernels after it are
+planned for the traced result's strides). Both get a view of the realized base where eager had a
+view, and dense values in eager's dim order.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -10,13 +16,13 @@ import torch.fx
 
 from ..ir import FixedLayout, FlexibleLayout, Pointwise, StorageBox, TensorBox
 from ..ir.views import ReinterpretView, View
-from ..symbolic import sympify
+from ..symbolic import dense_dim_order, sympify
 from .common import is_dense
 
 
-def realize_output(graph, box: TensorBox, node):
-    """A strided form of output `box` whose size, strides and offset are those of eager's `meta`
-    wherever smelt can produce them: the base of a view is realized (with its eager strides when
+def realize_as_traced(graph, box: TensorBox, node):
+    """A strided form of `box`, the value of FX node `node`, whose size and strides are those of
+    the node's traced value wherever smelt can produce them: the base of a view is realized (with its eager strides when
     dense) so the view aliases it; a dense result laid out otherwise is copied into eager's strides."""
     meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     if not isinstance(meta, torch.Tensor):
@@ -83,10 +89,22 @@ def _dense_strides(meta: torch.Tensor) -> list | None:
     while remaining:
         d = next((d for d in remaining if sympy.expand(stride[d] - expected) == 0), None)
         if d is None:
-            return None
+            return stride if _dense_at_its_hints(meta) else None
         remaining.remove(d)
         expected = expected * size[d]
     return stride
+
+
+def _dense_at_its_hints(meta: torch.Tensor) -> bool:
+    """Whether symbolic strides are a dense order at the sizes traced, where the expressions do not
+    show it (a head dim of s//(s//8) beside s//8 heads: their product is s only where 8 divides s,
+    which the view itself required)."""
+    def hint(v):
+        return v.node.hint if isinstance(v, torch.SymInt) else v
+    sizes, strides = [hint(v) for v in meta.size()], [hint(v) for v in meta.stride()]
+    if any(v is None for v in (*sizes, *strides)):
+        return False
+    return dense_dim_order(sizes, strides) is not None
 
 
 def _matches(strided, meta: torch.Tensor) -> bool:
