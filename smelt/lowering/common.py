@@ -18,6 +18,11 @@ def low_precision(dtype: torch.dtype) -> bool:
     return dtype in (torch.float16, torch.bfloat16)
 
 
+def upcast_half(dtype: torch.dtype) -> torch.dtype:
+    """The type eager computes a float op in: float32 for half floats, any other type itself."""
+    return torch.float32 if low_precision(dtype) else dtype
+
+
 def broadcast_loader(x: TensorBox, size: Sequence[Expr]) -> Callable:
     """A loader over `size` that reads x broadcast to it (numpy rules, aligned from the right)."""
     inner = x.make_loader()

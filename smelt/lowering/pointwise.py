@@ -7,7 +7,7 @@ import sympy
 import torch
 
 from ..ir import ops
-from .common import common_dtype, is_tensor, make_pointwise
+from .common import common_dtype, is_tensor, make_pointwise, upcast_half
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -175,25 +175,27 @@ def relu(g, x):
 
 @lowering(aten.gelu)
 def gelu(g, x, approximate="none"):
+    # Half floats compute in float32 as eager does; float32 and float64 in their own type.
+    compute = upcast_half(g.out_meta.dtype)
+
+    def c(value):
+        return ops.constant(value, compute)
     if approximate == "tanh":
         k = math.sqrt(2 / math.pi)
 
         def fn(v):
-            inner = ops.mul(ops.constant(k, torch.float32),
-                            ops.add(v, ops.mul(ops.constant(0.044715, torch.float32), ops.mul(ops.mul(v, v), v))))
-            return ops.mul(ops.mul(ops.constant(0.5, torch.float32), v),
-                           ops.add(ops.constant(1.0, torch.float32), ops.tanh(inner)))
+            inner = ops.mul(c(k), ops.add(v, ops.mul(c(0.044715), ops.mul(ops.mul(v, v), v))))
+            return ops.mul(ops.mul(c(0.5), v), ops.add(c(1.0), ops.tanh(inner)))
     else:
         def fn(v):
-            cdf = ops.add(ops.constant(1.0, torch.float32),
-                          ops.erf(ops.mul(v, ops.constant(1 / math.sqrt(2), torch.float32))))
-            return ops.mul(ops.mul(v, ops.constant(0.5, torch.float32)), cdf)
-    return make_pointwise(g, [x], fn, compute_dtype=torch.float32)
+            cdf = ops.add(c(1.0), ops.erf(ops.mul(v, c(1 / math.sqrt(2)))))
+            return ops.mul(ops.mul(v, c(0.5)), cdf)
+    return make_pointwise(g, [x], fn, compute_dtype=compute)
 
 
 @lowering(aten.silu)
 def silu(g, x):
-    return make_pointwise(g, [x], lambda v: ops.mul(v, ops.sigmoid(v)), compute_dtype=torch.float32)
+    return make_pointwise(g, [x], lambda v: ops.mul(v, ops.sigmoid(v)), compute_dtype=upcast_half(g.out_meta.dtype))
 
 
 @lowering(aten._to_copy, prims.convert_element_type)
