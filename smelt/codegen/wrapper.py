@@ -19,6 +19,13 @@ def _device_name(device: torch.device) -> str:
     return f"{device.type}{device.index if device.index is not None else ''}"
 
 
+def op_source(op) -> str:
+    """Python source naming an ATen op overload or a higher-order op (auto_functionalized_v2)."""
+    if isinstance(op, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{op.name()}"
+    return f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+
+
 class WrapperCodegen:
     def __init__(self, graph, schedule, kernels: dict, title: str):
         self.graph = graph
@@ -40,6 +47,8 @@ class WrapperCodegen:
             return getattr(value, "storage_name", None) or value.name
         if isinstance(value, sympy.Expr):
             return pexpr(value)
+        if isinstance(value, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+            return op_source(value)
         if isinstance(value, torch.device):
             return self.device(value)
         if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
@@ -168,7 +177,7 @@ class WrapperCodegen:
             return
         assert isinstance(buffer, ExternKernel)
         op = buffer.op
-        target = f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+        target = op_source(op)
         args = [self.literal(a) for a in buffer.args]
         args += [f"{k}={self.literal(v)}" for k, v in buffer.kwargs.items()]
         note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
