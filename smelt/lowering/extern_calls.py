@@ -6,6 +6,7 @@ import logging
 import torch
 
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
+from ..ir.dtypes import is_kernel_dtype
 from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
@@ -112,6 +113,8 @@ def copy_(g, dst, src, non_blocking=False):
     if not (isinstance(data, StorageBox) and isinstance(data.data, InputBuffer)):
         return NotImplemented
     target = data.data
+    if not (is_kernel_dtype(target.get_dtype()) and is_kernel_dtype(src.get_dtype())):
+        return _copy_in_aten(g, dst, src)
     size = target.get_size()
     from .common import broadcast_loader
     load = broadcast_loader(src, size)
@@ -127,6 +130,26 @@ def copy_(g, dst, src, non_blocking=False):
         if isinstance(source, ComputedBuffer) and source.mutates is None and source.get_dtype() == dtype \
                 and list(source.get_size()) == list(size):
             written.copy_of = source.name  # the scheduler may keep `source` in the input alone
+
+    g.input_writes.append(write)
+    return dst
+
+
+copy_.any_dtype = True  # a dtype no kernel computes is copied by ATen, still after every other read
+
+
+def _copy_in_aten(g, dst, src):
+    """Writes into a graph input of a dtype no kernel computes (float8): ATen's copy_,
+    as late as a kernel's write would be."""
+    target = dst.data.data
+    node = ExternKernel(g.new_name(), None, aten.copy_.default, (), {}, g.origin, is_fallback=True)
+    node.has_side_effects = True
+    log.debug("smelt: the write into %s (%s) runs through ATen's copy_", target.name, target.get_dtype())
+    g.fallback_ops.append("aten.copy_")
+
+    def write():
+        node.args = (target, g.realize(src))
+        g.register_buffer(node)
 
     g.input_writes.append(write)
     return dst

@@ -10,11 +10,13 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from ..errors import LoweringError
 from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, Layout,
                   Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout,
                   make_contiguous_layout)
+from ..ir.dtypes import is_kernel_dtype
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify
@@ -240,8 +242,13 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     if target is operator.getitem:
         return args[0][args[1]]
     fn = registry.lookup(target)
-    if _touches_complex(node):
-        fn = None  # smelt's kernels have no complex numbers: ATen computes these
+    unsupported = _unsupported_dtype(node)
+    if unsupported is not None and isinstance(target, torch._ops.OpOverload) \
+            and not getattr(fn, "any_dtype", False):
+        # No kernel computes it (float8, complex, bits...): ATen does, as eager would.
+        log.debug("smelt: %s touches %s, which smelt's kernels do not compute; it runs through its ATen kernel",
+                  origin_name(node), unsupported)
+        fn = None
     if _mixes_devices(args, kwargs):
         fn = None  # a kernel reads one device's memory (e.g. CPU indices into a CUDA tensor): ATen moves them
     try:
@@ -284,12 +291,13 @@ def _reads_memory(box: TensorBox) -> bool:
     return bool(handler.reads)
 
 
-def _touches_complex(node) -> bool:
+def _unsupported_dtype(node) -> torch.dtype | None:
+    """A dtype no smelt kernel computes among the op's tensor inputs and outputs, if any."""
     vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    flat = []
-    for v in vals:
-        flat.extend(v if isinstance(v, (list, tuple)) else [v])
-    return any(isinstance(v, torch.Tensor) and v.dtype.is_complex for v in flat)
+    for v in pytree.tree_leaves(vals):
+        if isinstance(v, torch.Tensor) and not is_kernel_dtype(v.dtype):
+            return v.dtype
+    return None
 
 
 def _describe_inputs(node) -> str:
