@@ -157,3 +157,46 @@ def test_a_piece_read_by_another_op_is_read_from_its_slice(device, check):
 def test_a_cat_of_many_empty_pieces(device, check):
     pieces = [torch.randn(0, 3, device=device) for _ in range(10)]
     check(lambda *ps: torch.cat([p * 2 for p in ps]), *pieces)
+
+
+# An empty input is read only where a mask turns the lane off, and such a read must not reach
+# memory: Triton printed a fixed-address load (a piece of size 0 along its dim) without its mask,
+# which the interpreter died on (a fault on a GPU); Halide's bounds check refused any clamped
+# address into an empty buffer.
+EMPTY_PIECE_READS = {  # fn(x of 3x4, no_rows of 0x4, no_cols of 3x0)
+    "cat_empty_first_into_amax": lambda x, n, c: torch.cat([c * 0.5 + 1, x[:, :1]], 1).amax(1),
+    "cat_empty_last_into_sum": lambda x, n, c: torch.cat([x[:, :1], torch.exp(c)], 1).sum(1),
+    "cat_empty_middle_rows": lambda x, n, c: torch.floor(torch.cat([x, n, x], 0)) + 1,
+    "cat_empty_input_into_amax": lambda x, n, c: torch.cat([c, x[:, :1]], 1).amax(1),
+    "cat_empty_input_rows_of_one": lambda x, n, c: torch.cat([x[:, :1], n[:, :1], x[:, 1:2]], 0) * 2,
+    "pad_of_an_empty_input": lambda x, n, c: F.pad(c, (1, 2), value=3.0),
+    "cat_empty_both_ends_3d": lambda x, n, c: torch.lerp(torch.cat([n[:, None], x[:, None], n[:, None]], 0),
+                                                         x[:, None], 0.3),
+    "pad_of_an_empty_row": lambda x, n, c: F.pad(c * 2, (1, 2), value=3.0),
+    "pad_of_an_empty_row_into_sum": lambda x, n, c: F.pad(c + 1, (0, 1), value=-1.0).sum(-1),
+    "softmax_of_scaled_empty_rows": lambda x, n, c: torch.softmax(c * 0.5 + 1, -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_PIECE_READS))
+@pytest.mark.parametrize("strides", ["contiguous", "zero"])
+def test_an_empty_piece_is_never_read(name, strides, device, check):
+    # Zero strides (as smelt gives an empty buffer it allocates) make every read of the piece one
+    # fixed address, a load without an index to mask by.
+    def empty(rows, cols):
+        if strides == "zero":
+            return torch.empty_strided((rows, cols), (0, 0), device=device)
+        return torch.randn(rows, cols, device=device)
+    check(EMPTY_PIECE_READS[name], torch.randn(3, 4, device=device), empty(0, 4), empty(3, 0))
+
+
+def test_the_gradient_of_an_empty_diagonal(device, compile_fn, assert_close):
+    # The backward writes the empty diagonal's gradient into zeros (diagonal_scatter).
+    x = torch.randn(1, 2, device=device, requires_grad=True)
+
+    def fn(x):
+        return torch.softmax(x, 1).diagonal(-1, 0, 1)
+    out = compile_fn(fn)(x)
+    (actual,) = torch.autograd.grad(out.sum() + (x * 0).sum(), x)
+    (expected,) = torch.autograd.grad(fn(x).sum() + (x * 0).sum(), x)
+    assert_close(actual, expected)

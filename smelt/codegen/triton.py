@@ -152,6 +152,7 @@ class TritonKernel:
         self.scans = ScanEmitter(self)
         self.index_dtype = index_dtype
         self.mask_stack: list[str] = []
+        self.mask_ranks: dict[str, int] = {}  # a mask_stack entry -> its rank
         self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
         self.node_values: dict[str, CSEVar] = {}  # x-level values and reduction results by buffer
         self.current: list = []  # members whose bodies are being generated, innermost last
@@ -207,11 +208,20 @@ class TritonKernel:
             return self.value_of(writer)
         dtype = self._dtype_of(buffer)
         rank = self.rank_of(index)
-        mask = self.mask_for(rank) if rank else (" & ".join(self.mask_stack) if self.mask_stack else None)
-        if rank == 0:
-            mask = None  # a fixed address is always in bounds
         ptr = self.args.input(self.graph.kept_in_input.get(buffer, buffer))
-        text = f"tl.load({ptr} + ({self.index_text(index)})"
+        address = f"{ptr} + ({self.index_text(index)})"
+        if rank:
+            mask = self.mask_for(rank)
+        else:
+            # A fixed address is in bounds unless its buffer is empty, as a cat's empty piece is:
+            # a load under masked() keeps the mask. A block mask needs a block of pointers.
+            mask = " & ".join(self.mask_stack) if self.mask_stack else None
+            mask_rank = max((self.mask_ranks.get(m, 0) for m in self.mask_stack), default=0)
+            if mask_rank:
+                rank = mask_rank
+                mask = self.mask_for(rank)  # with xmask: a piece's mask may hold past the last x
+                address = f"tl.broadcast_to({address}, ({mask}).shape)"
+        text = f"tl.load({address}"
         if mask:
             text += f", {mask}, other={literal(0, dtype)}"
         policy = self.eviction.for_load(buffer, index, rank, self.phase)
@@ -729,6 +739,7 @@ class TritonOps:
 
     def masked(self, mask, body, other):
         self.k.mask_stack.append(mask.name)
+        self.k.mask_ranks[mask.name] = mask.rank
         try:
             value = body()
         finally:

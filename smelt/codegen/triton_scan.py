@@ -32,6 +32,7 @@ class _FunctionBody:
         self.cse = CSE("t")
         self.body = IndentedBuffer(1)
         self.mask_stack: list[str] = []
+        self.mask_ranks: dict[str, int] = {}
 
     def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
         return self.cse.generate(self.body, expr, dtype, rank)

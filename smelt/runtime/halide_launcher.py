@@ -66,6 +66,14 @@ def _install_error_handler(runtime_path: str) -> None:
 _EMPTY = ctypes.c_uint64(0)
 
 
+def input_extent(k: int, num_inputs: int, extent: int) -> int:
+    """The extent a buffer is described with. An empty input is read only in lanes a mask discards
+    (a cat's empty piece, a pad of an empty tensor), but Halide's bounds check still wants the
+    clamped address those lanes load from inside the buffer: it is described as one element (of a
+    placeholder: the address given for an empty tensor)."""
+    return 1 if k < num_inputs and extent <= 0 else max(extent, 0)
+
+
 def storage_extent(kernel: str, tensor: torch.Tensor) -> int:
     """Elements from the tensor's first to the end of its storage: the kernel's index expressions
     may reach any of them (a view read through another layout)."""
@@ -151,8 +159,8 @@ class HalideLauncher:
         buffer = self.buffers[k]
         code, bits = HALIDE_TYPE_CODE[tensor.dtype]
         buffer.type.code, buffer.type.bits = code, bits
-        buffer.host = tensor.data_ptr() or ctypes.addressof(_EMPTY)
-        self.dims[k].extent = max(extent, 0)
+        buffer.host = tensor.data_ptr() if extent > 0 else ctypes.addressof(_EMPTY)
+        self.dims[k].extent = input_extent(k, self.num_inputs, extent)
 
     def __repr__(self):
         return f"<Halide kernel {self.name} from {self.path}>"
