@@ -162,3 +162,19 @@ def test_long_row_var_mean(correction, device, check):
 def test_long_column_sum(device, check):
     x = torch.randn(5000, 3, device=device)
     check(lambda x: x.sum(dim=0), x, **LONG_TOL)
+
+
+INTEGER_REDUCTIONS = {
+    "any_dim_keepdim": lambda a: a.any(1, keepdim=True), "all_dim": lambda a: a.all(0), "any": lambda a: a.any(),
+    "all": lambda a: a.all(), "any_dims": lambda a: torch.any(a, dim=(0, 1)), "sum": lambda a: a.sum(1),
+    "prod": lambda a: a.prod(0), "amax": lambda a: a.amax(1), "argmin": lambda a: a.to(torch.int16).argmin(1),
+    "count_nonzero": lambda a: torch.count_nonzero(a, 1), "max_dim": lambda a: a.max(1),
+    "cumsum": lambda a: a.cumsum(1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int32], ids=str)
+@pytest.mark.parametrize("name", sorted(INTEGER_REDUCTIONS))
+def test_integer_and_bool_reductions_give_eagers_dtype(name, dtype, device, check):
+    # any/all of uint8 give uint8 in eager (a legacy rule); smelt built bool and refused the graph.
+    check(INTEGER_REDUCTIONS[name], torch.randint(0, 3, (4, 5), device=device).to(dtype))

@@ -147,7 +147,10 @@ def any_all(g, x, dim=None, keepdim=False):
     kind = "any" if g.node.target.overloadpacket is aten.any else "all"
     as_bool = x if x.get_dtype() == torch.bool else make_pointwise(
         g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=torch.bool, size=x.get_size())
-    return make_reduction(g, as_bool, dim, keepdim, kind, torch.bool, torch.bool)
+    result = make_reduction(g, as_bool, dim, keepdim, kind, torch.bool, torch.bool)
+    out = g.out_meta.dtype
+    # uint8 gives uint8 0/1 in eager (a legacy rule), every other dtype bool.
+    return result if out == torch.bool else make_pointwise(g, [result], lambda v: v, compute_dtype=torch.bool)
 
 
 @lowering(aten.var_mean)
