@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -147,7 +148,8 @@ def supervise(argv: list, args) -> int:
     """Runs the fuzzer in child processes. A child killed by a signal (a kernel that segfaults) is
     started again on that batch one program at a time, the program that kills it recorded as a
     'segfault' finding, and the run goes on after it."""
-    journal_path = args.journal or (args.out or "fuzz") + ".journal"
+    journal_path = args.journal or (args.out + ".journal" if args.out else
+                                    os.path.join(tempfile.gettempdir(), f"smelt_fuzz_{os.getpid()}.journal"))
     if not args.journal and os.path.exists(journal_path):
         os.remove(journal_path)
     base = [sys.executable, "-m", "smelt.tools.fuzz", *argv, "--in-process", "--journal", journal_path]

@@ -46,6 +46,8 @@ def candidates(p: Program):
     if len(p.outputs) > 1:
         for o in p.outputs:
             yield without_dead_code(Program(p.inputs, p.ops, [o], p.backward))
+        for o in p.outputs:
+            yield without_dead_code(Program(p.inputs, p.ops, [k for k in p.outputs if k != o], p.backward))
     for k in reversed(range(len(p.ops))):
         for by in sorted(p.ops[k].uses()):
             yield _bypassed(p, k, by)
