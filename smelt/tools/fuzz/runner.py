@@ -141,6 +141,8 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn) -> Result:
     except Timeout as exc:
         return Result("timeout", [str(exc)], seconds=time.perf_counter() - start)
     except Exception as exc:
+        if "Timeout: no result after" in str(exc):  # the deadline struck inside a compile that wrapped it
+            return Result("timeout", [f"no result after {timeout} s"], seconds=time.perf_counter() - start)
         try:  # Dynamo or AOTAutograd raising without smelt: not smelt's bug
             _compiled_run(fn, make_inputs, backward, eager[3], "aot_eager")
         except Exception as without:
@@ -177,6 +179,8 @@ def make_inputs(program: Program, device="cpu") -> list:
 
 
 def judge_program(program: Program, device="cpu", timeout: float = 60.0) -> Result:
+    """timeout: seconds per program (a batch of several gets as many times that)."""
+    timeout = timeout * max(1, len(program.groups()))
     try:
         return judge(program.function(), lambda: make_inputs(program, device), program.backward,
                      {"inputs": [i.name for i in program.inputs], "outputs": list(program.outputs)}, timeout,
