@@ -1,9 +1,10 @@
 """The model suite on the CPU: tiny configs of every zoo model (smelt.tools.model_suite), each
 (model, mode) judged by smelt.tools.accuracy against eager and a float64 run of the same weights.
 
-`make test` runs this file under each CPU backend. By default it runs the cases in QUICK (every
-model's fp32 inference and training step, bf16 inference and the decoder modes for a few models),
-which fit the suite's time budget; SMELT_MODEL_SUITE=full runs every case.
+`make test` runs this file under each CPU backend. By default it runs every model's fp32 inference,
+and the training step, bf16 inference and the decoder modes for a few models (TRAIN_MODELS,
+BF16_MODELS, DECODER_MODE_MODELS), which fit the suite's time budget; SMELT_MODEL_SUITE=full runs
+every case (about 43 min per CPU backend on a loaded 2-core machine, training is 60% of it).
 Models whose library (timm, transformers) is not installed are skipped.
 """
 import os
@@ -20,21 +21,31 @@ CPU_BACKEND = os.environ.get("SMELT_CPU_BACKEND", "halide")
 
 # Cases that fail today: (model, mode, CPU backend or None for both) -> what is wrong.
 # strict: a case that starts passing fails the suite until its line is removed here.
+_DYNAMIC_SDPA = ("dynamic=True: sdpa of a matmul output viewed per head (view(B, S, -1, d).transpose(1, 2)), "
+                 "transposed back and reshaped, gives wrong values")
+_BN_TWO_VALUES = ("training BatchNorm over 2 values per channel (1x1 maps, batch 2): gradients 2-5x further from "
+                  "float64 than eager's")
 KNOWN_FAILURES = {
-    ("llama", "dynamic", None): "dynamic=True: sdpa on a matmul output viewed per head, then transposed back, "
-                                "gives wrong values (see /tmp/model_suite_failures.md #1)",
+    ("llama", "dynamic", None): _DYNAMIC_SDPA,
+    ("mistral", "dynamic", None): _DYNAMIC_SDPA,
+    ("qwen2", "dynamic", None): _DYNAMIC_SDPA,
+    ("gemma", "dynamic", None): _DYNAMIC_SDPA,
+    ("resnet50", "train", "halide"): _BN_TWO_VALUES,
+    ("efficientnet", "train", "halide"): _BN_TWO_VALUES,
 }
 
-# The default selection. Modes beyond these run with SMELT_MODEL_SUITE=full.
-BF16_MODELS = {"resnet50", "convnext", "vit", "swin", "bert", "deberta_v2", "llama", "mixtral", "t5", "whisper",
-               "transformer_encoder"}
-DECODER_MODE_MODELS = {"gpt2", "llama", "mistral", "mixtral"}
+# The default selection: one model of each family per mode beyond fp32 inference.
+TRAIN_MODELS = {"resnet18", "vit", "bert", "llama", "t5", "transformer_encoder"}
+BF16_MODELS = {"convnext", "swin", "deberta_v2", "llama", "whisper"}
+DECODER_MODE_MODELS = {"gpt2", "llama"}
 FULL = os.environ.get("SMELT_MODEL_SUITE", "") == "full"
 
 
 def _selected(spec, mode) -> bool:
-    if FULL or mode in ("infer_fp32", "train"):
+    if FULL or mode == "infer_fp32":
         return True
+    if mode == "train":
+        return spec.name in TRAIN_MODELS
     if mode == "infer_bf16":
         return spec.name in BF16_MODELS
     return spec.name in DECODER_MODE_MODELS
