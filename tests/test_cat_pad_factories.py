@@ -200,3 +200,12 @@ def test_the_gradient_of_an_empty_diagonal(device, compile_fn, assert_close):
     (actual,) = torch.autograd.grad(out.sum() + (x * 0).sum(), x)
     (expected,) = torch.autograd.grad(fn(x).sum() + (x * 0).sum(), x)
     assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.float16, torch.float32, torch.int64)],
+                         ids=["two", "mixed_dtypes"])
+def test_a_cat_whose_pieces_are_all_skipped(dtypes, device, check):
+    # 1-D empty pieces are skipped (eager's legacy rule); with none left the lowering built nothing.
+    pieces = [torch.zeros(0, dtype=dtype, device=device) for dtype in dtypes]
+    check(lambda *p: torch.cat(p, 0), *pieces)
+    check(lambda x, *p: (torch.cat(p, 0), x + 1), torch.randn(3, device=device), *pieces)

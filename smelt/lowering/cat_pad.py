@@ -25,6 +25,9 @@ def cat(g, tensors, dim=0):
     dim = dim + len(size) if dim < 0 else dim
     # Legacy rule: 1-D empty tensors are skipped whatever the other shapes.
     pieces = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    if not pieces:  # every piece skipped: the result is as empty as they are
+        return TensorBox.of_storage(Pointwise(meta.device, meta.dtype, lambda index: ops.constant(0, meta.dtype),
+                                              size, g.origin))
     if len(pieces) == 1:
         return _cast(g, pieces[0], meta.dtype)
     starts, offset = [], sympy.Integer(0)
