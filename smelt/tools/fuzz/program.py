@@ -65,6 +65,14 @@ class Program:
                 f"{self.body()}\n\n\ninputs = [\n{inputs}\n]\n"
                 f"print(check_fn(fn, inputs, backward={self.backward}) or 'passes')\n")
 
+    def narrowest_cast(self):
+        """The narrowest float dtype the program's source names (a cast or a dtype= argument), or None."""
+        body = self.body()
+        for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+            if f"torch.{name}" in body or (name == "float32" and ".float()" in body):
+                return dtype
+        return None
+
     def function(self, reference=False):
         """The program as a Python function. reference: every float dtype it names is float64 (with float64
         inputs, the float64 run the accuracy rule measures against)."""

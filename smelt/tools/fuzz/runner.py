@@ -112,15 +112,17 @@ def _compiled_run(fn, make_inputs, backward, cot_dtypes, backend):
         torch._dynamo.reset()
 
 
-def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0, reference_fn=None) -> Result:
+def judge(fn, make_inputs, backward: bool, names=None, timeout: float = 60.0, reference_fn=None,
+          computes_in=None) -> Result:
     """make_inputs() gives fresh inputs each call. names: each input's and output's name in the program
-    (for the messages). reference_fn: fn computing in float64 throughout (default fn, on float64 inputs)."""
+    (for the messages). reference_fn: fn computing in float64 throughout (default fn, on float64 inputs).
+    computes_in: the narrowest float dtype fn casts to; wider results are judged at its precision."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager's own (a var of one element, ...), once per program
-        return _judge(fn, make_inputs, backward, names, timeout, reference_fn or fn)
+        return _judge(fn, make_inputs, backward, names, timeout, reference_fn or fn, computes_in)
 
 
-def _judge(fn, make_inputs, backward, names, timeout, reference_fn) -> Result:
+def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in) -> Result:
     start = time.perf_counter()
     inputs = make_inputs()
     n_out = None
@@ -158,8 +160,16 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn) -> Result:
         for (label, name), a, e, r in zip(labelled, run[0] + run[1] + run[2], eager[0] + eager[1] + eager[2],
                                           (reference[0] + reference[1] + reference[2]) if reference
                                           else [None] * len(labelled)):
-            if not (e is None and a is None):
-                found += [(name, m) for m in compare(a, e, r, label)]
+            if e is None and a is None:
+                continue
+            low = False
+            if (computes_in is not None and isinstance(e, torch.Tensor) and e.is_floating_point()
+                    and e.dtype.itemsize > computes_in.itemsize):  # rounded to computes_in on the way
+                if computes_in.itemsize == 2:
+                    low = True
+                elif isinstance(a, torch.Tensor) and a.is_floating_point():
+                    a, e = a.to(computes_in), e.to(computes_in)
+            found += [(name, m) for m in compare(a, e, r, label, low_precision=low)]
         return found
     found = judged(actual)
     messages, where = [m for _, m in found], [n for n, _ in found]
@@ -184,7 +194,7 @@ def judge_program(program: Program, device="cpu", timeout: float = 60.0) -> Resu
     try:
         return judge(program.function(), lambda: make_inputs(program, device), program.backward,
                      {"inputs": [i.name for i in program.inputs], "outputs": list(program.outputs)}, timeout,
-                     program.function(reference=True))
+                     program.function(reference=True), program.narrowest_cast())
     except Exception as exc:  # the fuzzer's own harness failing: report it, do not stop the run
         return Result("crash", ["fuzzer harness: " + _short(exc) + "\n" + traceback.format_exc(limit=3)])
 
