@@ -6,11 +6,11 @@ import logging
 import torch
 
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
-from ..ir.dtypes import is_kernel_dtype
 from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from .graph import _layout_of, origin_name
+from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from .registry import lowering
 
@@ -113,7 +113,7 @@ def copy_(g, dst, src, non_blocking=False):
     if not (isinstance(data, StorageBox) and isinstance(data.data, InputBuffer)):
         return NotImplemented
     target = data.data
-    if not (is_kernel_dtype(target.get_dtype()) and is_kernel_dtype(src.get_dtype())):
+    if why_aten(g, g.node) is not None:  # a dtype no kernel computes (float8), a tensor past Halide's extents
         return _copy_in_aten(g, dst, src)
     size = target.get_size()
     from .common import broadcast_loader
@@ -135,16 +135,16 @@ def copy_(g, dst, src, non_blocking=False):
     return dst
 
 
-copy_.any_dtype = True  # a dtype no kernel computes is copied by ATen, still after every other read
+copy_.runs_aten_itself = True  # where no kernel can do the write, ATen's copy_ does it, still after every read
 
 
 def _copy_in_aten(g, dst, src):
-    """Writes into a graph input of a dtype no kernel computes (float8): ATen's copy_,
+    """Writes into a graph input no kernel can write (float8, past Halide's extents): ATen's copy_,
     as late as a kernel's write would be."""
     target = dst.data.data
     node = ExternKernel(g.new_name(), None, aten.copy_.default, (), {}, g.origin, is_fallback=True)
     node.has_side_effects = True
-    log.debug("smelt: the write into %s (%s) runs through ATen's copy_", target.name, target.get_dtype())
+    log.debug("smelt: the write into %s runs through ATen's copy_: %s", target.name, why_aten(g, g.node))
     g.fallback_ops.append("aten.copy_")
 
     def write():

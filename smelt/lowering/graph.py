@@ -10,17 +10,16 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from ..errors import LoweringError
 from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, Layout,
                   Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout,
                   make_contiguous_layout)
-from ..ir.dtypes import is_kernel_dtype
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify
 from . import registry
+from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
 from .traced_layout import realize_as_traced
 
@@ -242,12 +241,10 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     if target is operator.getitem:
         return args[0][args[1]]
     fn = registry.lookup(target)
-    unsupported = _unsupported_dtype(node)
-    if unsupported is not None and isinstance(target, torch._ops.OpOverload) \
-            and not getattr(fn, "any_dtype", False):
-        # No kernel computes it (float8, complex, bits...): ATen does, as eager would.
-        log.debug("smelt: %s touches %s, which smelt's kernels do not compute; it runs through its ATen kernel",
-                  origin_name(node), unsupported)
+    why = why_aten(graph, node) if isinstance(target, torch._ops.OpOverload) else None
+    if why is not None and not getattr(fn, "runs_aten_itself", False):
+        # No kernel computes it (float8, complex, a tensor past Halide's extents...): ATen does, as eager would.
+        log.debug("smelt: %s runs through its ATen kernel: %s", origin_name(node), why)
         fn = None
     if _mixes_devices(args, kwargs):
         fn = None  # a kernel reads one device's memory (e.g. CPU indices into a CUDA tensor): ATen moves them
@@ -289,15 +286,6 @@ def _reads_memory(box: TensorBox) -> bool:
     with use_handler(handler):
         box.make_loader()([index_var(f"i{k}") for k in range(len(box.get_size()))])
     return bool(handler.reads)
-
-
-def _unsupported_dtype(node) -> torch.dtype | None:
-    """A dtype no smelt kernel computes among the op's tensor inputs and outputs, if any."""
-    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    for v in pytree.tree_leaves(vals):
-        if isinstance(v, torch.Tensor) and not is_kernel_dtype(v.dtype):
-            return v.dtype
-    return None
 
 
 def _describe_inputs(node) -> str:
