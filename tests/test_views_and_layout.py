@@ -1,5 +1,6 @@
 """Broadcasting, non-contiguous inputs, and outputs that are views."""
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -155,3 +156,28 @@ def test_dynamic_reshape_merging_dims_beside_a_size_one_dim_keeps_strides(device
     for queries in (1, 3):
         q, k = torch.randn(2, 4, queries, 64, device=device), torch.randn(2, 4, 5, 64, device=device)
         assert_close(compiled(q, k), fn(q, k))
+
+
+# A store whose every lane writes one fixed element: Triton printed tl.broadcast_to of a Python
+# integer (only 0 was special-cased), which neither the interpreter nor the compiler takes.
+FIXED_ELEMENT_WRITES = {
+    "as_strided_scatter_at_1": lambda x, v: torch.as_strided_scatter(x, v[:1], (1,), (2,), 1),
+    "as_strided_scatter_at_5": lambda x, v: torch.as_strided_scatter(x, v[:1].view(1, 1), (1, 1), (3, 1), 5),
+    "select_scatter_at_2": lambda x, v: torch.select_scatter(x, v[0], 0, 2),
+    "index_put_one_position": lambda x, v: x.index_put((torch.tensor([3], device=x.device),), v[:1], accumulate=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_ELEMENT_WRITES))
+def test_a_write_of_one_fixed_element(name, device, check):
+    check(FIXED_ELEMENT_WRITES[name], torch.randn(6, device=device), torch.randn(2, device=device))
+
+
+def test_the_gradient_of_a_one_element_strided_view(device, compile_fn, assert_close):
+    x = torch.randn(2, device=device, requires_grad=True)
+
+    def fn(x):
+        return x.clone(memory_format=torch.contiguous_format).as_strided((1,), (2,), 1) * 3
+    (actual,) = torch.autograd.grad(compile_fn(fn)(x).sum(), x)
+    (expected,) = torch.autograd.grad(fn(x).sum(), x)
+    assert_close(actual, expected)

@@ -280,15 +280,21 @@ class TritonKernel:
         if register_dtype(value.dtype) != dtype:
             text = self.cast(text, register_dtype(value.dtype), dtype)
         ptr = self.args.output(node.write_name)
-        index_text = self.index_text(index)
-        if self.rank_of(index) < rank:
-            index_text = f"tl.broadcast_to({index_text}, {self.block_shape(rank)})" if index_text != "0" else \
-                f"tl.full({self.block_shape(rank)}, 0, tl.int32)"
+        index_text = self.index_block(index, rank)
         mask = self.mask_for(rank)
         self.body.writeline(f"tl.store({ptr} + ({index_text}), {text}{', ' + mask if mask else ''})")
 
     def cast(self, value: str, src: torch.dtype, dst: torch.dtype) -> str:
         return cast_text(value, src, dst, self.interpret)
+
+    def index_block(self, index: sympy.Expr, rank: int) -> str:
+        """index's text as a block of `rank`, for a store's pointers."""
+        if self.rank_of(index) >= rank:
+            return self.index_text(index)
+        if index.is_Integer:  # a literal is no tensor to broadcast (a one-element as_strided view at 1)
+            kind = "tl.int32" if abs(int(index)) < 2 ** 31 else "tl.int64"
+            return f"tl.full({self.block_shape(rank)}, {int(index)}, {kind})"
+        return f"tl.broadcast_to({self.index_text(index)}, {self.block_shape(rank)})"
 
     def block_shape(self, rank: int) -> str:
         if not self.plan.blocks_2d:

@@ -25,10 +25,7 @@ def emit_scatter(kernel, node) -> None:
     if register_dtype(value.dtype) != dtype:
         text = f"{text}.to({triton_type(dtype)})"
 
-    offset_text = kernel.index_text(offset)
-    if kernel.rank_of(offset) < 1:
-        offset_text = f"tl.broadcast_to({offset_text}, {shape})" if offset_text != "0" else \
-            f"tl.full({shape}, 0, tl.int32)"
+    offset_text = kernel.index_block(offset, 1)
     ptr = kernel.args.output(node.write_name)
     mask = kernel.mask_for(1)
     if node.data.mode == "atomic_mul":
