@@ -41,6 +41,25 @@ def swap_halves(a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
     b.copy_(old - 1)
 
 
+@torch.library.custom_op("smelt_test::scale_each", mutates_args={"xs"})
+def scale_each(xs: list[torch.Tensor], factor: float) -> None:
+    for k, x in enumerate(xs):
+        x.mul_(factor + k)
+
+
+def test_mutates_a_list_of_tensors(compile_fn, assert_close, device):
+    def f(a, b):
+        c = b.exp()
+        scale_each([a, c[1:], b[:, 0]], 2.0)
+        return a - 1, c.sum(0)
+    a, b = torch.randn(5, device=device), torch.randn(4, 5, device=device)
+    a_eager, a_compiled, b_eager, b_compiled = a.clone(), a.clone(), b.clone(), b.clone()
+    expected = f(a_eager, b_eager)
+    actual = compile_fn(f)(a_compiled, b_compiled)
+    assert_close(actual, expected)
+    assert_close((a_compiled, b_compiled), (a_eager, b_eager))
+
+
 def test_mutates_a_temporary(check, device):
     def f(x):
         out = torch.empty_like(x)
