@@ -21,18 +21,8 @@ CPU_BACKEND = os.environ.get("SMELT_CPU_BACKEND", "halide")
 
 # Cases that fail today: (model, mode, CPU backend or None for both) -> what is wrong.
 # strict: a case that starts passing fails the suite until its line is removed here.
-_DYNAMIC_SDPA = ("dynamic=True: sdpa of a matmul output viewed per head (view(B, S, -1, d).transpose(1, 2)), "
-                 "transposed back and reshaped, gives wrong values")
-_BN_TWO_VALUES = ("training BatchNorm over 2 values per channel (1x1 maps, batch 2): gradients 2-5x further from "
-                  "float64 than eager's")
-KNOWN_FAILURES = {
-    ("llama", "dynamic", "halide"): _DYNAMIC_SDPA,
-    ("mistral", "dynamic", "halide"): _DYNAMIC_SDPA,
-    ("qwen2", "dynamic", "halide"): _DYNAMIC_SDPA,
-    ("gemma", "dynamic", "halide"): _DYNAMIC_SDPA,
-    ("resnet50", "train", "halide"): _BN_TWO_VALUES,
-    ("efficientnet", "train", "halide"): _BN_TWO_VALUES,
-}
+KNOWN_FAILURES: dict = {}  # none today
+
 
 # The default selection: one model of each family per mode beyond fp32 inference.
 TRAIN_MODELS = {"resnet18", "vit", "bert", "llama", "t5", "transformer_encoder"}

@@ -122,3 +122,28 @@ def test_var_mean_of_rows_with_offsets_and_special_values(row, kind, device, com
     assert torch.equal(mean.isfinite(), want_mean.isfinite())
     finite = want_mean.isfinite()
     assert_close(mean[finite], want_mean[finite], atol=1e-4, rtol=1e-4)
+
+
+def test_batch_norm_training_keeps_eagers_precision(device, compile_fn):
+    """Batch statistics and the backward's sums over N*H*W, judged against float64 by the accuracy
+    rule: ATen's CPU kernels accumulate them in float64, so float32 sums lost 2-7x eager's precision
+    (resnet50 and efficientnet gradients in the model suite)."""
+    import torch.nn.functional as F
+    from smelt.tools.accuracy import assert_accurate
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 16, 16, device=device) * 3 + 5
+    w, b = torch.rand(64, device=device) + 0.5, torch.randn(64, device=device)
+    g = torch.randn(2, 64, 16, 16, device=device)
+    running = (torch.zeros(64, device=device), torch.ones(64, device=device))
+
+    def f(x, w, b, mean, var):
+        return F.batch_norm(x, mean, var, w, b, training=True, momentum=0.1)
+
+    def run(fn, dtype):
+        args = [t.detach().to(dtype).requires_grad_(i < 3) for i, t in enumerate((x, w, b, *running))]
+        y = fn(*args)
+        return (y, *torch.autograd.grad(y, args[:3], g.to(dtype)), args[3], args[4])
+
+    assert_accurate(run(compile_fn(f), torch.float32), run(f, torch.float32), run(f, torch.float64),
+                    what="(y, grad x, grad w, grad b, running mean, running var)")
