@@ -281,3 +281,23 @@ def test_unbiased_variance_of_one_element_is_nan(device, check):
     y = torch.randn(1, 5, device=device)
     check(lambda y: (y.var(0), y.std(0), torch.var_mean(y, 0)), y)
 
+
+
+FLOAT64_SCALAR_OPS = {
+    "lerp_scalar_weight": lambda a, b: torch.lerp(a, b, 0.3),
+    "addcmul_value": lambda a, b: torch.addcmul(a, a, b, value=0.1),
+    "where_of_two_scalars": lambda a, b: torch.where(a > 0, 0.1, 0.7) * b,
+    "scalar_arithmetic": lambda a, b: a * 0.1 + (b - 1e-3) / 3.3,
+    "pow_scalar": lambda a, b: a.abs() ** 0.7 + 0.2 ** b,
+    "full_like": lambda a, b: torch.full_like(a, 0.1) + b,
+    "huge_scalar": lambda a, b: a * 1e300 / 3e299,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_SCALAR_OPS))
+def test_float64_python_scalars_keep_float64(name, device, check):
+    # Triton read a float literal as float32 where no float64 operand met it (lerp's weight 0.3
+    # in an expression of literals only): off by 1e-8.
+    a = torch.randn(64, dtype=torch.float64, device=device)
+    b = torch.randn(64, dtype=torch.float64, device=device)
+    check(FLOAT64_SCALAR_OPS[name], a, b, atol=1e-15, rtol=1e-13)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import struct
 
 import sympy
 import torch
@@ -661,8 +663,11 @@ class TritonOps:
     def __init__(self, kernel: TritonKernel):
         self.k = kernel
 
-    @staticmethod
-    def _const(text: str, dtype: torch.dtype) -> CSEVar:
+    def _const(self, text: str, dtype: torch.dtype) -> CSEVar:
+        if dtype == torch.float64 and not _exact_in_float32(_literal_value(text)):
+            # Triton makes a Python float a float32 where no float64 operand meets it, as in an
+            # expression of literals only (lerp's weight 0.3 was rounded): spelled as a float64.
+            return self.k.emit(f"tl.full([], {text}, tl.float64)", dtype, 0)
         return CSEVar(text, dtype, 0)
 
     def _operand(self, v: CSEVar) -> str:
@@ -822,6 +827,16 @@ def _is_literal(text: str) -> bool:
         _literal_value(text)
         return True
     except (ValueError, SyntaxError, NameError):
+        return False
+
+
+def _exact_in_float32(value) -> bool:
+    value = float(value)
+    if not math.isfinite(value):
+        return True
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] == value
+    except OverflowError:  # past float32's range
         return False
 
 
