@@ -178,3 +178,29 @@ INTEGER_REDUCTIONS = {
 def test_integer_and_bool_reductions_give_eagers_dtype(name, dtype, device, check):
     # any/all of uint8 give uint8 in eager (a legacy rule); smelt built bool and refused the graph.
     check(INTEGER_REDUCTIONS[name], torch.randint(0, 3, (4, 5), device=device).to(dtype))
+
+
+# An input expanded to size 0 has a null data_ptr() though its storage is real, and its reads
+# fold to a fixed address or one per row. Halide took the null pointer for a bounds query (the
+# kernel ran nothing and returned success: prod over the empty rows gave garbage); Triton loaded
+# from it unmasked (the interpreter died).
+EXPANDED_EMPTY_SOURCES = {
+    "one_element": ((1, 1, 1), (0, 1, 1), 0),
+    "per_row": ((3, 1), (3, 0), 1),
+    "one_column": ((1, 1), (3, 0), 1),
+    "per_row_inner": ((3, 1, 2), (3, 0, 2), 1),
+}
+EMPTY_ROW_REDUCTIONS = {
+    "sum": lambda a, d: a.sum(d), "prod": lambda a, d: a.prod(d), "softmax": lambda a, d: torch.softmax(a, d),
+    "cumsum": lambda a, d: a.cumsum(d), "var": lambda a, d: a.var(d), "mean_of_scaled": lambda a, d: (a * 2).mean(d),
+}
+
+
+@pytest.mark.parametrize("source", sorted(EXPANDED_EMPTY_SOURCES))
+@pytest.mark.parametrize("name", sorted(EMPTY_ROW_REDUCTIONS))
+def test_reductions_over_an_input_expanded_to_size_0(source, name, device, check):
+    size, expanded, dim = EXPANDED_EMPTY_SOURCES[source]
+    x = torch.randn(size, device=device).expand(expanded)
+    check(lambda a: EMPTY_ROW_REDUCTIONS[name](a, dim), x)
+    if name in ("sum", "prod"):
+        check(lambda a: EMPTY_ROW_REDUCTIONS[name](a, dim), x.to(torch.int8))

@@ -244,3 +244,20 @@ def test_embedding_training_step_grads_match(device, compile_fn, assert_close, o
         assert_close(p.grad, p_ref.grad, atol=1e-5, rtol=1e-5)
     fallbacks = [op for g in observe.compiled_graphs() for op in g.fallback_ops]
     assert not any("index_put" in op or "embedding" in op for op in fallbacks), fallbacks
+
+
+def test_index_put_into_an_empty_tensor_and_its_gradient(device, compile_fn, assert_close):
+    # The backward sums the gradient at the (no) indices: its rows are empty, and the index it
+    # reads per row was checked against a size of 0 (and read from an empty buffer) all the same.
+    def fn(x, idx, v):
+        y = x.clone()
+        y.index_put_((idx,), v)
+        return y
+    x = torch.randn(0, 1, 2, device=device)
+    idx = torch.zeros(0, dtype=torch.int64, device=device)
+    v = torch.randn(1, device=device, requires_grad=True)
+    out = compile_fn(fn)(x, idx, v)
+    assert_close(out, fn(x, idx, v))
+    (actual,) = torch.autograd.grad(out.sum() + v.sum() * 0, v)
+    (expected,) = torch.autograd.grad(fn(x, idx, v).sum() + v.sum() * 0, v)
+    assert_close(actual, expected)

@@ -223,6 +223,13 @@ class TritonKernel:
                 rank = mask_rank
                 mask = self.mask_for(rank)  # with xmask: a piece's mask may hold past the last x
                 address = f"tl.broadcast_to({address}, ({mask}).shape)"
+        if self.reads_rows_without_r(rank):
+            # A value per (x, r) read without rindex: with empty rows its buffer may be empty (an
+            # expand to size 0, whose pointer is null) and no lane wants the value. (Beside a
+            # block mask the test is a block too: the interpreter's scalar comparison is a Python
+            # bool, which `&` with a block makes an int32 mask.)
+            rows = "(xindex * 0 < rnumel)" if rank else "(rnumel > 0)"
+            mask = f"{mask} & {rows}" if mask else rows
         text = f"tl.load({address}"
         if mask:
             text += f", {mask}, other={literal(0, dtype)}"
@@ -288,6 +295,19 @@ class TritonKernel:
 
     def cast(self, value: str, src: torch.dtype, dst: torch.dtype) -> str:
         return cast_text(value, src, dst, self.interpret)
+
+    def reads_rows_without_r(self, rank: int) -> bool:
+        """Whether the member being printed uses a value of `rank` < 2 per (x, r) in a kernel whose
+        rows may be empty: then no lane may want it, and its buffer may be empty."""
+        reader = self.current[-1] if self.current else None
+        return rank < 2 and reader is not None and self.plan.placement[reader.name] != "x" and \
+            self.rows_may_be_empty()
+
+    def rows_may_be_empty(self) -> bool:
+        if not self.plan.blocks_2d:
+            return False
+        rn = self.plan.static_sizes()[1]
+        return rn is None or rn == 0
 
     def index_block(self, index: sympy.Expr, rank: int) -> str:
         """index's text as a block of `rank`, for a store's pointers."""
@@ -729,7 +749,11 @@ class TritonOps:
         # Negative indices count from the end, as in eager.
         k.body.writeline(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})")
         bounds = f"(0 <= {symbol}) & ({symbol} < {size_text})"
-        check = f'{bounds}{" | ~(" + mask + ")" if mask else ""}, "index out of bounds: not in [0, {size_text})"'
+        if mask:
+            bounds += f" | ~({mask})"
+        if k.reads_rows_without_r(value.rank):  # an index read for empty rows may be anything
+            bounds += " | (rnumel <= 0)"
+        check = f'{bounds}, "index out of bounds: not in [0, {size_text})"'
         if k.interpret:
             # The interpreter drops tl.device_assert: its own check raises (interpreter_libdevice.py).
             k.body.writeline(f"libdevice.check_index({check})")

@@ -17,7 +17,7 @@ import torch
 from ..codegen.halide_ops import HALIDE_TYPE_CODE
 from .halide_compile import load_source
 from .halide_cuda_compile import kernel_library, runtime_library
-from .halide_launcher import HalideLauncher, HalideLaunchError, input_extent, storage_extent
+from .halide_launcher import HalideLauncher, HalideLaunchError, described_extent, describes_empty, storage_extent
 
 # bfloat16 travels as its 16 bits (halide_gpu_schedule.py): Halide checks the buffer's type.
 _TYPE_CODE = {**HALIDE_TYPE_CODE, torch.bfloat16: (1, 16)}
@@ -107,10 +107,11 @@ class HalideCudaLauncher(HalideLauncher):
         buffer = self.buffers[k]
         buffer.type.code, buffer.type.bits = _TYPE_CODE[tensor.dtype]
         buffer.host = None
-        buffer.device = tensor.data_ptr() if extent > 0 else _placeholder(self.device)
+        empty = describes_empty(tensor, extent)
+        buffer.device = _placeholder(self.device) if empty else tensor.data_ptr()
         buffer.device_interface = self.interface
         buffer.flags = 0  # Halide marks outputs device-dirty: cleared, or a later call would copy to a null host
-        self.dims[k].extent = input_extent(k, self.num_inputs, extent)
+        self.dims[k].extent = described_extent(k, self.num_inputs, empty, extent)
 
     def __repr__(self):
         return f"<Halide CUDA kernel {self.name} from {self.path}>"

@@ -62,16 +62,24 @@ def _install_error_handler(runtime_path: str) -> None:
     _runtimes[runtime_path] = lib
 
 
-# A non-null address for an empty tensor: a null host pointer would make the call a bounds query.
+# The address given for an empty tensor: its data_ptr() is null (even a view of a real storage,
+# as an expand to size 0), and a null host pointer makes the call a bounds query that computes
+# nothing and returns success.
 _EMPTY = ctypes.c_uint64(0)
 
 
-def input_extent(k: int, num_inputs: int, extent: int) -> int:
-    """The extent a buffer is described with. An empty input is read only in lanes a mask discards
+def describes_empty(tensor: torch.Tensor, extent: int) -> bool:
+    """Whether the placeholder stands in for the tensor's memory: it has no element to read."""
+    return tensor.numel() == 0 or extent <= 0
+
+
+def described_extent(k: int, num_inputs: int, empty: bool, extent: int) -> int:
+    """The extent buffer k is described with. An empty input is read only in lanes a mask discards
     (a cat's empty piece, a pad of an empty tensor), but Halide's bounds check still wants the
-    clamped address those lanes load from inside the buffer: it is described as one element (of a
-    placeholder: the address given for an empty tensor)."""
-    return 1 if k < num_inputs and extent <= 0 else max(extent, 0)
+    clamped address those lanes load from inside the buffer: it is one element of the placeholder."""
+    if empty:
+        return 1 if k < num_inputs else 0
+    return extent
 
 
 def storage_extent(kernel: str, tensor: torch.Tensor) -> int:
@@ -159,8 +167,9 @@ class HalideLauncher:
         buffer = self.buffers[k]
         code, bits = HALIDE_TYPE_CODE[tensor.dtype]
         buffer.type.code, buffer.type.bits = code, bits
-        buffer.host = tensor.data_ptr() if extent > 0 else ctypes.addressof(_EMPTY)
-        self.dims[k].extent = input_extent(k, self.num_inputs, extent)
+        empty = describes_empty(tensor, extent)
+        buffer.host = ctypes.addressof(_EMPTY) if empty else tensor.data_ptr()
+        self.dims[k].extent = described_extent(k, self.num_inputs, empty, extent)
 
     def __repr__(self):
         return f"<Halide kernel {self.name} from {self.path}>"
