@@ -112,9 +112,11 @@ SETTINGS: dict[str, Setting] = {
     # Read once, by `import smelt` (preload.py).
     "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
     "SMELT_GUARD_PROFILE": Setting(parse_bool, False, _BOOL),
+    # Read by the fuzzer (smelt/tools/fuzz) to name the commit of a tree copied without git.
+    "SMELT_COMMIT": Setting(lambda name, raw: raw.strip(), None, "a commit name"),
 }
 # Read by smelt's tests and benchmarks, not by smelt: known, so not warned about.
-OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_COMMIT")
+OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_MODEL_SUITE")
 
 
 def setting(name: str) -> Any:

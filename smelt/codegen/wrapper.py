@@ -159,7 +159,7 @@ class WrapperCodegen:
         if isinstance(buffer, MultiOutput):
             out.writeline(f"{buffer.name} = {buffer.parent.name}{''.join(f'[{i}]' for i in buffer.path)}")
             self.bind_unbacked(out, buffer)
-            self.check_planned_layout(out, buffer, buffer.parent.op)
+            self.check_planned_layout(out, buffer, getattr(buffer.parent, "op", type(buffer.parent).__name__))
             return
         if isinstance(buffer, DynamicScalar):
             out.writeline(f"{buffer.symbol} = {self.literal(buffer.source)}.item()")

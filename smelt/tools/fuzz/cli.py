@@ -34,8 +34,9 @@ def backend_name(device: str) -> str:
 
 
 def _commit() -> str:
-    if os.environ.get("SMELT_COMMIT"):  # a copy of the tree without its git folder
-        return os.environ["SMELT_COMMIT"]
+    from smelt.config import setting
+    if setting("SMELT_COMMIT"):  # a copy of the tree without its git folder
+        return setting("SMELT_COMMIT")
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "?"
