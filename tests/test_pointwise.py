@@ -301,3 +301,15 @@ def test_float64_python_scalars_keep_float64(name, device, check):
     a = torch.randn(64, dtype=torch.float64, device=device)
     b = torch.randn(64, dtype=torch.float64, device=device)
     check(FLOAT64_SCALAR_OPS[name], a, b, atol=1e-15, rtol=1e-13)
+
+
+CONSTANT_OPERAND_OPS = ["round", "exp", "log", "sqrt", "sin", "erf", "floor", "tanh", "sigmoid", "abs", "trunc",
+                        "lgamma", "expm1", "log1p", "rsqrt", "atan", "erfinv"]
+
+
+@pytest.mark.parametrize("name", CONSTANT_OPERAND_OPS)
+def test_unary_op_of_a_constant(name, device, check):
+    # The operand folds to a literal: Triton's interpreter refused libdevice.nearbyint(1.0) (a
+    # round of a tensor filled with 1, in a combo kernel of in-place copies).
+    op = getattr(torch, name)
+    check(lambda x: op(torch.full_like(x, 0.75)) + x * 0, torch.randn(5, device=device))

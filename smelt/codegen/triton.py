@@ -809,7 +809,10 @@ class TritonOps:
             if template is None:
                 raise NotImplementedError(f"smelt: op {name} on {x.dtype} has no Triton form")
             dtype = torch.bool if name in PREDICATE_OPS else x.dtype
-            return self.k.emit(template.format(self._operand(x)), dtype, rank)
+            operand = self._operand(x)
+            if _is_literal(x.name):  # libdevice calls take tensors (the interpreter's nearbyint(1.0) raised)
+                operand = f"tl.full([], {x.name}, {triton_type(register_dtype(x.dtype))})"
+            return self.k.emit(template.format(operand), dtype, rank)
         a, b = args
         dtype = torch.promote_types(a.dtype, b.dtype)
         if name in ("logical_and", "logical_or", "logical_xor"):
