@@ -118,10 +118,8 @@ HALIDE, TRITON = "cpu/halide", "cpu/triton"
 # Programs of the fixed seed that fail by a known, not yet fixed bug (/tmp/fuzz_findings.md): left out
 # of the run below, each checked by its own strict xfail under the backends it fails on (it must pass
 # elsewhere). index -> (backends it fails on, kills the process, reason)
-KNOWN_FAILURES = {
-    17: ((TRITON,), False, "Triton combo kernel of in-place copies on a 1x1 input: InterpreterError StopIteration"),
-    86: ((TRITON,), True, "Triton's interpreter segfaults on an empty cat piece's gradient (an unmasked load)"),
-}
+# (17: a literal-only libdevice call, 46ccef4; 86: an empty-row read, cd5327a: both fixed.)
+KNOWN_FAILURES: dict[int, tuple] = {}
 
 
 def test_fixed_seed_programs_pass(device):
