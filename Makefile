@@ -26,9 +26,11 @@ endif
 demo: setup
 	$(PY) -m smelt demo
 
+# Two pytest workers: the suite is compile-bound, one process per core (CI has 2).
+TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest -q tests --ignore=tests/gpu
-	SMELT_CPU_BACKEND=triton $(PY) -m pytest -q tests --ignore=tests/gpu
+	$(PY) -m pytest -q -n $(TEST_JOBS) tests --ignore=tests/gpu
+	SMELT_CPU_BACKEND=triton $(PY) -m pytest -q -n $(TEST_JOBS) tests --ignore=tests/gpu
 
 test-gpu:
 	scripts/gpu_check
