@@ -388,9 +388,12 @@ def norm(b: Builder) -> bool:
         training = choice == 3
         mean = b.new_input((c,), t.dtype, layout="contiguous", grad=False)  # written in training
         var = b.new_input((c,), t.dtype, kind="positive", layout="contiguous", grad=False)
-        # eager's CPU batch_norm backward reads past a stride-0 weight (torch 2.13): weights are never expanded
+        # eager's CPU batch_norm backward misreads a weight that is not contiguous (torch 2.13: a stride-0
+        # weight reads past it, a stride-2 one gives grad_input from the wrong elements), so weights are
+        # contiguous. The layout is still drawn, so that a seed gives the programs it gave before.
+        b.r.choice(("contiguous", "strided"))
         return b.emit("norm", "{out} = F.batch_norm({a}, {m}, {v}, {w}, {bias}, training=%s, momentum=0.2)" % training,
-                      a=a, m=mean, v=var, w=b.new_input((c,), t.dtype, layout=b.r.choice(("contiguous", "strided"))),
+                      a=a, m=mean, v=var, w=b.new_input((c,), t.dtype, layout="contiguous"),
                       bias=b.new_input((c,), t.dtype, layout="contiguous"))
     if choice == 4:
         return b.emit("norm", "{out} = {a} * torch.rsqrt({a}.pow(2).mean(-1, keepdim=True) + 1e-6) * {w}", a=a,
