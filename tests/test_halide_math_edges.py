@@ -154,3 +154,14 @@ def test_float64_logs_of_subnormals(device, compile_fn, assert_close):
     for f in (torch.log, torch.log2, torch.log10, torch.log1p):
         torch._dynamo.reset()
         assert_close(compile_fn(f)(x), f(x), atol=1e-12, rtol=1e-13)
+
+
+def test_softmax_over_one_element_of_a_gathered_value(device, compile_fn, assert_close):
+    """A row of one element read through an index (found by the fuzzer): the softmax's stored exp is
+    a function of (r, x), and the output over x alone must read it at r = 0."""
+    def f(x, i):
+        return torch.softmax(torch.index_select(x, 0, i), 0, dtype=torch.float32), torch.softmax(x[i] * 2, -1)
+
+    x = torch.randn(1, device=device)
+    i = torch.zeros(1, dtype=torch.long, device=device)
+    assert_close(compile_fn(f)(x, i), f(x, i))

@@ -295,6 +295,11 @@ class HalideKernel:
             value = self.reduction(node, value)
         else:
             value = ops.to_dtype(value, node.data.dtype)
+            if placement != "xr" and value.rank == 2:
+                # A member over x alone reading a value stored per (r, x): only where a row is one
+                # element (a softmax over a dim of size 1 reading its stored exp), so r is 0.
+                rows = self.as_func(self.fresh(f"{node.name}_row"), value, 2)
+                value = CSEVar(rows.name.replace("[r, x]", "[0, x]"), value.dtype, 1)
             value = self.as_func(node.name, value, 2 if placement == "xr" else 1)
         self.node_values[node.name] = value
         return value
