@@ -313,3 +313,15 @@ def test_unary_op_of_a_constant(name, device, check):
     # round of a tensor filled with 1, in a combo kernel of in-place copies).
     op = getattr(torch, name)
     check(lambda x: op(torch.full_like(x, 0.75)) + x * 0, torch.randn(5, device=device))
+
+
+def test_int64_constants_keep_int64_in_kernels(check):
+    """A masked_fill of an int64 tensor whose values are constants only (found by the fuzzer):
+    Triton read tl.where(c, -1, 0) as int32, and the max reduction over it failed on int64's
+    -2**63; a constant past int32 must also stay exact."""
+    def f(x, m):
+        v = torch.zeros(2, 3, dtype=torch.int64).masked_fill(m > 0, -1)
+        w = torch.full((2, 3), 2 ** 40, dtype=torch.int64).masked_fill(m > 0, 3)
+        return v.amax((0, 1), keepdim=True), w.sum(), (x.argmax() + 2 ** 35)
+
+    check(f, torch.randn(4), torch.randn(2, 3))

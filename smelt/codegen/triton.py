@@ -358,7 +358,13 @@ class TritonKernel:
         mask = self.mask_for(2)
         if not mask:
             return value.name
-        return f"tl.where({mask}, {value}, {literal(fill, register_dtype(value.dtype))})"
+        dtype = register_dtype(value.dtype)
+        fill_text = literal(fill, dtype)
+        if not dtype.is_floating_point and dtype != torch.bool and not -2 ** 31 <= int(fill_text) < 2 ** 31:
+            # A value made of int literals alone is an int32 in Triton (tl.where(c, -1, 0) of an
+            # int64 masked_fill): a bare -2**63 next to it does not fit. Typed, it widens the value.
+            fill_text = f"tl.full([], {fill_text}, {triton_type(dtype)})"
+        return f"tl.where({mask}, {value}, {fill_text})"
 
     def _combine_name(self, rtype: str, dtype: torch.dtype) -> str:
         if rtype == "sum":
@@ -688,6 +694,10 @@ class TritonOps:
             # Triton makes a Python float a float32 where no float64 operand meets it, as in an
             # expression of literals only (lerp's weight 0.3 was rounded): spelled as a float64.
             return self.k.emit(f"tl.full([], {text}, tl.float64)", dtype, 0)
+        if dtype in (torch.int64, torch.uint32, torch.uint64) and not -2 ** 31 <= int(text) < 2 ** 31:
+            # Likewise an int past int32 meeting a value Triton holds as int32 (an argmax's index,
+            # an expression of small literals) is refused: spelled with its type, it widens them.
+            return self.k.emit(f"tl.full([], {text}, {triton_type(dtype)})", dtype, 0)
         return CSEVar(text, dtype, 0)
 
     def _operand(self, v: CSEVar) -> str:
