@@ -45,7 +45,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     graph_id = next(_graph_ids)
     if cfg.gemm_epilogues:
         fuse_gemm_epilogues(gm)
-    graph = lower_graph(gm)
+    graph = lower_graph(gm, cfg)
     sched = make_schedule(graph)
 
     def is_triton(step) -> bool:

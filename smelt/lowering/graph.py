@@ -39,8 +39,9 @@ class OutputSpec:
 class IRGraph:
     """The IR of one FX graph, built in program order by `lower_graph`."""
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, config=None):
         self.gm = gm
+        self.config = config  # the settings it is compiled under (which backend takes each device)
         self.buffers: list[Buffer] = []
         self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
         self.constants: dict[str, ConstantBuffer] = {}
@@ -177,8 +178,8 @@ def _is_symbolic_scalar(val) -> bool:
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def lower_graph(gm: torch.fx.GraphModule) -> IRGraph:
-    graph = IRGraph(gm)
+def lower_graph(gm: torch.fx.GraphModule, config=None) -> IRGraph:
+    graph = IRGraph(gm, config)
     env: dict[torch.fx.Node, Any] = {}
 
     def lookup_env(a):

@@ -41,11 +41,8 @@ def _storage_elements(v: torch.Tensor) -> int:
 
 
 def _backend(graph, device: torch.device) -> str | None:
-    backends = graph.__dict__.setdefault("_kernel_backends", {})
-    if device.type not in backends:
-        from ..config import Config
-        try:
-            backends[device.type] = Config().backend_for(device.type)
-        except ValueError:
-            backends[device.type] = None
-    return backends[device.type]
+    from ..config import current
+    try:
+        return (graph.config or current()).backend_for(device.type)
+    except ValueError:  # a device no backend takes (meta)
+        return None
