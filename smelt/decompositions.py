@@ -7,6 +7,7 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 aten = torch.ops.aten
 
@@ -45,7 +46,24 @@ def decomposition_table() -> dict:
     table[aten._foreach_norm.Scalar] = _foreach_norm
     for op in _STATISTICS_IN_FLOAT64_ON_CPU:
         table[op] = _float64_on_cpu(table[op])
+    for op, inplace in ((aten.index_add.default, False), (aten.index_add_.default, True)):
+        table[op] = _index_add_into_empty(table[op], inplace)
     return table
+
+
+def _index_add_into_empty(decomposition, inplace: bool):
+    """ATen's CPU index_add returns a destination of two or more dims that has no elements as it is,
+    without reading the indices (which can then only be out of bounds). The decomposition is an
+    index_put, which checks them as eager's index_put does, so its scatter kernel raised 'index out
+    of bounds' where eager returns the empty tensor (found by the fuzzer). A 1-D empty destination
+    still raises, as in eager. Sizes 0 are never symbolic (Dynamo specializes them), so this is
+    decided at trace time; an unbacked size is taken as non-empty, and its scatter checks the
+    indices."""
+    def run(x, dim, index, source, **kwargs):
+        if x.ndim > 1 and guard_or_false(x.numel() == 0):
+            return x if inplace else x.clone(memory_format=torch.contiguous_format)
+        return decomposition(x, dim, index, source, **kwargs)
+    return run
 
 
 # Batch norm's statistics and its backward's sums: ATen's CPU kernels accumulate float32 in

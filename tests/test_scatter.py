@@ -160,6 +160,48 @@ def test_index_add_copy_fill(device, lowered):
     lowered(lambda x, i, s: x.index_copy(1, i, s), x, unique, src)
 
 
+@pytest.mark.parametrize("shape, dim", [((0, 5, 5), 0), ((8, 0), 1)])
+@pytest.mark.parametrize("inplace", [False, True], ids=["index_add", "index_add_"])
+def test_index_add_into_an_empty_destination(device, check, shape, dim, inplace):
+    # ATen's index_add leaves a destination of 2+ dims without elements as it is, without reading
+    # the indices; the decomposition's index_put checked them against the size 0 and its scatter
+    # kernel raised (found by the fuzzer). A 1-D one raises in eager, and must in smelt too.
+    src_shape = list(shape)
+    src_shape[dim] = 1
+    x, src = torch.randn(shape, device=device), torch.randn(src_shape, device=device)
+    idx = torch.tensor([0], device=device)
+    if inplace:
+        check(lambda x, i, s: x.clone().index_add_(dim, i, s) * 2, x, idx, src)
+    else:
+        check(lambda x, i, s: x.index_add(dim, i, s, alpha=2), x, idx, src)
+
+
+@pytest.mark.parametrize("op", ["index_add", "index_put", "index_put_accumulate", "scatter", "scatter_add",
+                                "index_copy", "index_fill", "setitem"])
+def test_writes_into_an_empty_destination_raise_where_eager_does(device, compile_fn, op):
+    # A kernel over a non-empty source whose destination has no elements: every index it stores
+    # at is out of bounds, and eager raises (index_add only for a 1-D destination): so must smelt.
+    def fn(x, i, s):
+        if op == "index_add":
+            return x.index_add(0, i, s)
+        if op.startswith("index_put"):
+            return x.index_put((i,), s, accumulate=op.endswith("accumulate"))
+        if op in ("scatter", "scatter_add"):
+            return getattr(x, op)(0, i, s)
+        if op == "index_copy":
+            return x.index_copy(0, i, s)
+        if op == "index_fill":
+            return x.index_fill(0, i, 1.0)
+        y = x.clone()
+        y[i] = s
+        return y
+    x, i, s = torch.randn(0, device=device), torch.tensor([0], device=device), torch.randn(1, device=device)
+    with pytest.raises(Exception):
+        fn(x, i, s)
+    with pytest.raises(Exception):
+        compile_fn(fn)(x, i, s)
+
+
 def test_scatter_values_computed_in_scatter_kernel(device, lowered, kernel_count, observe):
     x = torch.randn(10, 8, device=device)
     idx = torch.tensor([9, 2, 2, 0], device=device)
