@@ -147,3 +147,40 @@ def test_batch_norm_training_keeps_eagers_precision(device, compile_fn):
 
     assert_accurate(run(compile_fn(f), torch.float32), run(f, torch.float32), run(f, torch.float64),
                     what="(y, grad x, grad w, grad b, running mean, running var)")
+
+
+def test_group_norm_of_one_element_groups_keeps_float64s_precision(device, compile_fn):
+    """A group of one element has variance 0 and rstd 1/sqrt(eps) = 316: written as
+    x * (rstd * w) + (b - mean * rstd * w) (ATen's CPU formula, in torch's decomposition) the
+    products near 1e3 cancel and keep a rounding of 6e-5 where the result is b exactly; eager
+    fuses them (one rounding less), smelt did not, and a batch_norm's running mean over it came
+    out 2.5x eager's error (found by the fuzzer). As (x - mean) * rstd * w + b it is b exactly."""
+    import torch.nn.functional as F
+    from smelt.tools.accuracy import assert_accurate
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 1, 1, device=device)
+    w, b = torch.randn(2, device=device) * 2, torch.randn(2, device=device)
+    out = compile_fn(lambda x, w, b: F.group_norm(x, 2, w, b))(x, w, b)
+    assert torch.equal(out, b.view(1, 2, 1, 1).expand(3, 2, 1, 1))
+
+    # The fuzzer's program: the batch_norm's running mean after the call.
+    def f(x, w, b, mean, var, w2, b2):
+        return F.batch_norm(F.group_norm(x, 2, w, b), mean, var, w2, b2, training=True, momentum=0.2)
+
+    def run(fn, dtype):
+        stats = torch.randn(2, device=device), torch.rand(2, device=device) + 0.5
+        args = [t.to(dtype) for t in (x, w, b, *stats, torch.randn(2, device=device), torch.randn(2, device=device))]
+        return fn(*args), args[3], args[4]
+
+    torch.manual_seed(1)
+    compiled = run(compile_fn(f), torch.float32)
+    torch.manual_seed(1)
+    eager = run(f, torch.float32)
+    torch.manual_seed(1)
+    assert_accurate(compiled, eager, run(f, torch.float64), what="(y, running mean, running var)")
+    # Groups whose mean is far from 0 lose no more than eager's.
+    x = torch.randn(4, 8, 3, 3, device=device) * 1e-2 + 100
+    w, b = torch.randn(8, device=device), torch.randn(8, device=device)
+    g = lambda x, w, b: F.group_norm(x, 4, w, b)  # noqa: E731
+    assert_accurate(compile_fn(g)(x, w, b), g(x, w, b), g(x.double(), w.double(), b.double()))
