@@ -24,6 +24,8 @@ _EXTRA = [
 _LOWERED_INSTEAD = [
     aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d, aten.replication_pad1d,
     aten.replication_pad2d, aten.replication_pad3d, aten.roll,
+    # Its decomposition is x * sigmoid(x), which rounds twice: the lowering is eager's x / (1 + exp(-x)).
+    aten.silu,
 ]
 
 # Core decompositions that are wrong for a training graph, so the op stays one ATen call.

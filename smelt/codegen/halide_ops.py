@@ -69,7 +69,7 @@ FLOAT_UNARY = {
     "acosh": "hl.acosh({0})", "atanh": "hl.atanh({0})", "erf": "erf({0})", "erfc": "erfc({0})",
     "floor": "hl.floor({0})", "ceil": "hl.ceil({0})", "trunc": "hl.trunc({0})", "round": "hl.round({0})",
     "abs": "hl.abs({0})", "reciprocal": "1 / {0}", "rsqrt": "1 / hl.sqrt({0})",
-    "sigmoid": "sigmoid({0}, {at})", "exp2": "exp({0} * hl.cast({t}, hl.f64(0.6931471805599453)))",
+    "sigmoid": "sigmoid({0}, {at})", "exp2": "exp2({0})",
     "log2": "log({0}) * hl.cast({t}, hl.f64(1.4426950408889634))",
     "log10": "log({0}) * hl.cast({t}, hl.f64(0.4342944819032518))",
     # Exact near 0 where exp(x) - 1 and log(1 + x) lose their digits (Kahan's trick: the rounding

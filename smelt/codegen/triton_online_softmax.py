@@ -12,7 +12,7 @@ scripts/reduction_variants.py).
 from __future__ import annotations
 
 from .common import CSEVar
-from .triton_ops import literal, register_dtype, triton_type
+from .triton_ops import EXP, literal, register_dtype, triton_type
 
 _SUM = "tl.standard._sum_combine"
 
@@ -29,7 +29,7 @@ def reduce_persistent(kernel, value: CSEVar) -> tuple[CSEVar, CSEVar]:
     row_max = kernel._extreme_of("max", lanes, dtype)
     # Printed as the ops printer prints them, so the output's own exp(v - m) reuses these.
     shifted = kernel.emit(f"{value} - {row_max}", dtype, 2)
-    terms = kernel.emit(f"tl.exp({shifted})", dtype, 2)
+    terms = kernel.emit(EXP.format(shifted), dtype, 2)
     row_sum = kernel.emit(f"tl.reduce({_masked(kernel, terms, 0)}, 1, {_SUM})[:, None]", dtype, 1)
     return row_max, row_sum
 
@@ -49,7 +49,8 @@ def reduce_looped(kernel, value: CSEVar) -> tuple[CSEVar, CSEVar]:
     # Until the row has seen a finite value its max is -inf, and v - max would be -inf - -inf = NaN:
     # measured from 0 instead, every exp is exp(-inf) = 0 and the sum stays 0.
     base = kernel.emit(f'tl.where({new_max} == float("-inf"), {literal(0, dtype)}, {new_max})', dtype, 1)
-    kernel.body.writeline(f"{lane_sum} = {lane_sum} * tl.exp({row_max} - {base}) + tl.exp({lanes} - {base})")
+    rescale, term = EXP.format(f"{row_max} - {base}"), EXP.format(f"{lanes} - {base}")
+    kernel.body.writeline(f"{lane_sum} = {lane_sum} * {rescale} + {term}")
     kernel.body.writeline(f"{row_max} = {new_max}")
 
     loop_body, kernel.body = kernel.body, kernel.loop_epilogue

@@ -24,7 +24,7 @@ import torch
 
 from ..symbolic import next_power_of_2
 from .common import CSEVar
-from .triton_ops import register_dtype
+from .triton_ops import EXP, register_dtype
 
 # A chunk per program: 8192 float32 values are 32 registers a thread at 8 warps.
 CHUNK = 8192
@@ -102,7 +102,8 @@ class RowSplit:
             maxes, sums = load(bases[0], 'float("-inf")'), load(bases[1], "0.0")
             row_max = k.emit(f"tl.reduce({maxes}, 1, {k._combine_name('max', dtype)})[:, None]", dtype, 1)
             # A chunk of only -inf holds (-inf, NaN): it adds nothing.
-            terms = k.emit(f'tl.where({maxes} == float("-inf"), 0.0, {sums} * tl.exp({maxes} - {row_max}))', dtype, 2)
+            rescale = EXP.format(f"{maxes} - {row_max}")
+            terms = k.emit(f'tl.where({maxes} == float("-inf"), 0.0, {sums} * {rescale})', dtype, 2)
             total = k.emit(f"tl.sum({terms}, 1)[:, None]", dtype, 1)
             return row_max, k.emit(f'tl.where({row_max} == float("-inf"), float("nan"), {total})', dtype, 1)
         (base,) = bases
