@@ -408,3 +408,51 @@ def test_triton_exp_is_libdevices(device, observe):
     sources = "\n".join(src for g in observe.compiled_graphs() for src in g.kernel_sources.values())
     assert "libdevice.exp(" in sources
     assert "tl.exp(" not in sources
+
+
+# Python numbers against half-float tensors, as ATen's CPU kernels read them: converted to the
+# tensor's dtype (TensorIterator converts every input to the common dtype), except in mul and
+# div, which read the number as it is, in float32. smelt computed with the number as it is.
+HALF_SCALAR_OPS = {
+    # eager: clamp_min(norm, 1e-12) is 0 in float16, so a zero column divides 0 by 0 (fuzzer Triton #5)
+    "normalize_padded": lambda x: F.normalize(F.pad(x, (1, 2)), dim=0),
+    "eq": lambda x: x == 0.1,
+    "gt": lambda x: x > 0.1,
+    "le_int": lambda x: x <= 2049,
+    "hardshrink": lambda x: F.hardshrink(x, 0.1),
+    "add": lambda x: x + 0.1,
+    "sub_alpha": lambda x: torch.sub(x, x * 2, alpha=0.1),
+    "rsub": lambda x: 0.1 - x,
+    "remainder": lambda x: torch.remainder(x, 0.1),
+    "fmod": lambda x: torch.fmod(x, 0.1),
+    "pow": lambda x: x.abs() ** 0.3,
+    "rpow": lambda x: 0.3 ** x,
+    "where_fused": lambda x: torch.where(x > 0, x, 0.1) * 3,
+    "masked_fill_fused": lambda x: x.masked_fill(x > 0, 0.1) * 3,
+    "full_like_fused": lambda x: torch.full_like(x, 0.1) * 3,
+    "clamp_fused": lambda x: torch.clamp(x, -0.1, 0.1) * 3,
+    # and where the number stays as it is
+    "mul": lambda x: x * 0.1,
+    "div": lambda x: x / 0.1,
+    "mul_0d_tensor": lambda x: x * torch.tensor(0.1),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(HALF_SCALAR_OPS))
+def test_python_numbers_against_half_floats(name, dtype, device, check):
+    x = (torch.randn(256, device=device) * 2).to(dtype)
+    # the dtype's neighbours of 0.1 and of 2049, zeros of both signs
+    x[:8] = torch.tensor([0.1, -0.1, 0.10009765625, 0.0999755859375, 2048.0, 2050.0, 0.0, -0.0]).to(dtype)
+    if name == "normalize_padded":
+        x = x[:6].reshape(2, 3)
+    check(HALF_SCALAR_OPS[name], x, atol=0, rtol=0)
+
+
+def test_triton_constant_cast_to_a_half_float_rounds(device, check):
+    # Triton's cast of a literal to a half float kept the float32 digits: 0.1 stayed 0.1, not
+    # float16's 0.0999755859375, where a later op read it in float32.
+    x = torch.zeros(8, device=device)
+    check(lambda x: (x + torch.full((8,), 0.1, device=x.device).half().float(),
+                     x + torch.full((8,), 0.1, device=x.device).bfloat16().float()), x, atol=0, rtol=0)

@@ -730,7 +730,12 @@ class TritonOps:
         if x.dtype == dtype:
             return x
         if x.rank == 0 and _is_literal(x.name):
-            return self._const(literal(_literal_value(x.name), dtype), dtype)
+            value = _literal_value(x.name)
+            if dtype in (torch.float16, torch.bfloat16):
+                # Rounded as eager converts: a half float's literal is printed in float32, which
+                # would keep every digit (torch.tensor(0.1).half() read 0.1, not 0.0999755859375).
+                value = torch.tensor(value, dtype=x.dtype).to(dtype).item()
+            return self._const(literal(value, dtype), dtype)
         if dtype == torch.bool:
             return self.k.emit(f"{self._operand(x)} != 0", dtype, x.rank)
         src, dst = register_dtype(x.dtype), register_dtype(dtype)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import ops
-from .common import make_pointwise
+from .common import in_dtype, make_pointwise, scalar_operand_dtypes
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -62,6 +62,8 @@ def floor_divide(g, a, b):
 @lowering(aten.remainder)
 def remainder(g, a, b):
     dtype = g.out_meta.dtype
+    if g.out_meta.device.type == "cpu":  # as ATen's CPU kernel reads a number operand
+        a, b = in_dtype(a, dtype), in_dtype(b, dtype)
     if dtype.is_floating_point:
         return make_pointwise(g, [a, b], lambda x, y: float_remainder(x, y, dtype))
     return make_pointwise(g, [a, b], ops.remainder)
@@ -71,7 +73,7 @@ def remainder(g, a, b):
 def div(g, a, b, rounding_mode=None):
     out = g.out_meta.dtype
     if rounding_mode is None:
-        return make_pointwise(g, [a, b], ops.truediv)
+        return make_pointwise(g, [a, b], ops.truediv, compute_dtype=scalar_operand_dtypes(g, a, b))
     if rounding_mode == "floor":
         return _floor_divide(g, a, b)
     if out.is_floating_point:

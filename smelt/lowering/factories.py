@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import Pointwise, TensorBox, ops
-from .common import out_size, scalar_value
+from .common import in_dtype, out_size, scalar_value
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -13,6 +13,7 @@ aten = torch.ops.aten
 def _filled(g, value) -> TensorBox:
     meta = g.out_meta
     dtype = meta.dtype
+    value = in_dtype(value, dtype)  # the tensor holds the value in its dtype, for a fused consumer too
     return TensorBox.of_storage(Pointwise(meta.device, dtype, lambda index: scalar_value(value, dtype),
                                           out_size(g), g.origin))
 

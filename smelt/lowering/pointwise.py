@@ -7,7 +7,7 @@ import sympy
 import torch
 
 from ..ir import ops
-from .common import common_dtype, is_tensor, make_pointwise, upcast_half
+from .common import common_dtype, in_dtype, is_tensor, make_pointwise, scalar_operand_dtypes, upcast_half
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -37,14 +37,35 @@ _PREDICATES = {
 }
 
 
+# Binary ops whose CPU kernels read a Python number operand converted to a half-float dtype
+# (common.in_dtype); mul's reads it unconverted.
+_SCALAR_IN_DTYPE = {aten.fmod}
+
+
+def _in_dtypes(g, args, dtype=None, cpu_only=False):
+    """in_dtype of each of args, in the op's dtype (default: its output's). cpu_only: the op's CUDA
+    kernel reads a number unconverted, in float32."""
+    if cpu_only and g.out_meta.device.type != "cpu":
+        return list(args)
+    dtype = dtype or g.out_meta.dtype
+    return [in_dtype(a, dtype) for a in args]
+
+
 def _register_table():
     for op, name in _UNARY.items():
         lowering(op)(lambda g, x, _name=name: make_pointwise(g, [x], getattr(ops, _name)))
     for op, name in _BINARY.items():
-        lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, [a, b], getattr(ops, _name)))
+        if op in (aten.mul, prims.mul):
+            lowering(op)(lambda g, a, b: make_pointwise(g, [a, b], ops.mul,
+                                                        compute_dtype=scalar_operand_dtypes(g, a, b)))
+        elif op in _SCALAR_IN_DTYPE:
+            lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, _in_dtypes(g, [a, b], cpu_only=True),
+                                                                    getattr(ops, _name)))
+        else:
+            lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, [a, b], getattr(ops, _name)))
     for op, name in _PREDICATES.items():
         lowering(op)(lambda g, a, b, _name=name: make_pointwise(
-            g, [a, b], getattr(ops, _name), compute_dtype=common_dtype(a, b)))
+            g, _in_dtypes(g, [a, b], common_dtype(a, b)), getattr(ops, _name), compute_dtype=common_dtype(a, b)))
 
 
 _register_table()
@@ -67,6 +88,7 @@ def float_predicate(g, x):
 def add_sub(g, a, b, alpha=1):
     name = "add" if g.node.target.overloadpacket is aten.add else "sub"
     fn = getattr(ops, name)
+    a, b, alpha = _in_dtypes(g, [a, b, alpha], cpu_only=True)  # ATen's CPU add rounds alpha too
     if alpha != 1:
         return make_pointwise(g, [a, b, alpha], lambda x, y, k: fn(x, ops.mul(y, k)))
     return make_pointwise(g, [a, b], fn)
@@ -74,6 +96,7 @@ def add_sub(g, a, b, alpha=1):
 
 @lowering(aten.rsub)
 def rsub(g, a, b, alpha=1):
+    a, b, alpha = _in_dtypes(g, [a, b, alpha], cpu_only=True)
     return make_pointwise(g, [a, b, alpha], lambda x, y, k: ops.sub(y, ops.mul(x, k)))
 
 
@@ -94,7 +117,7 @@ def pow_(g, a, b):
             return make_pointwise(g, [a], lambda x: x)
         if exponent == 3:
             return make_pointwise(g, [a], lambda x: ops.mul(ops.mul(x, x), x))
-    return make_pointwise(g, [a, b], ops.pow)
+    return make_pointwise(g, _in_dtypes(g, [a, b], cpu_only=True), ops.pow)
 
 
 _UNSIGNED = {torch.int32: torch.uint32, torch.int64: torch.uint64}
@@ -148,13 +171,16 @@ def _integer_pow(g, a, b, dtype):
 @lowering(aten.where)
 def where(g, cond, a, b):
     out = g.out_meta.dtype
-    return make_pointwise(g, [cond, a, b], ops.where, compute_dtype=[torch.bool, out, out])
+    return make_pointwise(g, [cond, *_in_dtypes(g, [a, b])], ops.where, compute_dtype=[torch.bool, out, out])
 
 
 @lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
 def clamp(g, x, min=None, max=None):
     if g.node.target.overloadpacket is aten.clamp_max:
         min, max = None, min
+    # Number bounds in the half float itself: clamp_min(x_fp16, 1e-12) is max(x, 0), which a
+    # fused division after it must see (F.normalize of a zero column is nan in eager).
+    min, max = _in_dtypes(g, [min, max])
     args, bounds = [x], []
     for bound, op in ((min, ops.maximum), (max, ops.minimum)):
         if bound is not None:
@@ -223,7 +249,7 @@ def clone(g, x, memory_format=None):
 @lowering(aten.masked_fill)
 def masked_fill(g, x, mask, value):
     out = g.out_meta.dtype
-    return make_pointwise(g, [mask, value, x], ops.where, compute_dtype=[torch.bool, out, out])
+    return make_pointwise(g, [mask, in_dtype(value, out), x], ops.where, compute_dtype=[torch.bool, out, out])
 
 
 @lowering(aten.lerp)
