@@ -700,6 +700,18 @@ class TritonOps:
             return self.k.emit(f"tl.full([], {text}, {triton_type(dtype)})", dtype, 0)
         return CSEVar(text, dtype, 0)
 
+    def _libdevice_operand(self, v: CSEVar, dtype: torch.dtype) -> str:
+        """An operand of a float op computed in `dtype`'s registers. libdevice picks its overload by
+        its operands' types, and on the GPU a Python float is a float32 constant: fmod(a float64
+        tensor, 3.0) found no (fp64, fp32) overload and did not compile (the interpreter ran it).
+        So a literal is spelled with the op's type."""
+        if not _is_literal(v.name):
+            return self._operand(v)
+        reg = register_dtype(dtype)
+        if v.name == "-0.0":  # spelled out by its bits, in the op's type (see _operand)
+            return self._operand(CSEVar(v.name, reg, 0))
+        return f"tl.full([], {v.name}, {triton_type(reg)})"
+
     def _operand(self, v: CSEVar) -> str:
         text = v.name
         if text == "-0.0" and register_dtype(v.dtype) in NEGATIVE_ZERO_BITS:
@@ -852,6 +864,8 @@ class TritonOps:
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name not in table:
             raise NotImplementedError(f"smelt: op {name} on {dtype} has no Triton form")
+        if table is FLOAT_BINARY:
+            a, b = self._libdevice_operand(a, dtype), self._libdevice_operand(b, dtype)
         return self.k.emit(table[name].format(a, b), dtype, rank)
 
     def _int_floor_op(self, name, a, b, dtype, rank):
