@@ -109,6 +109,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
+    "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
     "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
     "SMELT_GUARD_PROFILE": Setting(parse_bool, False, _BOOL),
@@ -167,6 +168,11 @@ class Config:
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.
     autotune: bool = _field("SMELT_AUTOTUNE")
+
+    # Every Triton kernel run by the CPU interpreter is also generated as it would be for CUDA and
+    # compiled for sm_90 at its first launch (runtime/cuda_compile_check.py): the interpreter runs
+    # code the GPU compiler refuses, so a CPU run alone does not show that a kernel builds on a GPU.
+    check_cuda_compile: bool = _field("SMELT_CHECK_CUDA_COMPILE")
 
     def backend_for(self, device_type: str) -> str:
         if device_type == "cpu":

@@ -9,7 +9,7 @@ import torch
 from . import config as config_module
 from . import graph_cache, observe
 from .codegen.block_candidates import candidates, masks_needed
-from .codegen.generated import GeneratedGraph, GeneratedKernel
+from .codegen.generated import CudaTwin, GeneratedGraph, GeneratedKernel
 from .codegen.halide import HalideKernel, HalideKernelSource, halide_kernel_name
 from .codegen.halide_gpu_schedule import HalideGpuSchedule
 from .codegen.halide_ops import UnsupportedInHalide
@@ -73,6 +73,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     kernels: dict[int, TritonKernelSource | ComboKernelSource | HalideKernelSource] = {}
     interpreted: dict[int, bool] = {}
     backends: dict[int, str] = {}
+    twins: dict[int, CudaTwin | None] = {}  # SMELT_CHECK_CUDA_COMPILE: interpreted kernels' CUDA forms
     for k, step in enumerate(sched.steps):
         if step.is_extern:
             continue
@@ -87,6 +88,8 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
             kernels[k] = combo_kernel(step, bodies, graph, interpreted[k], len(kernels), cfg.autotune)
         else:
             kernels[k] = generate_kernel(step, graph, interpreted[k], cfg, len(kernels))
+        if interpreted[k] and cfg.check_cuda_compile:
+            twins[k] = _cuda_twin(step, kernels[k], graph, cfg, len(kernels) - 1, sched.steps)
 
     title = f"graph {graph_id} ({kind})"
     wrapper_source = WrapperCodegen(graph, sched, kernels, title).generate()
@@ -94,11 +97,12 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
     objects.update(graph.subgraphs)
     generated = GeneratedGraph(
         kind=kind, title=title, wrapper_source=wrapper_source, fallback_ops=list(graph.fallback_ops), objects=objects,
-        kernels=[_generated_kernel(kernel, interpreted[k], backends[k]) for k, kernel in kernels.items()])
+        kernels=[_generated_kernel(kernel, interpreted[k], backends[k], twins.get(k)) for k, kernel in kernels.items()])
     if cfg.debug_dir:
         files = {"aten_graph.txt": gm.print_readable(print_output=False), "ir.txt": graph.describe(),
                  "fused_groups.txt": sched.describe(), "wrapper.py": wrapper_source}
         files.update({f"{k.name}.py": k.source for k in kernels.values()})
+        files.update({f"{t.name}.cuda.py": t.source for t in twins.values() if t is not None})
         folder = dump_graph(cfg.debug_dir, kind, files)
         log.info("smelt: %s dumped to %s", title, folder)
     return generated
@@ -113,7 +117,26 @@ def _backend_of(step, cfg) -> str:
     return backend
 
 
-def _generated_kernel(kernel, interpret: bool, backend: str) -> GeneratedKernel:
+def _cuda_twin(step, kernel, graph, cfg, index: int, steps) -> CudaTwin | None:
+    """The kernel the GPU would run for `step`, for SMELT_CHECK_CUDA_COMPILE: generated again with
+    interpret=False (its blocks, libdevice calls and conversions are the GPU's, not the interpreter's)."""
+    if isinstance(kernel, ComboKernelSource):
+        bodies = ComboBodies(graph, lambda s: False, cfg.eviction_hints, cfg.persistent_reduction_limit, steps)
+        if any(bodies.body(m) is None for m in step.combo):  # on the GPU these would not be one combo
+            log.info("smelt: %s is not checked for CUDA: its members would not be combined there", kernel.name)
+            return None
+        twin = combo_kernel(step, bodies, graph, False, index)
+        return CudaTwin(name=twin.name, source=twin.source, config=twin.config, workspace=None, ticket=False,
+                        combo=True)
+    twin = generate_kernel(step, graph, False, cfg, index)
+    if (twin.params, twin.size_args) != (kernel.params, kernel.size_args):
+        # The check launches the CUDA form with the interpreted kernel's arguments.
+        raise SmeltError(f"smelt: kernel {kernel.name} takes other arguments in its CUDA form ({twin.name})")
+    return CudaTwin(name=twin.name, source=twin.source, config=twin.config, workspace=twin.workspace,
+                    ticket=twin.ticket, combo=False)
+
+
+def _generated_kernel(kernel, interpret: bool, backend: str, twin: CudaTwin | None = None) -> GeneratedKernel:
     if backend == "halide":
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins), config=None,
                                candidates=(), workspace=None, backend="halide", interpret=False,
@@ -121,11 +144,11 @@ def _generated_kernel(kernel, interpret: bool, backend: str) -> GeneratedKernel:
     if isinstance(kernel, ComboKernelSource):
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                                config=kernel.config, candidates=tuple(kernel.candidates), workspace=None, xnumel_arg=-1,
-                               interpret=interpret, combo=kernel.launch)
+                               interpret=interpret, combo=kernel.launch, cuda_twin=twin)
     return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                            config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
                            ticket=kernel.ticket, xnumel_arg=len(kernel.params) + len(kernel.size_args),
-                           interpret=interpret)
+                           interpret=interpret, cuda_twin=twin)
 
 
 def _halide_or_triton(step, graph, index: int, cfg):

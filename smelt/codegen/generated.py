@@ -27,6 +27,8 @@ class GeneratedKernel:
     # A combo kernel (codegen/triton_combo.py): its members' sizes, its members' kinds, pointers
     # per kind, XBLOCK per kind, written pointers per kind.
     combo: tuple | None = None
+    # With SMELT_CHECK_CUDA_COMPILE, an interpreted kernel's CUDA form, compiled at launch for sm_90.
+    cuda_twin: CudaTwin | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
@@ -35,7 +37,8 @@ class GeneratedKernel:
                 "workspace": list(self.workspace) if self.workspace is not None else None,
                 "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket,
                 "backend": self.backend,
-                "combo": [list(part) for part in self.combo] if self.combo is not None else None}
+                "combo": [list(part) for part in self.combo] if self.combo is not None else None,
+                "cuda_twin": self.cuda_twin.to_json() if self.cuda_twin is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedKernel:
@@ -46,7 +49,34 @@ class GeneratedKernel:
                    workspace=tuple(workspace) if workspace is not None else None,
                    xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False),
                    backend=data.get("backend", "triton"),
-                   combo=_combo(data["combo"]) if data.get("combo") else None)
+                   combo=_combo(data["combo"]) if data.get("combo") else None,
+                   cuda_twin=CudaTwin.from_json(data["cuda_twin"]) if data.get("cuda_twin") else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaTwin:
+    """An interpreted kernel as it would be generated for CUDA (SMELT_CHECK_CUDA_COMPILE): its own
+    source and blocks, launched with the interpreted kernel's arguments and, as on the GPU, the
+    buffers its launcher appends (a row split's workspace, a finisher's ticket)."""
+
+    name: str
+    source: str
+    config: BlockConfig
+    workspace: tuple[int, int, int] | None  # row split: (programs per row, barriers, partial slots)
+    ticket: bool
+    combo: bool  # a combo kernel: (work table, pointer table, XBLOCK)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "config": dataclasses.asdict(self.config),
+                "workspace": list(self.workspace) if self.workspace is not None else None,
+                "ticket": self.ticket, "combo": self.combo}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CudaTwin:
+        workspace = data["workspace"]
+        return cls(name=data["name"], source=data["source"], config=_block_config(data["config"]),
+                   workspace=tuple(workspace) if workspace is not None else None, ticket=data["ticket"],
+                   combo=data["combo"])
 
 
 def _combo(parts: list) -> tuple:

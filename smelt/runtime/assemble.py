@@ -6,6 +6,7 @@ from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import ComboLauncher
 from .compiled_graph import CompiledGraph
+from .cuda_compile_check import CudaCompileCheck
 from .halide_cuda_launcher import halide_launcher
 from .kernel_binaries import KernelVariants
 from .launcher import TritonLauncher
@@ -30,15 +31,20 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
         fn = getattr(module, kernel.name)
         tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
         variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
+        check = None
+        if kernel.cuda_twin is not None:  # SMELT_CHECK_CUDA_COMPILE
+            twin_path = source_path(cache_dir, kernel.cuda_twin.name, kernel.cuda_twin.source)
+            check = CudaCompileCheck(kernel.cuda_twin, twin_path, list(kernel.origins),
+                                     cache_dir if keep_kernels else None)
         if kernel.combo:  # tuned by its ComboLauncher, which builds the tables each config needs
             programs = ComboLauncher.programs(kernel.combo, kernel.config.XBLOCK)
             launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
-                                      kernel.xnumel_arg, variants=variants, programs=programs)
+                                      kernel.xnumel_arg, variants=variants, programs=programs, cuda_check=check)
             namespace[kernel.name] = ComboLauncher(launcher, *kernel.combo, autotuner=tuner)
             continue
         namespace[kernel.name] = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config,
                                                 kernel.interpret, kernel.xnumel_arg, kernel.workspace, tuner, variants,
-                                                kernel.ticket)
+                                                kernel.ticket, cuda_check=check)
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)

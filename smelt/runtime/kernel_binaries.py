@@ -96,13 +96,14 @@ class KernelVariants:
         key = (spec, tuple(constexprs.items()), num_warps, device)
         binary = self._variants.get(key)
         if binary is None:
-            binary = self._load_or_compile(spec, constexprs, num_warps, device)
+            binary = self.load_or_compile(spec, constexprs, num_warps, torch.cuda.get_device_capability(device))
             binary.load(device)
             self._variants[key] = binary
         return binary
 
-    def _load_or_compile(self, spec, constexprs, num_warps, device) -> CudaBinary:
-        capability = torch.cuda.get_device_capability(device)
+    def load_or_compile(self, spec, constexprs, num_warps, capability: tuple[int, int]) -> CudaBinary:
+        """The binary for one argument description and compute capability, kept or compiled now
+        (no GPU needed: runtime/cuda_compile_check.py compiles for sm_90 on the CPU)."""
         folder = None
         if self.cache_dir is not None:
             folder = folder_for(self.cache_dir, variant_key(self.source, spec, constexprs, num_warps, capability))

@@ -33,7 +33,8 @@ MAX_RESOLVED = 16  # distinct scalar sets remembered per kernel (dynamic sizes);
 class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
                  workspace: tuple[int, int, int] | None = None, autotuner=None,
-                 variants: KernelVariants | None = None, ticket: bool = False, programs: int | None = None):
+                 variants: KernelVariants | None = None, ticket: bool = False, programs: int | None = None,
+                 cuda_check=None):
         self.fn = fn
         self.programs = programs  # a fixed grid (a combo kernel's), else one program per XBLOCK of x
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
@@ -48,6 +49,8 @@ class TritonLauncher:
         self.autotuner = autotuner
         self.launched = False
         self.variants = variants if not interpret else None  # None: Triton's JIT launches
+        # SMELT_CHECK_CUDA_COMPILE: compiles the kernel's CUDA form for each new argument description.
+        self.cuda_check = cuda_check
         # Launches already resolved (binary, grid, appended buffers), by the call's scalars: see _recall_key.
         self._resolved: dict | None = {} if self.variants is not None and autotuner is None else None
         self._tensors = self._scalars = None  # itemgetters over a call's arguments, set on its first
@@ -55,13 +58,7 @@ class TritonLauncher:
 
     def _use(self, config) -> None:
         self.config = config
-        # A combo kernel (fixed grid) takes only its pointwise kinds' XBLOCK: its reduction kinds'
-        # blocks are in its source.
-        self.constexprs = {"XBLOCK": config.XBLOCK}
-        if self.programs is None and config.RBLOCK is not None:
-            self.constexprs["RBLOCK"] = config.RBLOCK
-        if self.row_split is not None:
-            self.constexprs["ROW_SPLIT"] = self.row_split
+        self.constexprs = block_constants(config, self.programs is not None, self.row_split)
         self.block_constants = dict(self.constexprs)
         if not self.interpret:  # the interpreter takes no launch options
             self.constexprs["num_warps"] = config.num_warps
@@ -108,6 +105,8 @@ class TritonLauncher:
                     return
                 if self.tickets is not None:
                     args = (*args, self.tickets.buffer(_device_of(args)))
+        if self.cuda_check is not None:
+            self.cuda_check(plain)
         binary = self._launch(grid, args)
         if key is not None and binary is not None and len(self._resolved) < MAX_RESOLVED:
             self._resolved[key] = (binary, grid, args[len(plain):], _device_of(args).index)
@@ -169,10 +168,41 @@ class TritonLauncher:
     def _failed(self, e: Exception) -> KernelCompileError:
         return KernelCompileError(
             f"smelt: kernel {self.name} failed to compile or launch; source: {self.path}; "
-            f"from ATen ops: {', '.join(self.origins)}; error: {type(e).__name__}: {e}")
+            f"from ATen ops: {', '.join(self.origins)}; error: {error_text(e)}")
 
     def __repr__(self):
         return f"<{self.name} from {self.path}>"
+
+
+def error_text(e: Exception) -> str:
+    """The error's type and message; for a Triton compile error, led by the line Triton failed at and
+    why, on one line. The outer error of a failure inside a function the kernel calls (a combo
+    kernel's body, a finisher) shows only the call, and the reason comes last, after the source."""
+    text = f"{type(e).__name__}: {e}"
+    chain = [e]
+    while len(chain) < 16 and (chain[-1].__cause__ or chain[-1].__context__) is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    failures = [x for x in chain if isinstance(x, triton.CompilationError)]
+    if not failures:
+        return text
+    inner, root = failures[-1], chain[-1]
+    lines = str(inner.src or "").split("\n")
+    at = getattr(inner.node, "lineno", 0)
+    line = lines[at - 1].strip() if 0 < at <= len(lines) else "?"
+    # The exception under Triton's (a libdevice dispatch's KeyError) names what failed best.
+    reason = f"{type(root).__name__}: {root}" if root is not inner else (inner.error_message or "")
+    return f"{type(inner).__name__} at `{line}`: {' '.join(reason.split())[:500]}\n{text}"
+
+
+def block_constants(config, fixed_grid: bool, row_split: int | None) -> dict:
+    """The constexpr arguments of a launch. A combo kernel (fixed grid) takes only its pointwise
+    kinds' XBLOCK: its reduction kinds' blocks are in its source."""
+    constants = {"XBLOCK": config.XBLOCK}
+    if not fixed_grid and config.RBLOCK is not None:
+        constants["RBLOCK"] = config.RBLOCK
+    if row_split is not None:
+        constants["ROW_SPLIT"] = row_split
+    return constants
 
 
 def items_getter(positions) -> Callable:

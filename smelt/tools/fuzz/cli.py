@@ -1,8 +1,11 @@
 """python -m smelt.tools.fuzz --count N --seed S [--device cpu|cuda] [--backward/--no-backward] [--out findings.md]
+                            [--cuda-compile-check]
 
 Runs N random programs (in batches of --batch independent programs, one compile each), prints a
 progress line every --every programs, then a summary and each failure's shrunk program. Exit code 1
-when any program failed."""
+when any program failed. --cuda-compile-check (SMELT_CHECK_CUDA_COMPILE=1) also compiles every
+kernel that Triton's interpreter runs for an H100 (sm_90), so a CPU run finds kernels the GPU compiler
+refuses; with SMELT_CPU_BACKEND=triton that is every kernel."""
 from __future__ import annotations
 
 import argparse
@@ -30,7 +33,8 @@ def backend_name(device: str) -> str:
     from smelt.config import setting
     if device.startswith("cuda"):
         return "cuda/" + setting("SMELT_CUDA_BACKEND")
-    return "cpu/" + setting("SMELT_CPU_BACKEND")
+    checked = " + CUDA compile check" if setting("SMELT_CHECK_CUDA_COMPILE") else ""
+    return "cpu/" + setting("SMELT_CPU_BACKEND") + checked
 
 
 def _commit() -> str:
@@ -228,12 +232,16 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=50, help="programs between progress lines")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per program")
     ap.add_argument("--shrink-budget", type=float, default=120.0, help="seconds spent shrinking each failure")
+    ap.add_argument("--cuda-compile-check", action="store_true",
+                    help="also compile interpreted Triton kernels for sm_90 (sets SMELT_CHECK_CUDA_COMPILE=1)")
     ap.add_argument("--in-process", action="store_true",
                     help="run here, without a supervising process (a segfault then ends the run)")
     ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stop", type=int, default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
+    if args.cuda_compile_check:  # read per compile; the judging and shrinking subprocesses inherit it
+        os.environ["SMELT_CHECK_CUDA_COMPILE"] = "1"
     warnings.filterwarnings("ignore")
     logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
     import smelt  # noqa: F401  (registers the backend)

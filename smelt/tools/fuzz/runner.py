@@ -38,8 +38,11 @@ class Result:
             return self.status
         lines = [line for line in self.messages[0].splitlines() if not line.startswith("Set TORCHDYNAMO")]
         text = " ".join(lines[:2]) if lines[0].endswith("raised:") else lines[0]  # Dynamo's wrapper: the cause
-        text = re.sub(r"from ATen ops:.*|source: \S+|/\S+|\b\w*fused\w*|\([\w-]*x86[\w-]*\)", "", text)
-        return "crash: " + re.sub(r"\b[xv]\d+\b|\d+", "#", text)[:160]
+        # A kernel's error keeps its cause (a compile error leads with the line it failed at), so two
+        # kernels failing for two reasons are two findings; names, paths and its ops are blotted out.
+        text = re.sub(r"from ATen ops:[^;]*;?|source: \S+|/\S+|\b\w*fused\w*|\btriton_\w+|\([\w-]*x86[\w-]*\)",
+                      "", text)
+        return "crash: " + re.sub(r"\b[xv]\d+\b|\d+", "#", text)[:240]
 
 
 class Timeout(Exception):

@@ -1,0 +1,87 @@
+"""SMELT_CHECK_CUDA_COMPILE: every kernel run by Triton's interpreter is also compiled for an H100.
+
+The interpreter runs a kernel as numpy calls, so it accepts code that Triton's GPU compiler
+refuses: a libdevice call on a float64 tensor and a float32 literal has no overload, a name bound
+to two types in two branches is rejected. A CPU run alone therefore does not show that a graph
+builds on the GPU. With the setting on, code generation also writes each interpreted kernel's
+CUDA form (codegen/generated.py's CudaTwin: the same step generated with interpret=False), and at
+each launch with a new argument description (cuda_binary.describe: dtypes, alignment, integer
+widths) that form is compiled for sm_90 through smelt's own GPU compile path, which needs no GPU.
+A kernel Triton cannot compile raises KernelCompileError, as its first launch on the GPU would.
+
+Each (source, argument description, blocks) is compiled once per process; where the graph cache
+is on, the binary is kept on disk like a GPU kernel's, so a later process skips the compile.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import triton
+
+from ..codegen.generated import CudaTwin
+from ..errors import KernelCompileError
+from .cuda_binary import describe
+from .kernel_binaries import KernelVariants, Unsupported
+from .launcher import block_constants, error_text
+from .loader import load_module
+
+CAPABILITY = (9, 0)  # the H100, where smelt's GPU runs are made
+
+# A launch's appended buffers, described as cuda_binary.describe would: int32 sync counters and
+# float32 partials of a row split (codegen/triton_row_split.py), a finisher's int32 ticket.
+_ROW_SPLIT_BUFFERS = (("ptr", "torch.int32", True), ("ptr", "torch.float32", True))
+_TICKET = (("ptr", "torch.int32", True),)
+
+# (source digest, argument description, block constants, warps) -> the error, or None: compiled.
+_outcomes: dict[tuple, KernelCompileError | None] = {}
+
+
+class CudaCompileCheck:
+    def __init__(self, twin: CudaTwin, path: str, origins: list[str], cache_dir: str | None):
+        self.twin = twin
+        self.path = path  # the CUDA form's source file, named in the error
+        self.origins = origins
+        self.cache_dir = cache_dir  # None: binaries are not kept
+        row_split = twin.workspace[0] if twin.workspace is not None else None
+        self.constexprs = block_constants(twin.config, twin.combo, row_split)
+        self.extra = (_ROW_SPLIT_BUFFERS if twin.workspace is not None else ()) + (_TICKET if twin.ticket else ())
+        self.digest = hashlib.sha256(twin.source.encode()).hexdigest()
+        self._variants: KernelVariants | None = None
+
+    def __call__(self, args) -> None:
+        """Compiles the CUDA form for these launch arguments (the interpreted kernel's, without the
+        buffers its launcher appends) unless done before; raises KernelCompileError where it fails."""
+        spec = describe(args)
+        if spec is None:  # arguments smelt's GPU path does not describe: Triton's JIT would compile them
+            return
+        spec += self.extra
+        key = (self.digest, spec, tuple(sorted(self.constexprs.items())), self.twin.config.num_warps)
+        if key not in _outcomes:
+            _outcomes[key] = self._compile(spec)
+        error = _outcomes[key]
+        if error is not None:
+            raise error
+
+    def _compile(self, spec: tuple) -> KernelCompileError | None:
+        try:
+            self._kernel_variants().load_or_compile(spec, self.constexprs, self.twin.config.num_warps, CAPABILITY)
+        except Unsupported:  # compiled, but launched through Triton's JIT on the GPU (scratch memory, ...)
+            return None
+        except Exception as e:  # on the GPU, any compile failure fails the kernel's first launch
+            return KernelCompileError(
+                f"smelt: kernel {self.twin.name} failed to compile for CUDA sm_{CAPABILITY[0]}{CAPABILITY[1]} "
+                f"(SMELT_CHECK_CUDA_COMPILE); source: {self.path}; from ATen ops: {', '.join(self.origins)}; "
+                f"error: {error_text(e)}")
+        return None
+
+    def _kernel_variants(self) -> KernelVariants:
+        if self._variants is None:
+            runtime = triton.knobs.runtime
+            before = runtime.interpret
+            runtime.interpret = False  # TRITON_INTERPRET=1 would make @triton.jit an interpreted function
+            try:
+                module = load_module(self.path, interpret=False)
+            finally:
+                runtime.interpret = before
+            self._variants = KernelVariants(getattr(module, self.twin.name), self.twin.source, self.cache_dir)
+        return self._variants
