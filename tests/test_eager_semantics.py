@@ -168,3 +168,47 @@ def test_index_out_of_bounds_raises(compile_fn, device, fn, op):
     torch._dynamo.reset()
     j = torch.tensor([0, 2, 1], device=device)
     torch.testing.assert_close(compile_fn(fn)(x, j), fn(x, j))
+
+
+# --- half floats: every op's result is rounded to the half float, as eager rounds it -------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("fn", [
+    lambda x, y: ((x * y) + x) * y - x,
+    lambda x, y: (x * 1.5 + y * 0.1) * (x - y),
+    lambda x, y: torch.maximum(-x * y, x.abs() + y),
+    lambda x, y: (x * y).sum(-1, keepdim=True) + x * y,
+], ids=["chain", "scalars", "exact_ops", "reduction_epilogue"])
+def test_half_float_results_are_rounded_per_op(compile_fn, device, dtype, fn):
+    # Products and sums of half floats are exact in float32, so rounding after each op as eager
+    # does gives eager's bits; keeping float32 digits between fused ops does not.
+    x, y = (torch.randn(64, 33, device=device).to(dtype) for _ in range(2))
+    _assert_same_bits(compile_fn(fn)(x, y), fn(x, y))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_float_amin_backward_finds_its_minimum(compile_fn, device, dtype):
+    # amin's backward compares x * 1.5 recomputed with the stored (rounded) minimum: an unrounded
+    # product never equals it, and the gradient was 0 / 0.
+    fn = lambda x: (x * 1.5).amin(0)  # noqa: E731
+    x = torch.tensor([0.9258, 0.3], dtype=dtype, device=device)[:1].clone().requires_grad_()
+    compile_fn(fn)(x).backward()
+    assert x.grad.tolist() == [1.5]
+
+
+# --- a CPU scalar tensor operand does not move a CUDA op to the CPU -------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda x, i: torch.gather(x.clone().copy_(torch.ones(())), 1, i),
+    lambda x, i: torch.gather(x.clone().fill_(torch.tensor(3.0)), 1, i),
+    lambda x, i: torch.gather(torch.where(x > 0, torch.tensor(1.0), x), 1, i),
+    lambda x, i: torch.gather(torch.tensor(2.0) * x, 1, i),
+], ids=["copy_", "fill_", "where", "mul"])
+def test_cpu_scalar_operand_keeps_the_ops_device(compile_fn, device, fn):
+    # Found by the fuzzer on the H100: copy_ of torch.ones(()) into a CUDA slice was built on the
+    # CPU (the first tensor operand's device), and the gather reading it raised.
+    x = torch.randn(4, 6, device=device)
+    i = torch.randint(0, 6, (4, 3), device=device)
+    actual, expected = compile_fn(fn)(x, i), fn(x, i)
+    assert actual.device == expected.device
+    torch.testing.assert_close(actual, expected)

@@ -133,3 +133,22 @@ class KernelArgs:
     def call_order(self) -> list[tuple[str, str]]:
         """(parameter name, buffer name) in the order the kernel declares them."""
         return [(ptr, buffer) for buffer, ptr in list(self.inputs.items()) + list(self.outputs.items())]
+
+
+# Ops whose result on half-float operands is itself a value of that half float, so there is no
+# rounding for eager to do after them.
+HALF_EXACT_OPS = frozenset({"neg", "abs", "maximum", "minimum", "floor", "ceil", "trunc", "round", "sign",
+                            "copysign", "fmax", "fmin", "relu"})
+
+
+def computed(var: CSEVar, op: str) -> CSEVar:
+    """`var`, the result of `op`, typed as what its register holds.
+
+    Half floats are computed in float32, and eager rounds every op's result to the half float. The
+    IR says where (a to_dtype after each op), but a to_dtype to the type a value already has is
+    dropped: a product of two bfloat16 values typed bfloat16 kept all its float32 digits, and a
+    comparison with the rounded copy stored by another kernel failed (amin's backward: x * 1.5 ==
+    amin(x * 1.5) was False, a 0/0 gradient). Typed float32, the next to_dtype rounds it."""
+    if var.dtype in (torch.float16, torch.bfloat16) and op not in HALF_EXACT_OPS:
+        return CSEVar(var.name, torch.float32, var.rank)
+    return var

@@ -25,7 +25,7 @@ import torch
 from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import simplify_index
-from .common import CSE, CSEVar, IndentedBuffer
+from .common import CSE, CSEVar, IndentedBuffer, computed
 from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
 from . import halide_random as random
@@ -616,7 +616,7 @@ class HalideOps:
         if name == "truediv" and isinstance(b, ConstantVar) and b.value == 0:
             # Halide rejects a division by a literal zero; eager gives +-inf, or nan for 0 / 0.
             infinity = self.constant(math.copysign(math.inf, b.value), dtype)
-            return self.k.emit(f"{self._operand(a)} * {infinity}", dtype, rank)
+            return computed(self.k.emit(f"{self._operand(a)} * {infinity}", dtype, rank), name)
         if name == "truediv" and b.rank == 0 and not isinstance(b, ConstantVar):
             # A scalar Halide may fold to a literal zero while building the Expr (a count of 0):
             # `- 0` hides it from that check and is simplified away later (a zero Halide folds this
@@ -629,19 +629,19 @@ class HalideOps:
             # divisor below 2**-128, whose reciprocal overflows, differs. (A literal divisor stays a
             # division: x / 3 rounds once where x * (1 / 3) rounds twice.)
             inverse = self.k.emit(f"1 / {self._operand(b)}", dtype, b.rank)
-            return self.k.emit(f"{self._operand(a)} * {inverse}", dtype, rank)
+            return computed(self.k.emit(f"{self._operand(a)} * {inverse}", dtype, rank), name)
         if dtype == torch.bool and name in BOOL_ARITHMETIC:
             return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
         if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
             out = torch.bool if name in PREDICATE_OPS else dtype
-            return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
+            return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name == "fmod" and dtype == torch.float64:
             raise UnsupportedInHalide("smelt: op fmod on torch.float64 has no exact Halide form (halide_division.py)")
         if name not in table:
             raise UnsupportedInHalide(f"smelt: op {name} on {dtype} has no Halide form")
         text = table[name].format(a.name, b.name, t=halide_type(register_dtype(dtype)), **signbit_bits(dtype))
-        return self.k.emit(text, dtype, rank)
+        return computed(self.k.emit(text, dtype, rank), name)
 
     def _unary(self, name: str, x: CSEVar, rank: int) -> CSEVar:
         if name == "logical_not":
@@ -652,7 +652,7 @@ class HalideOps:
         else:
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
         dtype = torch.bool if name in PREDICATE_OPS else x.dtype
-        return self.k.emit(self.unary_text(name, x, table), dtype, rank)
+        return computed(self.k.emit(self.unary_text(name, x, table), dtype, rank), name)
 
     def unary_text(self, name: str, x: CSEVar, table: dict | None = None) -> str:
         """What op `name` on x prints as (and its CSE key)."""

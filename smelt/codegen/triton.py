@@ -12,7 +12,7 @@ from ..ir.loops import reduction_identity as identity
 from ..ir.ops import indirect_symbol, is_indirect
 from ..scheduler.nodes import RINDEX, XINDEX
 from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
-from .common import CSE, CSEVar, IndentedBuffer, KernelArgs
+from .common import CSE, CSEVar, IndentedBuffer, KernelArgs, computed
 from .block_candidates import masks_needed
 from .eviction import EvictionPolicy
 from .simd import KernelPlan, kernel_sizes_symbols
@@ -839,7 +839,7 @@ class TritonOps:
             operand = self._operand(x)
             if _is_literal(x.name):  # libdevice calls take tensors (the interpreter's nearbyint(1.0) raised)
                 operand = f"tl.full([], {x.name}, {triton_type(register_dtype(x.dtype))})"
-            return self.k.emit(template.format(operand), dtype, rank)
+            return computed(self.k.emit(template.format(operand), dtype, rank), name)
         a, b = args
         dtype = torch.promote_types(a.dtype, b.dtype)
         if name in ("logical_and", "logical_or", "logical_xor"):
@@ -857,16 +857,16 @@ class TritonOps:
             return self._int_floor_op(name, a, b, dtype, rank)
         if dtype.is_floating_point and name == "remainder":
             q = self.k.emit(f"tl.floor({self._operand(a)} / {self._operand(b)})", dtype, rank)
-            return self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank)
+            return computed(self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank), name)
         if name in INFIX:
             out = torch.bool if name in PREDICATE_OPS else dtype
-            return self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
+            return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name not in table:
             raise NotImplementedError(f"smelt: op {name} on {dtype} has no Triton form")
         if table is FLOAT_BINARY:
             a, b = self._libdevice_operand(a, dtype), self._libdevice_operand(b, dtype)
-        return self.k.emit(table[name].format(a, b), dtype, rank)
+        return computed(self.k.emit(table[name].format(a, b), dtype, rank), name)
 
     def _int_floor_op(self, name, a, b, dtype, rank):
         # Triton's integer // and % truncate toward zero; eager floors. Correct by one where they differ.

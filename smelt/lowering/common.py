@@ -79,6 +79,9 @@ def out_size(graph) -> list[Expr]:
 
 
 def device_of(graph, args) -> torch.device:
+    meta = graph.out_meta
+    if isinstance(meta, torch.Tensor):  # eager's: a CPU scalar operand of a CUDA op does not decide it
+        return meta.device
     for a in args:
         if is_tensor(a):
             return a.get_device()

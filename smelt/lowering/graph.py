@@ -254,9 +254,14 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
             result = fn(graph, *args, **kwargs)
             if result is not NotImplemented:
                 _check_shape(node, result)
+                if not _on_eagers_device(node, result):
+                    # Built on another device than eager's result (a CPU scalar operand taken for
+                    # the op's device): ATen places it right.
+                    log.debug("smelt: %s runs through its ATen kernel: its lowering built it on %s, eager on %s",
+                              origin_name(node), result.get_device(), node.meta["val"].device)
+                    return fallback_call(graph, target, args, kwargs)
                 return result
-        from .extern_calls import fallback
-        return fallback(graph, target, args, kwargs)
+        return fallback_call(graph, target, args, kwargs)
     except LoweringError:
         raise
     except Exception as e:
@@ -295,6 +300,18 @@ def _describe_inputs(node) -> str:
         v = a.meta.get("val")
         parts.append(f"{a.name}: {getattr(v, 'dtype', '')}{list(v.shape) if isinstance(v, torch.Tensor) else v}")
     return "[" + ", ".join(parts) + "]"
+
+
+def fallback_call(graph: IRGraph, target, args, kwargs):
+    from .extern_calls import fallback
+    return fallback(graph, target, args, kwargs)
+
+
+def _on_eagers_device(node, result) -> bool:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and isinstance(result, TensorBox):
+        return result.get_device() == val.device
+    return True
 
 
 def _check_shape(node, result):
