@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from typing import Iterable, Sequence
 
 import sympy
@@ -68,17 +69,42 @@ def _split_multiples(expr: Expr, divisor: Expr) -> tuple[Expr, Expr]:
     """Split expr into (sum of terms t/divisor that are integers, the remaining terms)."""
     whole, rest = sympy.Integer(0), sympy.Integer(0)
     for term in sympy.Add.make_args(expr):
-        quotient = sympy.cancel(term / divisor)
-        if quotient.is_integer and _is_polynomial_term(quotient):
+        quotient = _exact_quotient(term, divisor)
+        if quotient is not None and quotient.is_integer:
             whole += quotient
         else:
             rest += term
     return whole, rest
 
 
-def _is_polynomial_term(expr: Expr) -> bool:
-    num, den = sympy.fraction(sympy.together(expr))
-    return den == 1
+def _powers(expr: Expr) -> tuple[sympy.Integer, Counter] | None:
+    """expr as (integer coefficient, {factor: non-negative integer power}), or None."""
+    coeff, factors = expr.as_coeff_mul()
+    if not coeff.is_Integer:
+        return None
+    powers = Counter()
+    for f in factors:
+        base, exp = f.as_base_exp()
+        if not exp.is_Integer or exp < 0:
+            return None
+        powers[base] += int(exp)
+    return coeff, powers
+
+
+def _exact_quotient(term: Expr, divisor: Expr) -> Expr | None:
+    """term / divisor when the divisor's factors are among the term's own (a product left), else
+    None. Matched factor by factor, not by sympy.cancel: cancel walks the whole term, and a term
+    holding index functions nested through a chain of reshapes (OPT's attention, at 768 wide)
+    took it minutes."""
+    t, d = _powers(term), _powers(divisor)
+    if t is None or d is None or d[0] == 0 or t[0] % d[0] != 0:
+        return None
+    (t_coeff, t_powers), (d_coeff, d_powers) = t, d
+    for base, exp in d_powers.items():
+        if t_powers[base] < exp:
+            return None
+        t_powers[base] -= exp
+    return sympy.Integer(int(t_coeff) // int(d_coeff)) * sympy.Mul(*[b ** e for b, e in t_powers.items() if e])
 
 
 def index_var(name: str) -> sympy.Symbol:
@@ -120,6 +146,45 @@ def static_int(expr: Expr | None) -> int | None:
 
 def flat_index(index: Sequence[Expr], size: Sequence[Expr]) -> Expr:
     return sum((i * s for i, s in zip(index, contiguous_strides(size))), sympy.Integer(0))
+
+
+def reshape_indexer(old: Sequence[Expr], new: Sequence[Expr]):
+    """index into a reshape to `new` -> index into its input of size `old`, dim group by dim group.
+
+    Dims pair up in runs whose sizes multiply to the same ((s, h*d) -> (s, h, d): s alone, then h*d
+    split in two), so a split reads i_h*d + i_d and a merge one digit of one index: small
+    expressions however many reshapes a value goes through. The flat-index form (unflatten of the
+    whole flattened index) nests a level per reshape, which sympy took minutes over in OPT.
+    None when the runs cannot be matched (sizes that do not divide each other); the caller then
+    uses the flat form."""
+    old_dims = [d for d, s in enumerate(old) if s != 1]
+    new_dims = [d for d, s in enumerate(new) if s != 1]
+    groups, a, b = [], 0, 0
+    while a < len(old_dims) and b < len(new_dims):
+        og, ng = [old_dims[a]], [new_dims[b]]
+        po, pn = sympify(old[og[0]]), sympify(new[ng[0]])
+        a, b = a + 1, b + 1
+        while sympy.expand(po - pn) != 0:
+            if _exact_quotient(pn, po) is not None and a < len(old_dims):
+                og.append(old_dims[a])
+                po, a = po * old[old_dims[a]], a + 1
+            elif _exact_quotient(po, pn) is not None and b < len(new_dims):
+                ng.append(new_dims[b])
+                pn, b = pn * new[new_dims[b]], b + 1
+            else:
+                return None
+        groups.append((og, ng))
+    if a != len(old_dims) or b != len(new_dims):
+        return None
+
+    def reindex(index: Sequence[Expr]) -> list[Expr]:
+        out = [sympy.Integer(0)] * len(old)
+        for og, ng in groups:
+            flat = flat_index([index[d] for d in ng], [new[d] for d in ng])
+            for d, e in zip(og, unflatten_index(flat, [old[d] for d in og]) if len(og) > 1 else [flat]):
+                out[d] = e
+        return out
+    return reindex
 
 
 def unflatten_index(flat: Expr, size: Sequence[Expr]) -> list[Expr]:

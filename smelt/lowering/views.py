@@ -5,7 +5,7 @@ import sympy
 import torch
 
 from ..ir import FixedLayout, ReinterpretView, TensorBox, View
-from ..symbolic import flat_index, sympify, unflatten_index
+from ..symbolic import flat_index, reshape_indexer, sympify, unflatten_index
 from .common import out_size
 from .registry import lowering
 
@@ -25,7 +25,8 @@ def reshape(g, x, *args):
     new, old = out_size(g), x.get_size()
     if [sympy.expand(a - b) for a, b in zip(new, old)] == [0] * len(new) and len(new) == len(old):
         return x
-    return _view(x, new, lambda index: unflatten_index(flat_index(index, new), old), "reshape")
+    reindex = reshape_indexer(old, new) or (lambda index: unflatten_index(flat_index(index, new), old))
+    return _view(x, new, reindex, "reshape")
 
 
 @lowering(aten.permute)
