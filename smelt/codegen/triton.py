@@ -20,8 +20,9 @@ from .tiling import TileBlocks, tile_blocks, tile_program_ids
 from .triton_online_softmax import reduce_looped as online_softmax_looped
 from .triton_online_softmax import reduce_persistent as online_softmax_persistent
 from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
-from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
-                         PREDICATE_OPS, cast_text, literal, register_dtype, triton_type)
+from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT32_DIV, FLOAT32_UNARY, FLOAT_BINARY,
+                         FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS, cast_text, literal, register_dtype,
+                         triton_type)
 from .triton_scatter import emit_scatter
 from .triton_row_split import CHUNK, WARPS, RowSplit, row_split_for
 from .triton_scan import ScanEmitter
@@ -832,6 +833,8 @@ class TritonOps:
                     text += f".to({triton_type(reg)})"
                 return self.k.emit(text, x.dtype, rank)
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
+            if register_dtype(x.dtype) == torch.float32 and name in FLOAT32_UNARY:
+                table = FLOAT32_UNARY
             template = table.get(name) or COMMON_UNARY.get(name)
             if template is None:
                 raise NotImplementedError(f"smelt: op {name} on {x.dtype} has no Triton form")
@@ -856,17 +859,28 @@ class TritonOps:
         if not dtype.is_floating_point and name in ("floordiv", "remainder"):
             return self._int_floor_op(name, a, b, dtype, rank)
         if dtype.is_floating_point and name == "remainder":
-            q = self.k.emit(f"tl.floor({self._operand(a)} / {self._operand(b)})", dtype, rank)
+            q = self.k.emit(f"tl.floor({self._divide(a, b, dtype)})", dtype, rank)
             return computed(self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank), name)
+        if name == "truediv" and dtype.is_floating_point:
+            return computed(self.k.emit(self._divide(a, b, dtype), dtype, rank), name)
         if name in INFIX:
             out = torch.bool if name in PREDICATE_OPS else dtype
             return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
+        if name == "floordiv" and dtype.is_floating_point:
+            return computed(self.k.emit(f"tl.floor({self._divide(a, b, dtype)})", dtype, rank), name)
         if name not in table:
             raise NotImplementedError(f"smelt: op {name} on {dtype} has no Triton form")
         if table is FLOAT_BINARY:
             a, b = self._libdevice_operand(a, dtype), self._libdevice_operand(b, dtype)
         return computed(self.k.emit(table[name].format(a, b), dtype, rank), name)
+
+    def _divide(self, a, b, dtype) -> str:
+        """a / b in `dtype`, correctly rounded (see FLOAT32_DIV)."""
+        if register_dtype(dtype) == torch.float32 and not _both_literal(a, b):
+            a, b = (v if register_dtype(v.dtype) == torch.float32 else self.to_dtype(v, torch.float32) for v in (a, b))
+            return FLOAT32_DIV.format(self._operand(a), self._operand(b))
+        return f"{self._operand(a)} / {self._operand(b)}"
 
     def _int_floor_op(self, name, a, b, dtype, rank):
         # Triton's integer // and % truncate toward zero; eager floors. Correct by one where they differ.
@@ -876,6 +890,10 @@ class TritonOps:
         if name == "floordiv":
             return self.k.emit(f"tl.where({differs}, {q} - 1, {q})", dtype, rank)
         return self.k.emit(f"tl.where({differs}, {r} + {self._operand(b)}, {r})", dtype, rank)
+
+
+def _both_literal(a, b) -> bool:
+    return _is_literal(a.name) and _is_literal(b.name)
 
 
 def _is_literal(text: str) -> bool:

@@ -65,8 +65,20 @@ FLOAT_UNARY = {
     "i0": "libdevice.cyl_bessel_i0({0})",
 }
 for _name in ("tanh expm1 log1p log10 tan asin acos atan sinh cosh asinh acosh atanh erfc erfinv "
-              "lgamma trunc signbit").split():
+              "lgamma trunc signbit rsqrt").split():
     FLOAT_UNARY[_name] = "libdevice.%s({0})" % _name
+
+# float32 spellings where Triton's own is approximate on the GPU: `/` is div.full.f32 (2 ulp) and
+# tl.sqrt sqrt.approx.ftz.f32 (denormals flushed), where eager's CUDA kernels divide and take roots
+# correctly rounded (checked in the PTX Triton prints for sm_90; tests/test_cuda_rounding.py).
+# float64's `/` and sqrt are exact already. rsqrt is libdevice's rsqrtf, the one eager calls: on
+# the GPU the same approximate instruction as tl.rsqrt, under the interpreter eager's own function.
+FLOAT32_DIV = "tl.div_rn({0}, {1})"
+FLOAT32_UNARY = {
+    "sqrt": "tl.sqrt_rn({0})",
+    "sigmoid": FLOAT32_DIV.format("1.0", "1.0 + %s" % EXP.format("-{0}")),
+    "reciprocal": FLOAT32_DIV.format("1.0", "{0}"),
+}
 
 INT_UNARY = {
     "abs": "tl.abs({0})", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}", "round": "{0}",
