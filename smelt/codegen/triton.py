@@ -259,11 +259,16 @@ class TritonKernel:
         placement = self.plan.placement[node.name]
         index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
         self.current.append(node)
+        # The member's value at its own index, where a reader under masked() may ask for it: the
+        # reader's masks guard the reader's indices, and a scan run under them summed only the
+        # unmasked elements (cumsum then a slice's add_ read 1 + 2 where eager has 3 + 2).
+        reader_masks, self.mask_stack = self.mask_stack, []
         try:
             with use_handler(TritonOps(self)):
                 value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
         finally:
             self.current.pop()
+            self.mask_stack = reader_masks
         if placement == "scan":
             return self.scans.scan(node, value)  # made per (x, r) like an xr value, so not kept
         dtype = node.data.dtype if placement != "reduction" else node.data.src_dtype
