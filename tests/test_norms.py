@@ -184,3 +184,22 @@ def test_group_norm_of_one_element_groups_keeps_float64s_precision(device, compi
     w, b = torch.randn(8, device=device), torch.randn(8, device=device)
     g = lambda x, w, b: F.group_norm(x, 4, w, b)  # noqa: E731
     assert_accurate(compile_fn(g)(x, w, b), g(x, w, b), g(x.double(), w.double(), b.double()))
+
+
+def test_half_float_running_stats_are_updated_in_float32(device):
+    # momentum * mean + (1 - momentum) * running_mean, with a bfloat16 running mean: eager's
+    # batch_norm rounds it once; the decomposition's (1 - momentum) * running_mean is a bfloat16
+    # op of its own, rounded since half-float ops round as eager's do (fuzzer: 4x eager's error).
+    from smelt.tools.fuzz.inputs import make_input
+    from smelt.tools.fuzz.runner import check_fn
+
+    def fn(x, w, b, rm, rv, bw, bb):
+        v = torch.nn.functional.conv2d(x, w, b, groups=2)
+        return (torch.nn.functional.batch_norm(v, rm, rv, bw, bb, training=True, momentum=0.2),)
+    shapes = [(1, 4, 4, 4), (4, 2, 2, 1), (4,), (4,), (4,), (4,), (4,)]
+    seeds = [759769593, 262894467, 889556379, 1630067935, 2035881732, 1481978204, 628361339]
+    layouts = ["contiguous", "strided", "strided"] + ["contiguous"] * 4
+    inputs = [make_input(s, torch.bfloat16, layout, grad=False, seed=seed, device=device,
+                         **({"kind": "positive", "high": 0} if k == 4 else {}))
+              for k, (s, seed, layout) in enumerate(zip(shapes, seeds, layouts))]
+    assert check_fn(fn, inputs, backward=False) == []
