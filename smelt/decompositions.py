@@ -47,6 +47,7 @@ def decomposition_table() -> dict:
             table.pop(getattr(packet, name), None)
     table[aten._foreach_norm.Scalar] = _foreach_norm
     table[aten.native_group_norm.default] = _native_group_norm
+    table[aten.native_group_norm_backward.default] = _native_group_norm_backward
     for op in _STATISTICS_IN_FLOAT64_ON_CPU:
         table[op] = _float64_on_cpu(table[op])
     functional = aten._native_batch_norm_legit_functional.default
@@ -137,3 +138,30 @@ def _native_group_norm(input, weight, bias, batch_size: int, num_channels: int, 
         out = out + bias.reshape(per_channel)
     stats = (batch_size, num_groups)
     return out.to(input.dtype), mean.reshape(stats).to(input.dtype), rstd.reshape(stats).to(input.dtype)
+
+
+def _native_group_norm_backward(grad_out, input, mean, rstd, weight, batch_size: int, num_channels: int,
+                                inner_size: int, num_groups: int, output_mask):
+    """group_norm's backward in its centred form, rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+    g = dy * weight and xhat = (x - mean) * rstd. torch's decomposition (ATen's CPU formula) writes
+    dx = c1 * dy + c2 * x + c3, whose terms cancel where the gradient is small against them: over a
+    group of one element the gradient is 0, eager's kernel cancels it exactly, smelt's fused kernel
+    rounds in another order and left 2e-6 (found by the fuzzer). xhat is exactly 0 there."""
+    compute = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    grouped = (batch_size, num_groups, num_channels // num_groups, inner_size)
+    x, dy = input.to(compute).reshape(grouped), grad_out.to(compute).reshape(grouped)
+    per_group = (batch_size, num_groups, 1, 1)
+    rstd_g = rstd.to(compute).reshape(per_group)
+    xhat = (x - mean.to(compute).reshape(per_group)) * rstd_g
+    per_channel = (1, num_groups, num_channels // num_groups, 1)
+    g = dy * weight.to(compute).reshape(per_channel) if weight is not None else dy
+    d_input = d_weight = d_bias = None
+    if output_mask[0]:
+        centred = g - g.mean(dim=[2, 3], keepdim=True) - xhat * (g * xhat).mean(dim=[2, 3], keepdim=True)
+        d_input = (centred * rstd_g).reshape(input.shape).to(input.dtype)
+    param_dtype = weight.dtype if weight is not None else input.dtype
+    if output_mask[1]:
+        d_weight = (dy * xhat).sum(dim=[0, 3]).reshape(num_channels).to(param_dtype)
+    if output_mask[2]:
+        d_bias = dy.sum(dim=[0, 3]).reshape(num_channels).to(param_dtype)
+    return d_input, d_weight, d_bias

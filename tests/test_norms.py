@@ -203,3 +203,38 @@ def test_half_float_running_stats_are_updated_in_float32(device):
                          **({"kind": "positive", "high": 0} if k == 4 else {}))
               for k, (s, seed, layout) in enumerate(zip(shapes, seeds, layouts))]
     assert check_fn(fn, inputs, backward=False) == []
+
+
+@pytest.mark.parametrize("shape, groups, affine, dtype", [
+    ((4, 1), 1, True, torch.float32),             # one element per group: the gradient is 0
+    ((3, 4, 1, 1), 2, True, torch.float32),       # two elements per group
+    ((2, 8, 5, 5), 4, True, torch.float32),
+    ((2, 6, 7), 3, False, torch.float32),
+    ((2, 8, 4, 4), 2, True, torch.bfloat16),
+])
+def test_group_norm_gradients_are_as_accurate_as_eagers(device, shape, groups, affine, dtype):
+    # Judged against float64 (smelt/tools/accuracy.py): torch's decomposition of the backward
+    # cancels terms where the gradient is small against them, and left 2e-6 where eager has 0.
+    from smelt.tools.fuzz.inputs import make_input
+    from smelt.tools.fuzz.runner import check_fn
+    channels = shape[1]
+    inputs = [make_input(shape, dtype, "contiguous", grad=True, seed=11, device=device)]
+    if affine:
+        inputs += [make_input((channels,), dtype, "contiguous", grad=True, seed=12 + k, device=device) for k in range(2)]
+        fn = lambda x, w, b: (F.group_norm(x, groups, w, b),)  # noqa: E731
+    else:
+        fn = lambda x: (F.group_norm(x, groups) * 2,)  # noqa: E731
+    assert check_fn(fn, inputs, backward=True) == []
+
+
+def test_group_norm_gradient_over_one_element_groups(device):
+    # The fuzzer's shrunk program (the addmm only changes which gradient reaches the group_norm).
+    from smelt.tools.fuzz.inputs import make_input
+    from smelt.tools.fuzz.runner import check_fn
+
+    def fn(x2, x3, x4, x5, x6, x7):
+        return torch.addmm(x4, x2, x3, beta=0.5), F.group_norm(x5, 1, x6, x7)
+    specs = [((2, 3), True, 1563514121), ((3, 4), False, 683553784), ((1,), False, 1436507051),
+             ((4, 1), True, 578734196), ((1,), False, 2116918508), ((1,), False, 1133626797)]
+    inputs = [make_input(s, torch.float32, "contiguous", grad=g, seed=seed, device=device) for s, g, seed in specs]
+    assert check_fn(fn, inputs, backward=True) == []
