@@ -209,3 +209,14 @@ def test_a_cat_whose_pieces_are_all_skipped(dtypes, device, check):
     pieces = [torch.zeros(0, dtype=dtype, device=device) for dtype in dtypes]
     check(lambda *p: torch.cat(p, 0), *pieces)
     check(lambda x, *p: (torch.cat(p, 0), x + 1), torch.randn(3, device=device), *pieces)
+
+
+def test_cat_piece_read_at_a_gathered_scalar_index(device, check):
+    # index_select of one column of a cat: each piece's test is a scalar (0-d) mask beside the
+    # kernel's xmask; combined with an unrelated kernel into one launch, the interpreter's `&` of
+    # the two gave an int64 mask its load refused (fuzzer, Triton CPU backend).
+    def fn(x0, x1, i, u):
+        return torch.index_select(torch.cat([x1, x0, x1], 1), 1, i), u // 2
+    for k in range(3):
+        check(fn, torch.randn(5, 1, device=device), torch.randn(5, 1, device=device),
+              torch.tensor([k], device=device), torch.randint(0, 200, (1,), device=device).to(torch.uint8))
