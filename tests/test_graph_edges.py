@@ -182,3 +182,21 @@ def test_int_and_bool_inputs_together(device, check):
     i = torch.randint(0, 5, (17, 33), device=device)
     m = torch.rand(17, 33, device=device) > 0.5
     check(lambda x, i, m: torch.where(m, x * i, -i.float()), x, i, m)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, e: (lambda y: (y, torch.cat([y, e])))(x * 2),
+    lambda x, e: (lambda y: (y, torch.cat([e, y, e])))(x[torch.tensor([2, 0], device=x.device)]),
+], ids=["cat_with_empty", "cat_with_two_empties"])
+def test_outputs_eager_makes_anew_are_distinct_tensors(compile_fn, device, fn):
+    # A cat of x and an empty tensor lowers to x itself; returned twice as one tensor, autograd took
+    # the second output for the first (no grad_fn: the empty input's gradient was None), and a
+    # write to one output would show in the other (found by the fuzzer).
+    x = torch.randn(5, device=device)
+    e = torch.randn(0, device=device, requires_grad=True)
+    outs = compile_fn(fn)(x, e)
+    assert outs[0].data_ptr() != outs[1].data_ptr()
+    outs[1].sum().backward()
+    expected = fn(x, e.detach().requires_grad_())
+    torch.testing.assert_close(outs[1], expected[1])
+    assert e.grad is not None and e.grad.shape == (0,)

@@ -203,9 +203,18 @@ def lower_graph(gm: torch.fx.GraphModule, config=None) -> IRGraph:
         elif node.op == "output":
             (results,) = node.args
             graph.node = None
+            returned: dict[str, object] = {}  # storage name -> the FX output that returned it
             for fx_out in results:
                 value = env[fx_out] if isinstance(fx_out, torch.fx.Node) else fx_out
-                graph.outputs.append(_lower_output(graph, value, fx_out))
+                spec = _lower_output(graph, value, fx_out)
+                if spec.name is not None and returned.get(spec.name, fx_out) is not fx_out and _fresh_in_eager(fx_out):
+                    # Two outputs, one storage, where eager's op made a new tensor (a cat of x and an
+                    # empty piece is x itself here): returned as one tensor, autograd took the second
+                    # for the first (no grad_fn), and a write to one would show in the other.
+                    spec = _lower_output(graph, TensorBox.of_storage(_copy_loops(value)), fx_out)
+                if spec.name is not None:
+                    returned.setdefault(spec.name, fx_out)
+                graph.outputs.append(spec)
             graph.node = None
             for write in graph.input_writes:
                 write()
@@ -352,6 +361,15 @@ def _cheap_scalar(loops: Loops) -> bool:
     except AttributeError:
         return False  # an op the counter does not know (random numbers): computed once
     return handler.ops <= SCALAR_INLINE_OPS
+
+
+def _fresh_in_eager(fx_out) -> bool:
+    target = getattr(fx_out, "target", None)
+    return isinstance(target, torch._ops.OpOverload) and not target.is_view
+
+
+def _copy_loops(value: TensorBox) -> Pointwise:
+    return Pointwise(value.get_device(), value.get_dtype(), value.make_loader(), value.get_size(), value.origins)
 
 
 def _lower_output(graph: IRGraph, value, fx_out) -> OutputSpec:
