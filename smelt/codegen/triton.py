@@ -875,9 +875,9 @@ class TritonOps:
         if name in INFIX:
             out = torch.bool if name in PREDICATE_OPS else dtype
             return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
-        table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name == "floordiv" and dtype.is_floating_point:
             return computed(self.k.emit(f"tl.floor({self._divide(a, b, dtype)})", dtype, rank), name)
+        table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name not in table:
             raise NotImplementedError(f"smelt: op {name} on {dtype} has no Triton form")
         if table is FLOAT_BINARY:

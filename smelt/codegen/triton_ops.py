@@ -102,7 +102,6 @@ FLOAT_BINARY = {
     "fmod": "libdevice.fmod({0}, {1})", "nextafter": "libdevice.nextafter({0}, {1})",
     "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
-    "floordiv": "tl.floor({0} / {1})",
 }
 INT_BINARY = {
     "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})", "fmod": "{0} % {1}",
