@@ -117,8 +117,7 @@ class IRGraph:
             if layout == buffer.layout:
                 return buffer
             return ReinterpretView(buffer, layout)
-        loops = Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), data.get_size(), data.origins)
-        return self.register_computed(loops)
+        return self.register_computed(_copy_loops(data))
 
     def dtype_of(self, name: str) -> torch.dtype:
         """The element type of a buffer, input or constant by name (storage names included)."""
@@ -368,7 +367,8 @@ def _fresh_in_eager(fx_out) -> bool:
     return isinstance(target, torch._ops.OpOverload) and not target.is_view
 
 
-def _copy_loops(value: TensorBox) -> Pointwise:
+def _copy_loops(value) -> Pointwise:
+    """A loop nest computing `value` (a TensorBox or what it holds) element by element."""
     return Pointwise(value.get_device(), value.get_dtype(), value.make_loader(), value.get_size(), value.origins)
 
 
