@@ -96,14 +96,21 @@ def _float64_on_cpu(decomposition):
     return run
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _opmath(dtype: torch.dtype) -> torch.dtype:
+    """The dtype ATen's kernels compute a norm in: float32 for half floats."""
+    return torch.float32 if dtype in _HALF else dtype
+
+
 def _running_stats_in_float32(decomposition):
     """Half-float running statistics updated in float32, rounded once, as ATen's batch_norm does.
     torch's decomposition writes momentum * mean + (1 - momentum) * running_mean with the running
     mean in its own dtype, so (1 - momentum) * running_mean is a bfloat16 op that smelt rounds, as
     eager rounds such an op when a user writes it (found by the fuzzer: 4x eager's error)."""
     def run(input, weight, bias, running_mean, running_var, *args, **kwargs):
-        half = (torch.float16, torch.bfloat16)
-        if running_mean.dtype not in half and running_var.dtype not in half:
+        if running_mean.dtype not in _HALF and running_var.dtype not in _HALF:
             return decomposition(input, weight, bias, running_mean, running_var, *args, **kwargs)
         out = decomposition(input, weight, bias, running_mean.float(), running_var.float(), *args, **kwargs)
         return (*out[:3], out[3].to(running_mean.dtype), out[4].to(running_var.dtype))
@@ -126,7 +133,7 @@ def _native_group_norm(input, weight, bias, batch_size: int, num_channels: int, 
     less (a fused multiply-add), smelt's kernels do not fuse them, so such programs came out up
     to 2.5x eager's error (found by the fuzzer). The difference from the mean is exact there, and
     where the mean is large against the spread it rounds at the spread's scale, not the mean's."""
-    compute = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    compute = _opmath(input.dtype)
     x = input.to(compute).reshape(batch_size, num_groups, num_channels // num_groups, inner_size)
     var, mean = torch.var_mean(x, dim=[2, 3], correction=0, keepdim=True)
     rstd = torch.rsqrt(var + eps)
@@ -147,7 +154,7 @@ def _native_group_norm_backward(grad_out, input, mean, rstd, weight, batch_size:
     dx = c1 * dy + c2 * x + c3, whose terms cancel where the gradient is small against them: over a
     group of one element the gradient is 0, eager's kernel cancels it exactly, smelt's fused kernel
     rounds in another order and left 2e-6 (found by the fuzzer). xhat is exactly 0 there."""
-    compute = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    compute = _opmath(input.dtype)
     grouped = (batch_size, num_groups, num_channels // num_groups, inner_size)
     x, dy = input.to(compute).reshape(grouped), grad_out.to(compute).reshape(grouped)
     per_group = (batch_size, num_groups, 1, 1)
