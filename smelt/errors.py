@@ -11,3 +11,12 @@ class LoweringError(SmeltError):
 
 class KernelCompileError(SmeltError):
     """A generated kernel did not compile; the message names the kernel, its source file and ATen ops."""
+
+
+class HalideRefusedKernel(KernelCompileError):
+    """Halide did not compile a kernel smelt generated; the graph is generated again with that kernel
+    in Triton (pipeline.compile_graph)."""
+
+    def __init__(self, message: str, kernel: str):
+        super().__init__(message)
+        self.kernel = kernel

@@ -20,7 +20,7 @@ from .codegen.triton_combo import ComboBodies, ComboKernelSource, combo_kernel
 from .codegen.triton_finisher import Finisher, attach_finishers, finisher_plan
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
-from .errors import SmeltError
+from .errors import HalideRefusedKernel, SmeltError
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
 from .runtime.assemble import assemble
@@ -35,13 +35,28 @@ _graph_ids = itertools.count()
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
     generated = graph_cache.load_or_generate(gm, kind, cfg, generate_graph)
-    compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg))
+    refused: set[str] = set()
+    while True:
+        try:
+            compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg))
+            break
+        except HalideRefusedKernel as e:
+            # Halide's own compiler rejects some valid programs (issue 20's fuzz finding Halide #4):
+            # that kernel runs in Triton instead, and the cache keeps the graph that compiled.
+            if e.kernel in refused:
+                raise
+            refused.add(e.kernel)
+            log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
+            regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused))
+            graph_cache.replace(generated, regenerated, cfg)
+            generated = regenerated
     compiled.kind = kind
     observe.record(compiled)
     return compiled
 
 
-def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
+def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=frozenset()) -> GeneratedGraph:
+    """`halide_refused`: names of kernels Halide did not compile before, generated in Triton instead."""
     graph_id = next(_graph_ids)
     if cfg.gemm_epilogues:
         fuse_gemm_epilogues(gm)
@@ -80,7 +95,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg) -> GeneratedGraph:
         backends[k] = _backend_of(step, cfg)
         interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu" and backends[k] == "triton"
         if backends[k] == "halide":
-            kernels[k] = _halide_or_triton(step, graph, len(kernels), cfg)
+            kernels[k] = _halide_or_triton(step, graph, len(kernels), cfg, halide_refused)
             if not isinstance(kernels[k], HalideKernelSource):
                 backends[k] = "triton"
                 interpreted[k] = step.group.nodes[0].buffer.get_device().type == "cpu"
@@ -151,16 +166,19 @@ def _generated_kernel(kernel, interpret: bool, backend: str, twin: CudaTwin | No
                            interpret=interpret, cuda_twin=twin)
 
 
-def _halide_or_triton(step, graph, index: int, cfg):
-    """A Halide kernel; one that Halide cannot print runs in Triton instead (on the CPU, through
-    Triton's interpreter: slow, but the graph still compiles and computes what eager does)."""
+def _halide_or_triton(step, graph, index: int, cfg, refused=frozenset()):
+    """A Halide kernel; one that Halide cannot print, or did not compile before (`refused`), runs in
+    Triton instead (on the CPU, through Triton's interpreter: slow, but the graph still compiles and
+    computes what eager does)."""
     gpu = step.group.nodes[0].buffer.get_device().type == "cuda"
     try:
-        return generate_halide_kernel(step, graph, index, gpu)
+        kernel = generate_halide_kernel(step, graph, index, gpu)
+        if kernel.name not in refused:  # compile_graph warned of a refused one
+            return kernel
     except UnsupportedInHalide as e:
         log.warning("smelt: kernel %d runs in Triton%s instead of Halide: %s", index,
                     "" if gpu else "'s interpreter", e)
-        return generate_kernel(step, graph, not gpu, cfg, index)
+    return generate_kernel(step, graph, not gpu, cfg, index)
 
 
 def generate_halide_kernel(step, graph, index: int, gpu: bool = False) -> HalideKernelSource:

@@ -50,3 +50,42 @@ def test_generated_kernels_divide_without_tritons_approximate_slash(fn, tmp_path
     assert sources
     body = "\n".join(line for s in sources for line in s.splitlines() if line.startswith("    tmp"))
     assert " / " not in body and "tl.sqrt(" not in body and "tl.rsqrt(" not in body, body
+
+
+@triton.jit
+def _product_minus_sum(a, b, c, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, tl.load(a + i) * tl.load(b + i) - tl.load(c + i))
+
+
+def _ptx(options):
+    src = ASTSource(_product_minus_sum, {"a": "*fp32", "b": "*fp32", "c": "*fp32", "out": "*fp32", "N": "constexpr"},
+                    constexprs={"N": 128})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+def test_cuda_compile_options_round_each_product_as_eager():
+    """x * y - c contracted to one FMA keeps the product unrounded: layer_norm's gradient over one
+    element was then the product's rounding error (6e-6 on the H100) where eager's is exactly 0."""
+    from smelt.runtime.cuda_binary import CUDA_COMPILE_OPTIONS
+    assert "fma.rn.f32" in _ptx({})  # Triton's default contracts: the check below can fail
+    ptx = _ptx(CUDA_COMPILE_OPTIONS)
+    assert "fma.rn.f32" not in ptx and "mul.rn.f32" in ptx
+
+
+def test_compiled_binaries_use_the_cuda_compile_options(monkeypatch):
+    from smelt.runtime import cuda_binary
+    seen = {}
+    real = triton.compile
+
+    def compile_and_note(source, target=None, options=None):
+        seen.update(options or {})
+        return real(source, target=target, options=options)
+
+    monkeypatch.setattr(triton, "compile", compile_and_note)
+    spec = (("ptr", "torch.float32", True),) * 4
+    try:
+        cuda_binary.compile_binary(_product_minus_sum, spec, {"N": 128}, 4, (9, 0))
+    except cuda_binary.CudaError:
+        pass  # only the options matter here
+    assert seen.get("enable_fp_fusion") is False

@@ -494,3 +494,54 @@ def test_compiler_warnings_go_to_the_log_not_stdout(capfd, caplog, tmp_path, mon
     assert "Warning" not in out and "Warning" not in err, ("OUT:" + out, "ERR:" + err)
     compiled_messages = [r.getMessage() for r in caplog.records if "Halide's compiler on kernel" in r.getMessage()]
     assert all("halide_poi_fused" in m for m in compiled_messages), compiled_messages  # named by kernel
+
+
+def test_a_kernel_halide_refuses_runs_in_triton_and_the_cache_keeps_that_graph(tmp_path, monkeypatch, caplog):
+    from smelt import graph_cache
+    from smelt.errors import HalideRefusedKernel
+    from smelt.runtime import halide_launcher
+
+    monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "1")
+    monkeypatch.delenv("SMELT_DEBUG_DIR", raising=False)
+    refusals = []
+
+    def refuse(self, source, cache_dir):  # Halide rejecting a valid program, as it does fuzz finding #4
+        refusals.append(self.name)
+        raise HalideRefusedKernel(f"smelt: Halide kernel {self.name} did not compile", self.name)
+
+    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse)
+    fn = lambda x, w: torch.softmax(x * w, -1) + 1  # noqa: E731
+    x, w = torch.randn(8, 33), torch.randn(33)
+    with caplog.at_level("WARNING", logger="smelt"):
+        torch.testing.assert_close(compiled(fn)(x, w), fn(x, w))
+    assert refusals and "runs in Triton instead of Halide" in caplog.text
+    assert all(not k.startswith("halide") for k in last_graph().kernel_names)
+    torch._dynamo.reset()
+    before = len(refusals)
+    hits = graph_cache.stats["aten_hit"] + graph_cache.stats["dynamo_hit"]
+    torch.testing.assert_close(compiled(fn)(x, w), fn(x, w))
+    assert graph_cache.stats["aten_hit"] + graph_cache.stats["dynamo_hit"] == hits + 1
+    assert len(refusals) == before  # the graph with the Triton kernel, from the cache
+
+
+def test_halides_not_of_a_non_bool_error_is_avoided():
+    # Halide 21 refuses select(c, 0, select(c, 1, y) + F[x]) with F updated ("argument of Not is not
+    # a bool"); the fuzzer's program (Halide #4) that led there runs, its kernel in Triton
+    from smelt.tools.fuzz.inputs import make_input
+    from smelt.tools.fuzz.runner import check_fn
+
+    def fn(x0, x1, x3, x5, x7):
+        v0 = x0.masked_fill(x1, True)
+        v1 = torch.where(x5, v0, x3)
+        v4 = v0 * torch.rsqrt(v0.pow(2).mean(-1, keepdim=True) + 1e-6) * x7
+        return (v1, v4)
+
+    inputs = [
+        make_input((1, 1, 1), torch.float32, 'contiguous', grad=True, seed=793227244),
+        make_input((1, 1, 1), torch.bool, 'contiguous', grad=False, seed=971300440),
+        make_input((1, 1, 1, 1), torch.float32, 'contiguous', grad=False, seed=857907608),
+        make_input((1, 1, 1), torch.bool, 'contiguous', grad=False, seed=1741115969),
+        make_input((1,), torch.float32, 'contiguous', grad=False, seed=1611797171),
+    ]
+    assert check_fn(fn, inputs, backward=True) == []

@@ -33,6 +33,17 @@ def aten_key(gm, kind: str, cfg) -> str:
     return digest(f"{environment_text(cfg)}\n{aten_graph_text(gm, kind)}")
 
 
+def replace(old: GeneratedGraph, new: GeneratedGraph, cfg) -> None:
+    """`new` in the cache entry that held `old` (a graph generated again after a kernel failed to compile)."""
+    if old.cache_key is None or not enabled(cfg):
+        return
+    if new.serializable:
+        write_entry(cfg.cache_dir, "aten", old.cache_key, new.to_json())
+        new.cache_key = old.cache_key
+    else:
+        log.debug("smelt: graph cache entry %s left as it was: the new graph refers to constants", old.cache_key[:16])
+
+
 def load_generated(key: str, cfg) -> GeneratedGraph | None:
     body = read_entry(cfg.cache_dir, "aten", key)
     if body is None:

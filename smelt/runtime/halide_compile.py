@@ -23,7 +23,7 @@ import sys
 import tempfile
 import types
 
-from ..errors import KernelCompileError
+from ..errors import HalideRefusedKernel, KernelCompileError
 from . import checked_files
 
 log = logging.getLogger("smelt.runtime")
@@ -201,9 +201,12 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
             _link([prefix + ".o"], os.path.join(tmp, "out"), [runtime, f"-Wl,-rpath,{os.path.dirname(runtime)}"])
         except KernelCompileError:
             raise
-        except Exception as e:  # Halide reports errors in the algorithm or schedule as HalideError
-            raise KernelCompileError(f"smelt: Halide kernel {name} ({target}) did not compile; source: {path}; "
-                                     f"error: {type(e).__name__}: {e}") from e
+        except Exception as e:
+            message = (f"smelt: Halide kernel {name} ({target}) did not compile; source: {path}; "
+                       f"error: {type(e).__name__}: {e}")
+            if type(e).__name__ == "HalideError":  # Halide rejected the program: the kernel goes to Triton
+                raise HalideRefusedKernel(message, name) from e
+            raise KernelCompileError(message) from e  # an error in the generated source: smelt's bug
 
     if not build_checked(library, build):
         return library, symbol, 0.0

@@ -22,7 +22,7 @@ from ..codegen.tiling import grid_for
 from ..codegen.triton_finisher import TicketCounter
 from ..codegen.triton_row_split import RowSplitWorkspace
 from ..errors import KernelCompileError
-from .cuda_binary import CudaError
+from .cuda_binary import CUDA_COMPILE_OPTIONS, CudaError
 from .kernel_binaries import KernelVariants, Unsupported
 
 log = logging.getLogger("smelt.runtime")
@@ -61,7 +61,7 @@ class TritonLauncher:
         self.constexprs = block_constants(config, self.programs is not None, self.row_split)
         self.block_constants = dict(self.constexprs)
         if not self.interpret:  # the interpreter takes no launch options
-            self.constexprs["num_warps"] = config.num_warps
+            self.constexprs.update(num_warps=config.num_warps, **CUDA_COMPILE_OPTIONS)
 
     def reconfigure(self, config, programs: int) -> None:
         """A combo kernel's new launch config and grid (runtime/combo_launcher.py tunes them)."""
