@@ -213,3 +213,29 @@ def test_cpu_scalar_operand_keeps_the_ops_device(compile_fn, device, fn):
     actual, expected = compile_fn(fn)(x, i), fn(x, i)
     assert actual.device == expected.device
     torch.testing.assert_close(actual, expected)
+
+
+# --- values made of literals alone keep their dtype: Triton reads a Python float as float32 and a
+# small int as int32 (the H100 fuzzer's sign(float64) / 3 was divided in float32) -------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda a: torch.sign(a) / 3,
+    lambda a: torch.where(a > 0, torch.tensor(1.0, dtype=a.dtype), torch.tensor(0.0, dtype=a.dtype)) / 3,
+    lambda a: torch.full_like(a, 1.0) / 3 + a * 0,
+    lambda a: torch.ones(5, 3, dtype=a.dtype, device=a.device) / 3 + a,
+    lambda a: torch.ones_like(a).tril() / 3,
+    lambda a: torch.softmax(torch.sign(a), 0),
+], ids=["sign", "where", "full_like", "ones", "tril", "sign_softmax"])
+def test_float64_values_of_literals_are_float64(compile_fn, device, fn):
+    x = torch.randn(5, 3, dtype=torch.float64, device=device)
+    torch.testing.assert_close(compile_fn(fn)(x), fn(x), atol=0, rtol=1e-15)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: torch.ones_like(a) * (2 ** 31 - 1) * 4 + a,
+    lambda a: torch.where(a > 0, 2 ** 31 - 1, 7) + 1,
+    lambda a: torch.full_like(a, 2 ** 31 - 1) + 1 + a * 0,
+], ids=["ones_mul", "where", "full_like"])
+def test_int64_values_of_literals_do_not_wrap_at_int32(compile_fn, device, fn):
+    x = torch.randint(-5, 5, (5, 3), device=device)
+    torch.testing.assert_close(compile_fn(fn)(x), fn(x), atol=0, rtol=0)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import struct
 
 import sympy
 import torch
@@ -699,12 +698,15 @@ class TritonOps:
     def __init__(self, kernel: TritonKernel):
         self.k = kernel
 
-    def _const(self, text: str, dtype: torch.dtype) -> CSEVar:
-        if dtype == torch.float64 and not _exact_in_float32(_literal_value(text)):
+    def _const(self, text: str, dtype: torch.dtype, typed_wide_ints: bool = False) -> CSEVar:
+        """`typed_wide_ints`: an int64 value is spelled with its type even where it fits int32, so that
+        an expression of literals alone is computed in int64 (where(c, 2**31 - 1, 7) + 1 wrapped)."""
+        if dtype == torch.float64:
             # Triton makes a Python float a float32 where no float64 operand meets it, as in an
-            # expression of literals only (lerp's weight 0.3 was rounded): spelled as a float64.
+            # expression of literals only (lerp's weight 0.3 was rounded; ones(n) / 3 was divided
+            # in float32): spelled as a float64.
             return self.k.emit(f"tl.full([], {text}, tl.float64)", dtype, 0)
-        if dtype in (torch.int64, torch.uint32, torch.uint64) and not -2 ** 31 <= int(text) < 2 ** 31:
+        if dtype in (torch.int64, torch.uint32, torch.uint64) and (typed_wide_ints or not -2 ** 31 <= int(text) < 2 ** 31):
             # Likewise an int past int32 meeting a value Triton holds as int32 (an argmax's index,
             # an expression of small literals) is refused: spelled with its type, it widens them.
             return self.k.emit(f"tl.full([], {text}, {triton_type(dtype)})", dtype, 0)
@@ -735,7 +737,8 @@ class TritonOps:
         return self.k.load(name, self.k.simplify(index))
 
     def constant(self, value, dtype):
-        return self._const(literal(value, dtype), dtype)
+        # (index constants stay plain: index math is int32 where sizes allow)
+        return self._const(literal(value, dtype), dtype, typed_wide_ints=True)
 
     def index_expr(self, expr, dtype):
         expr = self.k.simplify(expr)
@@ -838,7 +841,7 @@ class TritonOps:
                 reg = register_dtype(x.dtype)
                 one, minus_one, zero = literal(1, reg), literal(-1, reg), literal(0, reg)
                 text = f"tl.where({x} > {zero}, {one}, tl.where({x} < {zero}, {minus_one}, {zero}))"
-                if not reg.is_floating_point:
+                if reg != torch.float32:  # literals alone are float32 (or int32) in Triton
                     text += f".to({triton_type(reg)})"
                 return self.k.emit(text, x.dtype, rank)
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
@@ -910,16 +913,6 @@ def _is_literal(text: str) -> bool:
         _literal_value(text)
         return True
     except (ValueError, SyntaxError, NameError):
-        return False
-
-
-def _exact_in_float32(value) -> bool:
-    value = float(value)
-    if not math.isfinite(value):
-        return True
-    try:
-        return struct.unpack("f", struct.pack("f", value))[0] == value
-    except OverflowError:  # past float32's range
         return False
 
 
