@@ -183,6 +183,19 @@ def test_a_combo_kernel_compiles_for_the_gpu(checked):
 
 
 @triton_pass_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_multiplying_scatter_in_a_2d_block_compiles_for_the_gpu(dtype, checked):
+    # H100 fuzzer finding: scatter_reduce(prod) beside a reduction (a [XBLOCK, 1] block) looped while
+    # a one-element tensor, not a scalar, was positive: Triton refused the loop condition.
+    def fn(x, src, index):
+        return x.scatter_reduce(0, index, src, "prod", include_self=True), index.sum(0)
+    x, src, index = torch.randn(6, dtype=dtype), torch.randn(1, dtype=dtype), torch.tensor([4])
+    compiled = torch.compile(fn, backend="smelt", fullgraph=True)
+    torch.testing.assert_close(compiled(x, src, index), fn(x, src, index))
+    _every_kernel_was_checked(checked)
+
+
+@triton_pass_only
 def test_a_cached_graph_keeps_its_kernels_cuda_forms(checked, monkeypatch, tmp_path):
     # The CUDA forms travel in the graph cache's JSON: a graph read back is checked too, its
     # compiled binary read from the kept kernels instead of compiled again.

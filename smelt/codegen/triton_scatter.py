@@ -57,8 +57,9 @@ def _emit_multiply_loop(kernel, ptr: str, offset: str, value: str, dtype, mask: 
     body.writeline(f"cas_ptr{n} = ({ptr} + {where}).to(tl.pointer_type({bits}))")
     body.writeline(f"seen{n} = tl.load({ptr} + {where}{', ' + mask if mask else ''})")
     body.writeline(f"pending{n} = {mask or 'tl.full(' + kernel.block_shape(1) + ', 1, tl.int1)'}")
-    # tl.reduce with Triton's own combine: the interpreter runs it natively (tl.sum would not load there).
-    body.writeline(f"while tl.reduce(pending{n}.to(tl.int32), 0, tl.standard._sum_combine) > 0:")
+    # tl.reduce with Triton's own combine: the interpreter runs it natively (tl.sum would not load there);
+    # over every dim (None), so that the loop condition is a scalar whatever the block's rank.
+    body.writeline(f"while tl.reduce(pending{n}.to(tl.int32), None, tl.standard._sum_combine) > 0:")
     with body.indent():
         body.writeline(f"expected{n} = seen{n}.to({bits}, bitcast=True)")
         body.writeline(f"wanted{n} = tl.where(pending{n}, seen{n} * {value}, seen{n}).to({bits}, bitcast=True)")
