@@ -238,3 +238,25 @@ def test_group_norm_gradient_over_one_element_groups(device):
              ((4, 1), True, 578734196), ((1,), False, 2116918508), ((1,), False, 1133626797)]
     inputs = [make_input(s, torch.float32, "contiguous", grad=g, seed=seed, device=device) for s, g, seed in specs]
     assert check_fn(fn, inputs, backward=True) == []
+
+
+# Rows of equal values (a broadcast input, padding): eager's Welford gives a mean of exactly that value
+# and a variance of exactly 0, where std's gradient is 0. A mean computed as sum / n can be an ulp
+# off, and the gradient was then 0.4 (the fuzzer's std of an expanded input).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape,dim", [((3, 2), 0), ((4, 3), -1), ((2, 3, 7), 1), ((3, 5000), -1)],
+                         ids=["columns", "rows", "middle", "long_rows"])
+def test_variance_of_equal_values_is_exactly_zero(device, compile_fn, dtype, shape, dim):
+    base = torch.tensor([0.7, 0.1, 1 / 3], dtype=dtype, device=device)
+    x = base[torch.arange(torch.Size(shape).numel(), device=device) % 3 * 0].reshape(shape)
+    x = (x + torch.arange(shape[0], device=device, dtype=dtype).reshape(-1, *[1] * (len(shape) - 1)) * 0.3
+         if dim != 0 else x)  # rows differ from each other, each row constant along dim
+    fn = lambda a: (a.std(dim), torch.var_mean(a, dim, correction=0))  # noqa: E731
+    a = x.clone().requires_grad_()
+    std, (var, mean) = compile_fn(fn)(a)
+    std.sum().backward()
+    e = x.clone().requires_grad_()
+    e_std, (e_var, e_mean) = fn(e)
+    e_std.sum().backward()
+    assert torch.equal(var, e_var) and torch.equal(std, e_std) and torch.equal(mean, e_mean)
+    assert torch.equal(a.grad, e.grad), (a.grad, e.grad)

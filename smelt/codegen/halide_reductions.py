@@ -36,9 +36,19 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         return _welford_one_walk(k, name, dtype, new)
     if rtype == "welford_reduce":
         # Two passes over the row, the exact formula: the mean first, then the squares around it.
-        mean = _fold(k, f"{name}_sum", "sum", dtype, new)
+        # Static, non-empty rows are shifted by their first value (0 where not finite), as eager's
+        # Welford starts from it: a row of equal values then has m2 exactly 0.
+        kind, zero = halide_type(dtype), literal(0.0, dtype)
+        shift = ""
+        if (static_int(k.plan.rnumel) or 0) > 0:
+            k.body.writeline(f"{name}_first = {new.replace('rdom.x', '0')}")
+            k.body.writeline(f'{name}_shift = hl.Func("{name}_shift")')
+            k.body.writeline(f"{name}_shift[x] = hl.select(hl.is_finite({name}_first), {name}_first, {zero})")
+            k.schedule.reduction(f"{name}_shift", has_update=False)
+            shift = f"hl.Expr({name}_shift[x])"
+        total = _fold(k, f"{name}_sum", "sum", dtype, f"({new}) - {shift}" if shift else new)
         k.body.writeline(f'{name}_mean = hl.Func("{name}_mean")')
-        k.body.writeline(f"{name}_mean[x] = {mean} / hl.cast({halide_type(dtype)}, rnumel)")
+        k.body.writeline(f"{name}_mean[x] = {shift + ' + ' if shift else ''}{total} / hl.cast({kind}, rnumel)")
         centered = k.as_func(f"{name}_centered", CSEVar(f"{new.replace('rdom.x', 'r')} - {name}_mean[x]", dtype, 2), 2)
         square = CSEVar(f"{centered} * {centered}", dtype, 2)
         k.as_func(f"{name}_square", square, 2)
@@ -89,10 +99,14 @@ def _welford_one_walk(k, name: str, dtype: torch.dtype, new: str) -> tuple[CSEVa
     """
     lanes, kind, zero = k.schedule.lanes, halide_type(dtype), literal(0.0, dtype)
     head = new.replace("rdom.x", "hl.min(lane, rnumel - 1)")
+    first = new.replace("rdom.x", "0")
     value = new.replace("rdom.x", f"hl.min({name}_element, rnumel - 1)")
     lines = [
-        f"{name}_head = fold_lanes(lambda a, b: a + b, [hl.select(lane < rnumel, {head}, {zero}) "
-        f"for lane in range({SHIFT_HEAD})]) / hl.cast({kind}, hl.min(rnumel, {SHIFT_HEAD}))",
+        # The head's mean as first + mean(head - first): exactly the value of a row of equal values,
+        # whose m2 is then exactly 0, as in eager's Welford (std's gradient there is 0, not 0.4).
+        f"{name}_first = {first}",
+        f"{name}_head = {name}_first + fold_lanes(lambda a, b: a + b, [hl.select(lane < rnumel, {head} - "
+        f"{name}_first, {zero}) for lane in range({SHIFT_HEAD})]) / hl.cast({kind}, hl.min(rnumel, {SHIFT_HEAD}))",
         f'{name}_shift = hl.Func("{name}_shift")',
         f"{name}_shift[x] = hl.select(hl.is_finite({name}_head), {name}_head, {zero})",
         f'{name}_chunks = hl.RDom([(0, (rnumel + {lanes - 1}) // {lanes})], "{name}_chunks")',

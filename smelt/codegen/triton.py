@@ -415,10 +415,16 @@ class TritonKernel:
                              torch.int64, 1)
             return (self.emit(f"{pair}[1][:, None]", torch.int64, 1),)
         if rtype == "welford_reduce":
-            # Whole rows are in registers: the exact two-pass formula costs nothing extra.
+            # Whole rows are in registers: the exact two-pass formula costs nothing extra. Shifted by
+            # the row's first element (0 where not finite), as eager's Welford starts from it: a row
+            # of equal values has a mean of exactly that value and m2 exactly 0 (std's gradient
+            # there is 0 in eager; a mean one ulp off made it 0.4).
             count = "rnumel"
             add = self._combine_name("sum", dtype)
-            mean = self.emit(f"tl.reduce({masked}, 1, {add})[:, None] / {count}", dtype, 1)
+            head = self.emit(f"tl.reduce(tl.where(rbase == 0, {value}, 0.0), 1, {add})[:, None]", dtype, 1)
+            shift = self.emit(f'tl.where(tl.abs({head}) < float("inf"), {head}, 0.0)', dtype, 1)
+            shifted = self._masked(self.emit(f"{value} - {shift}", dtype, 2), 0)
+            mean = self.emit(f"{shift} + tl.reduce({shifted}, 1, {add})[:, None] / {count}", dtype, 1)
             centered = self.emit(f"{value} - {mean}", dtype, 2)
             squares = self._masked(self.emit(f"{centered} * {centered}", dtype, 2), 0)
             m2 = self.emit(f"tl.reduce({squares}, 1, {add})[:, None]", dtype, 1)
