@@ -25,6 +25,18 @@ def test_a_seed_gives_one_program_and_its_printed_source_reproduces_it():
     assert out.getvalue().strip() == "passes"
 
 
+def test_a_gpu_findings_repro_makes_its_inputs_on_the_gpu(monkeypatch, tmp_path):
+    # The H100 findings printed CPU inputs, so their repros checked the CPU backend instead.
+    from smelt.tools.fuzz import cli
+    printed = []
+    monkeypatch.setattr(cli, "check_batch", lambda programs, seeds, device, timeout: [
+        (seeds[0], programs[0], cli.Result("fail", ["made up"]))])
+    monkeypatch.setattr(cli, "shrink", lambda p, result, device, budget, timeout: (p, result, 0))
+    monkeypatch.setattr(cli, "generate", lambda seed, device, backward: generate(seed, "cpu", backward))
+    cli.run(1, 7, device="cuda:0", batch=1, log=printed.append, out=str(tmp_path / "findings.md"))
+    assert "device='cuda:0'" in (tmp_path / "findings.md").read_text()
+
+
 def test_generated_programs_cover_every_family_and_dtype():
     programs = [generate(s) for s in range(150)]
     families = {op.family for p in programs for op in p.ops}

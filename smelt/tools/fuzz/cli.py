@@ -134,7 +134,7 @@ def run(count: int, seed: int, device="cpu", backward=True, batch=4, every=50, o
                 log(f"  {result.status} at {where}: same as finding {journal.findings.index(known) + 1}")
             else:
                 journal.add({"finding": {"key": key, "status": result.status, "where": f"{where}, {backend}",
-                                         "messages": shrunk_result.messages, "source": shrunk.source(),
+                                         "messages": shrunk_result.messages, "source": shrunk.source(device),
                                          "ops_before": len(p.ops), "ops_after": len(shrunk.ops)}})
                 log(f"  {result.status} at {where} (shrunk in {tried} tries):\n"
                     + "\n".join("    " + m for m in shrunk_result.messages[:3]))
@@ -195,7 +195,7 @@ def supervise(argv: list, args) -> int:
         else:
             journal.add({"finding": {"key": key, "status": "segfault", "where": f"{where}, {backend_name(args.device)}",
                                      "messages": [f"the process died by signal {-rc} (shrunk in {tried} fresh processes)"],
-                                     "source": shrunk.source(), "ops_before": len(program.ops),
+                                     "source": shrunk.source(args.device), "ops_before": len(program.ops),
                                      "ops_after": len(shrunk.ops)}})
     journal = Journal(journal_path)
     if args.out:
