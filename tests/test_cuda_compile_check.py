@@ -106,12 +106,12 @@ def test_the_fuzzers_repro_compiles_for_the_gpu(checked):
 
 @triton_pass_only
 def test_a_graph_whose_kernel_the_gpu_would_refuse_fails_to_compile(checked, monkeypatch):
-    # The literal typing of libdevice operands undone for the GPU form only: the interpreter
-    # still runs the kernel, the check refuses it.
+    # The typing of a float64 constant undone for the GPU form only (the divisor printed as a bare
+    # float32 literal, as before 2b52496): the interpreter still runs the kernel, the check refuses it.
     from smelt.codegen.triton import TritonOps
     typed = TritonOps._libdevice_operand
     monkeypatch.setattr(TritonOps, "_libdevice_operand",
-                        lambda self, x, dtype: typed(self, x, dtype) if self.k.interpret else self._operand(x))
+                        lambda self, x, dtype: typed(self, x, dtype) if self.k.interpret or x.rank else "3.0")
     x = torch.randn(4, dtype=torch.float64)
     fn = torch.compile(lambda x: torch.fmod(x, 3), backend="smelt", fullgraph=True)
     with pytest.raises(KernelCompileError, match=r"failed to compile for CUDA sm_90.*aten\.fmod\.Scalar.*KeyError"):

@@ -178,7 +178,7 @@ def test_index_out_of_bounds_raises(compile_fn, device, fn, op):
     lambda x, y: (x * 1.5 + y * 0.1) * (x - y),
     lambda x, y: torch.maximum(-x * y, x.abs() + y),
     lambda x, y: (x * y).sum(-1, keepdim=True) + x * y,
-    lambda x, y: x.pow(3) - y.pow(2),  # ATen's CPU kernel cubes bfloat16 in bfloat16, float16 in float32
+    lambda x, y: x.pow(3) - y.pow(2),  # ATen cubes in the half type (CPU: bfloat16 only, float16 in float32)
 ], ids=["chain", "scalars", "exact_ops", "reduction_epilogue", "cube"])
 def test_half_float_results_are_rounded_per_op(compile_fn, device, dtype, fn):
     # Products and sums of half floats are exact in float32, so rounding after each op as eager

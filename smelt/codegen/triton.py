@@ -707,7 +707,7 @@ class TritonOps:
     def _const(self, text: str, dtype: torch.dtype, typed_wide_ints: bool = False) -> CSEVar:
         """`typed_wide_ints`: an int64 value is spelled with its type even where it fits int32, so that
         an expression of literals alone is computed in int64 (where(c, 2**31 - 1, 7) + 1 wrapped)."""
-        if dtype == torch.float64:
+        if dtype == torch.float64 and text != "-0.0":  # (-0.0 keeps its sign bit only as _operand spells it)
             # Triton makes a Python float a float32 where no float64 operand meets it, as in an
             # expression of literals only (lerp's weight 0.3 was rounded; ones(n) / 3 was divided
             # in float32): spelled as a float64.

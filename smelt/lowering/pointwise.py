@@ -116,10 +116,12 @@ def pow_(g, a, b):
         if exponent == 1:
             return make_pointwise(g, [a], lambda x: x)
         if exponent == 3:
-            if out == torch.bfloat16 and g.out_meta.device.type == "cpu":
-                # ATen's CPU kernel multiplies base * base * base in bfloat16 (its square rounded;
-                # float16 is cubed in float32, checked in eager). rsqrt's backward cubes rsqrt:
-                # one rounding less flipped a bfloat16 RMSNorm gradient's sign (fuzzer).
+            device = g.out_meta.device.type
+            if (out == torch.bfloat16 and device == "cpu") or (out in (torch.bfloat16, torch.float16) and device == "cuda"):
+                # ATen multiplies base * base * base in the half type (its square rounded): on the
+                # CPU for bfloat16 (float16 is cubed in float32 there), on CUDA for both (checked in
+                # eager on the H100). rsqrt's backward cubes rsqrt: one rounding less flipped a
+                # bfloat16 RMSNorm gradient's sign (fuzzer).
                 return make_pointwise(g, [a], lambda x: ops.mul(ops.to_dtype(ops.mul(x, x), out), x))
             return make_pointwise(g, [a], lambda x: ops.mul(ops.mul(x, x), x))
     return make_pointwise(g, _in_dtypes(g, [a, b], cpu_only=True), ops.pow)
