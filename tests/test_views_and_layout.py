@@ -219,3 +219,28 @@ def test_reshape_indexer_reads_the_flat_position(old, new):
         old_index = [int(sympy.sympify(e)) for e in reindex([sympy.Integer(i) for i in index])]
         assert all(0 <= i < s for i, s in zip(old_index, old))
         assert flat_index(old_index, old) == flat_index(list(index), new)
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (3, 4), (2, 3, 5)])
+def test_a_value_saved_for_the_backward_keeps_its_gapped_traced_strides(shape, device, compile_fn, assert_close):
+    # A fill through a view of a strided input gives a value with the input's strides (gaps between
+    # elements); the backward reads the saved value with those strides, so the forward must produce
+    # them, not a dense copy (CPU fuzzer: the RMSNorm weight's gradient read the gaps).
+    def fn(x, w):
+        x[..., ::2].masked_fill_(torch.ones((), dtype=torch.bool), 3)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def run(f):
+        wide = torch.randn(*shape[:-1], 2 * shape[-1], device=device)
+        torch.manual_seed(0)
+        x, w = wide.clone()[..., ::2], torch.randn(shape[-1], device=device, requires_grad=True)
+        out = f(x, w)
+        out.sum().backward()
+        return out, w.grad, x
+
+    torch.manual_seed(1)
+    expected = run(fn)
+    torch.manual_seed(1)
+    actual = run(compile_fn(fn))
+    for a, e in zip(actual, expected):
+        assert_close(a, e)

@@ -27,7 +27,9 @@ def realize_as_traced(graph, box: TensorBox, node):
     meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     if not isinstance(meta, torch.Tensor):
         return graph.realize(box)
-    dense = _dense_strides(meta)
+    # Gapped strides too (slice_scatter into a strided input keeps its strides): a graph output
+    # saved for the backward is read there with its traced strides, which a dense copy breaks.
+    dense = _dense_strides(meta) or _gapped_strides(meta)
     data = box.data
     if isinstance(data, StorageBox) and not data.is_realized():
         buffer = data.realize(graph)
@@ -93,6 +95,20 @@ def _dense_strides(meta: torch.Tensor) -> list | None:
         remaining.remove(d)
         expected = expected * size[d]
     return stride
+
+
+def _gapped_strides(meta: torch.Tensor) -> list | None:
+    """Eager's static strides where no two elements share an address (gaps allowed), else None."""
+    sizes, strides = meta.size(), meta.stride()
+    if not all(isinstance(v, int) for v in (*sizes, *strides)) or meta.numel() == 0:
+        return None
+    dims = sorted((strides[d], sizes[d]) for d in range(meta.dim()) if sizes[d] != 1)
+    extent = 1  # offsets 0 .. extent - 1 are what the smaller-stride dims reach
+    for stride, size in dims:
+        if stride < extent:
+            return None
+        extent += stride * (size - 1)
+    return [sympify(s) for s in strides]
 
 
 def _dense_at_its_hints(meta: torch.Tensor) -> bool:
