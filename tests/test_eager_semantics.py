@@ -239,3 +239,26 @@ def test_float64_values_of_literals_are_float64(compile_fn, device, fn):
 def test_int64_values_of_literals_do_not_wrap_at_int32(compile_fn, device, fn):
     x = torch.randint(-5, 5, (5, 3), device=device)
     torch.testing.assert_close(compile_fn(fn)(x), fn(x), atol=0, rtol=0)
+
+
+# --- float to narrow integers: eager converts through a wide integer, then wraps ----------------
+
+def _copy_into_slice(out, x):
+    out = out.clone()
+    out[:, :, 1:].copy_(x)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16])
+@pytest.mark.parametrize("fn", [
+    lambda x, out: x.to(out.dtype),
+    lambda x, out: _copy_into_slice(out, x),
+    lambda x, out: out.slice_scatter(x.to(torch.int32).to(out.dtype), 2, 1),
+], ids=["cast", "masked_copy", "through_int32"])
+def test_float_to_narrow_integer_wraps_as_eager(compile_fn, device, dtype, fn):
+    # Halide's simplifier folded cast(u8, cast(i32, f)) into fptoui, which vector code turned into
+    # 0 for negative values (eager: -1.5 -> 255); CUDA's float-to-u8 conversion saturates.
+    x = (torch.linspace(-300, 300, 16, device=device) + 0.25).reshape(4, 4, 1)
+    out = torch.zeros(4, 4, 2, dtype=dtype, device=device)
+    actual, expected = compile_fn(fn)(x, out), fn(x, out)
+    assert torch.equal(actual, expected), (actual - expected).nonzero()[:5]

@@ -9,7 +9,7 @@ vectorized sinh overflows at 89 where the scalar path gives 2.2e38; its erf GELU
 off in float32). Values within the dtype's smallest normal of each other count as equal (a
 subnormal flushed to 0), and so do two values both below it times |x| (up to 128): a flushed
 subnormal that a later op scales by x (silu(-88) = -88 * sigmoid(-88), whose fast exp flushes
-results below 2**-126 by design: halide_special.exp_nonpositive).
+results below 2**-126 by design: halide_special.exp_float32).
 """
 import math
 import os

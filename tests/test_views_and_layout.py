@@ -244,3 +244,22 @@ def test_a_value_saved_for_the_backward_keeps_its_gapped_traced_strides(shape, d
     actual = run(compile_fn(fn))
     for a, e in zip(actual, expected):
         assert_close(a, e)
+
+
+def _add_into_strided_slices(x, y):
+    out = x.clone()
+    out[:, ::2, 3:, ::3].add_(y)  # every slice of a size-1 dim folds its test to a 0-d value
+    return out
+
+
+def _add_into_one_slice(x, y):
+    out = x.clone()
+    out[:, :, 3:].add_(y)
+    return out
+
+
+@pytest.mark.parametrize("fn", [_add_into_strided_slices, _add_into_one_slice])
+def test_a_scatter_whose_masks_are_all_0d(fn, device, check):
+    # Fuzz finding: Triton's interpreter broadcast a mask of 0-d bools to a block as int32 data,
+    # which its load refused ("mask has unsupported dtype").
+    check(fn, torch.randn(2, 1, 1, 1, device=device), torch.randn(2, 1, 1, 1, device=device))

@@ -44,6 +44,9 @@ from .triton_ops import register_dtype
 PURE_VARS = {0: "()", 1: "(x,)", 2: "(r, x)"}
 
 
+_NARROW_INTS = {torch.uint8: 0xFF, torch.int8: 0xFF, torch.int16: 0xFFFF}  # the bits each keeps
+
+
 @dataclasses.dataclass(frozen=True)
 class ConstantVar(CSEVar):
     """A literal whose value the printer still knows (a division by a constant zero needs it)."""
@@ -533,6 +536,13 @@ class HalideOps:
         text = x.name
         if dst != dtype:  # a half float: round through its own type
             text = self.k.widen(self.k.narrow(text, dtype), dtype)
+        elif dst in _NARROW_INTS and src.itemsize >= 4:
+            # Eager converts a float to a narrow integer through a wide one, then wraps
+            # (-1.5 -> uint8 255). Halide's simplifier folds cast(u8, cast(i32, f)) into a direct
+            # cast, even across ops (f.to(int32).to(uint8)), which LLVM makes fptoui: undefined
+            # off range, 0 in vector code. The mask keeps the wide step.
+            wide = f"hl.cast(hl.Int(32), {text})" if src.is_floating_point else text
+            text = f"hl.cast({halide_type(dst)}, {wide} & {_NARROW_INTS[dst]})"
         elif src != dst:
             text = f"hl.cast({halide_type(dst)}, {text})"
         else:
@@ -622,14 +632,6 @@ class HalideOps:
             # `- 0` hides it from that check and is simplified away later (a zero Halide folds this
             # way divides as +0.0).
             b = CSEVar(f"({b} - {literal(0, dtype)})", dtype, 0)
-        if name == "truediv" and b.rank < a.rank and not isinstance(b, ConstantVar):
-            # A divisor fixed along the inner loop (a softmax's row sum): one division per row, then
-            # a multiply per element, as eager's softmax does; a division per element costs several
-            # multiplies on the CPU. Within 1 ulp of a / b, and the same at 0, inf and nan; only a
-            # divisor below 2**-128, whose reciprocal overflows, differs. (A literal divisor stays a
-            # division: x / 3 rounds once where x * (1 / 3) rounds twice.)
-            inverse = self.k.emit(f"1 / {self._operand(b)}", dtype, b.rank)
-            return computed(self.k.emit(f"{self._operand(a)} * {inverse}", dtype, rank), name)
         if dtype == torch.bool and name in BOOL_ARITHMETIC:
             return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
         if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
@@ -658,6 +660,8 @@ class HalideOps:
         """What op `name` on x prints as (and its CSE key)."""
         table = table or (FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY)
         template = table.get(name)
+        if name == "exp" and register_dtype(x.dtype) == torch.float32:
+            template = "exp_float32({0}, {at})"  # halide_special.py: one exp, the same bits in every kernel
         if template is None or (name in FLOAT64_UNPRINTED and x.dtype == torch.float64):
             raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
         return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), at=PURE_VARS[x.rank],

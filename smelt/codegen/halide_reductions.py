@@ -65,9 +65,9 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         ops = HalideOps(k)
         shifted = ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1))
         if dtype == torch.float32:
-            # v - max is never positive (or is nan): the cheaper exp of halide_special serves, and
-            # is what a later ops.exp of the same value finds.
-            terms = k.emit(f"exp_nonpositive({shifted}, {PURE_VARS[shifted.rank]})", dtype, shifted.rank)
+            # v - max is never positive (or is nan): exp_float32 without its overflow guards, the
+            # same bits as any kernel's exp of the value, and what a later ops.exp of it finds.
+            terms = k.emit(f"exp_float32({shifted}, {PURE_VARS[shifted.rank]}, nonpositive=True)", dtype, shifted.rank)
             k.cse.remember(ops.unary_text("exp", shifted), terms)
         else:
             terms = ops.exp(shifted)

@@ -64,6 +64,16 @@ WIDE_VECTOR = 4 * VECTOR
 LANES = 4 * VECTOR
 
 
+def _row_lanes(rnumel: int | None) -> int:
+    """Lane partials for a row: LANES, or for a static row shorter than that the power of two
+    at least its length, so no lane is wasted. Also a workaround: Halide 21's LLVM miscompiles
+    a 2-element float64 row folded in 8 or more lanes (the clamped tail's load of [a0, a1]
+    broadcast to [a0, a1, a1, ...] becomes vmovddup [a0, a0] under AVX-512)."""
+    lanes = 1
+    while rnumel is not None and lanes < min(rnumel, LANES):
+        lanes *= 2
+    return LANES if rnumel is None else lanes
+
 @dataclasses.dataclass(frozen=True)
 class TransposeTiles:
     """How a transposing store walks its (r, x) domain: the update's RDom has five dimensions,
@@ -162,7 +172,7 @@ class HalideSchedule:
         # Rows contiguous in memory: fold each row into vector lanes first. Otherwise (columns)
         # neighbouring outputs lie side by side: vectorize across x.
         self.rows_contiguous = self.plan.is_reduction and self.plan.r_contiguous()
-        self.lanes = LANES if self.rows_contiguous else None
+        self.lanes = _row_lanes(self.plan.static_sizes()[1]) if self.rows_contiguous else None
 
     def transpose_tiles(self, xnumel: int, rnumel: int) -> TransposeTiles | None:
         return transpose_tiles(xnumel, rnumel)

@@ -2,24 +2,24 @@
 
 erfinv, i0 and lgamma are computed in float64 and rounded once to the operand's type, so float32
 results carry only the approximation's own error (relative error below 4e-7 for erfinv, 2e-7 for
-i0; lgamma's Lanczos sum is good to about 1e-14). exp_nonpositive is a float32 fast path.
+i0; lgamma's Lanczos sum is good to about 1e-14). exp_float32 is every float32 kernel's exp.
 """
 from __future__ import annotations
 
 # Helpers with float math outside strict(): a CPU kernel that calls one compiles without
 # StrictFloat, its other definitions made strict (halide_strict.py).
-LOOSE_HELPERS = ("exp_nonpositive",)
+LOOSE_HELPERS = ("exp_float32",)
 
 # In dependency order: a helper is included when the kernel, or a helper before it, calls it.
 SPECIAL_FUNCTIONS = {
     "sigmoid": '''
 
 def sigmoid(v, at):
-    # From exp(-|v|) <= 1 on float32: exp_nonpositive's cheaper path, no overflow to guard
-    # (silu_mul 2048x2048, one thread: 2.19 -> 2.07 ms). `at`: v's pure vars, as exp_nonpositive's.
+    # From exp(-|v|) <= 1: no overflow to guard (silu_mul 2048x2048, one thread: 2.19 -> 2.07 ms).
+    # `at`: v's pure vars, as exp_float32's.
     if v.type() != hl.Float(32):
         return 1 / (1 + exp(-v))
-    small = exp_nonpositive(-hl.abs(v), at)
+    small = exp_float32(-hl.abs(v), at, nonpositive=True)
     return hl.select(v >= 0, hl.f32(1), small) / (1 + small)
 ''',
     "exp2": '''
@@ -32,34 +32,48 @@ def exp2(v):
         return exp(v * hl.f64(0.6931471805599453))
     return hl.cast(v.type(), exp(hl.cast(hl.Float(64), v) * hl.f64(0.6931471805599453)))
 ''',
-    "exp_nonpositive": '''
+    "exp_float32": '''
 
-# exp on float32 v <= 0 (a softmax's v - max), or nan: about half the work of exp with its
-# special-value guards. exp(v) = 2**k * exp(f), k = round(v / ln 2), f = v - k ln 2 (ln 2 in two
-# parts, so k ln 2 is exact), exp(f) a degree-6 polynomial on |f| <= ln(2) / 2: the least-squares
-# fit of the relative error at Chebyshev nodes, rounded to float32; max relative error 1.1e-7.
-# Below -87.33 the result would be subnormal: 0, as Halide's own exp gives.
-EXP_NONPOSITIVE_COEFFICIENTS = (1.0, 1.0, 0.49999991059303284, 0.1666642129421234, 0.0416683591902256,
-                                0.008374771103262901, 0.0013829420786350965)
+# exp on float32, the one exp every float32 kernel uses, so that a value one kernel stores and
+# another recomputes (a softmax's exp(v - max) and a later exp of the same difference) has the
+# same bits: an eq on them (amax's backward) then finds its element. exp(v) = 2**k * exp(f),
+# k = round(v / ln 2), f = v - k ln 2 (ln 2 in two parts, so k ln 2 is exact), exp(f) a degree-6
+# polynomial on |f| <= ln(2) / 2: the least-squares fit of the relative error at Chebyshev nodes,
+# rounded to float32; max relative error 1.1e-7. Below -87.33 the result would be subnormal: 0,
+# as Halide's own exp gives; above 88.7228 it overflows to inf, as eager's.
+EXP_COEFFICIENTS = (1.0, 1.0, 0.49999991059303284, 0.1666642129421234, 0.0416683591902256,
+                    0.008374771103262901, 0.0013829420786350965)
 
 
-def exp_nonpositive(v, at):
+def exp_float32(v, at, nonpositive=False):
     # `at`: the pure vars v is a function of, (r, x), (x,) or (). Over vars, the polynomial is a
     # Func of its own, outside strict() where its kernel is compiled without StrictFloat, so its
-    # multiply-adds fuse (halide_strict.py); its argument f stays strict.
-    scaled = v * hl.f32(1.4426950408889634)
-    k = hl.cast(hl.Int(32), scaled - hl.f32(0.5))  # rounds to nearest: scaled <= 0 truncates up
+    # multiply-adds fuse (halide_strict.py); its argument f stays strict. `nonpositive`: the caller
+    # knows v <= 0 or nan (a softmax's v - max): the overflow guards are left out, with the same
+    # bits for every such v (nearest k is then s - 0.5 truncated, as in the general form).
+    if nonpositive:
+        inside = v  # below -87.33 k is out of range, and the result is selected away
+        k = hl.cast(hl.Int(32), inside * hl.f32(1.4426950408889634) - hl.f32(0.5))
+    else:
+        inside = hl.clamp(v, hl.f32(-88.0), hl.f32(88.75))
+        scaled = inside * hl.f32(1.4426950408889634)
+        k = hl.cast(hl.Int(32), scaled + hl.select(scaled < 0, hl.f32(-0.5), hl.f32(0.5)))  # nearest (truncates)
     whole = hl.cast(hl.Float(32), k)
-    f = hl.strict_float((v - whole * hl.f32(0.693145751953125)) - whole * hl.f32(1.428606765330187e-06))
-    p = hl.f32(EXP_NONPOSITIVE_COEFFICIENTS[-1])
-    for c in EXP_NONPOSITIVE_COEFFICIENTS[-2::-1]:
+    f = hl.strict_float((inside - whole * hl.f32(0.693145751953125)) - whole * hl.f32(1.428606765330187e-06))
+    p = hl.f32(EXP_COEFFICIENTS[-1])
+    for c in EXP_COEFFICIENTS[-2::-1]:
         p = p * f + hl.f32(c)
     if at:
         polynomial = hl.Func("exp_polynomial")
         polynomial[at] = p
         p = polynomial[at]
-    two_to_k = hl.reinterpret(hl.Float(32), (k + 127) << 23)
-    return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-87.33), hl.f32(0), p * two_to_k))
+    if nonpositive:
+        value = p * hl.reinterpret(hl.Float(32), (k + 127) << 23)
+    else:
+        # 2**128 has no float32: k = 128 (v in (88.38, 88.72]) scales by 2**127, then by 2 (exact).
+        value = p * hl.reinterpret(hl.Float(32), (hl.min(k, 127) + 127) << 23) * hl.select(k > 127, hl.f32(2), hl.f32(1))
+        value = hl.select(v > hl.f32(88.72283935546875), hl.f32(float("inf")), value)
+    return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-87.33), hl.f32(0), value))
 ''',
     "erfc": '''
 

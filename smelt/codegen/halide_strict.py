@@ -2,7 +2,7 @@
 
 Halide's StrictFloat target keeps IEEE semantics for a whole pipeline (NaN compares as IEEE says,
 nothing reassociated), and with them forbids contracting a multiply and an add into one fused
-multiply-add. A helper whose polynomial wants FMAs (halide_special's exp_nonpositive) defines it
+multiply-add. A helper whose polynomial wants FMAs (halide_special's exp_float32) defines it
 as a Func of its own, written outside hl.strict_float. A CPU kernel that calls such a helper is
 compiled without StrictFloat, and every other Func definition in it (every subscript assignment of
 its source) is wrapped in strict(), Halide's per-expression form of the same guarantee. Halide
@@ -17,7 +17,7 @@ from .halide_special import LOOSE_HELPERS
 
 STRICT_HELPER = '''
 
-# This kernel compiles without Halide's StrictFloat target, so that exp_nonpositive's polynomial
+# This kernel compiles without Halide's StrictFloat target, so that exp_float32's polynomial
 # may use fused multiply-adds; every other definition keeps IEEE float semantics through strict().
 def strict(value):
     if isinstance(value, hl.FuncRef):  # a plain call: its Func's own definition is strict

@@ -201,10 +201,16 @@ class TritonKernel:
         if rank >= 2 and self.need_rmask:
             parts.append("rmask")
         parts += self.mask_stack
-        if self.interpret and len(parts) > 1 and any(self.mask_ranks.get(m, 1) == 0 for m in self.mask_stack):
+        if self.interpret and parts and any(self.mask_ranks.get(m, 1) == 0 for m in self.mask_stack):
             # The interpreter's `&` of a bool block and a 0-d bool gives int64, which its load
-            # refuses as a mask (a scalar cat-piece test beside xmask in a combo kernel).
-            return f"(({' & '.join(parts)}) != 0)"
+            # refuses as a mask (a scalar cat-piece test beside xmask in a combo kernel); and it
+            # broadcasts a 0-d bool to a block as int32 data, so a mask of 0-d values alone beside
+            # a block access is broadcast first, then compared.
+            mask = f"({' & '.join(parts)})"
+            if rank and all(self.mask_ranks.get(m, 1) == 0 for m in parts):
+                return f"(tl.broadcast_to({mask}, {self.block_shape(rank)}) != 0)"
+            if len(parts) > 1:
+                return f"({mask} != 0)"
         return " & ".join(parts) if parts else None
 
     def load(self, buffer: str, index: sympy.Expr) -> CSEVar:
