@@ -781,6 +781,10 @@ class TritonOps:
                 return self.k.emit(f"{self.k.cast(x.name, src, dtype)}.to({triton_type(dst)})", dtype, x.rank)
             return CSEVar(x.name, dtype, x.rank)
         text = f"{self._operand(x)}.to({triton_type(dst)})"
+        if src.is_floating_point and dst == torch.uint8:
+            # Eager converts a float to uint8 through int64, then wraps (-1.5 -> 255); a direct
+            # conversion saturates on CUDA (0).
+            text = f"{self._operand(x)}.to(tl.int64).to(tl.uint8)"
         if dst != dtype:
             text = f"{self.k.cast(self._operand(x), src, dtype)}.to({triton_type(dst)})"
         return self.k.emit(text, dtype, x.rank)

@@ -107,42 +107,45 @@ def run(count: int, seed: int, device="cpu", backward=True, batch=4, every=50, o
     journal = journal or Journal(None)
     done = journal.next_index()
     end = count if stop is None else min(stop, count)
-    while done < end:
-        size = min(batch, end - done)
-        indices = [done + k for k in range(size) if done + k not in skip]
-        seeds = [program_seed(seed, k) for k in indices]
-        programs = [generate(s, device, backward) for s in seeds]
-        done += size
-        for s, p, result in check_batch(programs, seeds, device, timeout):
-            if p not in programs:  # the batch itself, failing only as a whole
-                where = f"batch of seeds {seeds} (no program fails alone)"
-            else:
-                where = f"generate({s}) (--seed {seed}, program {indices[programs.index(p)]})"
-                journal.add({"index": indices[programs.index(p)], "status": result.status})
-            if result.status == "unsupported":
-                log(f"  unsupported at {where}: " + " ".join(result.messages[0].splitlines()[:2])[:300])
-            if result.status in ("pass", "skip", "unsupported"):
-                continue
-            if result.status == "timeout" or not shrink_budget:
-                shrunk, shrunk_result, tried = p, result, 0
-            else:
-                shrunk, shrunk_result, tried = shrink(p, result, device, shrink_budget, timeout)
-            key = finding_key(result.status, shrunk, shrunk_result)
-            known = journal.find(key)
-            if known:
-                journal.add({"also": key, "where": where})
-                log(f"  {result.status} at {where}: same as finding {journal.findings.index(known) + 1}")
-            else:
-                journal.add({"finding": {"key": key, "status": result.status, "where": f"{where}, {backend}",
-                                         "messages": shrunk_result.messages, "source": shrunk.source(device),
-                                         "ops_before": len(p.ops), "ops_after": len(shrunk.ops)}})
-                log(f"  {result.status} at {where} (shrunk in {tried} tries):\n"
-                    + "\n".join("    " + m for m in shrunk_result.messages[:3]))
-            if out:
-                write_findings(out, journal, _header(backend, seed, journal))
-        if done % every < size or done == count:
-            log(f"[{done}/{count}] {time.monotonic() - start:.0f} s: "
-                + ", ".join(f"{k} {v}" for k, v in journal.counts.items()))
+    try:  # a timed campaign ends with SIGINT (timeout -s INT): the findings file is still written
+        while done < end:
+            size = min(batch, end - done)
+            indices = [done + k for k in range(size) if done + k not in skip]
+            seeds = [program_seed(seed, k) for k in indices]
+            programs = [generate(s, device, backward) for s in seeds]
+            done += size
+            for s, p, result in check_batch(programs, seeds, device, timeout):
+                if p not in programs:  # the batch itself, failing only as a whole
+                    where = f"batch of seeds {seeds} (no program fails alone)"
+                else:
+                    where = f"generate({s}) (--seed {seed}, program {indices[programs.index(p)]})"
+                    journal.add({"index": indices[programs.index(p)], "status": result.status})
+                if result.status == "unsupported":
+                    log(f"  unsupported at {where}: " + " ".join(result.messages[0].splitlines()[:2])[:300])
+                if result.status in ("pass", "skip", "unsupported"):
+                    continue
+                if result.status == "timeout" or not shrink_budget:
+                    shrunk, shrunk_result, tried = p, result, 0
+                else:
+                    shrunk, shrunk_result, tried = shrink(p, result, device, shrink_budget, timeout)
+                key = finding_key(result.status, shrunk, shrunk_result)
+                known = journal.find(key)
+                if known:
+                    journal.add({"also": key, "where": where})
+                    log(f"  {result.status} at {where}: same as finding {journal.findings.index(known) + 1}")
+                else:
+                    journal.add({"finding": {"key": key, "status": result.status, "where": f"{where}, {backend}",
+                                             "messages": shrunk_result.messages, "source": shrunk.source(device),
+                                             "ops_before": len(p.ops), "ops_after": len(shrunk.ops)}})
+                    log(f"  {result.status} at {where} (shrunk in {tried} tries):\n"
+                        + "\n".join("    " + m for m in shrunk_result.messages[:3]))
+                if out:
+                    write_findings(out, journal, _header(backend, seed, journal))
+            if done % every < size or done == count:
+                log(f"[{done}/{count}] {time.monotonic() - start:.0f} s: "
+                    + ", ".join(f"{k} {v}" for k, v in journal.counts.items()))
+    except KeyboardInterrupt:
+        log(f"interrupted after {done} programs: " + ", ".join(f"{k} {v}" for k, v in journal.counts.items()))
     seconds = time.monotonic() - start
     if out:
         write_findings(out, journal, _header(backend, seed, journal, seconds))
@@ -165,7 +168,12 @@ def supervise(argv: list, args) -> int:
         if at >= args.count:
             break
         cmd = base + (["--batch", "1", "--stop", str(isolate_until)] if isolate_until else [])
-        rc = subprocess.run(cmd).returncode
+        child = subprocess.Popen(cmd)
+        try:
+            rc = child.wait()
+        except KeyboardInterrupt:  # SIGINT reaches the child too: it stops and writes its journal
+            child.wait()
+            break
         if rc >= 0 and not isolate_until:
             break
         if rc >= 0:  # the isolated batch ran through: back to batches
