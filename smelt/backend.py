@@ -14,6 +14,7 @@ from . import config as config_module
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .pipeline import compile_graph
+from .saved_inputs import copy_mutated_inputs_saved_for_backward
 from .runtime.kernel_binaries import prepare_compiler
 
 # Checks that return nothing: older torch (2.11) does not thread them through effect tokens, so
@@ -30,6 +31,8 @@ class _Compiler:
         self.slot = slot
 
     def __call__(self, gm, example_inputs):
+        if self.kind == "forward":
+            copy_mutated_inputs_saved_for_backward(gm)
         compiled = compile_graph(gm, example_inputs, self.kind)
         self.slot.observe_compile(self.kind, gm, compiled)
         return compiled

@@ -113,3 +113,30 @@ def test_no_grad_produces_inference_graph(device, compile_fn, observe):
     with torch.no_grad():
         compile_fn(model)(x)
     assert [g.kind for g in observe.compiled_graphs()] == ["inference"]
+
+
+def _bias_then_mutated(x, b):
+    y = F.batch_norm(x, torch.zeros_like(b), torch.ones_like(b), None, b, training=False)
+    b.mul_(2.0)
+    return y * x
+
+
+def _bias_view_then_mutated(x, b):
+    y = F.batch_norm(x, torch.zeros_like(b[0]), torch.ones_like(b[0]), None, b[0], training=False)
+    b.mul_(2.0)
+    return y * x
+
+
+@pytest.mark.parametrize("fn", [_bias_then_mutated, _bias_view_then_mutated])
+def test_an_input_mutated_after_use_is_not_read_mutated_by_the_backward(fn, device, compile_fn, assert_close):
+    # Fuzz finding: the min-cut partitioner saved the bias for the backward to recompute the
+    # normalized value, and AOTAutograd's mutation epilogue doubled it first (Inductor too).
+    results = []
+    for f in (fn, compile_fn(fn)):
+        x = torch.linspace(-2, 2, 12, device=device).reshape(4, 3).requires_grad_()
+        b = torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.25, -3.0]], device=device)
+        b = b[0].clone() if fn is _bias_then_mutated else b
+        y = f(x, b)
+        y.sum().backward()
+        results.append((y.detach(), x.grad, b))
+    assert_close(results[1], results[0])
