@@ -118,7 +118,7 @@ def main() -> None:
             os.environ["SMELT_CACHE_DIR"] = tempfile.mkdtemp(prefix="smelt_autotune_")  # nothing chosen yet
         elif shape is not None:
             os.environ["SMELT_GRAPH_CACHE"] = "0"  # each shape compiles anew
-            from smelt.codegen import triton_combo
+            from smelt.codegen.triton import combo as triton_combo
             xblock, warps = (int(v) for v in shape.split("x"))
             triton_combo.POINTWISE_CONFIG = triton_combo.BlockConfig(xblock, None, warps, False)
         params, eager_step = make_step(args.device, args.small, bool(args.foreach), args.clip)

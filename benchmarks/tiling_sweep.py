@@ -12,7 +12,7 @@ import torch
 
 import smelt.codegen.simd as simd
 import smelt.codegen.tiling as tiling
-import smelt.codegen.triton as triton_codegen
+import smelt.codegen.triton.kernel as triton_codegen
 from benchmarks.backends import compile_fn
 from benchmarks.measure import bench_ms, copy_bandwidth
 from smelt.symbolic import static_int

@@ -1,6 +1,6 @@
 """Max error of layer_norm against float64, eager and smelt, on rows of four kinds: N(0, 1), offset
 by 100, scaled by 0.01 and offset by 1000, scaled by 1e-3. The figures behind Halide's one-walk
-mean and variance (codegen/halide_reductions.py).
+mean and variance (codegen/halide/reductions.py).
 
     SMELT_CPU_BACKEND=halide python3 scripts/norm_accuracy.py [--size 2048]
 """

@@ -158,7 +158,7 @@ class Config:
     # longer rows are scanned block by block, carrying the running value.
     persistent_scan_limit: int = _field("SMELT_PERSISTENT_SCAN_LIMIT")
 
-    # Cache hints on the loads of reduction kernels (codegen/eviction.py); SMELT_EVICTION_HINTS=0: none.
+    # Cache hints on the loads of reduction kernels (codegen/triton/eviction.py); SMELT_EVICTION_HINTS=0: none.
     eviction_hints: bool = _field("SMELT_EVICTION_HINTS")
 
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats

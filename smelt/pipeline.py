@@ -8,16 +8,16 @@ import torch
 
 from . import config as config_module
 from . import graph_cache, observe
-from .codegen.block_candidates import candidates, masks_needed
+from .codegen.triton.candidates import candidates, masks_needed
 from .codegen.generated import CudaTwin, GeneratedGraph, GeneratedKernel
-from .codegen.halide import HalideKernel, HalideKernelSource, halide_kernel_name
-from .codegen.halide_gpu_schedule import HalideGpuSchedule
-from .codegen.halide_ops import UnsupportedInHalide
-from .codegen.halide_schedule import HalideSchedule
+from .codegen.halide.kernel import HalideKernel, HalideKernelSource, halide_kernel_name
+from .codegen.halide.gpu_schedule import HalideGpuSchedule
+from .codegen.halide.ops import UnsupportedInHalide
+from .codegen.halide.schedule import HalideSchedule
 from .codegen.simd import plan_kernel
-from .codegen.triton import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
-from .codegen.triton_combo import ComboBodies, ComboKernelSource, combo_kernel
-from .codegen.triton_finisher import Finisher, attach_finishers, finisher_plan
+from .codegen.triton.kernel import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .codegen.triton.combo import ComboBodies, ComboKernelSource, combo_kernel
+from .codegen.triton.finisher import Finisher, attach_finishers, finisher_plan
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
 from .errors import HalideRefusedKernel, SmeltError

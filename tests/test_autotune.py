@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from smelt.codegen import triton_combo
+from smelt.codegen.triton import combo as triton_combo
 from smelt.runtime.autotune import Autotuner
 from smelt.runtime.combo_launcher import ComboLauncher
 from conftest import inspects_triton_kernels

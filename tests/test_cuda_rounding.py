@@ -22,7 +22,7 @@ def _spellings(a, b, out, N: tl.constexpr):
     i = tl.arange(0, N)
     x = tl.load(a + i)
     y = tl.load(b + i)
-    # the spellings of smelt/codegen/triton_ops.py: FLOAT32_DIV, FLOAT32_UNARY, rsqrt
+    # the spellings of smelt/codegen/triton/ops.py: FLOAT32_DIV, FLOAT32_UNARY, rsqrt
     tl.store(out + i, tl.div_rn(x, y) + tl.sqrt_rn(x) + tl.div_rn(1.0, x) + libdevice.rsqrt(y))
 
 

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.smelt_only
 
 def test_kernel_that_fails_to_compile_names_kernel_source_and_ops(device, compile_fn, monkeypatch):
     import smelt
-    from smelt.codegen import triton_ops
+    from smelt.codegen.triton import ops as triton_ops
 
     inspects_triton_kernels()
     # Break one op's Triton form so that the generated kernel cannot compile.

@@ -1,4 +1,4 @@
-"""Cache hints on the loads of looped reductions (smelt/codegen/eviction.py), read from the kernels."""
+"""Cache hints on the loads of looped reductions (smelt/codegen/triton/eviction.py), read from the kernels."""
 import re
 
 import pytest

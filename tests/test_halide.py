@@ -208,7 +208,7 @@ def test_softmax_fast_exp_over_the_whole_float32_range_masks_and_nan():
 
 def test_kernel_with_fused_multiply_adds_keeps_ieee_semantics_everywhere_else():
     # The softmax's exp polynomial compiles without StrictFloat, so it may use FMAs; the rest of
-    # its kernel is strict() (codegen/halide_strict.py), where fast-math would fold x * 0 to 0,
+    # its kernel is strict() (codegen/halide/strict.py), where fast-math would fold x * 0 to 0,
     # isnan to false and maximum past a NaN.
     nan, inf = float("nan"), float("inf")
     x = torch.randn(8, 300) * 30
@@ -377,7 +377,7 @@ def test_inplace_update_read_again_by_another_output():
 
 
 def test_kernel_that_fails_to_compile_names_kernel_source_and_ops(monkeypatch):
-    from smelt.codegen import halide_ops
+    from smelt.codegen.halide import ops as halide_ops
     from smelt.errors import KernelCompileError
 
     monkeypatch.setitem(halide_ops.FLOAT_UNARY, "sin", "hl.no_such_function({0})")
@@ -473,7 +473,7 @@ def test_kernel_halide_cannot_print_runs_in_triton(monkeypatch, caplog):
     # Halide is the CPU default: a kernel it has no form for must still compile and be right.
     import logging
 
-    from smelt.codegen import halide_ops
+    from smelt.codegen.halide import ops as halide_ops
     monkeypatch.delitem(halide_ops.FLOAT_UNARY, "tanh")
     with caplog.at_level(logging.WARNING, logger="smelt"):
         run_both(lambda t, u: (torch.tanh(t) + 1, u.sum(-1) * 2), torch.randn(33, 65), torch.randn(17, 9))

@@ -90,7 +90,7 @@ def test_bf16_bit_conversion_rounds_as_torch():
     """The helpers BF16_HELPERS prints, run through Halide's JIT on the CPU against torch's rounding."""
     import halide as hl
     import numpy
-    from smelt.codegen.halide_gpu_schedule import BF16_HELPERS
+    from smelt.codegen.halide.gpu_schedule import BF16_HELPERS
     namespace = {"hl": hl}
     exec(BF16_HELPERS, namespace)
     values = torch.cat([torch.randn(4096) * 1e3, torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"),

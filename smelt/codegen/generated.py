@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from .tiling import TileBlocks
-from .triton import BlockConfig
+from .triton.kernel import BlockConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,9 +22,9 @@ class GeneratedKernel:
     workspace: tuple[int, int, int] | None  # row split: (programs per row, barriers, partial slots)
     xnumel_arg: int  # position of xnumel among the launch arguments
     interpret: bool  # a CPU kernel, run by the Triton interpreter
-    ticket: bool = False  # its last program runs a finisher (codegen/triton_finisher.py)
+    ticket: bool = False  # its last program runs a finisher (codegen/triton/finisher.py)
     backend: str = "triton"  # "triton" | "halide"
-    # A combo kernel (codegen/triton_combo.py): its members' sizes, its members' kinds, pointers
+    # A combo kernel (codegen/triton/combo.py): its members' sizes, its members' kinds, pointers
     # per kind, XBLOCK per kind, written pointers per kind.
     combo: tuple | None = None
     # With SMELT_CHECK_CUDA_COMPILE, an interpreted kernel's CUDA form, compiled at launch for sm_90.

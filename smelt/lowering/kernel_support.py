@@ -10,7 +10,7 @@ from ..ir.dtypes import is_kernel_dtype
 
 # Halide describes a buffer by int32 extents and computes its index math in int32: a tensor whose
 # storage reaches 2**31 elements cannot be handed to one. (Triton kernels switch to int64 index
-# math instead: codegen/triton.py index_dtype_for.)
+# math instead: codegen/triton/kernel.py index_dtype_for.)
 HALIDE_MAX_ELEMENTS = 2 ** 31 - 1
 
 

@@ -25,7 +25,7 @@ from ..symbolic import index_var, next_power_of_2, static_int
 TARGET_PROGRAMS = 1024
 # Programs of a split row reduction: many short chunks, each read by one program in one go. On an
 # H100 a global sum of 2**26 float32 ran at 93% of copy bandwidth with 16384 chunks of 4096 whose
-# last program adds the partials (codegen/triton_finisher.py), against 86-88% with 1024 longer
+# last program adds the partials (codegen/triton/finisher.py), against 86-88% with 1024 longer
 # chunks looped over (scripts/reduction_variants.py).
 ROW_TARGET_PROGRAMS = 16384
 # A reduction to one value splits from this many elements, below the configured minimum: its
@@ -40,7 +40,7 @@ SPLIT_BELOW_PROGRAMS = TARGET_PROGRAMS // 2
 MIN_CHUNK = 256
 # Outputs one program of an unsplit reduction covers. A row reduction (reading along r) runs one
 # output per program; a column reduction reads tiles of this many neighbouring outputs, so that
-# its loads are coalesced (codegen/triton.py `choose_blocks` caps its XBLOCK at the same value).
+# its loads are coalesced (codegen/triton/kernel.py `choose_blocks` caps its XBLOCK at the same value).
 COLUMN_OUTPUTS_PER_PROGRAM = 64
 
 

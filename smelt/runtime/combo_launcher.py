@@ -1,4 +1,4 @@
-"""Launches a combo kernel (codegen/triton_combo.py): builds its work and pointer tables.
+"""Launches a combo kernel (codegen/triton/combo.py): builds its work and pointer tables.
 
 The work table (kind, offset of the member's row in the pointer table, block) per program depends
 only on the members' static sizes and kinds: made once per device, biggest members first so that
@@ -63,7 +63,7 @@ class ComboLauncher:
 
     @classmethod
     def programs(cls, launch: tuple, xblock: int) -> int:
-        """The grid of a combo kernel, from its `launch` (codegen/triton_combo.py)."""
+        """The grid of a combo kernel, from its `launch` (codegen/triton/combo.py)."""
         member_sizes, member_kinds, _, xblock_per_kind, _ = launch
         return sum(cls.blocks_of(member_sizes, member_kinds, xblock_per_kind, xblock))
 

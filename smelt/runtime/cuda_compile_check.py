@@ -28,7 +28,7 @@ from .loader import load_module
 CAPABILITY = (9, 0)  # the H100, where smelt's GPU runs are made
 
 # A launch's appended buffers, described as cuda_binary.describe would: int32 sync counters and
-# float32 partials of a row split (codegen/triton_row_split.py), a finisher's int32 ticket.
+# float32 partials of a row split (codegen/triton/row_split.py), a finisher's int32 ticket.
 _ROW_SPLIT_BUFFERS = (("ptr", "torch.int32", True), ("ptr", "torch.float32", True))
 _TICKET = (("ptr", "torch.int32", True),)
 

@@ -47,7 +47,7 @@ def kernel_target(strict_float: bool = True):
     """The host without Halide's fast-math: NaN compares as IEEE says (argmax, max and cummax see NaN
     as eager does) and no float math is reassociated. Without the runtime, which is shared.
     A kernel that declares STRICT_FLOAT = False makes each definition strict itself
-    (codegen/halide_strict.py) and is compiled without the target's."""
+    (codegen/halide/strict.py) and is compiled without the target's."""
     import halide as hl
     host = target().with_feature(hl.TargetFeature.NoRuntime)
     return host.with_feature(hl.TargetFeature.StrictFloat) if strict_float else host

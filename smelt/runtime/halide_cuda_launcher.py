@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from ..codegen.halide_ops import HALIDE_TYPE_CODE
+from ..codegen.halide.ops import HALIDE_TYPE_CODE
 from .halide_compile import load_source
 from .halide_cuda_compile import kernel_library, runtime_library
 from .halide_launcher import HalideLauncher, HalideLaunchError, described_extent, describes_empty, storage_extent

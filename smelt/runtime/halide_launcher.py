@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-from ..codegen.halide_ops import HALIDE_TYPE_CODE
+from ..codegen.halide.ops import HALIDE_TYPE_CODE
 from ..errors import SmeltError
 from .halide_compile import kernel_library, load_source, runtime_library
 

@@ -19,8 +19,8 @@ import torch
 import triton
 
 from ..codegen.tiling import grid_for
-from ..codegen.triton_finisher import TicketCounter
-from ..codegen.triton_row_split import RowSplitWorkspace
+from ..codegen.triton.finisher import TicketCounter
+from ..codegen.triton.row_split import RowSplitWorkspace
 from ..errors import KernelCompileError
 from .cuda_binary import CUDA_COMPILE_OPTIONS, CudaError
 from .kernel_binaries import KernelVariants, Unsupported

@@ -5,7 +5,7 @@ of launches, each too small to fill the GPU. The caller gives each combinable st
 launches it may share (its device, how it runs) and its kind (its generated body). A step moves
 back to join an earlier combo of its key when nothing between them orders them: it neither reads
 what any step since the combo's place writes nor writes what those steps read or write. Each combo
-runs at its first member's place, in one launch (codegen/triton_combo.py), and the buffers'
+runs at its first member's place, in one launch (codegen/triton/combo.py), and the buffers'
 lifetimes are planned again for the new order.
 
 A backend without combo kernels (Halide) can still take steps of one iteration space merged: the

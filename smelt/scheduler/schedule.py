@@ -16,7 +16,7 @@ class Step:
     stored: list[str] = dataclasses.field(default_factory=list)  # buffers the kernel writes to memory
     frees: list[str] = dataclasses.field(default_factory=list)  # buffers dead after this step
     # Small reductions of this kernel's results that its last program runs, in order
-    # (codegen/triton_finisher.py).
+    # (codegen/triton/finisher.py).
     finishers: list["Step"] = dataclasses.field(default_factory=list)
     # Independent kernels launched together (scheduler/combo.py); `group` is the first's.
     combo: list["Step"] = dataclasses.field(default_factory=list)

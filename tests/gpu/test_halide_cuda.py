@@ -164,7 +164,7 @@ def test_backward_through_halide_kernels():
 
 
 def test_unsupported_kernel_falls_back_to_triton_with_a_log(caplog, monkeypatch):
-    from smelt.codegen import halide_ops
+    from smelt.codegen.halide import ops as halide_ops
     monkeypatch.delitem(halide_ops.FLOAT_UNARY, "tanh")
     with caplog.at_level(logging.WARNING, logger="smelt"):
         run_both(lambda t: (torch.tanh(t) + 1, t.sum(-1)), randn(33, 65), tol=1e-5, all_halide=False)

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.scatter import SCATTER_MODES
-from .simd import scatter_offset
-from .triton_ops import register_dtype, triton_type
+from ...ir.scatter import SCATTER_MODES
+from ..simd import scatter_offset
+from .ops import register_dtype, triton_type
 
 
 def emit_scatter(kernel, node) -> None:
     """`out[position] (mode)= value` for each lane of the kernel; lanes past xnumel do nothing."""
-    from .triton import TritonOps, _is_literal
+    from .kernel import TritonOps, _is_literal
 
     value = kernel.compute(node)
     offset = scatter_offset(kernel, node, TritonOps(kernel), kernel.plan.placement[node.name])

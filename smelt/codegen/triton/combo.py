@@ -29,12 +29,12 @@ import collections
 import dataclasses
 import math
 
-from ..scheduler.schedule import Step
-from ..symbolic import static_int
-from .block_candidates import combo_candidates
-from .simd import plan_kernel
-from .triton import BlockConfig, TritonKernel, choose_blocks, index_dtype_for
-from .triton_ops import triton_type
+from ...scheduler.schedule import Step
+from ...symbolic import static_int
+from .candidates import combo_candidates
+from ..simd import plan_kernel
+from .kernel import BlockConfig, TritonKernel, choose_blocks, index_dtype_for
+from .ops import triton_type
 
 # Every pointwise member runs in blocks of this many elements: big enough for wide loads, and a
 # tiny member wastes only masked lanes of one block.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import CSEVar
+from ..common import CSEVar
 
 PHILOX_HELPER = '''
 

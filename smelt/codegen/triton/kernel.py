@@ -7,24 +7,24 @@ import math
 import sympy
 import torch
 
-from ..ir.loops import reduction_identity as identity
-from ..ir.ops import indirect_symbol, is_indirect
-from ..scheduler.nodes import RINDEX, XINDEX
-from ..symbolic import next_power_of_2, pexpr, simplify_index, static_int
-from .common import CSE, CSEVar, IndentedBuffer, KernelArgs, computed
-from .block_candidates import masks_needed
+from ...ir.loops import reduction_identity as identity
+from ...ir.ops import indirect_symbol, is_indirect
+from ...scheduler.nodes import RINDEX, XINDEX
+from ...symbolic import next_power_of_2, pexpr, simplify_index, static_int
+from ..common import CSE, CSEVar, IndentedBuffer, KernelArgs, computed
+from .candidates import masks_needed
 from .eviction import EvictionPolicy
-from .simd import KernelPlan, kernel_sizes_symbols
-from .tiling import TileBlocks, tile_blocks, tile_program_ids
-from .triton_online_softmax import reduce_looped as online_softmax_looped
-from .triton_online_softmax import reduce_persistent as online_softmax_persistent
-from .triton_random import INTERPRETER_IMPORT, normal, randint64, uniform
-from .triton_ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT32_DIV, FLOAT32_UNARY, FLOAT_BINARY,
+from ..simd import KernelPlan, kernel_sizes_symbols
+from ..tiling import TileBlocks, tile_blocks, tile_program_ids
+from .online_softmax import reduce_looped as online_softmax_looped
+from .online_softmax import reduce_persistent as online_softmax_persistent
+from .random import INTERPRETER_IMPORT, normal, randint64, uniform
+from .ops import (COMBINE_HELPERS, COMMON_UNARY, FLOAT32_DIV, FLOAT32_UNARY, FLOAT_BINARY,
                          FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS, cast_text, literal, register_dtype,
                          triton_type)
-from .triton_scatter import emit_scatter
-from .triton_row_split import CHUNK, WARPS, RowSplit, row_split_for
-from .triton_scan import ScanEmitter
+from .scatter import emit_scatter
+from .row_split import CHUNK, WARPS, RowSplit, row_split_for
+from .scan import ScanEmitter
 
 
 @dataclasses.dataclass
@@ -264,7 +264,7 @@ class TritonKernel:
     # ------------------------------------------------------------ members
 
     def compute(self, node) -> CSEVar:
-        from ..ir import use_handler
+        from ...ir import use_handler
         placement = self.plan.placement[node.name]
         index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
         self.current.append(node)

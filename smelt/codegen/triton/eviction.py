@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..scheduler.nodes import RINDEX, XINDEX
-from ..symbolic import static_int
+from ...scheduler.nodes import RINDEX, XINDEX
+from ...symbolic import static_int
 
 
 class EvictionPolicy:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..symbolic import static_int
-from .halide_schedule import GUARD
+from ...symbolic import static_int
+from .schedule import GUARD
 
 # Threads of a block for elementwise work: a multiple of the warp, small enough that short
 # kernels still spread over the H100's 132 SMs.

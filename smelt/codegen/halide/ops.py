@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from ..errors import SmeltError
-from ..symbolic import IndexPrinter
-from .triton_ops import register_dtype
+from ...errors import SmeltError
+from ...symbolic import IndexPrinter
+from ..triton.ops import register_dtype
 
 HALIDE_TYPE = {
     torch.float32: "hl.Float(32)", torch.float64: "hl.Float(64)", torch.float16: "hl.Float(16)",

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from ..scheduler.schedule import Step
-from ..symbolic import static_int
-from .common import IndentedBuffer
-from .simd import plan_kernel
-from .triton_row_split import row_split_for
+from ...scheduler.schedule import Step
+from ...symbolic import static_int
+from ..common import IndentedBuffer
+from ..simd import plan_kernel
+from .row_split import row_split_for
 
 # Elements the finishing program reduces at most: a global sum's 16384 partials (lowering's
 # ROW_TARGET_PROGRAMS) fit; a column sum's [16, 4096] partials do not, and stay a second kernel.

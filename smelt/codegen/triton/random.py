@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..scheduler.nodes import XINDEX
-from .common import CSEVar
+from ...scheduler.nodes import XINDEX
+from ..common import CSEVar
 
 INTERPRETER_MODULE = "interpreter_random"
 INTERPRETER_IMPORT = f"from smelt.runtime import {INTERPRETER_MODULE}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from .halide_special import LOOSE_HELPERS
+from .special import LOOSE_HELPERS
 
 STRICT_HELPER = '''
 

@@ -22,21 +22,21 @@ import math
 import sympy
 import torch
 
-from ..ir.ops import indirect_symbol, is_indirect
-from ..scheduler.nodes import RINDEX, XINDEX
-from ..symbolic import simplify_index
-from .common import CSE, CSEVar, IndentedBuffer, computed
-from .halide_ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
+from ...ir.ops import indirect_symbol, is_indirect
+from ...scheduler.nodes import RINDEX, XINDEX
+from ...symbolic import simplify_index
+from ..common import CSE, CSEVar, IndentedBuffer, computed
+from .ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                          PREDICATE_OPS, HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
-from . import halide_random as random
-from .halide_reductions import emit_reduction
-from .halide_scan import emit_scan
-from .halide_schedule import HalideSchedule
-from .halide_division import DIVISION_HELPERS
-from .halide_special import SPECIAL_FUNCTIONS
-from .halide_strict import STRICT_HELPER, strict_definitions, uses_loose_helper
-from .simd import KernelPlan, kernel_sizes_symbols, scatter_offset
-from .triton_ops import register_dtype
+from . import random
+from .reductions import emit_reduction
+from .scan import emit_scan
+from .schedule import HalideSchedule
+from .division import DIVISION_HELPERS
+from .special import SPECIAL_FUNCTIONS
+from .strict import STRICT_HELPER, strict_definitions, uses_loose_helper
+from ..simd import KernelPlan, kernel_sizes_symbols, scatter_offset
+from ..triton.ops import register_dtype
 
 
 # The pure vars a value of each rank is a function of, as a helper that defines a Func over them
@@ -278,7 +278,7 @@ class HalideKernel:
         return self.compute(node)
 
     def compute(self, node) -> CSEVar:
-        from ..ir import use_handler
+        from ...ir import use_handler
         if node.name in self.node_values:
             return self.node_values[node.name]
         placement = self.plan.placement[node.name]

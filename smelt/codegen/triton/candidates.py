@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..symbolic import next_power_of_2
+from ...symbolic import next_power_of_2
 
 # At most this many elements in one program's block: beyond it registers spill.
 MAX_BLOCK_ELEMENTS = 16384

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from ..symbolic import next_power_of_2
-from .common import CSEVar
-from .triton_ops import EXP, register_dtype
+from ...symbolic import next_power_of_2
+from ..common import CSEVar
+from .ops import EXP, register_dtype
 
 # A chunk per program: 8192 float32 values are 32 registers a thread at 8 warps.
 CHUNK = 8192
@@ -63,7 +63,7 @@ class RowSplit:
         self.slots = 0  # partial values exchanged per row
 
     def prologue(self, out) -> None:
-        out.writeline("# Place (row group, chunk) by arrival order: see smelt/codegen/triton_row_split.py.")
+        out.writeline("# Place (row group, chunk) by arrival order: see smelt/codegen/triton/row_split.py.")
         out.writeline("ticket = tl.atomic_add(sync_ptr, 1, sem='relaxed')")
         out.writeline("row_group = ticket // ROW_SPLIT")
         out.writeline("rchunk = ticket % ROW_SPLIT")

@@ -1,0 +1,1 @@
+"""Halide code generation: one pipeline per scheduled step, with its CPU or GPU schedule."""

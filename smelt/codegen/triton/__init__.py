@@ -1,0 +1,1 @@
+"""Triton code generation: one kernel per scheduled step, combo kernels, finishers, launch settings."""
