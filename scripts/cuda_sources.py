@@ -16,6 +16,7 @@ sys.path.insert(0, ".")
 
 import smelt  # noqa: E402,F401
 from smelt import pipeline  # noqa: E402
+from smelt.codegen.triton import backend as triton_backend  # noqa: E402
 from benchmarks.workloads import by_name  # noqa: E402
 
 
@@ -32,8 +33,8 @@ def _stop_after_codegen(generated, cache_dir, keep):
     raise _Generated(generated)
 
 
-_generate_kernel = pipeline.generate_kernel
-pipeline.generate_kernel = _generate_as_cuda
+_generate_kernel = triton_backend.generate_kernel
+triton_backend.generate_kernel = _generate_as_cuda
 pipeline.assemble = _stop_after_codegen
 
 

@@ -34,9 +34,10 @@ class DemoBlock(torch.nn.Module):
 
 def demo() -> None:
     import smelt
+    from smelt.codegen import backends
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    interpreted = device == "cpu" and smelt.config.current().cpu_backend == "triton"
+    interpreted = backends.for_device(smelt.config.current(), torch.device(device)).interprets(device)
     batch, width = (64, 128) if interpreted else (4096, 1024) if device == "cuda" else (1024, 512)
     torch.manual_seed(0)
     model = DemoBlock(width).to(device).eval()

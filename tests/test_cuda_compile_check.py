@@ -201,10 +201,10 @@ def test_a_cached_graph_keeps_its_kernels_cuda_forms(checked, monkeypatch, tmp_p
     # compiled binary read from the kept kernels instead of compiled again.
     monkeypatch.setenv("SMELT_GRAPH_CACHE", "1")
     monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
-    import smelt.pipeline
+    from smelt.codegen.triton import backend as triton_backend
     generated = []
-    real = smelt.pipeline._cuda_twin
-    monkeypatch.setattr(smelt.pipeline, "_cuda_twin", lambda *a: generated.append(a) or real(*a))
+    real = triton_backend._cuda_twin
+    monkeypatch.setattr(triton_backend, "_cuda_twin", lambda *a: generated.append(a) or real(*a))
     x = torch.randn(5, dtype=torch.float64)
     for _ in range(2):
         torch._dynamo.reset()

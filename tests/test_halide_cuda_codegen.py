@@ -17,6 +17,7 @@ if os.environ.get("SMELT_TEST_DEVICE", "cpu") != "cpu":
 
 import smelt  # noqa: E402,F401
 import smelt.pipeline  # noqa: E402
+from smelt.codegen.halide import backend as halide_backend  # noqa: E402
 from smelt.runtime import halide_cuda_compile  # noqa: E402
 
 H100 = (9, 0)
@@ -27,7 +28,7 @@ def cuda_sources(monkeypatch, tmp_path):
     """Runs on the CPU backend; returns {kernel name: (CUDA source, compiled library path)}."""
     monkeypatch.setenv("SMELT_CPU_BACKEND", "halide")
     monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
-    original = smelt.pipeline.generate_halide_kernel
+    original = halide_backend.generate_halide_kernel
     found = {}
 
     def also_for_cuda(step, graph, index, gpu=False):
@@ -36,7 +37,7 @@ def cuda_sources(monkeypatch, tmp_path):
         found[kernel.name] = (kernel.source, library)
         return original(step, graph, index, gpu)
 
-    monkeypatch.setattr(smelt.pipeline, "generate_halide_kernel", also_for_cuda)
+    monkeypatch.setattr(halide_backend, "generate_halide_kernel", also_for_cuda)
     torch._dynamo.reset()
     yield found
     torch._dynamo.reset()

@@ -97,3 +97,13 @@ def test_import_skips_dynamos_guard_latency_profile(device, assert_close):
     env = {**os.environ, "SMELT_GUARD_PROFILE": "1"}
     kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "smelt" not in kept.stdout, kept.stdout + kept.stderr
+
+
+def test_every_backend_the_settings_accept_is_registered():
+    from smelt import config
+    from smelt.codegen import backends
+    assert set(backends.names()) == set(config.BACKENDS)
+    for name in backends.names():
+        backend = backends.named(name)
+        assert backend.name == name and backend.devices
+    assert backends.fallback().devices >= {"cpu", "cuda"}

@@ -23,7 +23,7 @@ class GeneratedKernel:
     xnumel_arg: int  # position of xnumel among the launch arguments
     interpret: bool  # a CPU kernel, run by the Triton interpreter
     ticket: bool = False  # its last program runs a finisher (codegen/triton/finisher.py)
-    backend: str = "triton"  # "triton" | "halide"
+    backend: str = "triton"  # the name of the backend that printed it (codegen/backends.py)
     # A combo kernel (codegen/triton/combo.py): its members' sizes, its members' kinds, pointers
     # per kind, XBLOCK per kind, written pointers per kind.
     combo: tuple | None = None

@@ -8,12 +8,6 @@ import torch.utils._pytree as pytree
 
 from ..ir.dtypes import is_kernel_dtype
 
-# Halide describes a buffer by int32 extents and computes its index math in int32: a tensor whose
-# storage reaches 2**31 elements cannot be handed to one. (Triton kernels switch to int64 index
-# math instead: codegen/triton/kernel.py index_dtype_for.)
-HALIDE_MAX_ELEMENTS = 2 ** 31 - 1
-
-
 def why_aten(graph, node) -> str | None:
     """The reason the op of `node` must run in ATen, or None where a kernel can compute it."""
     values = [v for v in pytree.tree_leaves([node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes])
@@ -22,9 +16,13 @@ def why_aten(graph, node) -> str | None:
         if not is_kernel_dtype(v.dtype):
             return f"it touches {v.dtype}, which smelt's kernels do not compute"
     for v in values:
-        if _storage_elements(v) > HALIDE_MAX_ELEMENTS and _backend(graph, v.device) == "halide":
+        # Halide describes a buffer by int32 extents (Triton switches to int64 index math instead:
+        # codegen/triton/kernel.py index_dtype_for).
+        backend = _backend(graph, v.device)
+        limit = backend.max_storage_elements if backend is not None else None
+        if limit is not None and _storage_elements(v) > limit:
             return (f"a tensor of its ({v.dtype}{list(v.shape)}) lies in a storage of {_storage_elements(v)} "
-                    f"elements, past Halide's int32 extents")
+                    f"elements, past the {backend.name} backend's limit of {limit}")
     return None
 
 
@@ -40,9 +38,10 @@ def _storage_elements(v: torch.Tensor) -> int:
     return int(nbytes) // v.element_size()
 
 
-def _backend(graph, device: torch.device) -> str | None:
+def _backend(graph, device: torch.device):
+    from ..codegen import backends
     from ..config import current
     try:
-        return (graph.config or current()).backend_for(device.type)
+        return backends.named((graph.config or current()).backend_for(device.type))
     except ValueError:  # a device no backend takes (meta)
         return None

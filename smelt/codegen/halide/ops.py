@@ -12,6 +12,7 @@ import torch
 
 from ...errors import SmeltError
 from ...symbolic import IndexPrinter
+from ..backends import KernelUnsupported
 from ..triton.ops import register_dtype
 
 HALIDE_TYPE = {
@@ -28,7 +29,7 @@ HALIDE_TYPE_CODE = {
 }
 
 
-class UnsupportedInHalide(SmeltError, NotImplementedError):
+class UnsupportedInHalide(KernelUnsupported):
     """An op, dtype or kernel kind the Halide backend cannot print (yet); the message names it."""
 
 

@@ -1,0 +1,65 @@
+"""The Halide backend: what the pipeline asks of it (codegen/backends.py). CPU tensors, and CUDA
+ones where SMELT_CUDA_BACKEND asks for it; tiny kernels of one size merge into one pipeline."""
+from __future__ import annotations
+
+from ...errors import SmeltError
+from ...scheduler.combo import merge_key
+from ..backends import GraphContext, KernelUnsupported, register, step_device
+from ..generated import GeneratedKernel
+from ..simd import plan_kernel
+from .gpu_schedule import HalideGpuSchedule
+from .kernel import HalideKernel, HalideKernelSource, halide_kernel_name
+from .ops import UnsupportedInHalide
+from .schedule import HalideSchedule
+
+# Halide's buffer extents and strides are int32.
+MAX_STORAGE_ELEMENTS = 2 ** 31 - 1
+
+
+class HalideBackend:
+    name = "halide"
+    devices = frozenset({"cpu", "cuda"})
+    finishes_reductions = False
+    max_storage_elements = MAX_STORAGE_ELEMENTS
+
+    def interprets(self, device_type: str) -> bool:
+        return False
+
+    def launch_key(self, step, ctx: GraphContext):
+        return merge_key(step)
+
+    def alike(self, step, ctx: GraphContext) -> bool:
+        return False
+
+    def generate(self, step, ctx: GraphContext, index: int) -> HalideKernelSource:
+        kernel = generate_halide_kernel(step, ctx.graph, index, step_device(step).type == "cuda")
+        if kernel.name in ctx.refused:  # compile_graph warned of it
+            raise KernelUnsupported(f"smelt: Halide's compiler refused {kernel.name} before")
+        return kernel
+
+    def record(self, kernel, step, ctx: GraphContext, index: int) -> GeneratedKernel:
+        return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins), config=None,
+                               candidates=(), workspace=None, backend=self.name, interpret=False,
+                               xnumel_arg=len(kernel.params) + len(kernel.size_args))
+
+
+def generate_halide_kernel(step, graph, index: int, gpu: bool = False) -> HalideKernelSource:
+    plan = plan_kernel(step.group, step.stored)
+    name = halide_kernel_name(plan, index)
+    kernel = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule)
+    origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
+    members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
+    comments = [f"# aten ops: {', '.join(origins)}",
+                f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}"]
+    try:
+        source = kernel.source(name, comments)
+    except SmeltError as e:
+        # The kind is kept: an UnsupportedInHalide sends the kernel to Triton.
+        kind = UnsupportedInHalide if isinstance(e, UnsupportedInHalide) else SmeltError
+        raise kind(f"{e} (kernel {name}, from ATen ops: {', '.join(origins)})") from e
+    params, sizes = kernel.launch_args()
+    return HalideKernelSource(name=name, source=source, params=params, size_args=sizes, xnumel=plan.xnumel,
+                              rnumel=plan.rnumel if plan.blocks_2d else None, origins=origins)
+
+
+register(HalideBackend())
