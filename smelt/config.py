@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
+from .cache_location import usable
 from .errors import SmeltError
 
 log = logging.getLogger("smelt")
@@ -202,6 +203,5 @@ def warn_unknown_variables() -> None:
 
 def current() -> Config:
     """The settings of the compile starting now, with a cache folder it can write to."""
-    from .cache_location import usable  # noqa: PLC0415 - it imports this module
     warn_unknown_variables()
     return usable(Config())

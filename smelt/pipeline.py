@@ -53,7 +53,13 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
     graph_id = next(_graph_ids)
     if cfg.gemm_epilogues:
         fuse_gemm_epilogues(gm)
-    graph = lower_graph(gm, cfg)
+    def storage_limit(device_type: str):
+        try:
+            return backends.for_device(cfg, torch.device(device_type)).max_storage_elements
+        except ValueError:  # a device no backend takes (meta)
+            return None
+
+    graph = lower_graph(gm, cfg, storage_limit, compile_graph)
     sched = make_schedule(graph)
     ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused))
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from smelt.codegen.generated import CudaTwin
-from smelt.codegen.triton.kernel import BlockConfig
+from smelt.codegen.generated import BlockConfig
 from smelt.errors import KernelCompileError
 from smelt.runtime import cuda_compile_check
 from smelt.runtime.cuda_compile_check import CudaCompileCheck
@@ -108,7 +108,7 @@ def test_the_fuzzers_repro_compiles_for_the_gpu(checked):
 def test_a_graph_whose_kernel_the_gpu_would_refuse_fails_to_compile(checked, monkeypatch):
     # The typing of a float64 constant undone for the GPU form only (the divisor printed as a bare
     # float32 literal, as before 2b52496): the interpreter still runs the kernel, the check refuses it.
-    from smelt.codegen.triton.kernel import TritonOps
+    from smelt.codegen.triton.handler import TritonOps
     typed = TritonOps._libdevice_operand
     monkeypatch.setattr(TritonOps, "_libdevice_operand",
                         lambda self, x, dtype: typed(self, x, dtype) if self.k.interpret or x.rank else "3.0")

@@ -15,7 +15,7 @@ import torch
 from conftest import BACKEND, DEVICE
 
 from smelt.tools.model_suite import all_specs, cases, run_case
-from smelt.tools.model_suite.zoo import library_missing
+from smelt.tools.model_suite.spec import library_missing
 
 CPU_BACKEND = os.environ.get("SMELT_CPU_BACKEND", "halide")
 

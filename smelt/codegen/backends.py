@@ -1,11 +1,12 @@
 """The code generators a kernel can be printed with, by name, and what the pipeline asks of one.
 
-A backend package (codegen/triton/, codegen/halide/) registers one Backend. The pipeline and the
-runtime ask the registry; no code outside a backend's package names one to decide what to do.
+A backend package (codegen/triton/, codegen/halide/) defines one Backend, named in PACKAGES. The
+pipeline asks this registry; no code outside a backend's package names one to decide what to do.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
 
 import torch
@@ -61,26 +62,23 @@ class Backend(Protocol):
         """What the runtime loads for the printed kernel."""
 
 
-_REGISTRY: dict[str, Backend] = {}
+# The backends, by name: each module named defines BACKEND. Adding a backend is a package and one
+# line here (imported when first asked for, so the registry imports no backend itself).
+PACKAGES = {
+    "halide": "smelt.codegen.halide.backend",
+    "triton": "smelt.codegen.triton.backend",
+}
 FALLBACK = "triton"  # prints every kernel smelt lowers, on every device it runs on
 
 
-def register(backend: Backend) -> Backend:
-    _REGISTRY[backend.name] = backend
-    return backend
-
-
 def names() -> tuple[str, ...]:
-    _load()
-    return tuple(sorted(_REGISTRY))
+    return tuple(sorted(PACKAGES))
 
 
 def named(name: str) -> Backend:
-    _load()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise SmeltError(f"smelt: no backend named {name!r} (known: {', '.join(sorted(_REGISTRY))})") from None
+    if name not in PACKAGES:
+        raise SmeltError(f"smelt: no backend named {name!r} (known: {', '.join(names())})")
+    return importlib.import_module(PACKAGES[name]).BACKEND
 
 
 def for_device(cfg, device: torch.device) -> Backend:
@@ -98,10 +96,3 @@ def fallback() -> Backend:
 
 def step_device(step: "Step") -> torch.device:
     return step.group.nodes[0].buffer.get_device()
-
-
-def _load() -> None:
-    """Each backend package registers itself when imported (imported here, as needed: they import
-    this module)."""
-    from .halide import backend as _halide  # noqa: F401
-    from .triton import backend as _triton  # noqa: F401

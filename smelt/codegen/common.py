@@ -152,3 +152,14 @@ def computed(var: CSEVar, op: str) -> CSEVar:
     if var.dtype in (torch.float16, torch.bfloat16) and op not in HALF_EXACT_OPS:
         return CSEVar(var.name, torch.float32, var.rank)
     return var
+
+
+def register_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a value has in registers, in every backend: half floats are computed in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def scan_register_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What a scanned value is in registers: half floats as float32, bool as int8 (whose order
+    and arithmetic are plain integers')."""
+    return torch.int8 if dtype == torch.bool else register_dtype(dtype)

@@ -9,7 +9,16 @@ from __future__ import annotations
 import dataclasses
 
 from .tiling import TileBlocks
-from .triton.kernel import BlockConfig
+
+
+@dataclasses.dataclass
+class BlockConfig:
+    XBLOCK: int
+    RBLOCK: int | None
+    num_warps: int
+    persistent: bool
+    row_split: int = 1  # programs sharing one row (see codegen/triton/row_split.py)
+    tiles: TileBlocks | None = None  # set for a tiled pointwise kernel
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import sympy
 
 from ..symbolic import Expr, index_var, simplify_index, sympify
-from .nodes import Buffer, FixedLayout, IRNode, Layout
+from .nodes import Buffer, FixedLayout, IRNode, Layout, StorageBox, TensorBox
 from .ops import ops
 
 
@@ -75,8 +75,6 @@ class ReinterpretView(IRNode):
 
 def unwrap_view_chain(node: IRNode):
     """(innermost realized Buffer or None, index map from the outer index to the buffer's index)."""
-    from .nodes import StorageBox, TensorBox
-
     maps = []
     while True:
         if isinstance(node, TensorBox):

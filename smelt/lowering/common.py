@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
-from ..ir import Pointwise, TensorBox, ops
+from ..ir import FixedLayout, Pointwise, TensorBox, ops
 from ..symbolic import Expr, dense_dim_order, sympify
 
 
@@ -139,3 +139,17 @@ def is_dense(meta: torch.Tensor) -> bool:
     if any(isinstance(v, torch.SymInt) for v in (*meta.stride(), *meta.size())):
         return False
     return dense_dim_order(list(meta.size()), list(meta.stride())) is not None
+
+
+def origin_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def layout_of(val: torch.Tensor, cls=FixedLayout):
+    """The layout of a real tensor as a kernel sees it: offsets count from its data pointer, which
+    already includes the storage offset."""
+    return cls(val.device, val.dtype, tuple(sympify(s) for s in val.shape),
+               tuple(sympify(s) for s in val.stride()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from ..errors import LoweringError
 from ..ir import TensorBox
 from ..ir.control_flow import Conditional
 from ..symbolic import sympify
@@ -13,15 +14,16 @@ from .registry import lowering
 
 @lowering(torch.ops.higher_order.cond)
 def cond(g, predicate, true_gm, false_gm, operands):
-    from ..pipeline import compile_graph  # the pipeline imports the lowerings: import at use
-
+    if g.compile_subgraph is None:
+        raise LoweringError("smelt: torch.cond's branches are compiled by the pipeline; lower_graph was called "
+                            "without compile_subgraph")
     operands = [g.realize(o) if isinstance(o, TensorBox) else o for o in operands]
     examples = [n.meta.get("val") for n in g.node.args[3]]
     branches = []
     index = len(g.subgraphs) // 2
     for label, gm in (("true", true_gm), ("false", false_gm)):
         name = f"cond{index}_{label}_branch"
-        g.subgraphs[name] = compile_graph(gm, examples, kind=name)
+        g.subgraphs[name] = g.compile_subgraph(gm, examples, name)
         branches.append(name)
     if isinstance(predicate, TensorBox):
         predicate = g.realize(predicate)

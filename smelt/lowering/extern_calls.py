@@ -9,7 +9,7 @@ from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, op
 from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
-from .graph import _layout_of, origin_name
+from .common import broadcast_loader, layout_of, make_pointwise, origin_name
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from .registry import lowering
@@ -46,7 +46,7 @@ def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effe
     has_side_effects = has_side_effects or (isinstance(op, torch._ops.OpOverload) and not op._schema.returns)
     origins = g.origin
     if isinstance(meta, torch.Tensor):
-        node = ExternKernel(g.new_name(), _layout_of(meta), op, args, kwargs, origins, is_fallback)
+        node = ExternKernel(g.new_name(), layout_of(meta), op, args, kwargs, origins, is_fallback)
         node.storage_offset = sympify(meta.storage_offset())
         g.register_buffer(node)
         return TensorBox(StorageBox(node))
@@ -60,7 +60,7 @@ def outputs_of(g, node, meta):
     """One MultiOutput per tensor in a step's nested results, described by `meta`."""
     def outputs(value, path):
         if isinstance(value, torch.Tensor):
-            out = MultiOutput(g.new_name(), _layout_of(value), node, path)
+            out = MultiOutput(g.new_name(), layout_of(value), node, path)
             out.storage_offset = sympify(value.storage_offset())
             g.register_buffer(out)
             return TensorBox(StorageBox(out))
@@ -116,7 +116,6 @@ def copy_(g, dst, src, non_blocking=False):
     if why_aten(g, g.node) is not None:  # a dtype no kernel computes (float8), a tensor past Halide's extents
         return _copy_in_aten(g, dst, src)
     size = target.get_size()
-    from .common import broadcast_loader
     load = broadcast_loader(src, size)
     dtype = target.get_dtype()
     loops = Pointwise(target.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype), size,
@@ -157,5 +156,4 @@ def _copy_in_aten(g, dst, src):
 
 @lowering(aten.copy)
 def copy(g, dst, src, non_blocking=False):
-    from .common import make_pointwise
     return make_pointwise(g, [src], lambda v: v, compute_dtype=src.get_dtype())

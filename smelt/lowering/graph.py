@@ -19,6 +19,8 @@ from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify
 from . import registry
+from .common import layout_of, origin_name
+from .extern_calls import fallback
 from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
 from .traced_layout import realize_as_traced
@@ -39,9 +41,15 @@ class OutputSpec:
 class IRGraph:
     """The IR of one FX graph, built in program order by `lower_graph`."""
 
-    def __init__(self, gm: torch.fx.GraphModule, config=None):
+    def __init__(self, gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None):
         self.gm = gm
+        # (gm, example inputs, kind) -> a compiled graph: how a branch of torch.cond is compiled
+        # (the pipeline's compile_graph, passed in: the pipeline imports the lowerings).
+        self.compile_subgraph = compile_subgraph
         self.config = config  # the settings it is compiled under (which backend takes each device)
+        # device type -> the most elements a tensor's storage may hold for a kernel of the backend
+        # the settings choose there (None: no limit); the pipeline asks the backend registry.
+        self.storage_limit = storage_limit or (lambda device_type: None)
         self.buffers: list[Buffer] = []
         self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
         self.constants: dict[str, ConstantBuffer] = {}
@@ -159,26 +167,12 @@ class PositionNode:
         return f"{origin_name(self)} at one position of {self.of.format_node()}"
 
 
-def origin_name(node: torch.fx.Node) -> str:
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
-    return getattr(target, "__name__", str(target))
-
-
-def _layout_of(val: torch.Tensor, cls=FixedLayout):
-    """The layout of a real tensor as a kernel sees it: offsets count from its data pointer, which
-    already includes the storage offset."""
-    return cls(val.device, val.dtype, tuple(sympify(s) for s in val.shape),
-               tuple(sympify(s) for s in val.stride()))
-
-
 def _is_symbolic_scalar(val) -> bool:
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def lower_graph(gm: torch.fx.GraphModule, config=None) -> IRGraph:
-    graph = IRGraph(gm, config)
+def lower_graph(gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None) -> IRGraph:
+    graph = IRGraph(gm, config, storage_limit, compile_subgraph)
     env: dict[torch.fx.Node, Any] = {}
 
     def lookup_env(a):
@@ -224,7 +218,7 @@ def lower_graph(gm: torch.fx.GraphModule, config=None) -> IRGraph:
 
 def _lower_placeholder(graph: IRGraph, node, val):
     if isinstance(val, torch.Tensor):
-        buffer = InputBuffer(node.name, _layout_of(val))
+        buffer = InputBuffer(node.name, layout_of(val))
         buffer.storage_offset = sympify(val.storage_offset())
         graph.inputs.append((node.name, buffer))
         return TensorBox.of_storage(buffer)
@@ -240,7 +234,7 @@ def _lower_constant(graph: IRGraph, node):
     value = getattr(graph.gm, node.target)
     if not isinstance(value, torch.Tensor):
         return value
-    buffer = ConstantBuffer(node.name, _layout_of(value), value)
+    buffer = ConstantBuffer(node.name, layout_of(value), value)
     graph.constants[node.name] = buffer
     return TensorBox.of_storage(buffer)
 
@@ -311,7 +305,6 @@ def _describe_inputs(node) -> str:
 
 
 def fallback_call(graph: IRGraph, target, args, kwargs):
-    from .extern_calls import fallback
     return fallback(graph, target, args, kwargs)
 
 

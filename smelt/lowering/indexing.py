@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import Pointwise, TensorBox, ops
+from ..symbolic import product, unflatten_index
 from .common import broadcast_loader, out_size
 from .registry import lowering
 
@@ -81,7 +82,6 @@ def gather(g, x, dim, index, sparse_grad=False):
 
 @lowering(aten.take)
 def take(g, x, index):
-    from ..symbolic import product, unflatten_index
     xsize = x.get_size()
     numel = product(xsize)
     load, index_load = x.make_loader(), index.make_loader()

@@ -18,11 +18,10 @@ def why_aten(graph, node) -> str | None:
     for v in values:
         # Halide describes a buffer by int32 extents (Triton switches to int64 index math instead:
         # codegen/triton/kernel.py index_dtype_for).
-        backend = _backend(graph, v.device)
-        limit = backend.max_storage_elements if backend is not None else None
+        limit = graph.storage_limit(v.device.type)
         if limit is not None and _storage_elements(v) > limit:
             return (f"a tensor of its ({v.dtype}{list(v.shape)}) lies in a storage of {_storage_elements(v)} "
-                    f"elements, past the {backend.name} backend's limit of {limit}")
+                    f"elements, past the limit of the {v.device.type} backend ({limit})")
     return None
 
 
@@ -36,12 +35,3 @@ def _storage_elements(v: torch.Tensor) -> int:
     if isinstance(nbytes, torch.SymInt):
         nbytes = nbytes.node.hint if nbytes.node.has_hint() else 0
     return int(nbytes) // v.element_size()
-
-
-def _backend(graph, device: torch.device):
-    from ..codegen import backends
-    from ..config import current
-    try:
-        return backends.named((graph.config or current()).backend_for(device.type))
-    except ValueError:  # a device no backend takes (meta)
-        return None

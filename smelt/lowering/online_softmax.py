@@ -28,7 +28,8 @@ from ..ir import Pointwise, StorageBox, TensorBox, ops
 from ..ir.ops import ReadsHandler, use_handler
 from ..symbolic import product
 from .views import drop_size_one_dims
-from .common import make_pointwise
+from .common import make_pointwise, origin_name
+from .reductions import accumulator_dtype, make_reduction
 
 aten = torch.ops.aten
 
@@ -141,8 +142,6 @@ class SoftmaxRows:
         row = self.rows.get(g.node)
         if row is None or x.get_dtype() not in _FLOAT_TYPES:
             return None
-        from .graph import origin_name
-        from .reductions import make_reduction
         origins = g.origin | frozenset(origin_name(s) for s in row.sums)
         dtype = x.get_dtype()
         row.values = x
@@ -167,7 +166,6 @@ class SoftmaxRows:
         when cast); here only the total is. For logits far from zero (|v| much larger than
         m + log(s) - v) the subtraction of two large totals costs digits that eager's sum of
         small terms keeps, which is well inside float32 tolerances for logits of common size."""
-        from .reductions import accumulator_dtype, make_reduction
         acc = accumulator_dtype(row.values.get_dtype())
         total = make_reduction(g, row.values, sorted(row.dims), True, "sum", acc, acc)
         size = total.get_size()

@@ -7,6 +7,7 @@ import sympy
 import torch
 
 from ..ir import ops
+from .extern_calls import device_copy
 from .common import common_dtype, in_dtype, is_tensor, make_pointwise, scalar_operand_dtypes, upcast_half
 from .registry import lowering
 
@@ -242,7 +243,6 @@ def to_copy(g, x, dtype=None, layout=None, device=None, pin_memory=None, non_blo
             memory_format=None):
     meta = g.out_meta
     if meta.device != x.get_device():
-        from .extern_calls import device_copy
         return device_copy(g, x, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
                            non_blocking=non_blocking, memory_format=memory_format)
     return make_pointwise(g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=meta.dtype)

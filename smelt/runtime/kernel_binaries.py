@@ -17,6 +17,7 @@ import threading
 import torch
 
 from .cuda_binary import CudaBinary, CudaError, compile_binary, describe
+from ..source_digest import smelt_source_digest
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,7 +41,6 @@ def _jit_environment() -> str:
 
 def variant_key(source: str, spec: tuple, constexprs: dict, num_warps: int, capability) -> str:
     # smelt's own source stands for the helpers a kernel imports from smelt.
-    from ..graph_cache.fingerprint import smelt_source_digest
     text = json.dumps([_jit_environment(), smelt_source_digest(), hashlib.sha256(source.encode()).hexdigest(),
                        spec, sorted(constexprs.items()), num_warps, list(capability)])
     return hashlib.sha256(text.encode()).hexdigest()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...errors import SmeltError
 from ...scheduler.combo import merge_key
-from ..backends import GraphContext, KernelUnsupported, register, step_device
+from ..backends import GraphContext, KernelUnsupported, step_device
 from ..generated import GeneratedKernel
 from ..simd import plan_kernel
 from .gpu_schedule import HalideGpuSchedule
@@ -62,4 +62,4 @@ def generate_halide_kernel(step, graph, index: int, gpu: bool = False) -> Halide
                               rnumel=plan.rnumel if plan.blocks_2d else None, origins=origins)
 
 
-register(HalideBackend())
+BACKEND = HalideBackend()

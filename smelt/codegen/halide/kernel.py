@@ -22,12 +22,13 @@ import math
 import sympy
 import torch
 
-from ...ir.ops import indirect_symbol, is_indirect
+from ...ir import use_handler
+from ...ir.ops import is_indirect
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...symbolic import simplify_index
 from ..common import CSE, CSEVar, IndentedBuffer, computed
-from .ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
-                         PREDICATE_OPS, HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal, signbit_bits)
+from .handler import HalideOps
+from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal
 from . import random
 from .reductions import emit_reduction
 from .scan import emit_scan
@@ -36,22 +37,7 @@ from .division import DIVISION_HELPERS
 from .special import SPECIAL_FUNCTIONS
 from .strict import STRICT_HELPER, strict_definitions, uses_loose_helper
 from ..simd import KernelPlan, kernel_sizes_symbols, scatter_offset
-from ..triton.ops import register_dtype
-
-
-# The pure vars a value of each rank is a function of, as a helper that defines a Func over them
-# is passed them.
-PURE_VARS = {0: "()", 1: "(x,)", 2: "(r, x)"}
-
-
-_NARROW_INTS = {torch.uint8: 0xFF, torch.int8: 0xFF, torch.int16: 0xFFFF}  # the bits each keeps
-
-
-@dataclasses.dataclass(frozen=True)
-class ConstantVar(CSEVar):
-    """A literal whose value the printer still knows (a division by a constant zero needs it)."""
-
-    value: object = None
+from ..common import register_dtype
 
 
 MODULE_HELPERS = '''
@@ -278,7 +264,6 @@ class HalideKernel:
         return self.compute(node)
 
     def compute(self, node) -> CSEVar:
-        from ...ir import use_handler
         if node.name in self.node_values:
             return self.node_values[node.name]
         placement = self.plan.placement[node.name]
@@ -499,180 +484,3 @@ class HalideKernel:
         params = [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.ordered_outputs()]
         sizes = [s for s in self.sizes if s not in ("xnumel", "rnumel")]
         return params, sizes
-
-
-class HalideOps:
-    """The ops vocabulary printed as Halide expressions inside one pipeline."""
-
-    def __init__(self, kernel: HalideKernel):
-        self.k = kernel
-
-    @staticmethod
-    def _operand(v: CSEVar) -> str:
-        text = v.name
-        return f"({text})" if text.startswith("-") or " " in text else text
-
-    def load(self, name, index):
-        return self.k.load(name, self.k.simplify(index))
-
-    def constant(self, value, dtype):
-        return ConstantVar(literal(value, dtype), dtype, 0, value)
-
-    def index_expr(self, expr, dtype):
-        expr = self.k.simplify(expr)
-        if expr.is_Integer:
-            return self.constant(int(expr), dtype)
-        text = f"hl.cast({halide_type(register_dtype(dtype))}, {self.k.index_text(expr)})"
-        return self.k.emit(text, dtype, self.k.rank_of(expr))
-
-    def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
-        if x.dtype == dtype:
-            return x
-        if isinstance(x, ConstantVar):  # converted as eager converts, so it stays a known value
-            return self.constant(torch.tensor(x.value, dtype=x.dtype).to(dtype).item(), dtype)
-        if dtype == torch.bool:
-            return self.k.emit(f"{self._operand(x)} != {literal(0, x.dtype)}", dtype, x.rank)
-        src, dst = register_dtype(x.dtype), register_dtype(dtype)
-        text = x.name
-        if dst != dtype:  # a half float: round through its own type
-            text = self.k.widen(self.k.narrow(text, dtype), dtype)
-        elif dst in _NARROW_INTS and src.itemsize >= 4:
-            # Eager converts a float to a narrow integer through a wide one, then wraps
-            # (-1.5 -> uint8 255). Halide's simplifier folds cast(u8, cast(i32, f)) into a direct
-            # cast, even across ops (f.to(int32).to(uint8)), which LLVM makes fptoui: undefined
-            # off range, 0 in vector code. The mask keeps the wide step.
-            wide = f"hl.cast(hl.Int(32), {text})" if src.is_floating_point else text
-            text = f"hl.cast({halide_type(dst)}, {wide} & {_NARROW_INTS[dst]})"
-        elif src != dst:
-            text = f"hl.cast({halide_type(dst)}, {text})"
-        else:
-            return CSEVar(x.name, dtype, x.rank)
-        return self.k.emit(text, dtype, x.rank)
-
-    def where(self, cond, a, b):
-        dtype = torch.promote_types(a.dtype, b.dtype)
-        a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
-        return self.k.emit(f"hl.select({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
-
-    def masked(self, mask, body, other):
-        self.k.mask_stack.append(mask.name)
-        try:
-            value = body()
-        finally:
-            self.k.mask_stack.pop()
-        fill = self.constant(other, value.dtype)
-        return self.k.emit(f"hl.select({mask}, {value}, {fill})", value.dtype, max(mask.rank, value.rank))
-
-    def indirect_indexing(self, value: CSEVar, size) -> sympy.Symbol:
-        k = self.k
-        size_text = k.index_text(k.simplify(size))
-        key = f"indirect_indexing({value}, {size_text}, {k.mask_stack})"
-        found = k.cse.lookup(key)
-        if found is not None:
-            return sympy.Symbol(found.name, integer=True)
-        symbol = indirect_symbol(len(k.indirect))
-        k.cse.remember(key, CSEVar(str(symbol), torch.int32, value.rank))
-        wrapped = f"hl.cast(hl.Int(32), hl.select({value} < 0, {value} + {size_text}, {value}))"
-        k.body.writeline(f"{symbol}_unchecked = {wrapped}")
-        bounds = f"(0 <= {symbol}_unchecked) & ({symbol}_unchecked < {size_text})"
-        if k.mask_stack:  # a lane the mask turns off may hold any index
-            bounds = f"{bounds} | ~({' & '.join(k.mask_stack)})"
-        if k.schedule.device == "cuda":
-            # A GPU kernel cannot stop the pipeline with a message (Halide prints no require in
-            # device code); as smelt's Triton kernels on CUDA, whose device_assert is compiled out,
-            # it does not check. The index is clamped, so a bad one reads or writes in bounds.
-            k.body.writeline(f"{symbol} = hl.clamp({symbol}_unchecked, 0, {size_text} - 1)")
-            k.indirect[str(symbol)] = size_text
-            return symbol
-        # Checked on every access: an index out of range stops the pipeline with this message.
-        where = k.current[-1].name if k.current else "?"
-        k.body.writeline(f'{symbol} = hl.require({bounds}, {symbol}_unchecked, '
-                         f'hl.Expr("index out of bounds in {where}: not in [0, {size_text}):"), {symbol}_unchecked)')
-        k.indirect[str(symbol)] = size_text
-        return symbol
-
-    def rand(self, seed, offset):
-        return random.uniform(self.k, seed, offset)
-
-    def randn(self, seed, offset):
-        return random.normal(self.k, seed, offset)
-
-    def randint64(self, seed, offset, low, high):
-        return random.randint64(self.k, seed, offset, low, high)
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-
-        def op(*args):
-            return self._apply(name, args)
-        return op
-
-    def _apply(self, name: str, args) -> CSEVar:
-        rank = max(a.rank for a in args)
-        if len(args) == 1:
-            return self._unary(name, args[0], rank)
-        a, b = args
-        dtype = torch.promote_types(a.dtype, b.dtype)
-        if name in ("logical_and", "logical_or", "logical_xor"):
-            a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
-            op = {"logical_and": "&", "logical_or": "|", "logical_xor": "!="}[name]
-            return self.k.emit(f"{self._operand(a)} {op} {self._operand(b)}", torch.bool, rank)
-        if name == "truediv" and not dtype.is_floating_point:
-            raise UnsupportedInHalide(f"smelt: op truediv on {dtype} (integers) in Halide")
-        a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
-        if not dtype.is_floating_point and dtype != torch.bool and name in ("floordiv", "remainder"):
-            return self._int_floor_op(name, a, b, dtype, rank)
-        if name == "truediv" and isinstance(b, ConstantVar) and b.value == 0:
-            # Halide rejects a division by a literal zero; eager gives +-inf, or nan for 0 / 0.
-            infinity = self.constant(math.copysign(math.inf, b.value), dtype)
-            return computed(self.k.emit(f"{self._operand(a)} * {infinity}", dtype, rank), name)
-        if name == "truediv" and b.rank == 0 and not isinstance(b, ConstantVar):
-            # A scalar Halide may fold to a literal zero while building the Expr (a count of 0):
-            # `- 0` hides it from that check and is simplified away later (a zero Halide folds this
-            # way divides as +0.0).
-            b = CSEVar(f"({b} - {literal(0, dtype)})", dtype, 0)
-        if dtype == torch.bool and name in BOOL_ARITHMETIC:
-            return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
-        if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
-            out = torch.bool if name in PREDICATE_OPS else dtype
-            return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
-        table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
-        if name == "fmod" and dtype == torch.float64:
-            raise UnsupportedInHalide("smelt: op fmod on torch.float64 has no exact Halide form (halide_division.py)")
-        if name not in table:
-            raise UnsupportedInHalide(f"smelt: op {name} on {dtype} has no Halide form")
-        text = table[name].format(a.name, b.name, t=halide_type(register_dtype(dtype)), **signbit_bits(dtype))
-        return computed(self.k.emit(text, dtype, rank), name)
-
-    def _unary(self, name: str, x: CSEVar, rank: int) -> CSEVar:
-        if name == "logical_not":
-            x = self.to_dtype(x, torch.bool)
-            return self.k.emit(f"~{self._operand(x)}", torch.bool, rank)
-        if x.dtype == torch.bool:
-            table = BOOL_UNARY
-        else:
-            table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
-        dtype = torch.bool if name in PREDICATE_OPS else x.dtype
-        return computed(self.k.emit(self.unary_text(name, x, table), dtype, rank), name)
-
-    def unary_text(self, name: str, x: CSEVar, table: dict | None = None) -> str:
-        """What op `name` on x prints as (and its CSE key)."""
-        table = table or (FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY)
-        template = table.get(name)
-        if name == "exp" and register_dtype(x.dtype) == torch.float32:
-            template = "exp_float32({0}, {at})"  # halide_special.py: one exp, the same bits in every kernel
-        if template is None or (name in FLOAT64_UNPRINTED and x.dtype == torch.float64):
-            raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
-        return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), at=PURE_VARS[x.rank],
-                               **signbit_bits(x.dtype))
-
-    def _int_floor_op(self, name, a, b, dtype, rank):
-        # Halide's integer / and % are Euclidean (the remainder is never negative); eager floors.
-        # They differ only when b < 0 and the remainder is not 0: then q - 1 and r + b.
-        q = self.k.emit(f"{self._operand(a)} / {self._operand(b)}", dtype, rank)
-        r = self.k.emit(f"{self._operand(a)} % {self._operand(b)}", dtype, rank)
-        differs = self.k.emit(f"({r} != 0) & ({self._operand(b)} < 0)", torch.bool, rank)
-        if name == "floordiv":
-            return self.k.emit(f"hl.select({differs}, {q} - 1, {q})", dtype, rank)
-        return self.k.emit(f"hl.select({differs}, {r} + {self._operand(b)}, {r})", dtype, rank)

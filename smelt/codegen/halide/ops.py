@@ -13,7 +13,7 @@ import torch
 from ...errors import SmeltError
 from ...symbolic import IndexPrinter
 from ..backends import KernelUnsupported
-from ..triton.ops import register_dtype
+from ..common import register_dtype
 
 HALIDE_TYPE = {
     torch.float32: "hl.Float(32)", torch.float64: "hl.Float(64)", torch.float16: "hl.Float(16)",

@@ -11,8 +11,9 @@ import torch
 from ...ir.loops import reduction_identity
 from ...symbolic import static_int
 from ..common import CSEVar
+from .handler import PURE_VARS, HalideOps
 from .ops import UnsupportedInHalide, func_call, halide_type, literal
-from ..triton.ops import register_dtype
+from ..common import register_dtype
 
 NEW = "hl.Expr({name}_input[rdom.x, x])"
 
@@ -60,7 +61,6 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         # exp(v - max) goes through the kernel's CSE, then is redirected to a Func: a softmax's
         # output, which asks for the same expression, reads the stored value instead of computing
         # a second exp per element.
-        from .kernel import PURE_VARS, HalideOps
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
         ops = HalideOps(k)
         shifted = ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1))

@@ -12,17 +12,17 @@ associatively, so only the grouping of the combines changes, not the result beyo
 """
 from __future__ import annotations
 
+from ...ir import use_handler
 from ...symbolic import static_int
 from ..common import CSEVar
+from .handler import HalideOps
 from .ops import func_call, halide_type
-from ..triton.scan import scan_register_dtype
+from ..common import scan_register_dtype
 
 
 def emit_scan(k, node, values) -> CSEVar:
     """Prints node's scan (once for every member scanning the same values) and returns its value
     as a call at (r, x), in the node's dtype."""
-    from .kernel import HalideOps
-    from ...ir import use_handler
     data = node.data
     ops = HalideOps(k)
     dtypes = [scan_register_dtype(d) for d in data.dtypes]
@@ -65,7 +65,6 @@ def _blockable(k, dtypes) -> bool:
 
 def _combine(k, ops, data, dtype, earlier: str, later: str) -> str:
     """The scan's combine of two Func calls, as an Expr of dtype."""
-    from ...ir import use_handler
     with k.cse.scope(), use_handler(ops):
         combined = data.combine.fn((CSEVar(func_call(earlier), dtype, 2),), (CSEVar(func_call(later), dtype, 2),))
         return _typed(ops.to_dtype(combined[0], dtype), dtype)

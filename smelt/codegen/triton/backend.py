@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 
 from ...errors import SmeltError
-from ..backends import GraphContext, register, step_device
+from ..backends import GraphContext, step_device
 from ..generated import CudaTwin, GeneratedKernel
 from ..simd import plan_kernel
 from .candidates import candidates, masks_needed
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
 from .finisher import Finisher
-from .kernel import BlockConfig, TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from ..generated import BlockConfig
+from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 
 log = logging.getLogger("smelt")
 
@@ -133,4 +134,4 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
         candidates=configs, workspace=workspace, ticket=finisher is not None)
 
 
-register(TritonBackend())
+BACKEND = TritonBackend()

@@ -33,7 +33,8 @@ from ...scheduler.schedule import Step
 from ...symbolic import static_int
 from .candidates import combo_candidates
 from ..simd import plan_kernel
-from .kernel import BlockConfig, TritonKernel, choose_blocks, index_dtype_for
+from ..generated import BlockConfig
+from .kernel import TritonKernel, choose_blocks, index_dtype_for
 from .ops import triton_type
 
 # Every pointwise member runs in blocks of this many elements: big enough for wide loads, and a

@@ -12,7 +12,8 @@ scripts/reduction_variants.py).
 from __future__ import annotations
 
 from ..common import CSEVar
-from .ops import EXP, literal, register_dtype, triton_type
+from ..common import register_dtype
+from .ops import EXP, literal, triton_type
 
 _SUM = "tl.standard._sum_combine"
 

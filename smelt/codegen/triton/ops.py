@@ -13,11 +13,6 @@ TRITON_DTYPE = {
 }
 
 
-def register_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a value has in registers: half floats are computed in float32."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def triton_type(dtype: torch.dtype) -> str:
     try:
         return TRITON_DTYPE[dtype]

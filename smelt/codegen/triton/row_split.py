@@ -24,7 +24,8 @@ import torch
 
 from ...symbolic import next_power_of_2
 from ..common import CSEVar
-from .ops import EXP, register_dtype
+from ..common import register_dtype
+from .ops import EXP
 
 # A chunk per program: 8192 float32 values are 32 registers a thread at 8 warps.
 CHUNK = 8192

@@ -9,19 +9,14 @@ from __future__ import annotations
 import torch
 
 from ...ir import ScanCombine, use_handler
-from ..common import CSE, CSEVar, IndentedBuffer
-from .ops import cast_text, register_dtype, triton_type
+from ..common import CSE, CSEVar, IndentedBuffer, register_dtype, scan_register_dtype
+from .handler import TritonOps, _is_literal
+from .ops import cast_text, triton_type
 
 # Combines Triton has itself: its interpreter runs them with numpy rather than element by element.
 NATIVE_COMBINES = {"sum": "tl.standard._sum_combine", "prod": "tl.standard._prod_combine"}
 # How a looped scan folds the carry into a block when the combine has an identity to start from.
 CARRY_UPDATES = {"sum": ("0", "{carry} + {block}"), "prod": ("1", "{carry} * {block}")}
-
-
-def scan_register_dtype(dtype: torch.dtype) -> torch.dtype:
-    """What a scanned value is in registers: half floats as float32, bool as int8 (whose order
-    and arithmetic are plain integers')."""
-    return torch.int8 if dtype == torch.bool else register_dtype(dtype)
 
 
 class _FunctionBody:
@@ -43,7 +38,6 @@ class _FunctionBody:
 
 def combine_function(combine: ScanCombine, dtypes: list[torch.dtype], name: str, interpret: bool) -> str:
     """Source of `@triton.jit def name(a0, .., b0, ..)` returning combine(a, b) for these dtypes."""
-    from .kernel import TritonOps  # triton.py imports this module
     writer = _FunctionBody(interpret)
     a = tuple(CSEVar(f"a{k}", dtype, 2) for k, dtype in enumerate(dtypes))
     b = tuple(CSEVar(f"b{k}", dtype, 2) for k, dtype in enumerate(dtypes))
@@ -69,7 +63,6 @@ class ScanEmitter:
         self.functions: dict[str, str] = {}  # helper source -> its name
 
     def scan(self, node, values) -> CSEVar:
-        from .kernel import TritonOps
         data = node.data
         dtypes = [scan_register_dtype(d) for d in data.dtypes]
         ops = TritonOps(self.k)
@@ -86,7 +79,6 @@ class ScanEmitter:
 
     def _as_block(self, value: CSEVar, dtype: torch.dtype) -> CSEVar:
         """value as an [XBLOCK, RBLOCK] tensor of the register type the scan runs in."""
-        from .kernel import _is_literal
         ttype = triton_type(dtype)
         if value.rank == 0 and _is_literal(value.name):
             return self.k.emit(f"tl.full([XBLOCK, RBLOCK], {value}, {ttype})", dtype, 2)

@@ -5,13 +5,13 @@ import torch
 
 from ...ir.scatter import SCATTER_MODES
 from ..simd import scatter_offset
-from .ops import register_dtype, triton_type
+from .handler import TritonOps, _is_literal
+from ..common import register_dtype
+from .ops import triton_type
 
 
 def emit_scatter(kernel, node) -> None:
     """`out[position] (mode)= value` for each lane of the kernel; lanes past xnumel do nothing."""
-    from .kernel import TritonOps, _is_literal
-
     value = kernel.compute(node)
     offset = scatter_offset(kernel, node, TritonOps(kernel), kernel.plan.placement[node.name])
     shape = kernel.block_shape(1)

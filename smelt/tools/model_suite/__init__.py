@@ -3,6 +3,7 @@
 and a float64 reference by smelt.tools.accuracy. `python -m smelt.tools.model_suite --help`."""
 from .modes import MODES, applies, cases
 from .runner import CaseResult, run_case
-from .zoo import SIZES, ModelSpec, all_specs
+from .spec import SIZES, ModelSpec
+from .zoo import all_specs
 
 __all__ = ["MODES", "SIZES", "CaseResult", "ModelSpec", "all_specs", "applies", "cases", "run_case"]

@@ -1,7 +1,7 @@
 """The ways the suite runs a model, and which models each applies to."""
 from __future__ import annotations
 
-from .zoo import ModelSpec
+from .spec import ModelSpec
 
 MODES = ("infer_fp32", "infer_bf16", "train", "dynamic", "decode")
 DECODER_ONLY = ("dynamic", "decode")

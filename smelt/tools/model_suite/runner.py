@@ -26,7 +26,8 @@ import torch._dynamo.testing
 from ..accuracy import compare, to_float64
 from .cache_tensors import cache_kwargs, cache_of, outputs_with_plain_cache
 from .modes import DYNAMIC_SEQS, applies
-from .zoo import ModelSpec, Sample, library_missing
+from .spec import ModelSpec, Sample, autocast_for, build_model, library_missing, seeded
+from .timing import measure_case
 
 LR = 1e-3
 
@@ -54,23 +55,14 @@ class CaseResult:
         return "\n".join(lines)
 
 
-def _seeded(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _build(spec: ModelSpec, size: str, seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return spec.build(size)
-
-
 def _compile(fn, backend, **kw):
     return torch.compile(fn, backend=backend, **kw)
 
 
 # ---------------------------------------------------------------- inference
 def _infer(spec, size, device, backend, seed, dtype, notes):
-    model = _build(spec, size, seed).to(device=device, dtype=dtype).eval()
-    sample = spec.sample(size, generator=_seeded(seed)).to(device, float_dtype=dtype)
+    model = build_model(spec, size, seed).to(device=device, dtype=dtype).eval()
+    sample = spec.sample(size, generator=seeded(seed)).to(device, float_dtype=dtype)
     reference_model = to_float64(model)
     with torch.no_grad():
         expected = model(**sample.kwargs)
@@ -80,12 +72,6 @@ def _infer(spec, size, device, backend, seed, dtype, notes):
 
 
 # ---------------------------------------------------------------- training
-def _autocast(device):
-    if torch.device(device).type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return torch.autocast("cpu", enabled=False)
-
-
 def _train_step(model, sample, loss_fn, step_fn, autocast):
     with autocast:
         loss = loss_fn(sample)
@@ -98,8 +84,8 @@ def _train_step(model, sample, loss_fn, step_fn, autocast):
 
 
 def _train(spec, size, device, backend, seed, notes):
-    base = _build(spec, size, seed).to(device).train()
-    sample = spec.sample(size, generator=_seeded(seed)).to(device)
+    base = build_model(spec, size, seed).to(device).train()
+    sample = spec.sample(size, generator=seeded(seed)).to(device)
     eager_m, compiled_m, reference_m = base, copy.deepcopy(base), to_float64(base)
 
     def run(model, sample, compiled, autocast):
@@ -111,9 +97,9 @@ def _train(spec, size, device, backend, seed, notes):
             step_fn = _compile(opt.step, backend)
         return _train_step(model, sample, loss_fn, step_fn, autocast)
 
-    expected = run(eager_m, sample, False, _autocast(device))
+    expected = run(eager_m, sample, False, autocast_for(device))
     reference = run(reference_m, sample.to(device, float_dtype=torch.float64), False, torch.autocast("cpu", enabled=False))
-    actual = run(compiled_m, sample, True, _autocast(device))
+    actual = run(compiled_m, sample, True, autocast_for(device))
     missing = sorted(set(expected["grads"]) - set(actual["grads"]))
     if missing:
         return [f"grads: compiled has no gradient for {missing[:5]}"]
@@ -123,14 +109,14 @@ def _train(spec, size, device, backend, seed, notes):
 
 # ---------------------------------------------------------------- dynamic shapes
 def _dynamic(spec, size, device, backend, seed, notes):
-    model = _build(spec, size, seed).to(device).eval()
+    model = build_model(spec, size, seed).to(device).eval()
     reference_model = to_float64(model)
     counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
     compiled = torch.compile(model, backend=counter, dynamic=True)
     failures = []
     with torch.no_grad():
         for seq in DYNAMIC_SEQS[size]:
-            sample = spec.sample(size, seq_len=seq, generator=_seeded(seed + seq)).to(device)
+            sample = spec.sample(size, seq_len=seq, generator=seeded(seed + seq)).to(device)
             expected = model(**sample.kwargs)
             reference = reference_model(**sample.to(device, float_dtype=torch.float64).kwargs)
             failures += compare(compiled(**sample.kwargs), expected, reference, path=f"seq {seq}")
@@ -141,9 +127,9 @@ def _dynamic(spec, size, device, backend, seed, notes):
 
 # ---------------------------------------------------------------- one-token decode with a KV cache
 def _decode(spec, size, device, backend, seed, notes):
-    model = _build(spec, size, seed).to(device).eval()
+    model = build_model(spec, size, seed).to(device).eval()
     reference_model = to_float64(model)
-    prompt = spec.sample(size, generator=_seeded(seed)).to(device)
+    prompt = spec.sample(size, generator=seeded(seed)).to(device)
     prefill = dict(prompt.kwargs, use_cache=True)
     with torch.no_grad():
         out = model(**prefill)
@@ -194,7 +180,6 @@ def run_case(spec: ModelSpec, mode: str, size: str = "tiny", device: str = "cpu"
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu_start
     if timings and result.status == "pass":
-        from .timing import measure_case
         try:
             result.timings = measure_case(spec, mode, size, device, seed=seed, **(timing_kw or {}))
         except Exception as exc:

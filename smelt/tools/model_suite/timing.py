@@ -12,8 +12,7 @@ import torch
 
 from .cache_tensors import cache_kwargs, cache_of
 from .modes import DYNAMIC_SEQS
-from .runner import _autocast, _build, _seeded
-from .zoo import Sample
+from .spec import Sample, autocast_for, build_model, seeded
 
 BACKENDS = ("eager", "inductor", "smelt")
 
@@ -42,23 +41,23 @@ def _callable(spec, mode, size, device, seed, backend):
         return fn if backend is None else torch.compile(fn, backend=backend, **kw)
 
     dtype = torch.bfloat16 if mode == "infer_bf16" else torch.float32
-    model = _build(spec, size, seed).to(device=device, dtype=dtype)
+    model = build_model(spec, size, seed).to(device=device, dtype=dtype)
     if mode == "train":
         model.train()
-        sample = spec.sample(size, generator=_seeded(seed)).to(device)
+        sample = spec.sample(size, generator=seeded(seed)).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
         loss_fn, step = compiled(functools.partial(spec.loss, model)), compiled(opt.step)
 
         def train_step():
             opt.zero_grad(set_to_none=True)
-            with _autocast(device):
+            with autocast_for(device):
                 loss = loss_fn(sample)
             loss.backward()
             step()
         return train_step
     model.eval()
     if mode == "decode":
-        prompt = spec.sample(size, generator=_seeded(seed)).to(device)
+        prompt = spec.sample(size, generator=seeded(seed)).to(device)
         with torch.no_grad():
             out = model(**dict(prompt.kwargs, use_cache=True))
         cache, next_ids = cache_of(out), out.logits[:, -1:].argmax(-1)
@@ -74,11 +73,11 @@ def _callable(spec, mode, size, device, seed, backend):
                 cache.crop(length)
         return decode_step
     seq = DYNAMIC_SEQS[size][-1] if mode == "dynamic" else None
-    sample = spec.sample(size, seq_len=seq, generator=_seeded(seed)).to(device, float_dtype=dtype)
+    sample = spec.sample(size, seq_len=seq, generator=seeded(seed)).to(device, float_dtype=dtype)
     forward = compiled(model, **({"dynamic": True} if mode == "dynamic" else {}))
     if mode == "dynamic":  # the graph is compiled at another length first, as a served model's would be
         with torch.no_grad():
-            forward(**Sample(spec.sample(size, seq_len=DYNAMIC_SEQS[size][0], generator=_seeded(seed)).to(
+            forward(**Sample(spec.sample(size, seq_len=DYNAMIC_SEQS[size][0], generator=seeded(seed)).to(
                 device, float_dtype=dtype).kwargs).kwargs)
 
     def infer():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .zoo import ModelSpec, Sample, register
+from .spec import ModelSpec, Sample, register
 
 BATCH = {"tiny": 2, "real": 8}
 SEQ = {"tiny": 16, "real": 512}

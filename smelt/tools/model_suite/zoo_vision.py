@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .zoo import ModelSpec, Sample, register
+from .spec import ModelSpec, Sample, register
 
 NUM_CLASSES = {"tiny": 10, "real": 1000}
 BATCH = {"tiny": 2, "real": 32}
