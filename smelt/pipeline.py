@@ -53,6 +53,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
     graph_id = next(_graph_ids)
     if cfg.gemm_epilogues:
         fuse_gemm_epilogues(gm)
+
     def storage_limit(device_type: str):
         try:
             return backends.for_device(cfg, torch.device(device_type)).max_storage_elements
