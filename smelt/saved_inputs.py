@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def copy_mutated_inputs_saved_for_backward(gm: torch.fx.GraphModule) -> int:
-    """Replaces each forward output that is a data-mutated input, or a view of one, by a clone of
-    it; returns how many were replaced."""
+    """Replaces each value the forward saves for the backward that is a data-mutated input, or a
+    view of one, by a clone of it; returns how many were replaced."""
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     if meta is None:
@@ -30,7 +30,11 @@ def copy_mutated_inputs_saved_for_backward(gm: torch.fx.GraphModule) -> int:
     mutated = {placeholders[first + i] for i, info in enumerate(meta.input_info) if info.mutates_data}
     output = gm.graph.find_nodes(op="output")[0]
     values = output.args[0]
-    aliasing = [v for v in values if isinstance(v, torch.fx.Node) and _base(v) in mutated]
+    # The forward returns tokens, new values of mutated inputs, user outputs, intermediate bases and
+    # an rng offset, then what it saves for the backward: only those are copied (a user output
+    # aliasing an input is regenerated from it by AOTAutograd, with the output's strides).
+    saved = values[first + meta.num_forward:]
+    aliasing = [v for v in saved if isinstance(v, torch.fx.Node) and _base(v) in mutated]
     if not aliasing:
         return 0
     copies = {}
@@ -40,7 +44,8 @@ def copy_mutated_inputs_saved_for_backward(gm: torch.fx.GraphModule) -> int:
                 copy = gm.graph.call_function(torch.ops.aten.clone.default, (v,))
             copy.meta = dict(v.meta)
             copies[v] = copy
-    output.args = (tuple(copies.get(v, v) for v in values),) + tuple(output.args[1:])
+    kept = values[:len(values) - len(saved)]
+    output.args = (tuple(kept) + tuple(copies.get(v, v) for v in saved),) + tuple(output.args[1:])
     gm.recompile()
     log.debug("smelt: the forward saves copies of %d mutated inputs for the backward: %s",
               len(copies), ", ".join(v.name for v in copies))
