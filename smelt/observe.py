@@ -1,17 +1,31 @@
-"""A record of what smelt compiled in this process, for tests, tools and curious users."""
+"""A record of what smelt compiled in this process, for tests, tools and curious users.
+
+The latest graphs are held, older ones only while torch.compile's caches keep them: a process
+that compiled thousands of graphs (the fuzzer) kept every kernel library mapped until it reached
+vm.max_map_count."""
 from __future__ import annotations
 
-_graphs: list = []
+import collections
+import weakref
+
+KEPT = 32  # the latest graphs held even after their compiled function is gone (a test reads them)
+
+_graphs: list[weakref.ref] = []
+_latest: collections.deque = collections.deque(maxlen=KEPT)
 
 
 def record(graph) -> None:
-    _graphs.append(graph)
+    _graphs[:] = [g for g in _graphs if g() is not None]
+    _graphs.append(weakref.ref(graph))
+    _latest.append(graph)
 
 
 def compiled_graphs() -> list:
-    """Every CompiledGraph built since the last reset, in compile order."""
-    return list(_graphs)
+    """The CompiledGraphs built since the last reset that are still in use or among the latest
+    KEPT, in compile order."""
+    return [g for g in (ref() for ref in _graphs) if g is not None]
 
 
 def reset() -> None:
     _graphs.clear()
+    _latest.clear()

@@ -241,6 +241,33 @@ def test_int64_values_of_literals_do_not_wrap_at_int32(compile_fn, device, fn):
     torch.testing.assert_close(compile_fn(fn)(x), fn(x), atol=0, rtol=0)
 
 
+# --- a value built from literals alone keeps its narrow type ------------------------------------
+
+def _zeroed_every_third_then_remainder(x):
+    v = x.clone()
+    v[..., ::3].zero_()
+    return torch.remainder(v, x.abs() + 1)
+
+
+def _same_constant_either_way_then_wrap(x):
+    y = torch.where(x > 0, torch.full_like(x, 100), torch.full_like(x, 100)) + 100
+    return y, y > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.bfloat16])
+@pytest.mark.parametrize("fn", [_zeroed_every_third_then_remainder, _same_constant_either_way_then_wrap],
+                         ids=["zero_slice_remainder", "where_of_constants_wraps"])
+def test_where_of_two_literals_keeps_the_narrow_type(compile_fn, device, dtype, fn):
+    # Triton types where(c, 0, 0) int32 (float32): a uint8 value built from one met a uint8 in `//`
+    # and did not compile (H100 fuzzer), and an int8 one would not wrap at 127.
+    x = torch.arange(-6, 6, device=device).to(dtype).reshape(1, 2, 6)
+    if dtype == torch.uint8:
+        x = x + 6
+    actual, expected = compile_fn(fn)(x), fn(x)
+    for a, e in zip(actual if isinstance(actual, tuple) else (actual,), expected if isinstance(expected, tuple) else (expected,)):
+        assert a.dtype == e.dtype and torch.equal(a, e), (a, e)
+
+
 # --- float to narrow integers: eager converts through a wide integer, then wraps ----------------
 
 def _copy_into_slice(out, x):

@@ -1,4 +1,6 @@
 """The Halide CPU backend (SMELT_CPU_BACKEND=halide) against eager, on awkward sizes and layouts."""
+import collections
+import gc
 import os
 import subprocess
 import sys
@@ -562,3 +564,29 @@ def test_halides_not_of_a_non_bool_error_is_avoided():
         make_input((1,), torch.float32, 'contiguous', grad=False, seed=1611797171),
     ]
     assert check_fn(fn, inputs, backward=True) == []
+
+
+def test_kernel_libraries_are_closed_with_their_graphs(monkeypatch):
+    # Each kernel library maps ~5 regions; a process that compiled ~13,000 kernels (the fuzzer)
+    # reached vm.max_map_count and every later load failed: smelt.observe held every graph, and
+    # nothing closed a library. Graphs past observe's latest few now go with their compiled function.
+    monkeypatch.setattr(smelt.observe, "_latest", collections.deque(maxlen=2))
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    x = torch.randn(16)
+
+    def maps():
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    def compile_and_drop(k):
+        compiled(lambda t: torch.sin(t) * (k + 1.5))(x)
+        torch._dynamo.reset()
+
+    for k in range(5):
+        compile_and_drop(k)
+    gc.collect()
+    before = maps()
+    for k in range(5, 35):
+        compile_and_drop(k)
+    gc.collect()
+    assert maps() - before < 30, f"{maps() - before} new memory maps for 30 dropped graphs"

@@ -227,7 +227,7 @@ def test_a_value_saved_for_the_backward_keeps_its_gapped_traced_strides(shape, d
     # elements); the backward reads the saved value with those strides, so the forward must produce
     # them, not a dense copy (CPU fuzzer: the RMSNorm weight's gradient read the gaps).
     def fn(x, w):
-        x[..., ::2].masked_fill_(torch.ones((), dtype=torch.bool), 3)
+        x[..., ::2].masked_fill_(torch.ones((), dtype=torch.bool, device=x.device), 3)
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
     def run(f):

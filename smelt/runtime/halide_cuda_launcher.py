@@ -72,6 +72,8 @@ def _placeholder(device: int) -> int:
 class HalideCudaLauncher(HalideLauncher):
     """Calls one Halide CUDA kernel as `name(*input_buffers, *output_buffers, *sizes)`."""
 
+    closes_library = False  # (see HalideLauncher.closes_library)
+
     def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None,
                  module=None):
         self.launch = CudaLaunch()

@@ -8,9 +8,11 @@ int32, then the output buffers.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import logging
 import threading
+import weakref
 
 import torch
 
@@ -99,6 +101,12 @@ class HalideLauncher:
     called from two threads at once.
     """
 
+    # A CPU kernel's library is closed with its launcher: a process that compiles many graphs (the
+    # fuzzer, ~13,000 kernels) otherwise reaches vm.max_map_count, 5 maps each, and every later
+    # load fails ("mprotect failed"). Its code runs only inside a call (Halide's thread pool lives
+    # in the shared runtime). The CUDA runtime keeps pointers into a kernel library: kept open.
+    closes_library = True
+
     def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None,
                  module=None):
         self.name = name
@@ -112,6 +120,8 @@ class HalideLauncher:
         runtime, library, symbol, self.compile_seconds = self._compile(source, cache_dir)
         _install_error_handler(runtime)
         self.library = ctypes.CDLL(library)
+        if self.closes_library:
+            weakref.finalize(self, _ctypes.dlclose, self.library._handle)
         self.fn = getattr(self.library, f"{symbol}_argv")
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]

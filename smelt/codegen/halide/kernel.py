@@ -67,10 +67,9 @@ def in_output(out, index):
     return hl.unsafe_promise_clamped(index, 0, out.output_buffer().dim(0).extent() - 1)
 
 
-# Halide's exp, log and erf are polynomials that miss IEEE's special values (exp(nan) = 0,
-# log(inf) = 88.7, erf(inf) = nan) and break far out: exp's integer exponent overflows from
-# about 1e10 (exp(1e10) = 0), erf gives nan from 1e9, log reads a subnormal's exponent field as
-# if it were normal (log(1e-45) = -88). Arguments are clamped where the result no longer changes,
+# Halide's exp and log are polynomials that miss IEEE's special values (exp(nan) = 0,
+# log(inf) = 88.7) and break far out: exp's integer exponent overflows from about 1e10
+# (exp(1e10) = 0), log reads a subnormal's exponent field as if it were normal (log(1e-45) = -88). Arguments are clamped where the result no longer changes,
 # subnormals scaled into the normal range, and the special values put back.
 def exp(v):
     low, high = (-746.0, 710.0) if v.type() == hl.Float(64) else (-104.0, 89.0)  # exp(high) = inf
@@ -86,11 +85,6 @@ def log(v):
     shift = hl.select(subnormal, hl.cast(v.type(), hl.f64(bits * 0.6931471805599453)), hl.cast(v.type(), 0))
     return hl.select(hl.is_nan(v) | (hl.is_inf(v) & (v > 0)), v, hl.log(scaled) - shift)
 
-
-def erf(v):
-    # erf(+-4) is +-1 in float32 already.
-    clamped = hl.clamp(v, hl.cast(v.type(), -4), hl.cast(v.type(), 4))
-    return hl.select(hl.is_nan(v), v, hl.erf(clamped))
 '''
 
 

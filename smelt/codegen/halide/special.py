@@ -1,14 +1,14 @@
 """Special functions Halide lacks, as Halide Python helpers a generated module defines when used.
 
-erfinv, i0 and lgamma are computed in float64 and rounded once to the operand's type, so float32
-results carry only the approximation's own error (relative error below 4e-7 for erfinv, 2e-7 for
-i0; lgamma's Lanczos sum is good to about 1e-14). exp_float32 is every float32 kernel's exp.
+erf, erfc, erfinv, i0 and lgamma are computed in float64 and rounded once to the operand's type, so
+float32 results carry only the approximation's own error (relative error below 1e-9 for erf and erfc, 4e-7
+for erfinv, 2e-7 for i0; lgamma's Lanczos sum is good to about 1e-14). exp_float32 is every float32 kernel's exp.
 """
 from __future__ import annotations
 
 # Helpers with float math outside strict(): a CPU kernel that calls one compiles without
 # StrictFloat, its other definitions made strict (halide_strict.py).
-LOOSE_HELPERS = ("exp_float32",)
+LOOSE_HELPERS = ("exp_float32", "horner")
 
 # In dependency order: a helper is included when the kernel, or a helper before it, calls it.
 SPECIAL_FUNCTIONS = {
@@ -75,23 +75,74 @@ def exp_float32(v, at, nonpositive=False):
         value = hl.select(v > hl.f32(88.72283935546875), hl.f32(float("inf")), value)
     return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-87.33), hl.f32(0), value))
 ''',
+    "erf": '''
+
+def erf(v, at):
+    # Halide's hl.erf is a few float32 ulps off (5x eager's error over 16 elements, fuzz #18).
+    # (float64 tensors: erf and erfc are not printed, halide_ops.FLOAT64_UNPRINTED.)
+    x = hl.clamp(hl.cast(hl.Float(64), v), hl.f64(-3.92), hl.f64(3.92))  # erf(3.92) is 1 in float32
+    z = hl.abs(x)
+    near = x * horner(ERF_NEAR_ZERO, x * x, at)
+    far = hl.select(x < 0, hl.f64(-1), hl.f64(1)) * (1 - horner(ERFC_TAIL, (z - hl.f64(1.5)) * hl.f64(2 / 2.42) - 1, at))
+    result = pick(z < hl.f64(1.5), near, far)
+    return hl.select(hl.is_nan(v) | (v == 0), v, hl.cast(v.type(), result))  # erf(-0.0) = -0.0
+''',
     "erfc": '''
 
-def erfc(v):
-    # 1 - erf(v) loses the tail (erfc(5) = 1.5e-12 became 0): the Chebyshev fit of Numerical
-    # Recipes (erfcc, 2nd ed. 6.2), relative error below 1.2e-7 for every x, in float64 so that
-    # exp(-z * z) keeps its digits up to z = 10, where float32's erfc reaches its subnormals.
-    # (float64 tensors: erf and erfc are not printed, halide_ops.FLOAT64_UNPRINTED.)
+def erfc(v, at):
+    # 1 - erf(v) while erfc(v) > 0.03 (|v| < 1.5); past that exp(-z * z) times a fit of
+    # erfc(z) * exp(z * z), so the tail keeps its digits down to float32's subnormals
+    # (erfc(10) = 2e-45; the 1 - erf of Halide's polynomial gave erfc(5) = 0).
     x = hl.cast(hl.Float(64), v)
     z = hl.min(hl.abs(x), hl.f64(30))  # erfc(30) is 0 in float64; z * z stays finite
-    t = 1 / (1 + hl.f64(0.5) * z)
-    p = hl.f64(0.17087277)
-    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
-              1.00002368, -1.26551223):
-        p = hl.f64(c) + t * p
-    tail = t * hl.exp(p - z * z)
-    result = hl.select(x >= 0, tail, 2 - tail)
-    return hl.cast(v.type(), hl.select(hl.is_nan(x), x, result))
+    near = 1 - hl.min(z, hl.f64(1.5)) * horner(ERF_NEAR_ZERO, hl.min(z * z, hl.f64(2.25)), at)
+    far = hl.exp(-(z * z)) * horner(ERFC_SCALED, hl.f64(1.5) / hl.max(z, hl.f64(1.5)), at)
+    positive = pick(z < hl.f64(1.5), near, far)
+    result = hl.select(x >= 0, hl.f64(1), hl.f64(-1)) * positive + hl.select(x >= 0, hl.f64(0), hl.f64(2))
+    return hl.select(hl.is_nan(v), v, hl.cast(v.type(), result))
+''',
+    "pick": '''
+
+def pick(condition, a, b):
+    # select(condition, a, b) for two large float64 polynomials, as arithmetic: Halide's simplifier
+    # took minutes over a select between them (exponential in their degree); both are finite.
+    w = hl.select(condition, hl.f64(1), hl.f64(0))
+    return w * a + (1 - w) * b
+
+
+def horner(coefficients, t, at):
+    # `at` as exp_float32's: over pure vars the polynomial is a Func of its own, outside strict(),
+    # so its multiply-adds fuse (erf over [512, 8192], 2 threads: 3.89 -> 2.35 ms; hl.erf took 1.22).
+    p = hl.f64(coefficients[-1])
+    for c in coefficients[-2::-1]:
+        p = p * t + hl.f64(c)
+    if not at:
+        return p
+    polynomial = hl.Func("polynomial")
+    polynomial[at] = p
+    return polynomial[at]
+
+
+# Least-squares fits on Chebyshev nodes against mpmath (600-800 nodes), in float64, so float32
+# results are rounded once (within 0.503 ulp of erf and erfc over [-12, 12]):
+# erf(x) / x in x * x on [0, 1.5 ** 2], degree 9 (relative error 5e-11);
+ERF_NEAR_ZERO = (
+    1.128379167059266, -0.37612638577726254, 0.11283786837958032, -0.026865891370578814,
+    0.00522315432294394, -0.0008534288947584642, 0.00011907968704237037, -1.3949194593425752e-05,
+    1.2397348384406796e-06, -6.098000881285172e-08)
+# erfc(x) in u = (x - 1.5) / 1.21 - 1 on [1.5, 3.92], degree 14 (absolute error 3e-10);
+ERFC_TAIL = (
+    0.00012683798752986895, -0.0008825449652504628, 0.002893955232366059, -0.005895795131472353,
+    0.008254083462234956, -0.008235412381088521, 0.005778992114829506, -0.00254987463300829,
+    0.0002775959447389104, 0.000539291089614773, -0.0004274782526154618, 0.00010526602323792495,
+    3.9929528324424076e-05, -2.8342166923074925e-05, 3.5256085529562268e-06)
+# erfc(z) * exp(z * z) in 1.5 / z on (0, 1], degree 16 (relative error 4e-11 up to z = 30).
+ERFC_SCALED = (
+    -1.431355034497983e-13, 0.3761263895185298, -5.653141674916151e-08, -0.08358127096557608,
+    -5.097091183326255e-05, 0.0563790813453427, -0.005525771995590803, -0.02997981748235437,
+    -0.13006948163672716, 0.47101091303269516, -0.7424444597794708, 0.7244325497750268,
+    -0.46741741577991064, 0.19556469408906127, -0.04797090818954173, 0.005012459919710576,
+    9.948204708537162e-05)
 ''',
     "power": '''
 

@@ -126,7 +126,17 @@ class TritonOps:
 
     def where(self, cond, a, b):
         dtype = torch.promote_types(a.dtype, b.dtype)
+        a = self._typed_beside_literal(a, b, dtype)
         return self.k.emit(f"tl.where({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
+
+    def _typed_beside_literal(self, a: CSEVar, b: CSEVar, dtype: torch.dtype) -> CSEVar:
+        """a, spelled with `dtype`'s type where a and b are both literals: Triton makes where(c, 0, 0)
+        an int32 (float32) tensor, and a uint8 value built from one met a uint8 in `//` and did not
+        compile (H100 fuzzer); an int8 one would not wrap."""
+        reg = register_dtype(dtype)
+        if reg in (torch.int32, torch.float32, torch.bool) or not _both_literal(a, b):
+            return a
+        return self.k.emit(f"tl.full([], {a.name}, {triton_type(reg)})", dtype, 0)
 
     def indirect_indexing(self, value: CSEVar, size) -> sympy.Symbol:
         k = self.k
@@ -171,6 +181,7 @@ class TritonOps:
         finally:
             self.k.mask_stack.pop()
         fill = self.constant(other, value.dtype)
+        value = self._typed_beside_literal(value, fill, value.dtype)
         return self.k.emit(f"tl.where({mask}, {value}, {fill})", value.dtype, max(mask.rank, value.rank))
 
     def __getattr__(self, name):

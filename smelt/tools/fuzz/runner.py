@@ -148,6 +148,8 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in)
     except Exception as exc:
         if "Timeout: no result after" in str(exc):  # the deadline struck inside a compile that wrapped it
             return Result("timeout", [f"no result after {timeout} s"], seconds=time.perf_counter() - start)
+        if isinstance(exc, MemoryError):  # the process ran out (vm.max_map_count): aot_eager would too
+            return Result("crash", [_short(exc)], seconds=time.perf_counter() - start)
         try:  # Dynamo or AOTAutograd raising without smelt: not smelt's bug
             _compiled_run(fn, make_inputs, backward, eager[3], "aot_eager")
         except Exception as without:
