@@ -8,11 +8,11 @@ where y is used by nothing else (inference, or a forward pass that does not save
 written, the product writes y and a pointwise kernel reads it back to write act(y). ATen's
 `_addmm_activation` applies the activation inside the product's call instead:
 - on CUDA, cuBLASLt's epilogue applies it to the float32 accumulator before the one write
-  (measured on the H100 with `scripts/gemm_epilogue.py`: 1.31x for an 8192x1024x4096 bf16
+  (measured on the H100 with `benchmarks/probes/gemm_epilogue.py`: 1.31x for an 8192x1024x4096 bf16
   product with GELU, 1.39x with ReLU). Its GELU is the tanh form, and only half-float products
   are rewritten: in float32 the product dominates and the GELU epilogue measured no faster (0.99x).
 - on the CPU, ATen applies it in place to the product's output while that is still in cache: no
-  second buffer, no second pass over memory (`scripts/gemm_epilogue.py --cpu`, the CPU mlp row's
+  second buffer, no second pass over memory (`benchmarks/probes/gemm_epilogue.py --cpu`, the CPU mlp row's
   512x512 @ 512x2048: 2-5% faster in two runs, on one thread and on two). Its GELU is the erf
   form, bit for bit eager's `F.gelu(addmm(...))`.
 """

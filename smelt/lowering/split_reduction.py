@@ -26,7 +26,7 @@ TARGET_PROGRAMS = 1024
 # Programs of a split row reduction: many short chunks, each read by one program in one go. On an
 # H100 a global sum of 2**26 float32 ran at 93% of copy bandwidth with 16384 chunks of 4096 whose
 # last program adds the partials (codegen/triton/finisher.py), against 86-88% with 1024 longer
-# chunks looped over (scripts/reduction_variants.py).
+# chunks looped over (benchmarks/probes/reduction_variants.py).
 ROW_TARGET_PROGRAMS = 16384
 # A reduction to one value splits from this many elements, below the configured minimum: its
 # second stage runs in the first kernel's last program (a finisher), so the split costs no launch,

@@ -93,8 +93,8 @@ def _welford_one_walk(k, name: str, dtype: torch.dtype, new: str) -> tuple[CSEVa
     s is the mean of the row's first SHIFT_HEAD values (0 if not finite, so an inf still makes
     the mean inf): (mean - s)^2 <= m2 / SHIFT_HEAD, which bounds the cancellation in m2 to a few
     ulps per element, as accurate as the two-pass form and eager on N(0, 1) and offset rows
-    (scripts/norm_accuracy.py, layer_norm 2048x2048: max error 2.0e-6 against eager's 1.9e-6;
-    1.5e-5 against 4.8e-5 with an offset of 100). One walk, not two: layer_norm's kernel over 2048x2048 (scripts/halide_ab.py)
+    (benchmarks/probes/norm_accuracy.py, layer_norm 2048x2048: max error 2.0e-6 against eager's 1.9e-6;
+    1.5e-5 against 4.8e-5 with an offset of 100). One walk, not two: layer_norm's kernel over 2048x2048 (benchmarks/probes/halide_ab.py)
     2.05 -> 1.81 ms with one thread, 1.03 -> 0.97 ms with two.
     """
     lanes, kind, zero = k.schedule.lanes, halide_type(dtype), literal(0.0, dtype)

@@ -73,7 +73,7 @@ def _combine(k, ops, data, dtype, earlier: str, later: str) -> str:
 def _blocked(k, ops, data, name: str, value: CSEVar, dtype) -> CSEVar:
     """The blocked scan of value along r (see the module's docstring); returns its call at (r, x).
     (2048x2048 float32 cumsum's kernel, one thread: 3.9 ms serial along r with eight rows side by
-    side, 2.8 ms blocked; `scripts/halide_ab.py`.)"""
+    side, 2.8 ms blocked; `benchmarks/probes/halide_ab.py`.)"""
     stage = f"{name}_in_block0"
     k.body.writeline(f'{stage} = hl.Func("{stage}")')
     k.body.writeline(f"{stage}[r, x] = {_typed(value, dtype)}")

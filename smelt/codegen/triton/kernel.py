@@ -85,7 +85,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         # Rows reduced to one value each: one row of up to 2048 per program at 256 elements a warp,
         # at most 8 warps (on an H100: var_mean over 2048-wide rows at 94% of copy bandwidth against
         # 90-92% with two rows a program or 512 elements a warp; chunks of 4096 of a global sum at
-        # 93% with 8 warps, 91% with 4; scripts/reduction_variants.py).
+        # 93% with 8 warps, 91% with 4; benchmarks/probes/reduction_variants.py).
         budget = 2048
         elements_per_warp = 256
         max_warps = 8
@@ -106,7 +106,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
 
 def _looped_row_block(plan: KernelPlan) -> int:
     """Elements of a contiguous row one loop step reads. Measured on an H100
-    (scripts/reduction_variants.py): 2048 at 4 warps beats 1024 at 2 by 1-2% on sums; an online
+    (benchmarks/probes/reduction_variants.py): 2048 at 4 warps beats 1024 at 2 by 1-2% on sums; an online
     softmax takes a cross-warp max every step and amortizes it over 4096 (93% of copy bandwidth,
     against 88% at 1024)."""
     online = any(n.is_reduction and n.data.reduction_type == "online_softmax_reduce" for n in plan.nodes)

@@ -7,7 +7,7 @@ every lane's sum is rescaled by exp(old max - new max), once per block, and the 
 each add exp(v - new max). That is one exp per element, as in the persistent form: keeping a max
 per lane instead costs a rescale, a compare and two selects per element, which left an H100 short
 of issue slots at full bandwidth (88% vs 93% of copy bandwidth on bf16 rows of 32768,
-scripts/reduction_variants.py).
+benchmarks/probes/reduction_variants.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Compares smelt's default Halide schedule with the autoschedulers shipped in the halide wheel.
 
-Run: SMELT_CPU_BACKEND=halide python scripts/halide_autoschedulers.py
+Run: SMELT_CPU_BACKEND=halide python -m benchmarks.probes.halide_autoschedulers
 Each workload is compiled by smelt once (to get its generated pipeline source), then the
 pipeline's algorithm alone (`name(schedule=False)`) is scheduled by each autoscheduler, given the
 real sizes as estimates, JIT-compiled and timed on the same tensors against the default schedule.

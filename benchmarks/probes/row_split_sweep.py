@@ -1,7 +1,7 @@
 """smelt's own row-split kernel for the long-row softmax, compiled at several chunk sizes and warp
 counts and timed in one GPU call (the chunk shape is a codegen constant, patched here).
 
-    python3 scripts/row_split_sweep.py [--rows 256 --cols 262144]
+    python3 -m benchmarks.probes.row_split_sweep [--rows 256 --cols 262144]
 
 Each variant is checked against eager before it is timed (do_bench median, L2 flushed); the table
 gives ms and % of the measured copy bandwidth for one read and one write of the tensor.

@@ -1,7 +1,7 @@
 """Where a warm compile's time goes: the first call of a workload in a process whose caches are
 warm, split into Dynamo's own work and smelt's steps (wall-clock timers around each).
 
-    python3 scripts/warm_breakdown.py [layer_norm softmax ...]
+    python3 -m benchmarks.probes.warm_breakdown [layer_norm softmax ...]
 
 Each workload runs in three fresh processes that share brand-new cache folders: the first fills
 the caches (cold), the next two read them (warm).
@@ -15,7 +15,6 @@ import tempfile
 
 CHILD = r"""
 import collections, sys, time, torch
-sys.path.insert(0, ".")
 from benchmarks.backends import preload
 from benchmarks.workloads import by_name
 (w,) = by_name(sys.argv[1])

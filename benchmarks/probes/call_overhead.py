@@ -2,7 +2,7 @@
 fill the GPU's launch queue (so the host is never waiting on the device), then a cProfile of
 smelt's calls sorted by own time.
 
-    python3 scripts/call_overhead.py [transformer_block ...]
+    python3 -m benchmarks.probes.call_overhead [transformer_block ...]
 
 When a workload's host time per call approaches its GPU time, do_bench measures the host: this
 says how far each backend is from that.

@@ -1,6 +1,6 @@
 """Which block configs win when autotuning, per benchmark workload (to tune the heuristic).
 
-    SMELT_AUTOTUNE=1 python3 scripts/autotune_sweep.py softmax layer_norm ...
+    SMELT_AUTOTUNE=1 python3 -m benchmarks.probes.autotune_sweep softmax layer_norm ...
 """
 import logging
 import os

@@ -1,7 +1,7 @@
 """Hand-written Triton variants of the reductions where smelt trails Inductor or the bandwidth floor
 (var_mean, global sum, cross entropy's row max and sum), checked and timed in one GPU call.
 
-    python3 scripts/reduction_variants.py [--only var_mean,global_sum,row_lse]
+    python3 -m benchmarks.probes.reduction_variants [--only var_mean,global_sum,row_lse]
 
 Each variant is checked against torch (fresh random inputs, output poisoned first), then timed
 with do_bench (median, L2 flushed). The table gives ms and % of the measured copy bandwidth for the

@@ -1,7 +1,7 @@
 """Where a cold compile of the Adam step goes (benchmarks/optimizer_step.py's parameters): wall
 time of Dynamo, AOTAutograd and each smelt stage, measured with timers around them.
 
-    python3 scripts/compile_breakdown.py [--small] [--device cuda] [--for-loop] [--profile 40]
+    python3 -m benchmarks.probes.compile_breakdown [--small] [--device cuda] [--for-loop] [--profile 40]
 
 --profile N also prints the N functions with the most own time inside smelt's generate step (cProfile).
 """

@@ -2,13 +2,12 @@
 (training) to eager's, over variants of one model (layers, dtype, sequence length), so the smallest
 failing variant can be dumped with SMELT_DEBUG_DIR and read.
 
-    python scripts/real_model_probe.py llama --layers 1 2 8 --dtype bfloat16 float32
-    python scripts/real_model_probe.py gpt2 --train
+    python -m benchmarks.probes.real_model_probe llama --layers 1 2 8 --dtype bfloat16 float32
+    python -m benchmarks.probes.real_model_probe gpt2 --train
 """
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch

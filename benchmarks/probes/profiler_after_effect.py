@@ -1,8 +1,8 @@
 """Does a finished torch.profiler session slow the launches after it? Times one compiled step
 (benchmarks/optimizer_step.py's clipped Adam) before and after one `launches_per_step`.
 
-    TEARDOWN_CUPTI=0 python3 scripts/profiler_after_effect.py eager   # torch 2.11's default
-    python3 scripts/profiler_after_effect.py smelt                    # TEARDOWN_CUPTI=1 unless set
+    TEARDOWN_CUPTI=0 python3 -m benchmarks.probes.profiler_after_effect eager   # torch 2.11's default
+    python3 -m benchmarks.probes.profiler_after_effect smelt                    # TEARDOWN_CUPTI=1 unless set
 """
 import os
 import sys

@@ -1,7 +1,7 @@
 """Hand-written forms of the long-row softmax, timed in one GPU call, to find what keeps smelt's
 row-split kernel (one program per chunk, a barrier per row) under the copy-bandwidth floor.
 
-    python3 scripts/row_split_variants.py [--rows 256 --cols 262144]
+    python3 -m benchmarks.probes.row_split_variants [--rows 256 --cols 262144]
 
 Besides softmax forms it times plain copies of the same chunk shape, with and without the ticket
 and the barrier, so the cost of each piece of the row-split protocol shows on its own. Each

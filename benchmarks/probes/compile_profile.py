@@ -1,7 +1,7 @@
 """Where compile time goes: a cold process (brand-new cache dirs), then a warm one (same dirs), each
 under cProfile.
 
-    python3 scripts/compile_profile.py [--workload softmax] [--backend smelt] [--lines 45]
+    python3 -m benchmarks.probes.compile_profile [--workload softmax] [--backend smelt] [--lines 45]
 
 Prints the functions with the most cumulative time during the first compiled call (imports and
 the eager warm-up happen before the profile starts, as in benchmarks/compile_time.py).
@@ -16,7 +16,6 @@ import tempfile
 
 CHILD = r"""
 import cProfile, pstats, sys, time, torch
-sys.path.insert(0, ".")
 from benchmarks.backends import compile_fn, preload
 from benchmarks.workloads import by_name
 (w,) = by_name(sys.argv[1])

@@ -2,7 +2,7 @@
 by 100, scaled by 0.01 and offset by 1000, scaled by 1e-3. The figures behind Halide's one-walk
 mean and variance (codegen/halide/reductions.py).
 
-    SMELT_CPU_BACKEND=halide python3 scripts/norm_accuracy.py [--size 2048]
+    SMELT_CPU_BACKEND=halide python3 -m benchmarks.probes.norm_accuracy [--size 2048]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Tiled pointwise kernels with the grid walking x tiles first, r tiles first, or as smelt picks
 (codegen/tiling.py grid_layout), timed in one GPU call: which order keeps DRAM pages open.
 
-    python3 scripts/tile_order_sweep.py
+    python3 -m benchmarks.probes.tile_order_sweep
 """
 import sys, os
 sys.path.insert(0, os.getcwd())

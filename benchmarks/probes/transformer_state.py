@@ -2,7 +2,7 @@
 process, then again after every other workload ran in the same process (as benchmarks.run does),
 with a cProfile of smelt's calls in that state.
 
-    python3 scripts/transformer_state.py
+    python3 -m benchmarks.probes.transformer_state
 """
 import cProfile
 import gc

@@ -1,8 +1,8 @@
 """addmm followed by GELU (tanh) or ReLU, against ATen's _addmm_activation, whose cuBLASLt
 epilogue applies the activation before the product is written (measures the case for rewriting).
 
-    python3 scripts/gemm_epilogue.py
-    python3 scripts/gemm_epilogue.py --cpu   # erf GELU, ATen applying it in place (the CPU mlp row)
+    python3 -m benchmarks.probes.gemm_epilogue
+    python3 -m benchmarks.probes.gemm_epilogue --cpu   # erf GELU, ATen applying it in place (the CPU mlp row)
 """
 import statistics
 import sys

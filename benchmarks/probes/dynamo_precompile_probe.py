@@ -1,6 +1,6 @@
 """Can a warm process skip Dynamo's trace of the Adam step (issue 6)? Probes the installed torch.
 
-    python3 scripts/dynamo_precompile_probe.py [--device cuda] [--full]
+    python3 -m benchmarks.probes.dynamo_precompile_probe [--device cuda] [--full]
 
 1. Dynamo's own phase times for one trace of `opt.step` (eager backend: no compiler time at all).
 2. Dynamo's precompile, the only way torch offers to skip that trace in a later process:
@@ -18,8 +18,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 

@@ -1,3 +1,5 @@
+"""torch.profiler's CUDA kernel table for one benchmark workload (default transformer_block), Inductor
+then smelt, with smelt's debug dir under $OUT: python -m benchmarks.probes.profile_workload [NAME]."""
 import os, sys, torch
 sys.path.insert(0, os.getcwd())
 from benchmarks.workloads import by_name

@@ -1,7 +1,7 @@
 """A/B timing of schedule or algorithm variants of one generated Halide kernel, in one process.
 
     SMELT_DEBUG_DIR=/tmp/k python3 -m benchmarks.run --device cpu --only softmax --no-compile-time
-    python3 scripts/halide_ab.py /tmp/k/graph_*/halide_red_*.py --threads 2 \\
+    python3 -m benchmarks.probes.halide_ab /tmp/k/graph_*/halide_red_*.py --threads 2 \\
         'rows32=out_ptr0_row, 8, hl=>out_ptr0_row, 32, hl'
 
 Each variant is the kernel's source with text replacements (`name=old=>new;;old2=>new2`), or another

@@ -1,7 +1,7 @@
 """Print the code Inductor generates for benchmark workloads (its wrapper and Triton kernels), to
 compare with smelt's on the same GPU.
 
-    TORCH_LOGS=output_code python3 scripts/inductor_code.py var_mean global_sum 2> inductor.txt
+    TORCH_LOGS=output_code python3 -m benchmarks.probes.inductor_code var_mean global_sum 2> inductor.txt
 """
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import sys
 
 import torch
 
-sys.path.insert(0, ".")
 
 from benchmarks.workloads import by_name  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Prints one line per workload: the median ms of eager, smelt (Triton), smelt (Halide), and the
 Halide kernels' relative error against eager. Run on a CUDA machine:
-    python scripts/halide_cuda_bench.py
+    python -m benchmarks.probes.halide_cuda_bench
 """
 import os
 

@@ -2,7 +2,7 @@
 what the host does per step once compiled. With --kernels, the GPU's side instead: each kernel's
 time per step, from torch.profiler.
 
-    python3 scripts/step_profile.py [--backend smelt] [--for-loop] [--clip] [--kernels]
+    python3 -m benchmarks.probes.step_profile [--backend smelt] [--for-loop] [--clip] [--kernels]
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Times a few CPU kernels compiled by smelt's Halide backend against eager, and their compile cost.
 
-Run: SMELT_CPU_BACKEND=halide python scripts/halide_timings.py [--cache DIR]
+Run: SMELT_CPU_BACKEND=halide python -m benchmarks.probes.halide_timings [--cache DIR]
 Each workload is compiled once (cold unless the cache dir already holds its kernels), then timed
 as the median of repeated calls. Kernel compile seconds come from the launchers themselves.
 """

@@ -1,0 +1,1 @@
+"""Experiments behind figures in benchmarks/RESULTS.md; README.md here says what each measures."""
