@@ -249,16 +249,21 @@ def _zeroed_every_third_then_remainder(x):
     return torch.remainder(v, x.abs() + 1)
 
 
+def _add_alpha_then_fmod(x):
+    return torch.fmod(x.add(1, alpha=2), x.abs() + 1)  # the alpha product 1 * 2 is two literals
+
+
 def _same_constant_either_way_then_wrap(x):
     y = torch.where(x > 0, torch.full_like(x, 100), torch.full_like(x, 100)) + 100
     return y, y > 0
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.bfloat16])
-@pytest.mark.parametrize("fn", [_zeroed_every_third_then_remainder, _same_constant_either_way_then_wrap],
-                         ids=["zero_slice_remainder", "where_of_constants_wraps"])
-def test_where_of_two_literals_keeps_the_narrow_type(compile_fn, device, dtype, fn):
-    # Triton types where(c, 0, 0) int32 (float32): a uint8 value built from one met a uint8 in `//`
+@pytest.mark.parametrize("fn", [_zeroed_every_third_then_remainder, _add_alpha_then_fmod,
+                                _same_constant_either_way_then_wrap],
+                         ids=["zero_slice_remainder", "add_alpha_fmod", "where_of_constants_wraps"])
+def test_a_value_of_literals_alone_keeps_the_narrow_type(compile_fn, device, dtype, fn):
+    # Triton types where(c, 0, 0) and 1 * 2 int32 (float32): a uint8 value built from one met a uint8 in `//`
     # and did not compile (H100 fuzzer), and an int8 one would not wrap at 127.
     x = torch.arange(-6, 6, device=device).to(dtype).reshape(1, 2, 6)
     if dtype == torch.uint8:

@@ -131,8 +131,8 @@ class TritonOps:
 
     def _typed_beside_literal(self, a: CSEVar, b: CSEVar, dtype: torch.dtype) -> CSEVar:
         """a, spelled with `dtype`'s type where a and b are both literals: Triton makes where(c, 0, 0)
-        an int32 (float32) tensor, and a uint8 value built from one met a uint8 in `//` and did not
-        compile (H100 fuzzer); an int8 one would not wrap."""
+        or 1 * 2 an int32 (float32) value, and a uint8 value built from one met a uint8 in `//` or `%`
+        and did not compile (fuzzer, H100 and CPU); an int8 one would not wrap."""
         reg = register_dtype(dtype)
         if reg in (torch.int32, torch.float32, torch.bool) or not _both_literal(a, b):
             return a
@@ -219,6 +219,7 @@ class TritonOps:
             return computed(self.k.emit(template.format(operand), dtype, rank), name)
         a, b = args
         dtype = torch.promote_types(a.dtype, b.dtype)
+        a = self._typed_beside_literal(a, b, dtype)  # `1 * 2` is an int32 in Triton: a uint8 add's alpha
         if name in ("logical_and", "logical_or", "logical_xor"):
             a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
             name = {"logical_and": "bitwise_and", "logical_or": "bitwise_or", "logical_xor": "bitwise_xor"}[name]
