@@ -9,6 +9,7 @@ import torch
 
 from smelt.tools.fuzz import cli, runner, shrinker
 from smelt.tools.fuzz.generator import generate
+from smelt.tools.fuzz.inputs import make_input
 from smelt.tools.fuzz.program import merged
 
 # -- the parts --------------------------------------------------------------------------------------
@@ -109,6 +110,23 @@ def test_a_failing_batch_blames_the_program_that_fails_alone(monkeypatch):
     results = list(cli.check_batch(programs, list(range(4)), "cpu", 60))
     assert [r.status for _, _, r in results] == ["pass", "pass", "fail", "pass"]
     assert results[2][1] is programs[guilty]
+
+
+def test_a_half_input_promoted_to_float32_is_judged_at_half_precision():
+    # CPU fuzzer at 0098e30 (generate(1102004756)): a float16 scatter_reduce(sum) met a float32 in
+    # minimum; the float32 result carries float16's rounding (one ulp from eager's, which was exact by
+    # luck), so it is judged at float16's precision, as a cast to float16 in the program would be.
+    def fn(x1, x2, x3, x4):
+        return (torch.minimum(x1.scatter_reduce(0, x3, x2, "sum", include_self=True), x4),)
+
+    inputs = [
+        make_input((4,), torch.float16, "contiguous", grad=False, seed=1019111963),
+        make_input((5,), torch.float16, "strided", grad=False, seed=1388784346),
+        make_input((5,), torch.int64, "contiguous", grad=False, seed=1922652796, kind="index", high=5),
+        make_input((1,), torch.float32, "contiguous", grad=False, seed=972436806),
+    ]
+    assert runner.check_fn(fn, inputs, backward=False) == []
+    assert generate(1102004756).narrowest_cast() == torch.float16
 
 
 def test_merged_programs_keep_each_program_apart():

@@ -66,10 +66,13 @@ class Program:
                 f"print(check_fn(fn, inputs, backward={self.backward}) or 'passes')\n")
 
     def narrowest_cast(self):
-        """The narrowest float dtype the program's source names (a cast or a dtype= argument), or None."""
+        """The narrowest float dtype the program computes in: a cast or dtype= argument its source
+        names, or an input's (a float16 sum promoted to a float32 result carries float16's rounding),
+        or None."""
         body = self.body()
+        named = {i.dtype for i in self.inputs}
         for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
-            if f"torch.{name}" in body or (name == "float32" and ".float()" in body):
+            if dtype in named or f"torch.{name}" in body or (name == "float32" and ".float()" in body):
                 return dtype
         return None
 

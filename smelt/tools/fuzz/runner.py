@@ -206,7 +206,10 @@ def judge_program(program: Program, device="cpu", timeout: float = 60.0) -> Resu
 
 def check_fn(fn, inputs, backward=True, timeout: float = 60.0) -> list:
     """For a pasted repro: smelt's failures on fn(*inputs) by the accuracy rule (empty: it passes)."""
-    result = judge(fn, lambda: [exact_clone(i) for i in inputs], backward, timeout=timeout)
+    floats = sorted({i.dtype for i in inputs if isinstance(i, torch.Tensor) and i.is_floating_point()},
+                    key=lambda d: d.itemsize)  # as Program.narrowest_cast, from the inputs alone
+    result = judge(fn, lambda: [exact_clone(i) for i in inputs], backward, timeout=timeout,
+                   computes_in=floats[0] if floats else None)
     if result.status == "skip":
         return [f"eager raised (an invalid program): {result.messages[0]}"]
     return [f"{result.status}: {m}" for m in result.messages]
