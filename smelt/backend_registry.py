@@ -8,5 +8,6 @@ package and one line here.
 
 BACKENDS = {
     "halide": "smelt.codegen.halide.backend",
+    "reference": "smelt.codegen.reference.backend",
     "triton": "smelt.codegen.triton.backend",
 }
