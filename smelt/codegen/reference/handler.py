@@ -43,7 +43,12 @@ class ReferenceOps:
     def constant(self, value, dtype):
         if isinstance(value, sympy.Basic):
             value = evaluate(value, self.run.env, self.run.device).item()
-        return torch.tensor(value, dtype=dtype, device=self.run.device).to(register_dtype(dtype))
+        device = self.run.device
+        if dtype.is_floating_point:  # a half float's literal keeps its digits, as opmath does in eager
+            return torch.tensor(value, dtype=register_dtype(dtype), device=device)
+        if dtype == torch.bool:
+            return torch.tensor(bool(value), device=device)
+        return torch.tensor(int(value), dtype=torch.int64, device=device).to(dtype)  # wraps, as eager
 
     def index_expr(self, expr, dtype):
         return evaluate(expr, self.run.env, self.run.device).to(register_dtype(dtype))

@@ -24,12 +24,16 @@ def _arg_extreme(rtype: str, v: torch.Tensor) -> torch.Tensor:
 
 
 def _welford(v: torch.Tensor, reg: torch.dtype) -> tuple:
-    # In float64, then rounded: the oracle is at least as exact as eager's Welford.
+    """In float64, then rounded: at least as exact as eager's Welford. Each row is shifted by its
+    first value (0 where not finite), as Welford starts from it: equal values have m2 exactly 0."""
     wide = v.to(torch.float64)
-    mean = wide.mean(1, keepdim=True)
-    m2 = ((wide - mean) ** 2).sum(1, keepdim=True)
-    count = torch.full_like(mean, v.shape[1])
-    return tuple(t.to(reg) for t in (mean, m2, count))
+    first = wide[:, :1] if v.shape[1] else torch.zeros((v.shape[0], 1), dtype=torch.float64, device=v.device)
+    shift = torch.where(torch.isfinite(first), first, torch.zeros_like(first))
+    d = wide - shift
+    offset = d.mean(1, keepdim=True)
+    m2 = ((d - offset) ** 2).sum(1, keepdim=True)
+    count = torch.full_like(offset, v.shape[1])
+    return tuple(t.to(reg) for t in (shift + offset, m2, count))
 
 
 def _welford_combine(parts: list, reg: torch.dtype) -> tuple:
