@@ -35,11 +35,13 @@ class ReferenceBackend:
         inputs, sizes = survey(plan, kept)
         origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
         name = kernel_name(plan, origins, index)
-        lines = [f"# reference kernel {name}: torch ops on whole tensors, no generated code",
-                 f"# aten ops: {', '.join(origins)}",
-                 f"# iterates {plan.xnumel} x {plan.rnumel}; stores: {', '.join(plan.stored) or '-'}"]
+        # Its "source" is what it runs, for logs and SMELT_DEBUG_DIR: comments, so still a Python file.
+        lines = [f"reference kernel {name}: torch ops on whole tensors, no generated code",
+                 f"aten ops: {', '.join(origins)}",
+                 f"iterates {plan.xnumel} x {plan.rnumel}; stores: {', '.join(plan.stored) or '-'}"]
         lines += [f"{n.buffer.describe()}  [{plan.placement[n.name]}]" for n in plan.nodes]
-        return ReferenceKernel(name, plan, inputs, sizes, kept, origins, "\n".join(lines) + "\n")
+        source = "".join(f"# {line}\n" for text in lines for line in text.splitlines())
+        return ReferenceKernel(name, plan, inputs, sizes, kept, origins, source)
 
     def record(self, kernel, step, ctx: GraphContext, index: int) -> GeneratedKernel:
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins), config=None,
