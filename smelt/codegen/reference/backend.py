@@ -13,7 +13,7 @@ from .survey import survey
 
 class ReferenceBackend:
     name = "reference"
-    devices = frozenset({"cpu", "cuda"})
+    devices = frozenset({"cpu"})  # nothing in it is CPU-only, but it has been run on no GPU yet
     finishes_reductions = False
     max_storage_elements = None
     runtime = "smelt.codegen.reference.backend"  # load() below: the kernel is already an object
