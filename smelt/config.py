@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
+from .backend_registry import BACKENDS as _REGISTERED
 from .cache_location import usable
 from .errors import SmeltError
 
@@ -30,7 +31,7 @@ class SettingError(SmeltError, ValueError):
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-BACKENDS = ("halide", "triton")
+BACKENDS = tuple(sorted(_REGISTERED))
 
 
 def parse_bool(name: str, raw: str) -> bool:
@@ -98,8 +99,8 @@ def default_cpu_backend() -> str:
 
 _BOOL = "1/0, true/false, yes/no, on/off"
 SETTINGS: dict[str, Setting] = {
-    "SMELT_CPU_BACKEND": Setting(parse_backend, default_cpu_backend, "halide, triton"),
-    "SMELT_CUDA_BACKEND": Setting(parse_backend, "triton", "triton, halide"),
+    "SMELT_CPU_BACKEND": Setting(parse_backend, default_cpu_backend, ", ".join(BACKENDS)),
+    "SMELT_CUDA_BACKEND": Setting(parse_backend, "triton", ", ".join(BACKENDS)),
     "SMELT_DEBUG_DIR": Setting(parse_path, None, "a folder"),
     "SMELT_CACHE_DIR": Setting(parse_path, default_cache_dir, "a folder"),
     "SMELT_GRAPH_CACHE": Setting(parse_bool, True, _BOOL),

@@ -77,9 +77,10 @@ def test_unary_float_op_at_special_and_extreme_inputs(name, dtype, compile_fn):
     if dtype == torch.bfloat16 and name == "log_ndtr":
         pytest.skip("eager has no bfloat16 log_ndtr")
     x = torch.tensor(SPECIAL, dtype=dtype)
-    if dtype == torch.bfloat16 and os.environ.get("SMELT_CPU_BACKEND") == "triton":
+    if dtype == torch.bfloat16 and os.environ.get("SMELT_CPU_BACKEND") in ("triton", "reference"):
         # Found here, not fixed: under Triton's interpreter bfloat16 subnormal inputs read as 0
-        # (sign(9e-41) = 0, log(9e-41) = -inf), and numpy's float32 sinh/cosh overflow at 89.
+        # (sign(9e-41) = 0, log(9e-41) = -inf), and numpy's float32 sinh/cosh overflow at 89, as
+        # torch's vectorized float32 ones do (the reference backend's; eager's bfloat16 path does not).
         keep = (x.abs() >= torch.finfo(dtype).tiny) | (x == 0) | ~x.isfinite()
         x = x[keep & (x.abs() != 89)]
     actual = compile_fn(fn)(x.clone())
@@ -158,7 +159,7 @@ def test_erf_family_is_rounded_once_from_float64(compile_fn, fn):
     rounded = reference.float()
     ulp = (torch.nextafter(rounded.abs(), torch.tensor(math.inf)) - rounded.abs()).double()
     ulps = (actual.double() - reference).abs() / ulp
-    bound = 1.0 if os.environ.get("SMELT_CPU_BACKEND") == "triton" else 0.52
+    bound = 1.0 if os.environ.get("SMELT_CPU_BACKEND") in ("triton", "reference") else 0.52  # eager's own erf there
     assert ulps.max() <= bound, (x[ulps.argmax()], actual[ulps.argmax()], reference[ulps.argmax()])
     assert torch.equal(actual.signbit(), rounded.signbit())
 

@@ -6,25 +6,29 @@ import os
 
 import pytest
 
+from smelt.backend_registry import BACKENDS
+
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "smelt")
 
 # Each group may import itself and the groups before it. (runtime still reads launch details from
 # codegen: TicketCounter, RowSplitWorkspace, grid_for, HALIDE_TYPE_CODE; issue 21 moves them.)
+# Every backend's package (codegen/<name>/), as the registry names them.
+BACKEND_PACKAGES = sorted({module.rsplit(".", 1)[0] for module in BACKENDS.values()})
 LAYERS = [
-    {"smelt.errors", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location", "smelt.debug"},
+    {"smelt.errors", "smelt.backend_registry", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location", "smelt.debug"},
     {"smelt.config", "smelt.observe", "smelt.preload"},
     {"smelt.ir"},
     {"smelt.lowering", "smelt.scheduler", "smelt.decompositions", "smelt.saved_inputs"},
     {"smelt.codegen"},
-    {"smelt.codegen.triton", "smelt.codegen.halide"},
+    set(BACKEND_PACKAGES),
     {"smelt.runtime"},
     {"smelt.graph_cache"},
     {"smelt.pipeline"},
     {"smelt.backend"},
     {"smelt", "smelt.cli", "smelt.__main__", "smelt.tools"},
 ]
-# Backends are peers: neither imports the other.
-PEERS = [("smelt.codegen.triton", "smelt.codegen.halide")]
+# Backends are peers: none imports another.
+PEERS = [(a, b) for a in BACKEND_PACKAGES for b in BACKEND_PACKAGES if a != b]
 
 
 def _modules() -> dict[str, str]:
@@ -70,7 +74,7 @@ def _imports(modules) -> dict[str, set[str]]:
 
 def _group(module: str) -> str:
     parts = module.split(".")
-    if parts[:2] == ["smelt", "codegen"] and len(parts) > 2 and parts[2] in ("triton", "halide"):
+    if ".".join(parts[:3]) in BACKEND_PACKAGES:
         return ".".join(parts[:3])
     return ".".join(parts[:2])
 

@@ -1,7 +1,8 @@
 """The code generators a kernel can be printed with, by name, and what the pipeline asks of one.
 
-A backend package (codegen/triton/, codegen/halide/) defines one Backend, named in PACKAGES. The
-pipeline asks this registry; no code outside a backend's package names one to decide what to do.
+A backend package (codegen/triton/, codegen/halide/, ...) defines one Backend, named in the table
+of smelt/backend_registry.py. The pipeline and the runtime ask this registry; no code outside a
+backend's package names one to decide what to do.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
 
 import torch
 
+from ..backend_registry import BACKENDS as PACKAGES
 from ..errors import SmeltError
 
 if TYPE_CHECKING:
@@ -45,6 +47,9 @@ class Backend(Protocol):
     devices: frozenset[str]  # device types it prints kernels for
     finishes_reductions: bool  # a reduction's last program can run small reductions of its results
     max_storage_elements: int | None  # tensors whose storage is larger run in ATen (Halide: int32 extents)
+    # The module whose `load(kernel: GeneratedKernel, path, cache_dir, keep_kernels)` makes what the
+    # wrapper calls for one of its kernels (named, not imported: the runtime sits above codegen).
+    runtime: str
 
     def interprets(self, device_type: str) -> bool:
         """Whether its kernels for this device run through an interpreter (slow; for testing)."""
@@ -62,12 +67,6 @@ class Backend(Protocol):
         """What the runtime loads for the printed kernel."""
 
 
-# The backends, by name: each module named defines BACKEND. Adding a backend is a package and one
-# line here (imported when first asked for, so the registry imports no backend itself).
-PACKAGES = {
-    "halide": "smelt.codegen.halide.backend",
-    "triton": "smelt.codegen.triton.backend",
-}
 FALLBACK = "triton"  # prints every kernel smelt lowers, on every device it runs on
 
 

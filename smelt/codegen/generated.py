@@ -7,6 +7,7 @@ It is everything `smelt.runtime.assemble` needs to build the callable, so a grap
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from .tiling import TileBlocks
 
@@ -38,6 +39,9 @@ class GeneratedKernel:
     combo: tuple | None = None
     # With SMELT_CHECK_CUDA_COMPILE, an interpreted kernel's CUDA form, compiled at launch for sm_90.
     cuda_twin: CudaTwin | None = None
+    # A kernel that is a Python object rather than source (codegen/reference/): it is what the
+    # backend's runtime loads, held in memory only, so a graph with one is never written to disk.
+    program: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "origins": list(self.origins),
@@ -115,7 +119,7 @@ class GeneratedGraph:
 
     @property
     def serializable(self) -> bool:
-        return not self.objects
+        return not self.objects and all(k.program is None for k in self.kernels)
 
     def to_json(self) -> dict:
         assert self.serializable, "a graph that refers to Python objects cannot be written out"

@@ -41,7 +41,7 @@ def replace(old: GeneratedGraph, new: GeneratedGraph, cfg) -> None:
         write_entry(cfg.cache_dir, "aten", old.cache_key, new.to_json())
         new.cache_key = old.cache_key
     else:
-        log.debug("smelt: graph cache entry %s left as it was: the new graph refers to constants", old.cache_key[:16])
+        log.debug("smelt: graph cache entry %s left as it was: the new graph refers to Python objects", old.cache_key[:16])
 
 
 def load_generated(key: str, cfg) -> GeneratedGraph | None:
@@ -78,5 +78,5 @@ def load_or_generate(gm, kind: str, cfg, generate) -> GeneratedGraph:
         write_entry(cfg.cache_dir, "aten", key, generated.to_json())
         generated.cache_key = key
     else:
-        log.debug("smelt: %s graph not cached: it refers to constants or subgraphs", kind)
+        log.debug("smelt: %s graph not cached: it refers to Python objects (constants, subgraphs, kernels)", kind)
     return generated

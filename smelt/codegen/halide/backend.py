@@ -21,6 +21,7 @@ class HalideBackend:
     devices = frozenset({"cpu", "cuda"})
     finishes_reductions = False
     max_storage_elements = MAX_STORAGE_ELEMENTS
+    runtime = "smelt.runtime.halide_loading"
 
     def interprets(self, device_type: str) -> bool:
         return False

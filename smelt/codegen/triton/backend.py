@@ -23,6 +23,7 @@ class TritonBackend:
     devices = frozenset({"cpu", "cuda"})
     finishes_reductions = True
     max_storage_elements = None
+    runtime = "smelt.runtime.triton_loading"
 
     def interprets(self, device_type: str) -> bool:
         return device_type == "cpu"

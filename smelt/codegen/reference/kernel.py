@@ -1,0 +1,151 @@
+"""One kernel run as torch operations: each member's loop body is called once, with the kernel's
+xindex and rindex as aranges, so every value is a whole [X, 1] or [X, R] tensor. Loads gather from
+the flat storage of the tensor passed (from its first element, as a printed kernel's pointer),
+members read each other's values as the printed kernels do, and stores scatter into storage once
+every value is made, so an input updated in place is read before it is written."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ...ir import use_handler
+from ..common import register_dtype
+from .handler import ReferenceOps
+from .index import evaluate
+from .reductions import reduce, scan
+
+_SCATTER_REDUCE = {"atomic_max": "amax", "atomic_min": "amin", "atomic_mul": "prod"}
+
+
+def flat_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of the tensor's storage from its first element to the storage's end."""
+    start = tensor.storage_offset()
+    count = tensor.untyped_storage().nbytes() // tensor.element_size() - start
+    return tensor.as_strided((max(count, 0),), (1,), start)
+
+
+class ReferenceKernel:
+    """What the wrapper calls: kernel(*buffers, *sizes, xnumel[, rnumel])."""
+
+    def __init__(self, name: str, plan, inputs: list[str], size_args: list[str], kept: dict, origins: list[str],
+                 source: str):
+        self.name = name
+        self.plan = plan
+        outputs = [n.write_name for n in plan.nodes if n.write_name in plan.stored]
+        buffers = list(dict.fromkeys(inputs + outputs))
+        self.params = [(b, b) for b in buffers]
+        self.size_args = size_args
+        self.kept = kept  # buffers read from the graph input that holds them (scheduler plan_memory)
+        self.origins = origins
+        self.source = source
+        self.xnumel = plan.xnumel
+        self.rnumel = plan.rnumel if plan.blocks_2d else None
+
+    def __call__(self, *args):
+        count = len(self.params)
+        tensors = {b: t for (b, _), t in zip(self.params, args)}
+        sizes = dict(zip(self.size_args, args[count:]))
+        extents = args[count + len(self.size_args):]
+        xnumel, rnumel = int(extents[0]), int(extents[1]) if len(extents) > 1 else 1
+        if xnumel == 0:
+            return
+        KernelRun(self, tensors, sizes, xnumel, rnumel).run()
+
+
+class KernelRun:
+    def __init__(self, kernel: ReferenceKernel, tensors: dict, sizes: dict, xnumel: int, rnumel: int):
+        self.kernel = kernel
+        self.plan = kernel.plan
+        self.tensors = tensors
+        self.device = next(iter(tensors.values())).device
+        self.shape = (xnumel, rnumel)
+        self.env = dict(sizes)
+        self.env["xindex"] = torch.arange(xnumel, device=self.device).view(xnumel, 1)
+        self.env["rindex"] = torch.arange(rnumel, device=self.device).view(1, rnumel)
+        self.ops = ReferenceOps(self)
+        self.values: dict[str, torch.Tensor] = {}
+        self.scattered: dict[str, torch.Tensor] = {}  # scatter member -> the element each lane writes
+        self.current: list = []
+        self.masks: list[torch.Tensor] = []
+        self.indirect: list = []
+
+    def run(self) -> None:
+        for node in self.plan.nodes:
+            self.value_of(node)
+        for node in self.plan.nodes:
+            if node.write_name in self.plan.stored:
+                self.store(node)
+
+    def value_of(self, node) -> torch.Tensor:
+        if node.name not in self.values:
+            self.values[node.name] = self.compute(node)
+        return self.values[node.name]
+
+    def compute(self, node) -> torch.Tensor:
+        placement = self.plan.placement[node.name]
+        index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
+        # A member's value at its own index: the masks of a reader that asked for it are not its own.
+        self.current.append(node)
+        reader_masks, self.masks = self.masks, []
+        try:
+            with use_handler(self.ops):
+                value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+                if node.is_scatter:
+                    position = node.buffer.layout.index(node.data.output_index(index))
+                    self.scattered[node.name] = evaluate(position, self.env, self.device)
+        finally:
+            self.current.pop()
+            self.masks = reader_masks
+        if placement == "scan":
+            return scan(self, node, value)
+        if placement == "reduction":
+            return reduce(self, node, value)
+        value = self.ops.to_dtype(value, node.data.dtype)
+        return value.broadcast_to(self.shape if placement == "xr" else (self.shape[0], 1))
+
+    def load(self, buffer: str, index) -> torch.Tensor:
+        writer = self.plan.writer_of(buffer)
+        reader = self.current[-1] if self.current else None
+        if writer is not None and (reader is None or writer.position < reader.position):
+            return self.value_of(writer)
+        flat = flat_storage(self.tensors[self.kernel.kept.get(buffer, buffer)])
+        position = evaluate(index, self.env, self.device)
+        position = self.check_bounds(position, flat.numel(), f"a load of {buffer}")
+        if flat.numel() == 0:  # every lane reading it is masked off
+            flat = torch.zeros(1, dtype=flat.dtype, device=flat.device)
+        return flat[position].to(register_dtype(flat.dtype))
+
+    def active(self) -> torch.Tensor | None:
+        return functools.reduce(torch.logical_and, self.masks) if self.masks else None
+
+    def check_bounds(self, position: torch.Tensor, size, what: str) -> torch.Tensor:
+        """position with the lanes that masks turn off clamped into [0, size); an active lane out
+        of bounds raises IndexError, as the Triton interpreter's and Halide's checks do."""
+        inside = (position >= 0) & (position < size)
+        if bool(inside.all()):
+            return position
+        active = self.active()
+        outside = ~inside if active is None else ~inside & active
+        # A kernel over empty rows may read its per-row values for none of them (Triton masks those).
+        if bool(outside.any()) and self.shape[1] > 0:
+            raise IndexError(f"smelt: index out of bounds in {self.kernel.name}: {what} outside [0, {int(size)})")
+        return torch.where(inside, position, torch.zeros_like(position))
+
+    def store(self, node) -> None:
+        placement = self.plan.placement[node.name]
+        flat = flat_storage(self.tensors[node.write_name])
+        value = self.values[node.name]
+        if node.is_scatter:
+            position = self.scattered[node.name]
+        else:
+            position = evaluate(node.store_index(placement, self.plan.xnumel, self.plan.rnumel), self.env, self.device)
+        position, value = torch.broadcast_tensors(position, value)
+        position, value = position.reshape(-1), value.reshape(-1).to(flat.dtype)
+        mode = node.data.mode if node.is_scatter else None
+        if mode is None:
+            flat[position] = value
+        elif mode == "atomic_add":
+            flat.index_put_((position,), value, accumulate=True)
+        else:
+            flat.scatter_reduce_(0, position, value, _SCATTER_REDUCE[mode])
