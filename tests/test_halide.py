@@ -590,3 +590,13 @@ def test_kernel_libraries_are_closed_with_their_graphs(monkeypatch):
         compile_and_drop(k)
     gc.collect()
     assert maps() - before < 30, f"{maps() - before} new memory maps for 30 dropped graphs"
+
+
+@pytest.mark.parametrize("shape,dim", [((7, 5), 0), ((7, 5), 1), ((3, 100), 1)], ids=["column", "short_row", "blocked"])
+def test_logcumsumexp_runs_in_halide(shape, dim):
+    # Its combine's exp defined a Func over (r, x) inside the scan's update over an RDom, which Halide
+    # refuses: every Halide logcumsumexp ran in Triton's interpreter instead.
+    x = torch.randn(*shape)
+    smelt.observe.reset()
+    run_both(lambda t: torch.logcumsumexp(t, dim), x)
+    assert all(name.startswith("halide_") for name in last_graph().kernel_names), last_graph().kernel_names

@@ -198,7 +198,8 @@ class HalideOps:
             template = "exp_float32({0}, {at})"  # halide_special.py: one exp, the same bits in every kernel
         if template is None or (name in FLOAT64_UNPRINTED and x.dtype == torch.float64):
             raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
-        return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), at=PURE_VARS[x.rank],
+        at = PURE_VARS[0] if self.k.in_update else PURE_VARS[x.rank]
+        return template.format(self._operand(x), t=halide_type(register_dtype(x.dtype)), at=at,
                                **signbit_bits(x.dtype))
 
     def _int_floor_op(self, name, a, b, dtype, rank):

@@ -131,6 +131,9 @@ class HalideKernel:
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
         self.schedule = schedule_class(plan)  # halide_schedule (CPU) or halide_gpu_schedule
         self.uses_random = False  # set by the random ops: the module then defines philox()
+        # Set while printing an update definition over an RDom (a serial scan's combine): helpers then
+        # define no Func of their own over (r, x), which Halide refuses to reference an RDom.
+        self.in_update = False
         self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its

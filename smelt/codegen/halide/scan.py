@@ -12,6 +12,8 @@ associatively, so only the grouping of the combines changes, not the result beyo
 """
 from __future__ import annotations
 
+import contextlib
+
 from ...ir import use_handler
 from ...symbolic import static_int
 from ..common import CSEVar
@@ -41,7 +43,7 @@ def emit_scan(k, node, values) -> CSEVar:
         step = f"{name}_steps.x"
         earlier = tuple(CSEVar(_element(f"{name}[{step} - 1, x]", i, len(dtypes)), d, 2) for i, d in enumerate(dtypes))
         later = tuple(CSEVar(_element(f"{name}_input[{step}, x]", i, len(dtypes)), d, 2) for i, d in enumerate(dtypes))
-        with k.cse.scope(), use_handler(ops):
+        with k.cse.scope(), use_handler(ops), _in_update(k):
             combined = data.combine.fn(earlier, later)
             combined = [_typed(ops.to_dtype(v, d), d) for v, d in zip(combined, dtypes)]
         k.body.writeline(f"{name}[{step}, x] = {_tuple(combined)}")
@@ -92,13 +94,25 @@ def _blocked(k, ops, data, name: str, value: CSEVar, dtype) -> CSEVar:
     k.body.writeline(f'{blocks} = hl.Func("{blocks}")')
     k.body.writeline(f"{blocks}[r, x] = {stage}[hl.min(r * {BLOCK} + {BLOCK - 1}, rnumel - 1), x]")
     k.body.writeline(f'{blocks}_steps = hl.RDom([(1, (rnumel - 1) // {BLOCK})], "{blocks}_steps")')
-    walked = _combine(k, ops, data, dtype, f"{blocks}[{blocks}_steps.x - 1, x]", f"{blocks}[{blocks}_steps.x, x]")
+    with _in_update(k):
+        walked = _combine(k, ops, data, dtype, f"{blocks}[{blocks}_steps.x - 1, x]", f"{blocks}[{blocks}_steps.x, x]")
     k.body.writeline(f"{blocks}[{blocks}_steps.x, x] = {walked}")
     both = _combine(k, ops, data, dtype, f"{blocks}[hl.max(r // {BLOCK} - 1, 0), x]", f"{stage}[r, x]")
     k.body.writeline(f'{name} = hl.Func("{name}")')
     k.body.writeline(f"{name}[r, x] = hl.select(r >= {BLOCK}, {both}, {stage}[r, x])")
     k.schedule.blocked_scan(stages, blocks)
     return CSEVar(func_call(f"{name}[r, x]"), dtype, 2)
+
+
+@contextlib.contextmanager
+def _in_update(k):
+    """Printing an update over an RDom: logcumsumexp's exp fell back to Triton's interpreter for every
+    Halide scan ("Reduction domain referenced in pure function definition": exp_float32's Func)."""
+    k.in_update = True
+    try:
+        yield
+    finally:
+        k.in_update = False
 
 
 def _typed(value: CSEVar, dtype) -> str:
