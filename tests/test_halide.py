@@ -600,3 +600,25 @@ def test_logcumsumexp_runs_in_halide(shape, dim):
     smelt.observe.reset()
     run_both(lambda t: torch.logcumsumexp(t, dim), x)
     assert all(name.startswith("halide_") for name in last_graph().kernel_names), last_graph().kernel_names
+
+
+DEEP_CHAIN = """
+import resource, torch, smelt
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+def fn(x):
+    v = x
+    for _ in range(12):
+        v = torch.clamp(torch.log(torch.div(v, 3, rounding_mode="floor").abs() + 1e-3), -2, 2) + v
+    return v
+x = torch.randn(2, dtype=torch.bfloat16).expand(2)
+torch.testing.assert_close(torch.compile(fn, backend="smelt")(x), fn(x))
+"""
+
+
+def test_a_deep_chain_of_shared_values_compiles_in_bounded_memory():
+    # hl.is_nan and hl.strict_float rewrite their argument as a tree, exponential in the depth of its
+    # shared subexpressions: a fuzzer program (bfloat16 floor division, log, clamp) grew to 22 GB and was
+    # killed (fuzz #22). Long chains of temporaries are held in Funcs; run under a 4 GB address limit.
+    env = dict(os.environ, SMELT_CPU_BACKEND="halide", SMELT_GRAPH_CACHE="0")
+    done = subprocess.run([sys.executable, "-c", DEEP_CHAIN], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import sympy
 import torch
@@ -101,6 +102,11 @@ class HalideKernelSource:
     origins: list[str]
 
 
+# Temporaries in a row before one is held in a Func (see HalideKernel.emit): the fuzzer's chain was 31.
+MAX_EXPR_DEPTH = 12
+_TEMPORARY = re.compile(r"\btmp\d+\b")
+
+
 def halide_kernel_name(plan: KernelPlan, index: int) -> str:
     kind = "red" if plan.is_reduction else "poi"
     if plan.has_scan:
@@ -134,6 +140,7 @@ class HalideKernel:
         # Set while printing an update definition over an RDom (a serial scan's combine): helpers then
         # define no Func of their own over (r, x), which Halide refuses to reference an RDom.
         self.in_update = False
+        self.depth: dict[str, int] = {}  # a temporary's depth in temporaries since a Func boundary
         self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
@@ -161,7 +168,20 @@ class HalideKernel:
     # ------------------------------------------------------------ printing helpers
 
     def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
-        return self.cse.generate(self.body, expr, dtype, rank)
+        var = self.cse.generate(self.body, expr, dtype, rank)
+        if var.name in self.depth:  # found by CSE
+            return var
+        depth = 1 + max((self.depth.get(name, 0) for name in _TEMPORARY.findall(expr)), default=0)
+        if depth > MAX_EXPR_DEPTH and not self.in_update:
+            # hl.is_nan and hl.strict_float rewrite their argument as a tree, exponential in the depth of
+            # shared subexpressions (a bfloat16 chain of floor division, log and clamp took 22 GB, fuzz
+            # #22); a Func call is a leaf to them, and Halide inlines the Func again.
+            boundary = self.as_func(self.fresh(f"{var.name}_value"), var, rank)
+            self.cse.redirect(var, boundary)
+            self.depth[boundary.name] = 0
+            return boundary
+        self.depth[var.name] = depth
+        return var
 
     def fresh(self, stem: str) -> str:
         name = f"{stem}{self.cse.counter}"
@@ -201,9 +221,9 @@ class HalideKernel:
         return sorted(self.outputs.items(), key=lambda item: (item[0] in self.inputs, position.get(item[0], 0)))
 
     def as_func(self, name: str, value: CSEVar, rank: int) -> CSEVar:
-        """A Func holding value over x (rank 1) or (r, x) (rank 2), called at the pure vars."""
+        """A Func holding value over () (rank 0), x (rank 1) or (r, x) (rank 2), called at the pure vars."""
         self.body.writeline(f'{name} = hl.Func("{name}")')
-        pure = "[r, x]" if rank == 2 else "[x]"
+        pure = {0: "[()]", 1: "[x]", 2: "[r, x]"}[rank]
         self.body.writeline(f"{name}{pure} = {value}")
         return CSEVar(func_call(f"{name}{pure}"), value.dtype, rank)
 
