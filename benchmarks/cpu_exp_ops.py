@@ -1,5 +1,6 @@
 """CPU time of the exp-heavy rows the Halide backend's one float32 exp and per-element division
-change (benchmarks/RESULTS.md, 2026-11-26 evening): median of 60 calls, 2 threads, 2048x2048 float32.
+change (benchmarks/RESULTS.md, 2026-11-26 evening), and of its float64 erf fits (2026-11-26, night):
+median of 60 calls, 2 threads, 2048x2048 float32, smelt then eager.
 
     SMELT_CPU_BACKEND=halide python -m benchmarks.cpu_exp_ops
 """
@@ -16,7 +17,22 @@ ROWS = {
     "exp_mul": lambda a, y: a.exp() * y + 1,
     "logsumexp": lambda a, y: torch.logsumexp(a, -1),
     "silu": lambda a, y: torch.nn.functional.silu(a),
+    "erf": lambda a, y: torch.erf(a),
+    "erfc": lambda a, y: torch.erfc(a),
+    "gelu": lambda a, y: torch.nn.functional.gelu(a),
 }
+
+
+def median_ms(fn, args, calls: int) -> float:
+    for _ in range(5):
+        fn(*args)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2] * 1e3
 
 
 def main(calls: int = 60) -> None:
@@ -25,15 +41,8 @@ def main(calls: int = 60) -> None:
     for name, fn in ROWS.items():
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="smelt")
-        for _ in range(5):
-            compiled(x, y)
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            compiled(x, y)
-            times.append(time.perf_counter() - start)
-        times.sort()
-        print(f"{name:12s} {times[len(times) // 2] * 1e3:.3f} ms")
+        smelt_ms, eager_ms = median_ms(compiled, (x, y), calls), median_ms(fn, (x, y), calls)
+        print(f"{name:12s} smelt {smelt_ms:.3f} ms   eager {eager_ms:.3f} ms")
 
 
 if __name__ == "__main__":

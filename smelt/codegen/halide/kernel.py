@@ -70,7 +70,8 @@ def in_output(out, index):
 
 # Halide's exp and log are polynomials that miss IEEE's special values (exp(nan) = 0,
 # log(inf) = 88.7) and break far out: exp's integer exponent overflows from about 1e10
-# (exp(1e10) = 0), log reads a subnormal's exponent field as if it were normal (log(1e-45) = -88). Arguments are clamped where the result no longer changes,
+# (exp(1e10) = 0), log reads a subnormal's exponent field as if it were normal (log(1e-45) =
+# -88). Arguments are clamped where the result no longer changes,
 # subnormals scaled into the normal range, and the special values put back.
 def exp(v):
     low, high = (-746.0, 710.0) if v.type() == hl.Float(64) else (-104.0, 89.0)  # exp(high) = inf
