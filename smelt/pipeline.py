@@ -8,8 +8,8 @@ import torch
 
 from . import config as config_module
 from . import graph_cache, observe
+from .artifact import GeneratedGraph
 from .codegen import backends
-from .codegen.generated import GeneratedGraph
 from .codegen.triton.finisher import attach_finishers, finisher_plan
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph

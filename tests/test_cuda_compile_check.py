@@ -12,8 +12,8 @@ import os
 import pytest
 import torch
 
-from smelt.codegen.generated import CudaTwin
-from smelt.codegen.generated import BlockConfig
+from smelt.artifact import CudaTwin
+from smelt.artifact import BlockConfig
 from smelt.errors import KernelCompileError
 from smelt.runtime import cuda_compile_check
 from smelt.runtime.cuda_compile_check import CudaCompileCheck

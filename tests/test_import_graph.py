@@ -10,19 +10,20 @@ from smelt.backend_registry import BACKENDS
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "smelt")
 
-# Each group may import itself and the groups before it. (runtime still reads launch details from
-# codegen: TicketCounter, RowSplitWorkspace, grid_for, HALIDE_TYPE_CODE; issue 21 moves them.)
+# Each group may import itself and the groups before it. The runtime sits low: it reads what code
+# generation left only through smelt.artifact, so the launch side of a feature lives in runtime/.
 # Every backend's package (codegen/<name>/), as the registry names them.
-BACKEND_PACKAGES = sorted({module.rsplit(".", 1)[0] for module in BACKENDS.values()})
+BACKEND_PACKAGES = sorted({entry.codegen.rsplit(".", 1)[0] for entry in BACKENDS.values()})
 LAYERS = [
-    {"smelt.errors", "smelt.backend_registry", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location", "smelt.debug"},
+    {"smelt.errors", "smelt.backend_registry", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location",
+     "smelt.debug", "smelt.artifact"},
+    {"smelt.runtime"},
     {"smelt.config", "smelt.observe", "smelt.preload"},
+    {"smelt.graph_cache"},
     {"smelt.ir"},
     {"smelt.lowering", "smelt.scheduler", "smelt.decompositions", "smelt.saved_inputs"},
     {"smelt.codegen"},
     set(BACKEND_PACKAGES),
-    {"smelt.runtime"},
-    {"smelt.graph_cache"},
     {"smelt.pipeline"},
     {"smelt.backend"},
     {"smelt", "smelt.cli", "smelt.__main__", "smelt.tools"},

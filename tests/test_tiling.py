@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import smelt.codegen.tiling
+import smelt.artifact
 from conftest import inspects_triton_kernels
 
 
@@ -136,7 +136,7 @@ def test_dynamic_sizes(device, compile_fn, observe, assert_close):
 
 
 def test_many_programs_fold_onto_the_third_grid_axis(device, check, observe, monkeypatch):
-    monkeypatch.setattr(smelt.codegen.tiling, "GRID_AXIS_LIMIT", 2)
+    monkeypatch.setattr(smelt.artifact, "GRID_AXIS_LIMIT", 2)
     x = torch.randn(300, 520, device=device)
     check(lambda x: x.t() + 1, x)
     src = _assert_one_tiled_kernel(observe)

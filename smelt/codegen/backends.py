@@ -16,9 +16,9 @@ from ..backend_registry import BACKENDS as PACKAGES
 from ..errors import SmeltError
 
 if TYPE_CHECKING:
+    from ..artifact import GeneratedKernel
     from ..lowering.graph import IRGraph
     from ..scheduler.schedule import Step
-    from .generated import GeneratedKernel
 
 
 class KernelUnsupported(SmeltError, NotImplementedError):
@@ -47,9 +47,6 @@ class Backend(Protocol):
     devices: frozenset[str]  # device types it prints kernels for
     finishes_reductions: bool  # a reduction's last program can run small reductions of its results
     max_storage_elements: int | None  # tensors whose storage is larger run in ATen (Halide: int32 extents)
-    # The module whose `load(kernel: GeneratedKernel, path, cache_dir, keep_kernels)` makes what the
-    # wrapper calls for one of its kernels (named, not imported: the runtime sits above codegen).
-    runtime: str
 
     def interprets(self, device_type: str) -> bool:
         """Whether its kernels for this device run through an interpreter (slow; for testing)."""
@@ -77,7 +74,7 @@ def names() -> tuple[str, ...]:
 def named(name: str) -> Backend:
     if name not in PACKAGES:
         raise SmeltError(f"smelt: no backend named {name!r} (known: {', '.join(names())})")
-    return importlib.import_module(PACKAGES[name]).BACKEND
+    return importlib.import_module(PACKAGES[name].codegen).BACKEND
 
 
 def for_device(cfg, device: torch.device) -> Backend:

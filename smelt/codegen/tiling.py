@@ -19,14 +19,12 @@ import dataclasses
 
 import sympy
 
+from .. import artifact
+from ..artifact import TileBlocks
 from ..ir.ops import is_indirect
 from ..scheduler.fusion import FusedGroup
 from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode, same
 from ..symbolic import FloorDiv, ModularIndexing, next_power_of_2, product, static_int
-
-# Programs along launch-grid axes 1 and 2 number at most this many (a CUDA limit).
-GRID_AXIS_LIMIT = 65535
-
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:
@@ -153,15 +151,6 @@ def _contiguous_buffers(accesses) -> tuple[tuple[str, ...], tuple[str, ...]]:
 # ---------------------------------------------------------------- block sizes and launch grid
 
 
-@dataclasses.dataclass(frozen=True)
-class TileBlocks:
-    xblock: int
-    rblock: int
-    num_warps: int
-    grid_axes: tuple[str, str]  # which of x / r the program ids along launch axes 0 and 1 walk
-    fold_axis1: bool  # axis 1 may need more than GRID_AXIS_LIMIT programs: it continues on axis 2
-
-
 def tile_blocks(tiling: Tiling, itemsize: int, interpret: bool) -> TileBlocks:
     """The tile: on the GPU, 64 x 64 for 4-byte elements and 128 x 64 for narrower ones (each row
     and column of the tile a few 128-byte lines; on an H100 these copy at 85-95% of the copy
@@ -191,7 +180,7 @@ def grid_layout(xn: int | None, rn: int | None, xblock: int, rblock: int,
     x_programs = -(-xn // xblock) if xn is not None else None
     r_programs = -(-rn // rblock) if rn is not None else None
     second = x_programs if axes[1] == "x" else r_programs
-    return axes, second is None or second > GRID_AXIS_LIMIT
+    return axes, second is None or second > artifact.GRID_AXIS_LIMIT
 
 
 def tile_program_ids(tiles: TileBlocks, cast: str) -> dict[str, str]:
@@ -199,12 +188,8 @@ def tile_program_ids(tiles: TileBlocks, cast: str) -> dict[str, str]:
     first, second = tiles.grid_axes
     pids = {first: f"tl.program_id(0){cast}"}
     if tiles.fold_axis1:
-        pids[second] = f"(tl.program_id(2){cast} * {GRID_AXIS_LIMIT} + tl.program_id(1){cast})"
+        pids[second] = f"(tl.program_id(2){cast} * {artifact.GRID_AXIS_LIMIT} + tl.program_id(1){cast})"
     else:
         pids[second] = f"tl.program_id(1){cast}"
     return pids
 
-
-def grid_for(count0: int, count1: int) -> tuple[int, int, int]:
-    """The launch grid for program counts along the two tile axes; see TileBlocks.fold_axis1."""
-    return count0, min(count1, GRID_AXIS_LIMIT), -(-count1 // GRID_AXIS_LIMIT)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import logging
 
-from ..codegen.generated import GeneratedGraph
+from ..artifact import GeneratedGraph
 from .fingerprint import Uncacheable, aten_graph_text, digest, environment_text
 from .store import read_entry, write_entry
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..codegen import backends
-from ..codegen.generated import GeneratedGraph, GeneratedKernel
-from ..errors import KernelCompileError, SmeltError
+from ..artifact import GeneratedGraph, GeneratedKernel
+from ..backend_registry import BACKENDS
+from ..errors import KernelCompileError
 from .compiled_graph import CompiledGraph
 from .loader import source_path
 
@@ -29,10 +29,8 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
 
 
 def loader(kernel: GeneratedKernel):
-    """The `load` function of the runtime module the kernel's backend names (codegen/backends.py)."""
-    try:
-        module = backends.named(kernel.backend).runtime
-    except SmeltError:
+    """The `load` function of the runtime module the registry names for the kernel's backend."""
+    if kernel.backend not in BACKENDS:
         raise KernelCompileError(f"smelt: kernel {kernel.name} is for backend {kernel.backend!r}, which this "
-                                 f"runtime cannot load (known: {', '.join(backends.names())})") from None
-    return importlib.import_module(module).load
+                                 f"runtime cannot load (known: {', '.join(sorted(BACKENDS))})")
+    return importlib.import_module(BACKENDS[kernel.backend].runtime).load

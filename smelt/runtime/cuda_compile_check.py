@@ -4,7 +4,7 @@ The interpreter runs a kernel as numpy calls, so it accepts code that Triton's G
 refuses: a libdevice call on a float64 tensor and a float32 literal has no overload, a name bound
 to two types in two branches is rejected. A CPU run alone therefore does not show that a graph
 builds on the GPU. With the setting on, code generation also writes each interpreted kernel's
-CUDA form (codegen/generated.py's CudaTwin: the same step generated with interpret=False), and at
+CUDA form (smelt/artifact.py's CudaTwin: the same step generated with interpret=False), and at
 each launch with a new argument description (cuda_binary.describe: dtypes, alignment, integer
 widths) that form is compiled for sm_90 through smelt's own GPU compile path, which needs no GPU.
 A kernel Triton cannot compile raises KernelCompileError, as its first launch on the GPU would.
@@ -18,7 +18,7 @@ import hashlib
 
 import triton
 
-from ..codegen.generated import CudaTwin
+from ..artifact import CudaTwin
 from ..errors import KernelCompileError
 from .cuda_binary import describe
 from .kernel_binaries import KernelVariants, Unsupported

@@ -14,10 +14,9 @@ import functools
 
 import torch
 
-from ..codegen.halide.ops import HALIDE_TYPE_CODE
 from .halide_compile import load_source
 from .halide_cuda_compile import kernel_library, runtime_library
-from .halide_launcher import HalideLauncher, HalideLaunchError, described_extent, describes_empty, storage_extent
+from .halide_launcher import HALIDE_TYPE_CODE, HalideLauncher, HalideLaunchError, described_extent, describes_empty, storage_extent
 
 # bfloat16 travels as its 16 bits (halide_gpu_schedule.py): Halide checks the buffer's type.
 _TYPE_CODE = {**HALIDE_TYPE_CODE, torch.bfloat16: (1, 16)}

@@ -16,13 +16,18 @@ import weakref
 
 import torch
 
-from ..codegen.halide.ops import HALIDE_TYPE_CODE
 from ..errors import SmeltError
 from .halide_compile import kernel_library, load_source, runtime_library
 
 log = logging.getLogger("smelt.runtime")
 
 INT32_MAX = 2 ** 31 - 1
+# halide_type_t of each dtype as its C struct spells it: (code, bits). Codes: 0 int, 1 uint, 2 float, 4 bfloat.
+HALIDE_TYPE_CODE = {
+    torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16), torch.bfloat16: (4, 16),
+    torch.int8: (0, 8), torch.int16: (0, 16), torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8),
+    torch.bool: (1, 1), torch.uint16: (1, 16), torch.uint32: (1, 32), torch.uint64: (1, 64),
+}
 
 
 class HalideDimension(ctypes.Structure):

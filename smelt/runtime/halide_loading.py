@@ -2,7 +2,7 @@
 ahead of time (or found in the cache folder) and called through ctypes."""
 from __future__ import annotations
 
-from ..codegen.generated import GeneratedKernel
+from ..artifact import GeneratedKernel
 from .halide_cuda_launcher import halide_launcher
 
 

@@ -18,12 +18,11 @@ from typing import Callable
 import torch
 import triton
 
-from ..codegen.tiling import grid_for
-from ..codegen.triton.finisher import TicketCounter
-from ..codegen.triton.row_split import RowSplitWorkspace
+from ..artifact import grid_for
 from ..errors import KernelCompileError
 from .cuda_binary import CUDA_COMPILE_OPTIONS, CudaError
 from .kernel_binaries import KernelVariants, Unsupported
+from .workspaces import RowSplitWorkspace, TicketCounter
 
 log = logging.getLogger("smelt.runtime")
 

@@ -2,7 +2,7 @@
 the interpreter for CPU kernels), wrapped in a launcher with its autotuner, binaries and checks."""
 from __future__ import annotations
 
-from ..codegen.generated import GeneratedKernel
+from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import ComboLauncher

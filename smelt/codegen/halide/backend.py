@@ -2,10 +2,10 @@
 ones where SMELT_CUDA_BACKEND asks for it; tiny kernels of one size merge into one pipeline."""
 from __future__ import annotations
 
+from ...artifact import GeneratedKernel
 from ...errors import SmeltError
 from ...scheduler.combo import merge_key
 from ..backends import GraphContext, KernelUnsupported, step_device
-from ..generated import GeneratedKernel
 from ..simd import plan_kernel
 from .gpu_schedule import HalideGpuSchedule
 from .kernel import HalideKernel, HalideKernelSource, halide_kernel_name
@@ -21,7 +21,6 @@ class HalideBackend:
     devices = frozenset({"cpu", "cuda"})
     finishes_reductions = False
     max_storage_elements = MAX_STORAGE_ELEMENTS
-    runtime = "smelt.runtime.halide_loading"
 
     def interprets(self, device_type: str) -> bool:
         return False

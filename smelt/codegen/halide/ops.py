@@ -21,12 +21,6 @@ HALIDE_TYPE = {
     torch.int64: "hl.Int(64)", torch.uint8: "hl.UInt(8)", torch.bool: "hl.Bool()",
     torch.uint16: "hl.UInt(16)", torch.uint32: "hl.UInt(32)", torch.uint64: "hl.UInt(64)",
 }
-# halide_type_t of each dtype as its C struct spells it: (code, bits). Codes: 0 int, 1 uint, 2 float, 4 bfloat.
-HALIDE_TYPE_CODE = {
-    torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16), torch.bfloat16: (4, 16),
-    torch.int8: (0, 8), torch.int16: (0, 16), torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8),
-    torch.bool: (1, 1), torch.uint16: (1, 16), torch.uint32: (1, 32), torch.uint64: (1, 64),
-}
 
 
 class UnsupportedInHalide(KernelUnsupported):

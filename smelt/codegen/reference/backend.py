@@ -3,9 +3,9 @@ Python objects (kernel.py), held by the GeneratedKernel, not source: a graph tha
 written to the graph cache, and its runtime `load` hands the object to the wrapper."""
 from __future__ import annotations
 
+from ...artifact import GeneratedKernel
 from ...errors import KernelCompileError
 from ..backends import GraphContext, KernelUnsupported
-from ..generated import GeneratedKernel
 from ..simd import plan_kernel
 from .kernel import ReferenceKernel
 from .survey import survey
@@ -16,7 +16,6 @@ class ReferenceBackend:
     devices = frozenset({"cpu"})  # nothing in it is CPU-only, but it has been run on no GPU yet
     finishes_reductions = False
     max_storage_elements = None
-    runtime = "smelt.codegen.reference.backend"  # load() below: the kernel is already an object
 
     def interprets(self, device_type: str) -> bool:
         return False

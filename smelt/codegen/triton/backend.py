@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 
+from ...artifact import BlockConfig, CudaTwin, GeneratedKernel
 from ...errors import SmeltError
 from ..backends import GraphContext, step_device
-from ..generated import CudaTwin, GeneratedKernel
 from ..simd import plan_kernel
 from .candidates import candidates, masks_needed
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
 from .finisher import Finisher
-from ..generated import BlockConfig
 from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 
 log = logging.getLogger("smelt")
@@ -23,7 +22,6 @@ class TritonBackend:
     devices = frozenset({"cpu", "cuda"})
     finishes_reductions = True
     max_storage_elements = None
-    runtime = "smelt.runtime.triton_loading"
 
     def interprets(self, device_type: str) -> bool:
         return device_type == "cpu"

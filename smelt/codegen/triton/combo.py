@@ -29,11 +29,11 @@ import collections
 import dataclasses
 import math
 
+from ...artifact import BlockConfig
 from ...scheduler.schedule import Step
 from ...symbolic import static_int
-from .candidates import combo_candidates
 from ..simd import plan_kernel
-from ..generated import BlockConfig
+from .candidates import combo_candidates
 from .kernel import TritonKernel, choose_blocks, index_dtype_for
 from .ops import triton_type
 

@@ -137,15 +137,3 @@ class Finisher:
             out.writeline(f"        {name}({', '.join(args)})")
         out.writeline("    tl.store(ticket_ptr, 0)")
 
-
-class TicketCounter:
-    """The launcher's side: one int32 counter per device, zeroed once and kept zero by the kernel."""
-
-    def __init__(self):
-        self.counters: dict = {}
-
-    def buffer(self, device) -> torch.Tensor:
-        counter = self.counters.get(device)
-        if counter is None:
-            counter = self.counters[device] = torch.zeros(1, dtype=torch.int32, device=device)
-        return counter

@@ -7,25 +7,25 @@ import math
 import sympy
 import torch
 
+from ...artifact import BlockConfig, TileBlocks
 from ...ir import use_handler
 from ...ir.loops import reduction_identity as identity
 from ...ir.ops import indirect_symbol, is_indirect
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from ..common import CSE, CSEVar, IndentedBuffer, KernelArgs, computed, register_dtype
+from ..simd import KernelPlan, kernel_sizes_symbols
+from ..tiling import tile_blocks, tile_program_ids
 from .candidates import masks_needed
 from .eviction import EvictionPolicy
-from ..generated import BlockConfig
-from ..simd import KernelPlan, kernel_sizes_symbols
-from ..tiling import TileBlocks, tile_blocks, tile_program_ids
+from .handler import INT32_LIMIT, TritonOps, _is_literal, graph_needs_int64
 from .online_softmax import reduce_looped as online_softmax_looped
 from .online_softmax import reduce_persistent as online_softmax_persistent
-from .random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .ops import COMBINE_HELPERS, cast_text, literal, triton_type
-from .scatter import emit_scatter
+from .random import INTERPRETER_IMPORT, normal, randint64, uniform
 from .row_split import CHUNK, WARPS, RowSplit, row_split_for
 from .scan import ScanEmitter
-from .handler import INT32_LIMIT, TritonOps, _is_literal, graph_needs_int64
+from .scatter import emit_scatter
 
 
 @dataclasses.dataclass

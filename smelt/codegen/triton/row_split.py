@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ...artifact import SYNC_HEADER
 from ...symbolic import next_power_of_2
 from ..common import CSEVar
 from ..common import register_dtype
@@ -33,7 +34,6 @@ WARPS = 8  # 4 to 16 warps and chunks of 4k to 32k elements measured within 5% o
 # At most this many programs cooperate on a row; an H100 keeps hundreds resident.
 MAX_ROW_SPLIT = 64
 COMBINABLE = ("sum", "max", "min", "online_softmax_reduce")
-SYNC_HEADER = 2  # ticket counter, finished counter
 
 
 def row_split_for(plan, interpret: bool, persistent_limit: int) -> int:
@@ -126,29 +126,4 @@ class RowSplit:
 
     def finish(self, source: str) -> str:
         return source.replace("{barriers}", str(self.barriers))
-
-
-class RowSplitWorkspace:
-    """The launcher's side: the sync buffer (allocated zeroed once per device, kept zero by the
-    kernel) and the partials buffer, sized for the rows of each call."""
-
-    def __init__(self, row_split: int, barriers: int, slots: int, xblock: int):
-        self.row_split, self.barriers, self.slots, self.xblock = row_split, barriers, slots, xblock
-        self.sync: dict = {}
-        self.partials: dict = {}
-
-    def buffers(self, xnumel: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        groups = -(-xnumel // self.xblock)
-        sync_size = SYNC_HEADER + groups * self.barriers
-        partial_size = max(1, self.slots * groups * self.xblock * self.row_split)
-        sync = self.sync.get(device)
-        if sync is None or sync.numel() < sync_size:
-            sync = self.sync[device] = torch.zeros(sync_size, dtype=torch.int32, device=device)
-        partials = self.partials.get(device)
-        if partials is None or partials.numel() < partial_size:
-            partials = self.partials[device] = torch.empty(partial_size, dtype=torch.float32, device=device)
-        return sync, partials
-
-    def grid(self, xnumel: int) -> int:
-        return -(-xnumel // self.xblock) * self.row_split
 

@@ -1,15 +1,35 @@
-"""What code generation leaves for one graph: the wrapper source, each kernel's source and launch
-settings, and the few Python objects the wrapper refers to by name.
+"""What code generation leaves for one graph, and what the runtime reads of it: the wrapper source,
+each kernel's source and launch settings, and the few Python objects the wrapper refers to by name.
 
-It is everything `smelt.runtime.assemble` needs to build the callable, so a graph whose
-`objects` are empty can be written to disk as JSON and rebuilt in another process.
+It sits below both codegen and the runtime (neither imports the other for it), and a graph whose
+`objects` are empty can be written to disk as JSON and rebuilt in another process. Besides the
+records, the launch-side facts both sides must agree on: how a tiled kernel's programs lie on the
+grid, and the layout of a row split's sync buffer.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from .tiling import TileBlocks
+# Programs along launch-grid axes 1 and 2 number at most this many (a CUDA limit).
+GRID_AXIS_LIMIT = 65535
+# A row split's sync buffer (codegen/triton/row_split.py) starts with a ticket counter and a
+# finished counter; one arrival counter per (row group, barrier) follows.
+SYNC_HEADER = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TileBlocks:
+    xblock: int
+    rblock: int
+    num_warps: int
+    grid_axes: tuple[str, str]  # which of x / r the program ids along launch axes 0 and 1 walk
+    fold_axis1: bool  # axis 1 may need more than GRID_AXIS_LIMIT programs: it continues on axis 2
+
+
+def grid_for(count0: int, count1: int) -> tuple[int, int, int]:
+    """The launch grid for program counts along the two tile axes; see TileBlocks.fold_axis1."""
+    return count0, min(count1, GRID_AXIS_LIMIT), -(-count1 // GRID_AXIS_LIMIT)
 
 
 @dataclasses.dataclass
