@@ -1,5 +1,5 @@
 """Time smelt's tiled pointwise kernels against its 1-D kernels, eager, and the copy bandwidth,
-for several tile shapes. For tuning smelt/codegen/tiling.py on a GPU:
+for several tile shapes. For tuning smelt/codegen/triton/tiles.py on a GPU:
 
     python3 -m benchmarks.tiling_sweep [--configs default,1d,64x64w4,...] [--only t2d_fp32,...]
 """
@@ -10,8 +10,9 @@ import sys
 
 import torch
 
-import smelt.codegen.simd as simd
-import smelt.codegen.tiling as tiling
+import smelt.artifact as artifact
+import smelt.codegen.triton.tiles as tiles
+import smelt.scheduler.kernel_plan as kernel_plan
 import smelt.codegen.triton.kernel as triton_codegen
 from benchmarks.backends import compile_fn
 from benchmarks.measure import bench_ms, copy_bandwidth
@@ -42,8 +43,8 @@ def _cases(device):
 def _fixed_tiles(xblock, rblock, warps):
     def tile_blocks(t, itemsize, interpret):
         first = "x" if len(t.along_x) > len(t.along_r) else "r"
-        layout = tiling.grid_layout(static_int(t.outer), static_int(t.inner), xblock, rblock, first)
-        return tiling.TileBlocks(xblock, rblock, warps, *layout)
+        layout = tiles.grid_layout(static_int(t.outer), static_int(t.inner), xblock, rblock, first)
+        return artifact.TileBlocks(xblock, rblock, warps, *layout)
     return tile_blocks
 
 
@@ -55,7 +56,7 @@ def main():
     device = "cuda"
     peak = copy_bandwidth(device)
     print(f"copy bandwidth: {peak / 1e9:.0f} GB/s", flush=True)
-    original_tiles, original_choice = triton_codegen.tile_blocks, simd.choose_tiling
+    original_tiles, original_choice = triton_codegen.tile_blocks, kernel_plan.choose_tiling
     cases = _cases(device)
     names = args.only.split(",") if args.only else list(cases)
     print("| case | config | ms | GB/s | % of copy |")
@@ -66,9 +67,9 @@ def main():
         expected = fn(*inputs)
         nbytes = sum(t.numel() * t.element_size() for t in inputs) + expected.numel() * expected.element_size()
         for config in args.configs.split(","):
-            triton_codegen.tile_blocks, simd.choose_tiling = original_tiles, original_choice
+            triton_codegen.tile_blocks, kernel_plan.choose_tiling = original_tiles, original_choice
             if config == "1d":
-                simd.choose_tiling = lambda group, stored: None
+                kernel_plan.choose_tiling = lambda group, stored: None
             elif config != "default":
                 xb, rest = config.split("x")
                 rb, warps = rest.split("w")
@@ -86,7 +87,7 @@ def main():
         ms = bench_ms(lambda: fn(*inputs), device)
         print(f"| {name} | eager | {ms:.3f} | {nbytes / ms / 1e6:.0f} | {100 * nbytes / ms / 1e-3 / peak:.0f} |",
               flush=True)
-    triton_codegen.tile_blocks, simd.choose_tiling = original_tiles, original_choice
+    triton_codegen.tile_blocks, kernel_plan.choose_tiling = original_tiles, original_choice
     return 0
 
 

@@ -10,7 +10,6 @@ from . import config as config_module
 from . import graph_cache, observe
 from .artifact import GeneratedGraph
 from .codegen import backends
-from .codegen.triton.finisher import attach_finishers, finisher_plan
 from .codegen.wrapper import WrapperCodegen
 from .debug import dump_graph
 from .errors import HalideRefusedKernel
@@ -20,6 +19,7 @@ from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
 from .scheduler.combo import combine, is_merge_key
+from .scheduler.finishers import attach_finishers, finisher_plan
 
 log = logging.getLogger("smelt")
 _graph_ids = itertools.count()
@@ -68,13 +68,13 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
         return backends.for_device(cfg, backends.step_device(step))
 
     def finishes(step) -> bool:
-        return backend_of(step).finishes_reductions
+        return backend_of(step).finishes_reductions(step, ctx)
 
     outputs = {o.name for o in graph.outputs if o.name is not None}
     # A reduction whose last program can finish the small reductions of its results after it takes
     # them into its launch. Such a pair stays out of shared launches, unless alike pairs (a split
     # norm per tensor) fill two: fewer launches than one per pair.
-    finishing = finisher_plan(sched.steps, cfg.persistent_reduction_limit, finishes)
+    finishing = finisher_plan(sched.steps, finishes)
     lone = {id(big) for big in finishing.values() if not backend_of(big).alike(big, ctx)}
     paired = lone | {small for small, big in finishing.items() if id(big) in lone}
 
@@ -82,7 +82,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
         return None if id(step) in paired else backend_of(step).launch_key(step, ctx)
 
     sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
-    sched.steps = ctx.steps = attach_finishers(sched.steps, cfg.persistent_reduction_limit, finishes)
+    sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
     # Each kernel runs on its own members' device: a graph may copy between devices.
     kernels, records = {}, {}
     for k, step in enumerate(sched.steps):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import smelt.codegen.triton.finisher
+import smelt.scheduler.finishers
 from conftest import inspects_triton_kernels
 
 TOL = dict(rtol=1e-4, atol=1e-3)
@@ -46,7 +46,7 @@ def test_several_global_reductions_of_one_input_are_one_launch(device, check, ob
 
 
 def test_too_many_partials_keep_a_second_kernel(device, check, observe, split_small, monkeypatch):
-    monkeypatch.setattr(smelt.codegen.triton.finisher, "FINISH_LIMIT", 4)
+    monkeypatch.setattr(smelt.scheduler.finishers, "FINISH_LIMIT", 4)
     check(lambda x: x.sum(), torch.randn(20_011, device=device), **TOL)
     sources = _sources(observe)
     assert len(sources) == 2 and not any("ticket_ptr" in s for s in sources), sources

@@ -1,5 +1,5 @@
 """Tiled pointwise kernels with the grid walking x tiles first, r tiles first, or as smelt picks
-(codegen/tiling.py grid_layout), timed in one GPU call: which order keeps DRAM pages open.
+(codegen/triton/tiles.py grid_layout), timed in one GPU call: which order keeps DRAM pages open.
 
     python3 -m benchmarks.probes.tile_order_sweep
 """
@@ -7,7 +7,8 @@ import sys, os
 sys.path.insert(0, os.getcwd())
 import torch
 from triton.testing import do_bench
-import smelt.codegen.tiling as tiling
+import smelt.artifact as artifact
+import smelt.codegen.triton.tiles as tiling
 from benchmarks.backends import compile_fn
 from benchmarks.measure import copy_bandwidth
 os.environ["SMELT_GRAPH_CACHE"] = "0"
@@ -30,7 +31,7 @@ for name, (fn, make) in cases.items():
             if mode == "x first": axes = ("x", "r")
             if mode == "r first": axes = ("r", "x")
             second = -(-xn // xb) if axes[1] == "x" else -(-rn // rb)
-            return axes, second > tiling.GRID_AXIS_LIMIT
+            return axes, second > artifact.GRID_AXIS_LIMIT
         tiling.grid_layout = layout
         torch._dynamo.reset()
         f = compile_fn("smelt", fn)

@@ -45,11 +45,14 @@ class GraphContext:
 class Backend(Protocol):
     name: str
     devices: frozenset[str]  # device types it prints kernels for
-    finishes_reductions: bool  # a reduction's last program can run small reductions of its results
     max_storage_elements: int | None  # tensors whose storage is larger run in ATen (Halide: int32 extents)
 
     def interprets(self, device_type: str) -> bool:
         """Whether its kernels for this device run through an interpreter (slow; for testing)."""
+
+    def finishes_reductions(self, step: "Step", ctx: GraphContext) -> bool:
+        """Whether the step's kernel can run small reductions of its results in its last program
+        (scheduler/finishers.py pairs them)."""
 
     def launch_key(self, step: "Step", ctx: GraphContext) -> Hashable | None:
         """Steps with one equal key share a launch (scheduler/combo.py); None: alone."""

@@ -7,8 +7,8 @@ import sympy
 import torch
 
 from ..ir import InputBuffer
-from ..ir.extern import ExternKernel, MultiOutput
 from ..ir.control_flow import Conditional
+from ..ir.extern import ExternKernel, MultiOutput
 from ..ir.scalars import AssertScalar, DynamicScalar
 from ..ir.views import ReinterpretView
 from ..symbolic import pexpr

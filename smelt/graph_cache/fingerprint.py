@@ -13,7 +13,6 @@ import functools
 import hashlib
 import json
 import operator
-import os
 import sys
 
 import sympy

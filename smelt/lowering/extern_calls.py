@@ -6,7 +6,6 @@ import logging
 import torch
 
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
-from ..ir.extern import walk_args
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from .common import broadcast_loader, layout_of, make_pointwise, origin_name

@@ -12,9 +12,7 @@ import torch
 import torch.fx
 
 from ..errors import LoweringError
-from ..ir import (Buffer, ComputedBuffer, ConstantBuffer, FixedLayout, FlexibleLayout, InputBuffer, Layout,
-                  Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout,
-                  make_contiguous_layout)
+from ..ir import Buffer, ComputedBuffer, ConstantBuffer, InputBuffer, Layout, Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify

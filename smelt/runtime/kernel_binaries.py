@@ -16,8 +16,8 @@ import threading
 
 import torch
 
-from .cuda_binary import CudaBinary, CudaError, compile_binary, describe
 from ..source_digest import smelt_source_digest
+from .cuda_binary import CudaBinary, CudaError, compile_binary, describe
 
 
 @functools.lru_cache(maxsize=None)

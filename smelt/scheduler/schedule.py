@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-from .fusion import FusedGroup, can_fuse
 from ..ir.scalars import DynamicScalar
+from .fusion import FusedGroup, can_fuse
+from .kernel_plan import KernelPlan, plan_kernel
 from .nodes import SchedulerNode
 
 
@@ -24,6 +26,12 @@ class Step:
     @property
     def is_extern(self) -> bool:
         return self.group.is_extern
+
+    @functools.cached_property
+    def plan(self) -> KernelPlan:
+        """The kernel's plan (placements, phases, tiling), made once, when first asked for: after
+        memory planning has fixed `stored`. Every backend prints the step from it."""
+        return plan_kernel(self.group, list(self.stored))
 
     @property
     def nodes(self) -> list:

@@ -6,7 +6,6 @@ from ...artifact import GeneratedKernel
 from ...errors import SmeltError
 from ...scheduler.combo import merge_key
 from ..backends import GraphContext, KernelUnsupported, step_device
-from ..simd import plan_kernel
 from .gpu_schedule import HalideGpuSchedule
 from .kernel import HalideKernel, HalideKernelSource, halide_kernel_name
 from .ops import UnsupportedInHalide
@@ -19,10 +18,12 @@ MAX_STORAGE_ELEMENTS = 2 ** 31 - 1
 class HalideBackend:
     name = "halide"
     devices = frozenset({"cpu", "cuda"})
-    finishes_reductions = False
     max_storage_elements = MAX_STORAGE_ELEMENTS
 
     def interprets(self, device_type: str) -> bool:
+        return False
+
+    def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         return False
 
     def launch_key(self, step, ctx: GraphContext):
@@ -44,7 +45,7 @@ class HalideBackend:
 
 
 def generate_halide_kernel(step, graph, index: int, gpu: bool = False) -> HalideKernelSource:
-    plan = plan_kernel(step.group, step.stored)
+    plan = step.plan
     name = halide_kernel_name(plan, index)
     kernel = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule)
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})

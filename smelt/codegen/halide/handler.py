@@ -10,8 +10,7 @@ import sympy
 import torch
 
 from ...ir.ops import indirect_symbol
-from ..common import CSEVar, computed
-from ..common import register_dtype
+from ..common import CSEVar, computed, register_dtype
 from . import random
 from .ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                   PREDICATE_OPS, UnsupportedInHalide, halide_type, literal, signbit_bits)

@@ -17,7 +17,6 @@ smelt.runtime.halide_compile compiles it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 
 import sympy
@@ -25,20 +24,19 @@ import torch
 
 from ...ir import use_handler
 from ...ir.ops import is_indirect
+from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...symbolic import simplify_index
-from ..common import CSE, CSEVar, IndentedBuffer, computed
-from .handler import HalideOps
-from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type, literal
+from ..common import CSE, CSEVar, IndentedBuffer, register_dtype, scatter_offset
 from . import random
+from .division import DIVISION_HELPERS
+from .handler import HalideOps
+from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
 from .reductions import emit_reduction
 from .scan import emit_scan
 from .schedule import HalideSchedule
-from .division import DIVISION_HELPERS
 from .special import SPECIAL_FUNCTIONS
 from .strict import STRICT_HELPER, strict_definitions, uses_loose_helper
-from ..simd import KernelPlan, kernel_sizes_symbols, scatter_offset
-from ..common import register_dtype
 
 
 MODULE_HELPERS = '''

@@ -10,7 +10,6 @@ import math
 
 import torch
 
-from ...errors import SmeltError
 from ...symbolic import IndexPrinter
 from ..backends import KernelUnsupported
 from ..common import register_dtype

@@ -10,10 +10,9 @@ import torch
 
 from ...ir.loops import reduction_identity
 from ...symbolic import static_int
-from ..common import CSEVar
-from .handler import PURE_VARS, HalideOps
+from ..common import CSEVar, register_dtype
+from .handler import HalideOps, PURE_VARS
 from .ops import UnsupportedInHalide, func_call, halide_type, literal
-from ..common import register_dtype
 
 NEW = "hl.Expr({name}_input[rdom.x, x])"
 

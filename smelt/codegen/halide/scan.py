@@ -15,11 +15,9 @@ from __future__ import annotations
 import contextlib
 
 from ...ir import use_handler
-from ...symbolic import static_int
-from ..common import CSEVar
+from ..common import CSEVar, scan_register_dtype
 from .handler import HalideOps
 from .ops import func_call, halide_type
-from ..common import scan_register_dtype
 
 
 def emit_scan(k, node, values) -> CSEVar:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from ...artifact import GeneratedKernel
 from ...errors import KernelCompileError
 from ..backends import GraphContext, KernelUnsupported
-from ..simd import plan_kernel
 from .kernel import ReferenceKernel
 from .survey import survey
 
@@ -14,10 +13,12 @@ from .survey import survey
 class ReferenceBackend:
     name = "reference"
     devices = frozenset({"cpu"})  # nothing in it is CPU-only, but it has been run on no GPU yet
-    finishes_reductions = False
     max_storage_elements = None
 
     def interprets(self, device_type: str) -> bool:
+        return False
+
+    def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         return False
 
     def launch_key(self, step, ctx: GraphContext):
@@ -29,7 +30,7 @@ class ReferenceBackend:
     def generate(self, step, ctx: GraphContext, index: int) -> ReferenceKernel:
         if step.combo or step.finishers:
             raise KernelUnsupported("smelt: the reference backend runs kernels one at a time")
-        plan = plan_kernel(step.group, step.stored)
+        plan = step.plan
         kept = dict(ctx.graph.kept_in_input)
         inputs, sizes = survey(plan, kept)
         origins = sorted({o for n in plan.nodes for o in n.buffer.origins})

@@ -7,9 +7,9 @@ import sympy
 
 from ...ir import use_handler
 from ...ir.ops import TextHandler, is_indirect
+from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ..backends import KernelUnsupported
-from ..simd import KernelPlan, kernel_sizes_symbols
 
 
 class _Survey(TextHandler):

@@ -8,11 +8,11 @@ import logging
 from ...artifact import BlockConfig, CudaTwin, GeneratedKernel
 from ...errors import SmeltError
 from ..backends import GraphContext, step_device
-from ..simd import plan_kernel
 from .candidates import candidates, masks_needed
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
 from .finisher import Finisher
 from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .row_split import row_split_for
 
 log = logging.getLogger("smelt")
 
@@ -20,11 +20,15 @@ log = logging.getLogger("smelt")
 class TritonBackend:
     name = "triton"
     devices = frozenset({"cpu", "cuda"})
-    finishes_reductions = True
     max_storage_elements = None
 
     def interprets(self, device_type: str) -> bool:
         return device_type == "cpu"
+
+    def finishes_reductions(self, step, ctx: GraphContext) -> bool:
+        # A row split's programs already meet through a sync buffer of their own. Interpreted
+        # kernels never split rows, so asking as for the GPU covers both.
+        return not step.is_extern and row_split_for(step.plan, False, ctx.cfg.persistent_reduction_limit) == 1
 
     def _bodies(self, ctx: GraphContext) -> ComboBodies:
         cfg = ctx.cfg
@@ -86,7 +90,7 @@ def tunable(step) -> bool:
 
 
 def _plan_and_blocks(step, interpret: bool, cfg):
-    plan = plan_kernel(step.group, step.stored)
+    plan = step.plan
     limit = cfg.persistent_reduction_limit
     if plan.has_scan:
         limit = min(limit, cfg.persistent_scan_limit)

@@ -32,7 +32,6 @@ import math
 from ...artifact import BlockConfig
 from ...scheduler.schedule import Step
 from ...symbolic import static_int
-from ..simd import plan_kernel
 from .candidates import combo_candidates
 from .kernel import TritonKernel, choose_blocks, index_dtype_for
 from .ops import triton_type
@@ -105,7 +104,7 @@ class ComboBodies:
         group = step.group
         if not _elements(step) or any(n.is_scatter for n in group.nodes):
             return None
-        plan = plan_kernel(group, step.stored)
+        plan = step.plan
         if plan.tiling is not None or not plan.stored or plan.has_scan:
             return None
         interpret = self.interpret_for(step)

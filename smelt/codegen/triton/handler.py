@@ -2,12 +2,10 @@
 through (codegen/triton/kernel.py), also used by its scan and scatter helpers."""
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
 import sympy
 import torch
-
-from typing import TYPE_CHECKING
 
 from ...ir.ops import indirect_symbol
 from ...symbolic import static_int

@@ -2,30 +2,29 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import sympy
 import torch
 
-from ...artifact import BlockConfig, TileBlocks
+from ...artifact import BlockConfig
 from ...ir import use_handler
 from ...ir.loops import reduction_identity as identity
-from ...ir.ops import indirect_symbol, is_indirect
+from ...ir.ops import is_indirect
+from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...symbolic import next_power_of_2, pexpr, simplify_index, static_int
-from ..common import CSE, CSEVar, IndentedBuffer, KernelArgs, computed, register_dtype
-from ..simd import KernelPlan, kernel_sizes_symbols
-from ..tiling import tile_blocks, tile_program_ids
+from ..common import CSE, CSEVar, IndentedBuffer, KernelArgs, register_dtype
 from .candidates import masks_needed
 from .eviction import EvictionPolicy
 from .handler import INT32_LIMIT, TritonOps, _is_literal, graph_needs_int64
 from .online_softmax import reduce_looped as online_softmax_looped
 from .online_softmax import reduce_persistent as online_softmax_persistent
 from .ops import COMBINE_HELPERS, cast_text, literal, triton_type
-from .random import INTERPRETER_IMPORT, normal, randint64, uniform
-from .row_split import CHUNK, WARPS, RowSplit, row_split_for
+from .random import INTERPRETER_IMPORT
+from .row_split import CHUNK, RowSplit, WARPS, row_split_for
 from .scan import ScanEmitter
 from .scatter import emit_scatter
+from .tiles import tile_blocks, tile_program_ids
 
 
 @dataclasses.dataclass
@@ -130,7 +129,7 @@ class TritonKernel:
                  masks: tuple[bool, bool] | None = None, eviction_hints: bool = True, finisher=None,
                  program_arg: bool = False, coherent: frozenset[str] = frozenset()):
         self.plan = plan
-        self.finisher = finisher  # triton_finisher.Finisher: run by the last program to finish
+        self.finisher = finisher  # finisher.Finisher: run by the last program to finish
         # A finisher's body is a function called per x block: its program id comes as `pid`.
         self.program_arg = program_arg
         self.coherent = coherent  # buffers other programs of this launch wrote: read through L2

@@ -11,8 +11,7 @@ benchmarks/probes/reduction_variants.py).
 """
 from __future__ import annotations
 
-from ..common import CSEVar
-from ..common import register_dtype
+from ..common import CSEVar, register_dtype
 from .ops import EXP, literal, triton_type
 
 _SUM = "tl.standard._sum_combine"

@@ -24,8 +24,7 @@ import torch
 
 from ...artifact import SYNC_HEADER
 from ...symbolic import next_power_of_2
-from ..common import CSEVar
-from ..common import register_dtype
+from ..common import CSEVar, register_dtype
 from .ops import EXP
 
 # A chunk per program: 8192 float32 values are 32 registers a thread at 8 warps.

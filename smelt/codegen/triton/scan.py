@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import ScanCombine, use_handler
-from ..common import CSE, CSEVar, IndentedBuffer, register_dtype, scan_register_dtype
+from ..common import CSE, CSEVar, IndentedBuffer, scan_register_dtype
 from .handler import TritonOps, _is_literal
 from .ops import cast_text, triton_type
 

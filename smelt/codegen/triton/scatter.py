@@ -4,9 +4,8 @@ from __future__ import annotations
 import torch
 
 from ...ir.scatter import SCATTER_MODES
-from ..simd import scatter_offset
+from ..common import register_dtype, scatter_offset
 from .handler import TritonOps, _is_literal
-from ..common import register_dtype
 from .ops import triton_type
 
 

@@ -19,12 +19,10 @@ import dataclasses
 
 import sympy
 
-from .. import artifact
-from ..artifact import TileBlocks
 from ..ir.ops import is_indirect
-from ..scheduler.fusion import FusedGroup
-from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode, same
-from ..symbolic import FloorDiv, ModularIndexing, next_power_of_2, product, static_int
+from ..symbolic import FloorDiv, ModularIndexing, product, static_int
+from .fusion import FusedGroup
+from .nodes import RINDEX, SchedulerNode, XINDEX, same
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:
@@ -146,50 +144,3 @@ def _contiguous_buffers(accesses) -> tuple[tuple[str, ...], tuple[str, ...]]:
         elif stride_along(index, XINDEX) == 1:
             along_x.append(name)
     return tuple(dict.fromkeys(along_x)), tuple(dict.fromkeys(along_r))
-
-
-# ---------------------------------------------------------------- block sizes and launch grid
-
-
-def tile_blocks(tiling: Tiling, itemsize: int, interpret: bool) -> TileBlocks:
-    """The tile: on the GPU, 64 x 64 for 4-byte elements and 128 x 64 for narrower ones (each row
-    and column of the tile a few 128-byte lines; on an H100 these copy at 85-95% of the copy
-    bandwidth, where 32 x 32 tiles lose 5-10%). Under the interpreter, where each program is a
-    round of numpy calls, as big as 128 x 128. A short side gives its room to the other."""
-    xn, rn = static_int(tiling.outer), static_int(tiling.inner)
-    if interpret:
-        budget, side = 1 << 14, 128
-    else:
-        budget, side = (8192 if itemsize <= 2 else 4096), 64
-    rblock = min(side, next_power_of_2(rn)) if rn is not None else side
-    xblock = min(budget // rblock, next_power_of_2(xn)) if xn is not None else budget // rblock
-    if rn is not None:
-        rblock = min(budget // xblock, next_power_of_2(rn))
-    num_warps = 8 if xblock * rblock >= 4096 else 4
-    first = "x" if len(tiling.along_x) > len(tiling.along_r) else "r"
-    return TileBlocks(xblock, rblock, num_warps, *grid_layout(xn, rn, xblock, rblock, first))
-
-
-def grid_layout(xn: int | None, rn: int | None, xblock: int, rblock: int,
-                first: str) -> tuple[tuple[str, str], bool]:
-    """(grid_axes, fold_axis1) for static sizes xn, rn (None when symbolic). Consecutive programs
-    walk the `first` axis: the one most accesses are contiguous along, so that programs running
-    together cover whole rows of those buffers (x.t() + y: 98% of copy bandwidth walking x first,
-    96% walking r; a 3-D permute 97% against 92%). Axis 1 folds onto axis 2 unless it surely fits."""
-    axes = (first, "r" if first == "x" else "x")
-    x_programs = -(-xn // xblock) if xn is not None else None
-    r_programs = -(-rn // rblock) if rn is not None else None
-    second = x_programs if axes[1] == "x" else r_programs
-    return axes, second is None or second > artifact.GRID_AXIS_LIMIT
-
-
-def tile_program_ids(tiles: TileBlocks, cast: str) -> dict[str, str]:
-    """Triton expressions for this program's x block and r block numbers."""
-    first, second = tiles.grid_axes
-    pids = {first: f"tl.program_id(0){cast}"}
-    if tiles.fold_axis1:
-        pids[second] = f"(tl.program_id(2){cast} * {artifact.GRID_AXIS_LIMIT} + tl.program_id(1){cast})"
-    else:
-        pids[second] = f"tl.program_id(1){cast}"
-    return pids
-

@@ -1,4 +1,5 @@
-"""What a fused kernel does, independent of the language it is printed in.
+"""What a fused kernel does, independent of the language it is printed in: the scheduler plans
+each step once (Step.plan), and every backend prints from that plan.
 
 A kernel iterates x (outputs) and, if it reduces, r (the reduced elements of each output). Its
 members run in phases: a reduction's result exists only after a full pass over r, so a member
@@ -14,11 +15,10 @@ import dataclasses
 
 import sympy
 
-from ..ir import use_handler
 from ..ir.ops import is_indirect
-from ..scheduler.fusion import FusedGroup
-from ..scheduler.nodes import RINDEX, XINDEX, SchedulerNode
 from ..symbolic import static_int
+from .fusion import FusedGroup
+from .nodes import RINDEX, SchedulerNode, XINDEX
 from .tiling import Tiling, choose_tiling
 
 
@@ -108,15 +108,3 @@ def kernel_sizes_symbols(plan: KernelPlan) -> list[sympy.Symbol]:
     found -= {XINDEX, RINDEX}
     return sorted((s for s in found if not is_indirect(s)), key=str)
 
-
-def scatter_offset(kernel, node: SchedulerNode, ops, placement: str) -> sympy.Expr:
-    """The element a scatter member writes for the current lanes: its position expressions run
-    under the kernel's `ops` (they may load index tensors), then go through the target's layout."""
-    index, _ = node.kernel_index(placement, kernel.plan.xnumel, kernel.plan.rnumel)
-    kernel.current.append(node)
-    try:
-        with use_handler(ops):
-            position = node.data.output_index(index)
-    finally:
-        kernel.current.pop()
-    return kernel.simplify(node.buffer.layout.index(position))
