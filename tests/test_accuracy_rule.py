@@ -52,3 +52,17 @@ def test_few_elements_allow_more_rounding_noise_but_not_a_wrong_value():
     assert compare((ref * 1.01).float(), eager, ref)  # 1% off: wrong, however few the elements
     many_ref = ref.repeat(400)  # the same error over 1,200 elements: 2x eager's applies again
     assert compare(noisy.repeat(400), eager.repeat(400), many_ref)
+
+
+def test_one_rounding_of_the_computing_precision_is_always_allowed():
+    # RMSNorm over bfloat16 rows of one element (the CPU fuzzer's case): x * rsqrt(x * x) is 1 in
+    # every element; eager's double rounding lands on exactly 1.0 everywhere, a once-rounded
+    # rsqrt gives 0.99609375 (one bfloat16 ulp below 1) everywhere. The float32 weight makes a
+    # float32 result computed in bfloat16.
+    w = torch.linspace(0.3, 0.9, 18)
+    ref, eager = w.double(), w.clone()
+    one_ulp, two_ulps = w * 0.99609375, w * 0.9921875
+    assert compare(one_ulp, eager, ref, low_precision=torch.bfloat16) == []
+    assert compare(two_ulps, eager, ref, low_precision=torch.bfloat16)
+    assert compare(one_ulp, eager, ref)  # a float32 program is held to float32's rounding
+    assert compare(one_ulp, eager, ref, low_precision=torch.float16)  # eight float16 ulps

@@ -76,6 +76,33 @@ def test_the_runner_tells_wrong_values_gradients_mutations_and_crashes(monkeypat
     assert result.status == status, result.messages
 
 
+def test_an_answer_made_of_rounding_noise_is_ill_conditioned_not_a_failure(monkeypatch):
+    # CPU fuzzer #21: the sign of layer_norm's outputs' sum, which is 0 up to rounding. Eager's sign
+    # is its noise; a float64 run on inputs scaled by 1 + 2**-30 gets the other sign.
+    def fn(x, s):
+        return (torch.copysign(s, torch.nn.functional.layer_norm(x, (3, 2)).sum()),)
+
+    def make():
+        return [make_input((3, 2), torch.float32, "contiguous", grad=False, seed=1313662795), torch.ones(1)]
+    _compiled_as(monkeypatch, lambda fn: (lambda x, s: (-fn(x, s)[0],)))
+    result = runner.judge(fn, make, backward=False)
+    assert result.status == "ill-conditioned" and "scaled by" in result.messages[0], result
+
+
+def test_exact_ties_and_well_conditioned_answers_are_still_judged(monkeypatch):
+    # A uniform rescaling keeps exact ties and moves a well-conditioned answer by ~1e-9: wrong
+    # answers there still fail.
+    def fn(x):
+        return torch.argmin(x, 0), x.exp().sum()
+
+    def make():
+        return [torch.tensor([2.0, 1.0, 1.0, 3.0])]
+    _compiled_as(monkeypatch, lambda fn: (lambda x: (fn(x)[0] + 1, fn(x)[1])))  # the second of the tied
+    assert runner.judge(fn, make, backward=False).status == "fail"
+    _compiled_as(monkeypatch, lambda fn: (lambda x: (fn(x)[0], fn(x)[1] * 1.0001)))
+    assert runner.judge(fn, make, backward=False).status == "fail"
+
+
 def test_eager_raising_is_a_skip_not_a_failure():
     def fn(x):
         return x @ x  # (3,) @ (4, 5) cannot multiply

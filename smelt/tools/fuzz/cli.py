@@ -120,9 +120,9 @@ def run(count: int, seed: int, device="cpu", backward=True, batch=4, every=50, o
                 else:
                     where = f"generate({s}) (--seed {seed}, program {indices[programs.index(p)]})"
                     journal.add({"index": indices[programs.index(p)], "status": result.status})
-                if result.status == "unsupported":
-                    log(f"  unsupported at {where}: " + " ".join(result.messages[0].splitlines()[:2])[:300])
-                if result.status in ("pass", "skip", "unsupported"):
+                if result.status in ("unsupported", "ill-conditioned"):
+                    log(f"  {result.status} at {where}: " + " ".join(result.messages[0].splitlines()[:2])[:300])
+                if result.status in ("pass", "skip", "unsupported", "ill-conditioned"):
                     continue
                 if result.status == "timeout" or not shrink_budget:
                     shrunk, shrunk_result, tried = p, result, 0
@@ -222,7 +222,8 @@ def _summary(args, journal: Journal, seconds) -> int:
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     print(f"\n{sum(c.values())} programs{took} ({backend_name(args.device)}): passed {c['pass']}, failed {failed} "
           f"(wrong values {c['fail']}, crashes {c['crash']}, segfaults {c['segfault']}, timeouts {c['timeout']}), "
-          f"skipped {c['skip']} (eager raised), unsupported {c['unsupported']} (torch.compile raised without smelt too)")
+          f"skipped {c['skip']} (eager raised), unsupported {c['unsupported']} (torch.compile raised without smelt too), "
+          f"ill-conditioned {c['ill-conditioned']} (the float64 answer moves under a 1e-9 rescaling of the inputs)")
     for n, f in enumerate(journal.findings, 1):
         print(f"\n--- failure {n}: {f['where']}\n" + "\n".join(f["messages"][:6]) + "\n" + f["source"])
     return 1 if failed else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-STATUSES = ("pass", "fail", "crash", "timeout", "segfault", "skip", "unsupported")
+STATUSES = ("pass", "fail", "crash", "timeout", "segfault", "skip", "unsupported", "ill-conditioned")
 
 
 class Journal:

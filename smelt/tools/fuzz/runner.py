@@ -21,12 +21,18 @@ from .inputs import make_input
 from .program import Program
 
 COTANGENT_SEED = 9001
+# Each float input scaled by these in turn (a uniform scale keeps exact ties and zeros): a program
+# whose float64 answer then fails the rule against eager is ill-conditioned at its inputs (the sign
+# of a sum that is 0 up to rounding, an argmin among values tied up to rounding): eager's answer
+# there is its own rounding noise, and no result can be judged by it.
+RESCALINGS = (1 + 2 ** -30, 1 - 2 ** -30, 1 + 2 ** -28)
 
 
 @dataclasses.dataclass
 class Result:
     status: str  # pass | fail (wrong values) | crash (smelt raised) | timeout | skip (eager raised)
     #              | unsupported (torch.compile raises or is wrong without smelt too: aot_eager)
+    #              | ill-conditioned (the float64 answer moves past the rule under a tiny rescaling)
     messages: list = dataclasses.field(default_factory=list)
     names: list = dataclasses.field(default_factory=list)  # program values/inputs each message is about
     seconds: float = 0.0
@@ -167,17 +173,22 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in)
                                           else [None] * len(labelled)):
             if e is None and a is None:
                 continue
-            low = False
+            low = None
             if (computes_in is not None and isinstance(e, torch.Tensor) and e.is_floating_point()
                     and e.dtype.itemsize > computes_in.itemsize):  # rounded to computes_in on the way
                 if computes_in.itemsize == 2:
-                    low = True
+                    low = computes_in
                 elif isinstance(a, torch.Tensor) and a.is_floating_point():
                     a, e = a.to(computes_in), e.to(computes_in)
             found += [(name, m) for m in compare(a, e, r, label, low_precision=low)]
         return found
     found = judged(actual)
     messages, where = [m for _, m in found], [n for n, _ in found]
+    if found and reference is not None:
+        moved = _rescaled_reference_fails(reference_fn, make_inputs, backward, eager, judged)
+        if moved:
+            return Result("ill-conditioned", [f"a float64 run on inputs scaled by {moved[0]!r} fails the rule too "
+                                              f"({moved[1]}); smelt's: {messages[0]}"], seconds=time.perf_counter() - start)
     if found:
         try:
             if judged(_compiled_run(fn, make_inputs, backward, eager[3], "aot_eager")):
@@ -187,6 +198,25 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in)
             pass
     status = "fail" if messages else "pass"
     return Result(status, messages, where, seconds=time.perf_counter() - start)
+
+
+def _rescaled_reference_fails(reference_fn, make_inputs, backward, eager, judged) -> tuple | None:
+    """(scale, first failure) for the first of RESCALINGS under which the float64 program, its
+    results cast to eager's dtypes, fails the rule against eager; None when none does."""
+    for scale in RESCALINGS:
+        inputs = [(i.detach() * scale).requires_grad_(i.requires_grad) if i.is_floating_point() else i
+                  for i in to_float64([exact_clone(i) for i in make_inputs()])]
+        try:
+            run = run_once(reference_fn, inputs, backward, eager[3])
+        except Exception:
+            return None
+        cast = tuple([a.to(e.dtype) if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)
+                      and a.is_floating_point() and e.is_floating_point() else a for a, e in zip(got, want)]
+                     for got, want in zip(run[:3], eager[:3]))
+        found = judged(cast + (run[3],))
+        if found:
+            return scale, found[0][1]
+    return None
 
 
 def make_inputs(program: Program, device="cpu") -> list:

@@ -103,7 +103,7 @@ def _train(spec, size, device, backend, seed, notes):
     missing = sorted(set(expected["grads"]) - set(actual["grads"]))
     if missing:
         return [f"grads: compiled has no gradient for {missing[:5]}"]
-    low_precision = torch.device(device).type == "cuda"  # bfloat16 autocast
+    low_precision = torch.bfloat16 if torch.device(device).type == "cuda" else None  # bfloat16 autocast
     return compare(actual, expected, reference, path="train", low_precision=low_precision)
 
 
