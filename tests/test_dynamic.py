@@ -1,5 +1,8 @@
 """dynamic=True: one compilation serves several input sizes."""
 
+import os
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -91,3 +94,25 @@ def test_dynamic_broadcast_with_static_weight(device, counting_backend, assert_c
         x = torch.randn(n, 33, device=device)
         assert_close(compiled(x, w), fn(x, w), atol=1e-5, rtol=1e-5)
     assert counting_backend.frame_count == 1
+
+
+def test_a_loop_bound_from_an_argument_under_triton_36s_interpreter(monkeypatch, compile_fn, assert_close):
+    # The H100 machine's Triton 3.6 interpreter took int() of a one-element array for
+    # `range(0, rnumel, RBLOCK)`, which its NumPy refuses: every CPU reduction over a dynamic row
+    # length failed to launch (smelt/runtime/interpreter_compat.py).
+    if os.environ.get("SMELT_CPU_BACKEND") != "triton":
+        pytest.skip("runs CPU kernels in Triton's interpreter")
+    from triton.runtime import interpreter
+
+    from smelt.runtime import interpreter_compat
+    newest = interpreter._patch_lang_tensor
+
+    def as_in_triton_36(tensor, scope):
+        newest(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", as_in_triton_36)
+    monkeypatch.setattr(interpreter_compat, "_installed", False)
+    compiled = compile_fn(_softmax, dynamic=True)
+    for rows, length in [(3, 7), (5, 9)]:
+        x = torch.randn(rows, length)
+        assert_close(compiled(x), _softmax(x))

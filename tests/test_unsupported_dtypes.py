@@ -75,6 +75,12 @@ def test_other_unsupported_dtypes_are_views_in_aten(compile_fn, device, dtype):
     x = torch.randint(0, 200, (16,), dtype=torch.uint8, device=device)
     x = x.view(torch.int16) if dtype.itemsize == 2 else x
     expected = f(x)
+    try:  # torch 2.11's Dynamo cannot print a graph holding bits8 (KeyError in fx's dtype names)
+        torch.compile(f, backend="eager", fullgraph=True)(x)
+    except torch._dynamo.exc.InternalTorchDynamoError as e:
+        pytest.skip(f"Dynamo without smelt fails too: {e}".splitlines()[0])
+    finally:
+        torch._dynamo.reset()
     actual = compile_fn(f)(x)
     torch.testing.assert_close(actual[0], expected[0])
     assert actual[1].dtype == dtype and torch.equal(actual[1].view(x.dtype), expected[1].view(x.dtype))

@@ -11,6 +11,7 @@ import types
 
 import triton
 
+from . import interpreter_compat
 from .checked_files import atomic_write
 
 log = logging.getLogger("smelt.runtime")
@@ -41,6 +42,7 @@ def interpreter_mode(enabled: bool):
     if not enabled:
         yield
         return
+    interpreter_compat.install()
     knobs = triton.knobs.runtime
     before = knobs.interpret
     knobs.interpret = True
