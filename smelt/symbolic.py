@@ -383,11 +383,27 @@ class IndexPrinter(StrPrinter):
         inner = self._operand(base) if div == 1 else f"({self._operand(base)} // {self._operand(div)})"
         return f"({inner} % {self._operand(mod)})"
 
+    # Dynamo's sizes hold torch's sympy functions too (a CUDA kernel's output padded to 8 is
+    # `s - Mod(s, 8) + 8`). Sizes are never negative, so C's and Python's remainders agree.
+    def _print_Mod(self, e):
+        return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
+
+    _print_PythonMod = _print_Mod
+    _print_CleanDiv = _print_FloorDiv
+
     def _print_Pow(self, e):
         base, exp = e.args
         if exp.is_Integer and exp > 0:
             return "(" + " * ".join([self._operand(base)] * int(exp)) + ")"
         raise NotImplementedError(f"smelt: cannot print index power {e}")
+
+    _print_PowByNatural = _print_Pow
+
+    def _print_TruncToInt(self, e):
+        return f"int({self._print(e.args[0])})"
+
+    def _print_Function(self, e):
+        raise NotImplementedError(f"smelt: cannot print {type(e).__name__} in the index or size expression {e}")
 
     def _print_Max(self, e):
         return functools.reduce(lambda a, b: f"max({a}, {b})", (self._print(a) for a in e.args))

@@ -1,5 +1,9 @@
 """Programs eager runs that smelt must run the same way: data-dependent sizes, integer
 arithmetic, special values, output strides, out-of-range scalars and indices."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch._dynamo
@@ -151,14 +155,21 @@ def test_integer_pow(compile_fn, device, dtype):
 
 # --- an index out of bounds raises, naming the op, where eager raises ------------------------
 
-@pytest.mark.parametrize("fn,op", [
-    (lambda x, j: x[j] * 2, "index"),
-    (lambda x, j: x[-j - 3] * 2, "index"),
-    (lambda x, j: torch.index_select(x, 0, j), "index_select"),
-    (lambda x, j: torch.gather(x, 0, j), "gather"),
-    (lambda x, j: torch.nn.functional.embedding(j, x.view(5, 1)), "index_select"),
-], ids=["index", "negative", "index_select", "gather", "embedding"])
-def test_index_out_of_bounds_raises(compile_fn, device, fn, op):
+OUT_OF_BOUNDS = {
+    "index": ("x[j] * 2", "index"),
+    "negative": ("x[-j - 3] * 2", "index"),
+    "index_select": ("torch.index_select(x, 0, j)", "index_select"),
+    "gather": ("torch.gather(x, 0, j)", "gather"),
+    "embedding": ("torch.nn.functional.embedding(j, x.view(5, 1))", "index_select"),
+}
+
+
+@pytest.mark.parametrize("case", OUT_OF_BOUNDS)
+def test_index_out_of_bounds_raises(compile_fn, device, case):
+    expr, op = OUT_OF_BOUNDS[case]
+    fn = eval(f"lambda x, j: {expr}")
+    if device != "cpu":
+        return _index_out_of_bounds_stops_the_gpu(expr)
     x, j = torch.randn(5, device=device), torch.tensor([0, 4, 7], device=device)
     with pytest.raises(Exception):
         fn(x, j)
@@ -168,6 +179,28 @@ def test_index_out_of_bounds_raises(compile_fn, device, fn, op):
     torch._dynamo.reset()
     j = torch.tensor([0, 2, 1], device=device)
     torch.testing.assert_close(compile_fn(fn)(x, j), fn(x, j))
+
+
+def _index_out_of_bounds_stops_the_gpu(expr: str):
+    """On the GPU eager's index check is a device-side assert, which leaves the process's CUDA
+    context unusable: smelt's kernel must stop the same way, so it runs in a process of its own.
+    In bounds it gives eager's values."""
+    script = f"""
+import torch, smelt
+fn = torch.compile(lambda x, j: {expr}, backend="smelt", fullgraph=True)
+x = torch.randn(5, device="cuda")
+ok = torch.tensor([0, 2, 1], device="cuda")
+torch.testing.assert_close(fn(x, ok), (lambda x, j: {expr})(x, ok))
+print("in bounds: same as eager", flush=True)
+fn(x, torch.tensor([0, 4, 7], device="cuda"))
+torch.cuda.synchronize()
+print("out of bounds: no error", flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert "in bounds: same as eager" in done.stdout, done.stderr[-3000:]
+    assert done.returncode != 0 and "out of bounds: no error" not in done.stdout, done.stdout
+    assert "index out of bounds" in done.stderr, done.stderr[-3000:]
 
 
 # --- half floats: every op's result is rounded to the half float, as eager rounds it -------------

@@ -166,6 +166,8 @@ def test_index_add_into_an_empty_destination(device, check, shape, dim, inplace)
     # ATen's index_add leaves a destination of 2+ dims without elements as it is, without reading
     # the indices; the decomposition's index_put checked them against the size 0 and its scatter
     # kernel raised (found by the fuzzer). A 1-D one raises in eager, and must in smelt too.
+    if device != "cpu":
+        pytest.skip("eager's CUDA index_add checks the index against the empty dim: a device-side assert")
     src_shape = list(shape)
     src_shape[dim] = 1
     x, src = torch.randn(shape, device=device), torch.randn(src_shape, device=device)

@@ -38,3 +38,26 @@ def test_simplified_index_keeps_every_value(expr, xs, rs, expected):
         assert _value(simple, x, r) == _value(expr, x, r), (simple, x, r)
     if expected is not None:
         assert simple == sympy.sympify(expected, locals={"xindex": X, "rindex": R})
+
+
+def test_sizes_with_torchs_sympy_functions_print_as_python():
+    # On the H100, GPT-2 with dynamic=True failed with "name 'Mod' is not defined": an ATen
+    # kernel's output padded to a multiple of 8 has size s - Mod(s, 8) + 8, which printed as is.
+    import math
+
+    import torch.utils._sympy.functions as F
+
+    from smelt.symbolic import pexpr
+    s = sympy.Symbol("s", integer=True, positive=True)
+    for expr in [s - F.Mod(s, 8) + 8, sympy.Mod(s, 8), F.PythonMod(s, 3), F.CleanDiv(8 * s, 8),
+                 F.FloorDiv(s + 7, 8), F.CeilDiv(s, 8), F.PowByNatural(s, 2), sympy.Max(s, 4), sympy.Min(s, 4)]:
+        for value in (1, 7, 8, 13):
+            assert eval(pexpr(expr), {"s": value, "math": math}) == int(expr.subs(s, value)), (expr, pexpr(expr))
+
+
+def test_an_unknown_function_in_a_size_is_an_error_naming_it():
+    import torch.utils._sympy.functions as F
+
+    from smelt.symbolic import pexpr
+    with pytest.raises(NotImplementedError, match="BitwiseFn_bitwise_and"):
+        pexpr(F.BitwiseFn_bitwise_and(sympy.Symbol("s", integer=True, positive=True), 3))

@@ -94,7 +94,8 @@ def test_complex_values_run_in_aten(check, device):
 @pytest.mark.smelt_only
 def test_kernel_dtypes_are_printable_by_every_backend():
     """The one list of dtypes smelt's kernels compute, which lowering checks, is what each backend prints."""
-    from smelt.codegen.halide.ops import HALIDE_TYPE, HALIDE_TYPE_CODE
+    from smelt.codegen.halide.ops import HALIDE_TYPE
     from smelt.codegen.triton.ops import TRITON_DTYPE
     from smelt.ir.dtypes import KERNEL_DTYPES
+    from smelt.runtime.halide_launcher import HALIDE_TYPE_CODE
     assert set(KERNEL_DTYPES) == set(TRITON_DTYPE) == set(HALIDE_TYPE) == set(HALIDE_TYPE_CODE)

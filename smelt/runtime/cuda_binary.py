@@ -225,9 +225,22 @@ def _entry_param_count(ptx: str, name: str) -> int:
 # (an FMA) makes x * y - sum([x * y]) the product's rounding error instead of 0 (the H100 fuzzer
 # found layer_norm's gradient over one element at 6e-6 where eager's is exactly 0).
 CUDA_COMPILE_OPTIONS = {"enable_fp_fusion": False}
+# A kernel that checks its indirect indices (tl.device_assert, codegen/triton/handler.py) compiles
+# in Triton's debug mode, without which the check is compiled out: an index out of bounds then
+# stops the program as eager's does (a device-side assert), not reading past the tensor. Debug
+# mode's checks of int32 arithmetic for overflow stay off: smelt picks index widths itself.
+CHECKED_OPTIONS = {"debug": True, "sanitize_overflow": False}
 
 
-def compile_binary(fn, spec: tuple, constexprs: dict, num_warps: int, capability: tuple[int, int]) -> CudaBinary:
+def compile_options(source: str) -> dict:
+    """Triton's compile options for a kernel, from its source."""
+    if "tl.device_assert(" in source:
+        return {**CUDA_COMPILE_OPTIONS, **CHECKED_OPTIONS}
+    return dict(CUDA_COMPILE_OPTIONS)
+
+
+def compile_binary(fn, spec: tuple, constexprs: dict, num_warps: int, capability: tuple[int, int],
+                   options: dict = CUDA_COMPILE_OPTIONS) -> CudaBinary:
     """Compile `fn` (a JITFunction) for one argument description; raises triton.CompilationError
     for a kernel that does not compile and CudaError for one this path cannot launch."""
     import triton
@@ -237,7 +250,7 @@ def compile_binary(fn, spec: tuple, constexprs: dict, num_warps: int, capability
     signature, constants, attrs = _triton_signature(fn, spec, constexprs)
     source = ASTSource(fn, signature, constexprs=constants, attrs=attrs)
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **CUDA_COMPILE_OPTIONS})
+    compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
     meta = compiled.metadata
     for scratch in ("global_scratch_size", "profile_scratch_size"):
         if getattr(meta, scratch, 0):

@@ -17,7 +17,7 @@ import threading
 import torch
 
 from ..source_digest import smelt_source_digest
-from .cuda_binary import CudaBinary, CudaError, compile_binary, describe
+from .cuda_binary import CudaBinary, CudaError, compile_binary, compile_options, describe
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,7 +112,7 @@ class KernelVariants:
                 return kept
         _compiler_ready()
         try:
-            binary = compile_binary(self.fn, spec, constexprs, num_warps, capability)
+            binary = compile_binary(self.fn, spec, constexprs, num_warps, capability, compile_options(self.source))
         except CudaError as e:
             raise Unsupported(str(e)) from e
         if folder is not None:

@@ -33,7 +33,7 @@ class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
                  workspace: tuple[int, int, int] | None = None, autotuner=None,
                  variants: KernelVariants | None = None, ticket: bool = False, programs: int | None = None,
-                 cuda_check=None):
+                 cuda_check=None, options: dict = CUDA_COMPILE_OPTIONS):
         self.fn = fn
         self.programs = programs  # a fixed grid (a combo kernel's), else one program per XBLOCK of x
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
@@ -50,6 +50,7 @@ class TritonLauncher:
         self.variants = variants if not interpret else None  # None: Triton's JIT launches
         # SMELT_CHECK_CUDA_COMPILE: compiles the kernel's CUDA form for each new argument description.
         self.cuda_check = cuda_check
+        self.options = options  # Triton's compile options (cuda_binary.compile_options), for the JIT
         # Launches already resolved (binary, grid, appended buffers), by the call's scalars: see _recall_key.
         self._resolved: dict | None = {} if self.variants is not None and autotuner is None else None
         self._tensors = self._scalars = None  # itemgetters over a call's arguments, set on its first
@@ -60,7 +61,7 @@ class TritonLauncher:
         self.constexprs = block_constants(config, self.programs is not None, self.row_split)
         self.block_constants = dict(self.constexprs)
         if not self.interpret:  # the interpreter takes no launch options
-            self.constexprs.update(num_warps=config.num_warps, **CUDA_COMPILE_OPTIONS)
+            self.constexprs.update(num_warps=config.num_warps, **self.options)
 
     def reconfigure(self, config, programs: int) -> None:
         """A combo kernel's new launch config and grid (runtime/combo_launcher.py tunes them)."""

@@ -6,6 +6,7 @@ from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import ComboLauncher
+from .cuda_binary import compile_options
 from .cuda_compile_check import CudaCompileCheck
 from .kernel_binaries import KernelVariants
 from .launcher import TritonLauncher
@@ -28,7 +29,9 @@ def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool)
     if kernel.combo:  # tuned by its ComboLauncher, which builds the tables each config needs
         programs = ComboLauncher.programs(kernel.combo, kernel.config.XBLOCK)
         launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
-                                  kernel.xnumel_arg, variants=variants, programs=programs, cuda_check=check)
+                                  kernel.xnumel_arg, variants=variants, programs=programs, cuda_check=check,
+                                  options=compile_options(kernel.source))
         return ComboLauncher(launcher, *kernel.combo, autotuner=tuner)
     return TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
-                          kernel.xnumel_arg, kernel.workspace, tuner, variants, kernel.ticket, cuda_check=check)
+                          kernel.xnumel_arg, kernel.workspace, tuner, variants, kernel.ticket, cuda_check=check,
+                          options=compile_options(kernel.source))
