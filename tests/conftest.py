@@ -60,6 +60,21 @@ def inspects_triton_kernels() -> None:
         pytest.skip(f"inspects Triton kernels; the CUDA backend is {os.environ['SMELT_CUDA_BACKEND']}")
 
 
+def stops_like_eager_on_the_gpu(setup: str, call: str) -> None:
+    """Where eager's CUDA kernel checks an index with a device-side assert, which leaves the
+    process's CUDA context unusable: in a process of its own, smelt's compiled `call` (after
+    `setup`, which defines its inputs on the GPU and `fn`) must stop the same way, naming the
+    index, rather than return."""
+    import subprocess
+    import sys
+    script = (f"import torch, smelt\n{setup}\ncompiled = torch.compile(fn, backend='smelt', fullgraph=True)\n"
+              f"out = {call.replace('fn(', 'compiled(')}\ntorch.cuda.synchronize()\nprint('returned', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode != 0 and "returned" not in done.stdout, script
+    assert "out of bounds" in done.stderr, done.stderr[-3000:]
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "smelt_only: test inspects smelt itself; skipped when SMELT_TEST_BACKEND != smelt"

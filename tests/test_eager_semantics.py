@@ -1,12 +1,9 @@
 """Programs eager runs that smelt must run the same way: data-dependent sizes, integer
 arithmetic, special values, output strides, out-of-range scalars and indices."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch._dynamo
+from conftest import stops_like_eager_on_the_gpu
 
 data_dependent = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True)
 
@@ -168,39 +165,19 @@ OUT_OF_BOUNDS = {
 def test_index_out_of_bounds_raises(compile_fn, device, case):
     expr, op = OUT_OF_BOUNDS[case]
     fn = eval(f"lambda x, j: {expr}")
+    x, j = torch.randn(5, device=device), torch.tensor([0, 2, 1], device=device)
+    torch.testing.assert_close(compile_fn(fn)(x, j), fn(x, j))
+    torch._dynamo.reset()
     if device != "cpu":
-        return _index_out_of_bounds_stops_the_gpu(expr)
-    x, j = torch.randn(5, device=device), torch.tensor([0, 4, 7], device=device)
+        return stops_like_eager_on_the_gpu(
+            f"fn = lambda x, j: {expr}\nx = torch.randn(5, device='cuda')\nj = torch.tensor([0, 4, 7], device='cuda')",
+            "fn(x, j)")
+    j = torch.tensor([0, 4, 7], device=device)
     with pytest.raises(Exception):
         fn(x, j)
     with pytest.raises(Exception, match="out of bounds") as error:
         compile_fn(fn)(x, j)
     assert op in str(error.value), str(error.value)
-    torch._dynamo.reset()
-    j = torch.tensor([0, 2, 1], device=device)
-    torch.testing.assert_close(compile_fn(fn)(x, j), fn(x, j))
-
-
-def _index_out_of_bounds_stops_the_gpu(expr: str):
-    """On the GPU eager's index check is a device-side assert, which leaves the process's CUDA
-    context unusable: smelt's kernel must stop the same way, so it runs in a process of its own.
-    In bounds it gives eager's values."""
-    script = f"""
-import torch, smelt
-fn = torch.compile(lambda x, j: {expr}, backend="smelt", fullgraph=True)
-x = torch.randn(5, device="cuda")
-ok = torch.tensor([0, 2, 1], device="cuda")
-torch.testing.assert_close(fn(x, ok), (lambda x, j: {expr})(x, ok))
-print("in bounds: same as eager", flush=True)
-fn(x, torch.tensor([0, 4, 7], device="cuda"))
-torch.cuda.synchronize()
-print("out of bounds: no error", flush=True)
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert "in bounds: same as eager" in done.stdout, done.stderr[-3000:]
-    assert done.returncode != 0 and "out of bounds: no error" not in done.stdout, done.stdout
-    assert "index out of bounds" in done.stderr, done.stderr[-3000:]
 
 
 # --- half floats: every op's result is rounded to the half float, as eager rounds it -------------

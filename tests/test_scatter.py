@@ -2,12 +2,13 @@
 and embedding's backward. Compared with eager on real inputs, duplicates and negative indices
 included; most cases must also run without any ATen fallback."""
 import copy
+import os
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import inspects_triton_kernels
+from conftest import inspects_triton_kernels, stops_like_eager_on_the_gpu
 
 
 @pytest.fixture
@@ -183,25 +184,36 @@ def test_index_add_into_an_empty_destination(device, check, shape, dim, inplace)
 def test_writes_into_an_empty_destination_raise_where_eager_does(device, compile_fn, op):
     # A kernel over a non-empty source whose destination has no elements: every index it stores
     # at is out of bounds, and eager raises (index_add only for a 1-D destination): so must smelt.
+    if device != "cpu":
+        return stops_like_eager_on_the_gpu(
+            f"import sys\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+            f"from test_scatter import _write_into_empty\nfn = lambda x, i, s: _write_into_empty({op!r}, x, i, s)\n"
+            "x, i, s = torch.randn(0, device='cuda'), torch.tensor([0], device='cuda'), torch.randn(1, device='cuda')",
+            "fn(x, i, s)")
+
     def fn(x, i, s):
-        if op == "index_add":
-            return x.index_add(0, i, s)
-        if op.startswith("index_put"):
-            return x.index_put((i,), s, accumulate=op.endswith("accumulate"))
-        if op in ("scatter", "scatter_add"):
-            return getattr(x, op)(0, i, s)
-        if op == "index_copy":
-            return x.index_copy(0, i, s)
-        if op == "index_fill":
-            return x.index_fill(0, i, 1.0)
-        y = x.clone()
-        y[i] = s
-        return y
+        return _write_into_empty(op, x, i, s)
     x, i, s = torch.randn(0, device=device), torch.tensor([0], device=device), torch.randn(1, device=device)
     with pytest.raises(Exception):
         fn(x, i, s)
     with pytest.raises(Exception):
         compile_fn(fn)(x, i, s)
+
+
+def _write_into_empty(op, x, i, s):
+    if op == "index_add":
+        return x.index_add(0, i, s)
+    if op.startswith("index_put"):
+        return x.index_put((i,), s, accumulate=op.endswith("accumulate"))
+    if op in ("scatter", "scatter_add"):
+        return getattr(x, op)(0, i, s)
+    if op == "index_copy":
+        return x.index_copy(0, i, s)
+    if op == "index_fill":
+        return x.index_fill(0, i, 1.0)
+    y = x.clone()
+    y[i] = s
+    return y
 
 
 def test_scatter_values_computed_in_scatter_kernel(device, lowered, kernel_count, observe):

@@ -29,22 +29,23 @@ def in_dtype(value, dtype: torch.dtype):
     common dtype before the kernel, a wrapped number too, so x_fp16 + 0.1 adds 0.0999755859375,
     x_fp16 == 0.1 holds for that value and clamp_min(x_fp16, 1e-12) is max(x, 0) (checked in
     eager); mul and div read the number unconverted (original_scalar_value), as do ops taking a
-    Scalar argument (slope, eps, alpha on CUDA): those lowerings keep `value`. On CUDA the number
-    stays unconverted and each kernel reads it as its own type: scalar_t (converted) in the
-    comparisons, float32 in add and sub, so lowerings of ops whose CUDA kernels are not known to
-    convert it convert it on the CPU only. The arithmetic stays float32."""
+    Scalar argument (slope, eps, alpha on CUDA): those lowerings keep `value`. On CUDA each kernel
+    reads it as its own type; measured against the CPU on the H100 (torch 2.11): add, sub and rsub
+    keep it in float32 (CPU only, below), the comparisons, remainder, fmod and pow convert it as
+    on the CPU. The arithmetic stays float32."""
     if low_precision(dtype) and isinstance(value, (int, float, sympy.Number)) and not isinstance(value, bool):
         return torch.tensor(float(value), dtype=dtype).item()
     return value
 
 
 def scalar_operand_dtypes(graph, a, b) -> list[torch.dtype] | None:
-    """Compute dtypes for mul's and div's operands where ATen's CPU kernel reads the second one,
-    a 0-d float tensor wider than the half float it computes in, unconverted (its reduced-float
+    """Compute dtypes for mul's and div's operands where ATen's kernel reads the second one, a
+    0-d float tensor wider than the half float it computes in, unconverted (its reduced-float
     scalar path: original_scalar_value), in float32: x_fp16 * torch.tensor(0.1) multiplies by
-    0.1, not by 0.0999755859375 (checked in eager; a first operand is converted). None otherwise."""
+    0.1, not by 0.0999755859375 (checked in eager, on the CPU and on the H100, where the 0-d tensor
+    is a CPU scalar; a first operand is converted). None otherwise."""
     out = graph.out_meta.dtype
-    if (graph.out_meta.device.type == "cpu" and low_precision(out) and is_tensor(a) and is_tensor(b)
+    if (low_precision(out) and is_tensor(a) and is_tensor(b)
             and len(b.get_size()) == 0 and b.get_dtype() in (torch.float32, torch.float64)):
         return [out, torch.float32]
     return None

@@ -62,8 +62,7 @@ def floor_divide(g, a, b):
 @lowering(aten.remainder)
 def remainder(g, a, b):
     dtype = g.out_meta.dtype
-    if g.out_meta.device.type == "cpu":  # as ATen's CPU kernel reads a number operand
-        a, b = in_dtype(a, dtype), in_dtype(b, dtype)
+    a, b = in_dtype(a, dtype), in_dtype(b, dtype)  # as ATen's kernels read a number operand
     if dtype.is_floating_point:
         return make_pointwise(g, [a, b], lambda x, y: float_remainder(x, y, dtype))
     return make_pointwise(g, [a, b], ops.remainder)

@@ -38,8 +38,8 @@ _PREDICATES = {
 }
 
 
-# Binary ops whose CPU kernels read a Python number operand converted to a half-float dtype
-# (common.in_dtype); mul's reads it unconverted.
+# Binary ops whose kernels read a Python number operand converted to a half-float dtype, on the
+# CPU and on CUDA (common.in_dtype); mul's reads it unconverted.
 _SCALAR_IN_DTYPE = {aten.fmod}
 
 
@@ -60,8 +60,7 @@ def _register_table():
             lowering(op)(lambda g, a, b: make_pointwise(g, [a, b], ops.mul,
                                                         compute_dtype=scalar_operand_dtypes(g, a, b)))
         elif op in _SCALAR_IN_DTYPE:
-            lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, _in_dtypes(g, [a, b], cpu_only=True),
-                                                                    getattr(ops, _name)))
+            lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, _in_dtypes(g, [a, b]), getattr(ops, _name)))
         else:
             lowering(op)(lambda g, a, b, _name=name: make_pointwise(g, [a, b], getattr(ops, _name)))
     for op, name in _PREDICATES.items():
@@ -125,7 +124,7 @@ def pow_(g, a, b):
                 # bfloat16 RMSNorm gradient's sign (fuzzer).
                 return make_pointwise(g, [a], lambda x: ops.mul(ops.to_dtype(ops.mul(x, x), out), x))
             return make_pointwise(g, [a], lambda x: ops.mul(ops.mul(x, x), x))
-    return make_pointwise(g, _in_dtypes(g, [a, b], cpu_only=True), ops.pow)
+    return make_pointwise(g, _in_dtypes(g, [a, b]), ops.pow)
 
 
 _UNSIGNED = {torch.int32: torch.uint32, torch.int64: torch.uint64}
