@@ -133,3 +133,26 @@ def test_a_result_in_another_layout_is_caught_under_dynamic_sizes(device, compil
     for n in (4, 7):
         x = torch.randn(2, 3, n, 5, device=device)
         assert_close(compiled(x), f(x))
+
+
+@torch.library.custom_op("smelt_test::row_stride", mutates_args=())
+def _row_stride(x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(x.stride(-2), device=x.device)
+
+
+@_row_stride.register_fake
+def _(x):
+    return torch.empty((), dtype=torch.int64, device=x.device)
+
+
+def test_dynamic_sizes_keep_gapped_strides_of_an_extern_input(device, compile_fn):
+    # CUDA's efficient attention pads its bias's rows to a multiple of 8 and slices them back:
+    # under dynamic=True that stride is s - Mod(s, 8) + 8, and smelt handed over a dense copy,
+    # which the kernel refused ("attn_bias is not correctly aligned", GPT-2 on the H100).
+    def fn(m):
+        s = m.size(-1)
+        return torch.ops.smelt_test.row_stride(F.pad(m * 2, (0, 8 - s % 8))[..., :s])
+    compiled = compile_fn(fn, dynamic=True)
+    for s in (6, 11, 13):
+        m = torch.randn(2, s, s, device=device)
+        assert compiled(m).item() == fn(m).item() == s - s % 8 + 8

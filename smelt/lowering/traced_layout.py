@@ -98,9 +98,11 @@ def _dense_strides(meta: torch.Tensor) -> list | None:
 
 
 def _gapped_strides(meta: torch.Tensor) -> list | None:
-    """Eager's static strides where no two elements share an address (gaps allowed), else None."""
-    sizes, strides = meta.size(), meta.stride()
-    if not all(isinstance(v, int) for v in (*sizes, *strides)) or meta.numel() == 0:
+    """Eager's strides where no two elements share an address (gaps allowed), else None. Symbolic
+    ones are judged at the sizes traced, as _dense_at_its_hints does: CUDA's efficient attention
+    pads its bias's rows to a multiple of 8 (a stride of s - Mod(s, 8) + 8) and refuses a dense one."""
+    sizes, strides = [_hint(v) for v in meta.size()], [_hint(v) for v in meta.stride()]
+    if any(v is None for v in (*sizes, *strides)) or 0 in sizes:
         return None
     dims = sorted((strides[d], sizes[d]) for d in range(meta.dim()) if sizes[d] != 1)
     extent = 1  # offsets 0 .. extent - 1 are what the smaller-stride dims reach
@@ -108,16 +110,18 @@ def _gapped_strides(meta: torch.Tensor) -> list | None:
         if stride < extent:
             return None
         extent += stride * (size - 1)
-    return [sympify(s) for s in strides]
+    return [sympify(s) for s in meta.stride()]
+
+
+def _hint(v):
+    return v.node.hint if isinstance(v, torch.SymInt) else v
 
 
 def _dense_at_its_hints(meta: torch.Tensor) -> bool:
     """Whether symbolic strides are a dense order at the sizes traced, where the expressions do not
     show it (a head dim of s//(s//8) beside s//8 heads: their product is s only where 8 divides s,
     which the view itself required)."""
-    def hint(v):
-        return v.node.hint if isinstance(v, torch.SymInt) else v
-    sizes, strides = [hint(v) for v in meta.size()], [hint(v) for v in meta.stride()]
+    sizes, strides = [_hint(v) for v in meta.size()], [_hint(v) for v in meta.stride()]
     if any(v is None for v in (*sizes, *strides)):
         return False
     return dense_dim_order(sizes, strides) is not None
