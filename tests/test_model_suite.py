@@ -80,3 +80,14 @@ def test_runner_reports_a_wrong_compiler(mode):
     result = run_case(spec, mode, size="tiny", device=DEVICE, backend=_off_by_a_percent)
     assert result.status == "fail", result
     assert any("rmse against float64" in f for f in result.failures), result.failures
+
+
+def test_shards_merge_into_one_table():
+    # scripts/model_suite_shards prints one table from each shard's JSON (report.py's __main__).
+    from smelt.tools.model_suite import report
+    from smelt.tools.model_suite.runner import CaseResult
+    results = [CaseResult("gpt2", "dynamic", "tiny", "cpu", "pass"),
+               CaseResult("llama", "decode", "tiny", "cpu", "fail", failures=["logits: off"])]
+    again = report.from_json(report.to_json(results))
+    assert report.markdown(again) == report.markdown(results)
+    assert "1 passed, 1 failed" in report.markdown(again)

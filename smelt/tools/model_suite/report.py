@@ -37,3 +37,17 @@ def to_json(results) -> str:
         row["notes"] = [n for n in r.notes if not n.startswith("Traceback")]
         rows.append(row)
     return json.dumps(rows, indent=1)
+
+
+def from_json(text: str) -> list:
+    from .runner import CaseResult
+    return [CaseResult(**row) for row in json.loads(text)]
+
+
+if __name__ == "__main__":  # scripts/model_suite_shards: one table from every shard's JSON
+    import sys
+    merged = []
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            merged += from_json(f.read())
+    print(markdown(merged))
