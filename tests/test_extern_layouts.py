@@ -135,24 +135,28 @@ def test_a_result_in_another_layout_is_caught_under_dynamic_sizes(device, compil
         assert_close(compiled(x), f(x))
 
 
-@torch.library.custom_op("smelt_test::row_stride", mutates_args=())
-def _row_stride(x: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(x.stride(-2), device=x.device)
+@torch.library.custom_op("smelt_test::strides_of", mutates_args=())
+def _strides_of(x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(list(x.stride()), device=x.device)
 
 
-@_row_stride.register_fake
+@_strides_of.register_fake
 def _(x):
-    return torch.empty((), dtype=torch.int64, device=x.device)
+    return torch.empty(x.dim(), dtype=torch.int64, device=x.device)
 
 
-def test_dynamic_sizes_keep_gapped_strides_of_an_extern_input(device, compile_fn):
-    # CUDA's efficient attention pads its bias's rows to a multiple of 8 and slices them back:
-    # under dynamic=True that stride is s - Mod(s, 8) + 8, and smelt handed over a dense copy,
+def test_dynamic_sizes_keep_gapped_and_expanded_strides_of_an_extern_input(device, compile_fn):
+    # CUDA's efficient attention pads its bias's rows to a multiple of 8, slices them back and
+    # expands them over the heads: under dynamic=True the row stride is s - Mod(s, 8) + 8, and
+    # smelt copied the view into dense memory (a view whose strides hold Mod was not seen as one),
     # which the kernel refused ("attn_bias is not correctly aligned", GPT-2 on the H100).
     def fn(m):
         s = m.size(-1)
-        return torch.ops.smelt_test.row_stride(F.pad(m * 2, (0, 8 - s % 8))[..., :s])
+        bias = F.pad(m * 2, (0, 8 - s % 8))[..., :s]
+        return torch.ops.smelt_test.strides_of(bias), torch.ops.smelt_test.strides_of(bias[:, None].expand(-1, 2, -1, -1))
     compiled = compile_fn(fn, dynamic=True)
     for s in (6, 11, 13):
         m = torch.randn(2, s, s, device=device)
-        assert compiled(m).item() == fn(m).item() == s - s % 8 + 8
+        row = s - s % 8 + 8
+        expected = ([s * row, row, 1], [s * row, 0, row, 1])
+        assert [t.tolist() for t in compiled(m)] == [t.tolist() for t in fn(m)] == list(expected)

@@ -116,8 +116,10 @@ def as_strided_layout(node: IRNode) -> tuple[Buffer, Layout] | None:
     storage_index = mapped[0] if reindex.flat_storage else buffer.layout.index(mapped)
     # expanded: coeff() reads only top-level terms, and simplify may leave s*(v0 + v1)
     storage_index = sympy.expand(simplify_index(storage_index, dict(zip(vars_, size))))
-    if any(isinstance(a, sympy.Function) for a in sympy.preorder_traversal(storage_index)):
-        return None  # div/mod left over: not expressible with strides
+    if any(isinstance(a, sympy.Function) and not a.free_symbols.isdisjoint(vars_)
+           for a in sympy.preorder_traversal(storage_index)):
+        return None  # div/mod of the view's indices left over: not expressible with strides
+    # (a function of sizes alone is a stride like any other: a row padded to 8 is s - Mod(s, 8) + 8)
     if vars_:
         poly = sympy.Poly(storage_index, *vars_)
         if poly.total_degree() > 1 or not all(c.free_symbols.isdisjoint(vars_) for c in poly.coeffs()):

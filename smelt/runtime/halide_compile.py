@@ -43,14 +43,11 @@ def target():
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_target(strict_float: bool = True):
+def kernel_target():
     """The host without Halide's fast-math: NaN compares as IEEE says (argmax, max and cummax see NaN
-    as eager does) and no float math is reassociated. Without the runtime, which is shared.
-    A kernel that declares STRICT_FLOAT = False makes each definition strict itself
-    (codegen/halide/strict.py) and is compiled without the target's."""
+    as eager does) and no float math is reassociated. Without the runtime, which is shared."""
     import halide as hl
-    host = target().with_feature(hl.TargetFeature.NoRuntime)
-    return host.with_feature(hl.TargetFeature.StrictFloat) if strict_float else host
+    return target().with_feature(hl.TargetFeature.NoRuntime).with_feature(hl.TargetFeature.StrictFloat)
 
 
 def _key(*parts: str) -> str:
@@ -175,13 +172,13 @@ def canonical_source(name: str, source: str) -> str:
 
 
 def kernel_library(name: str, source: str, cache_dir: str, path: str | None = None, target=None,
-                   runtime: str | None = None, strict_float: bool = True) -> tuple[str, str, float]:
+                   runtime: str | None = None) -> tuple[str, str, float]:
     """(path of the compiled library of kernel `name`, the name its pipeline is exported under, the
     seconds spent compiling it: 0 if cached). By default for the host, linked against
     runtime_library; the CUDA path passes its own. The library is shared by every kernel of the
     same canonical_source."""
     import time
-    target = kernel_target(strict_float) if target is None else target
+    target = kernel_target() if target is None else target
     folder = _folder(cache_dir)
     canonical = canonical_source(name, source)
     symbol = f"halide_kernel_{_key(canonical)}"

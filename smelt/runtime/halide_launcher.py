@@ -121,7 +121,6 @@ class HalideLauncher:
         self.num_inputs, self.num_outputs = len(module.INPUTS), len(module.OUTPUTS)
         self.size_names = module.SIZES
         self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
-        self.strict_float = getattr(module, "STRICT_FLOAT", True)
         runtime, library, symbol, self.compile_seconds = self._compile(source, cache_dir)
         _install_error_handler(runtime)
         self.library = ctypes.CDLL(library)
@@ -149,7 +148,7 @@ class HalideLauncher:
     def _compile(self, source: str, cache_dir: str) -> tuple[str, str, str, float]:
         """(the shared runtime, the kernel's library, its exported name, seconds spent compiling it)."""
         runtime = runtime_library(cache_dir)
-        return (runtime, *kernel_library(self.name, source, cache_dir, self.path, strict_float=self.strict_float))
+        return (runtime, *kernel_library(self.name, source, cache_dir, self.path))
 
     def _leading_arguments(self) -> list[int]:
         """Addresses of the arguments before the buffers (none on the CPU)."""

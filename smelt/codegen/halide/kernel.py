@@ -36,7 +36,6 @@ from .reductions import emit_reduction
 from .scan import emit_scan
 from .schedule import HalideSchedule
 from .special import SPECIAL_FUNCTIONS
-from .strict import STRICT_HELPER, strict_definitions, uses_loose_helper
 
 
 MODULE_HELPERS = '''
@@ -103,7 +102,16 @@ class HalideKernelSource:
 
 # Temporaries in a row before one is held in a Func (see HalideKernel.emit): the fuzzer's chain was 31.
 MAX_EXPR_DEPTH = 12
+# The size a value would have as a tree (each read of a temporary counting its whole tree) past
+# which it is held in a Func: fuzz #22's chain and a softplus through floor division (below) both
+# passed 10**6.
+MAX_TREE_SIZE = 4096
+# How many times a helper's body reads its argument, as a tree: float_fmod reduces its remainder in
+# 11 steps that each read the last one twice; the others read theirs a few times (is_nan, clamps).
+HELPER_READS = {"float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 8}
+OTHER_HELPER_READS = 4
 _TEMPORARY = re.compile(r"\btmp\d+\b")
+_HELPER_CALL = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)\(")
 
 
 def halide_kernel_name(plan: KernelPlan, index: int) -> str:
@@ -140,6 +148,8 @@ class HalideKernel:
         # define no Func of their own over (r, x), which Halide refuses to reference an RDom.
         self.in_update = False
         self.depth: dict[str, int] = {}  # a temporary's depth in temporaries since a Func boundary
+        self.tree_size: dict[str, int] = {}  # its size as a tree since a Func boundary (see emit)
+        self.temporaries: dict[str, CSEVar] = {}  # by name
         self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
@@ -167,20 +177,39 @@ class HalideKernel:
     # ------------------------------------------------------------ printing helpers
 
     def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
+        helpers = [HELPER_READS.get(name, OTHER_HELPER_READS) for name in _HELPER_CALL.findall(expr)]
+        reads_per_use = max(helpers, default=1)
+        if reads_per_use > 1 and not self.in_update:
+            # A helper that reads its argument many times (float_fmod: 2**11) gets a Func call
+            # for a large argument: holding the helper's result instead would keep the copies.
+            for name in dict.fromkeys(_TEMPORARY.findall(expr)):
+                if reads_per_use * self.tree_size.get(name, 1) > MAX_TREE_SIZE:
+                    held = self._hold(self.temporaries[name])
+                    expr = re.sub(rf"\b{name}\b", held.name, expr)
         var = self.cse.generate(self.body, expr, dtype, rank)
         if var.name in self.depth:  # found by CSE
             return var
-        depth = 1 + max((self.depth.get(name, 0) for name in _TEMPORARY.findall(expr)), default=0)
-        if depth > MAX_EXPR_DEPTH and not self.in_update:
+        self.temporaries[var.name] = var
+        reads = _TEMPORARY.findall(expr)
+        depth = 1 + max((self.depth.get(name, 0) for name in reads), default=0)
+        size = 1 + reads_per_use * sum(self.tree_size.get(name, 1) for name in reads)
+        if (depth > MAX_EXPR_DEPTH or size > MAX_TREE_SIZE) and not self.in_update:
             # hl.is_nan and hl.strict_float rewrite their argument as a tree, exponential in the depth of
             # shared subexpressions (a bfloat16 chain of floor division, log and clamp took 22 GB, fuzz
-            # #22); a Func call is a leaf to them, and Halide inlines the Func again.
-            boundary = self.as_func(self.fresh(f"{var.name}_value"), var, rank)
-            self.cse.redirect(var, boundary)
-            self.depth[boundary.name] = 0
-            return boundary
+            # #22; a softplus, then floor division's float_fmod, 22 GB in Halide's compile); a Func call
+            # is a leaf to them, and Halide inlines the Func again.
+            return self._hold(var)
         self.depth[var.name] = depth
+        self.tree_size[var.name] = size
         return var
+
+    def _hold(self, var: CSEVar) -> CSEVar:
+        """var's value as a call of a Func holding it; later requests for var's expression get the call."""
+        boundary = self.as_func(self.fresh(f"{var.name}_value"), var, var.rank)
+        self.cse.redirect(var, boundary)
+        self.depth[boundary.name] = 0
+        self.tree_size[boundary.name] = 1
+        return boundary
 
     def fresh(self, stem: str) -> str:
         name = f"{stem}{self.cse.counter}"
@@ -444,11 +473,6 @@ class HalideKernel:
         for special, source in {**SPECIAL_FUNCTIONS, **DIVISION_HELPERS}.items():
             if f" {special}(" in body_text + helpers:
                 helpers += source
-        # The CUDA target keeps StrictFloat whole: FMAs there are unmeasured.
-        loose = self.schedule.device == "cpu" and uses_loose_helper(helpers)
-        if loose:
-            out.writeline("STRICT_FLOAT = False  # see strict() below")
-            helpers += STRICT_HELPER
         for line in helpers.splitlines():
             out.writeline(line)
         out.writeline()
@@ -477,8 +501,6 @@ class HalideKernel:
             if self.plan.blocks_2d:
                 out.writeline('xr_dom = hl.RDom([(0, rnumel), (0, xnumel)], "xr_dom")')
                 out.writeline('rdom = hl.RDom([(0, rnumel)], "rdom")')
-        if loose:
-            self.body.lines = strict_definitions(self.body.lines)
         out.splice(self.body)
         with out.indent():
             out.writeline()

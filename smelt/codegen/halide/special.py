@@ -6,10 +6,6 @@ for erfinv, 2e-7 for i0; lgamma's Lanczos sum is good to about 1e-14). exp_float
 """
 from __future__ import annotations
 
-# Helpers with float math outside strict(): a CPU kernel that calls one compiles without
-# StrictFloat, its other definitions made strict (halide_strict.py).
-LOOSE_HELPERS = ("exp_float32", "horner")
-
 # In dependency order: a helper is included when the kernel, or a helper before it, calls it.
 SPECIAL_FUNCTIONS = {
     "sigmoid": '''
@@ -47,8 +43,10 @@ EXP_COEFFICIENTS = (1.0, 1.0, 0.49999991059303284, 0.1666642129421234, 0.0416683
 
 def exp_float32(v, at, nonpositive=False):
     # `at`: the pure vars v is a function of, (r, x), (x,) or (). Over vars, the polynomial is a
-    # Func of its own, outside strict() where its kernel is compiled without StrictFloat, so its
-    # multiply-adds fuse (halide_strict.py); its argument f stays strict. `nonpositive`: the caller
+    # Func of its own: a leaf to the tree walks of is_nan and strict_float in its callers.
+    # (Kernels compile with StrictFloat, so it has no fused multiply-adds: compiling it without
+    # them, only strict_float() around the rest, lost NaN through a select in Halide 21; CPU
+    # fuzz, a std of one element turned -2.0 where eager's is nan.) `nonpositive`: the caller
     # knows v <= 0 or nan (a softmax's v - max): the overflow guards are left out, with the same
     # bits for every such v (nearest k is then s - 0.5 truncated, as in the general form).
     if nonpositive:
@@ -111,9 +109,7 @@ def pick(condition, a, b):
 
 
 def horner(coefficients, t, at):
-    # `at` as exp_float32's: over pure vars the polynomial is a Func of its own, outside strict(),
-    # so its multiply-adds fuse (erf over [512, 8192], 2 threads: 3.89 -> 2.35 ms; hl.erf took 1.22;
-    # benchmarks.cpu_exp_ops times erf, erfc and gelu).
+    # `at` as exp_float32's: over pure vars the polynomial is a Func of its own.
     p = hl.f64(coefficients[-1])
     for c in coefficients[-2::-1]:
         p = p * t + hl.f64(c)
