@@ -66,18 +66,20 @@ def test_model(model, mode, device, backend):
     assert result.passed, f"{model} {mode} ({CPU_BACKEND}): {result.status}\n{result.message(12)}{details}"
 
 
-def _off_by_a_percent(gm, example_inputs):
-    """A backend that runs the graph and scales its floating outputs: a wrong compiler."""
+def _off_by_five_percent(gm, example_inputs):
+    """A backend that runs the graph and scales its floating outputs: a wrong compiler. 5%: well past
+    what bfloat16 autocast leaves (on the GPU the training mode's eager error is ~0.5%, allowed 3x,
+    and one bfloat16 rounding, 2**-8, is always allowed), where 1% passed."""
     def run(*args):
         outs = gm(*args)
-        return type(outs)(o * 1.01 if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs)
+        return type(outs)(o * 1.05 if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs)
     return run
 
 
 @pytest.mark.parametrize("mode", ["infer_fp32", "train"])
 def test_runner_reports_a_wrong_compiler(mode):
     spec = all_specs()["multihead_attention"]
-    result = run_case(spec, mode, size="tiny", device=DEVICE, backend=_off_by_a_percent)
+    result = run_case(spec, mode, size="tiny", device=DEVICE, backend=_off_by_five_percent)
     assert result.status == "fail", result
     assert any("rmse against float64" in f for f in result.failures), result.failures
 
