@@ -35,6 +35,8 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype):
 
 
 class Loops(IRNode):
+    reduction_ranges: tuple = ()  # a Reduction's own; other loop nests reduce over nothing
+
     def __init__(self, device: torch.device, dtype: torch.dtype, inner_fn: Callable,
                  ranges: Sequence[Expr], origins: frozenset = frozenset()):
         self.device = device

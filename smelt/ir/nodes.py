@@ -8,6 +8,7 @@ instead of recomputing the loop body inline.
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Callable, Sequence
 
 import sympy
@@ -93,10 +94,24 @@ class Buffer(IRNode):
     """
 
     storage_offset = sympy.Integer(0)
+    # What the scheduler asks of every buffer; the kinds that differ set their own.
+    has_side_effects = False  # kept, and run, even when nothing reads it (an assert, a print)
+    binds_name = True  # the wrapper assigns its value to its name (a scalar binds a size symbol instead)
+    mutates: str | None = None  # the existing buffer its elements are written into (ComputedBuffer)
+    copy_of: str | None = None  # a write into a graph input of another buffer's values, unchanged
+    lives_in: tuple | None = None  # (SharedStorage's name, element offset) when it is a slice of one
+    args: tuple = ()  # an ATen call's arguments (ExternKernel)
+    kwargs = types.MappingProxyType({})
+    condition = None  # a sympy condition on sizes it checks (AssertScalar)
 
     def __init__(self, name: str, layout: Layout):
         self.name = name
         self.layout = layout
+
+    @property
+    def storage_name(self) -> str:
+        """The name of the memory it lives in: its own, or the buffer it writes into."""
+        return self.name
 
     def get_size(self):
         return list(self.layout.size)

@@ -54,7 +54,9 @@ class ReinterpretView(IRNode):
 
     @property
     def name(self):
-        return getattr(self.buffer, "storage_name", self.buffer.name)
+        return self.buffer.storage_name
+
+    storage_name = name
 
     def get_size(self):
         return list(self.layout.size)

@@ -154,4 +154,4 @@ def _orders_everything(step: Step) -> bool:
     """An ATen call with effects beyond its output (an assert, .item(), a custom op) stays between
     the kernels before and after it."""
     buffer = step.group.nodes[0].buffer
-    return bool(getattr(buffer, "has_side_effects", False)) or not getattr(buffer, "binds_name", True)
+    return buffer.has_side_effects or not buffer.binds_name

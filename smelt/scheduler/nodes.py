@@ -30,7 +30,7 @@ class SchedulerNode:
         self.reads: list[tuple[str, Expr]] = []
         if self.is_extern:
             inputs = buffer.parent.inputs() if isinstance(buffer, MultiOutput) else buffer.inputs()
-            self.read_names = {getattr(i, "storage_name", None) or i.name for i in inputs}
+            self.read_names = {i.storage_name for i in inputs}
             if isinstance(buffer, MultiOutput):
                 self.read_names = {buffer.parent.name}
         else:
@@ -38,8 +38,7 @@ class SchedulerNode:
             self.read_names = {name for name, _ in self.reads}
         self.write_name = buffer.storage_name if isinstance(buffer, ComputedBuffer) else buffer.name
         # The SharedStorage this node's buffer is a slice of: its readers wait for this node too.
-        lives_in = getattr(buffer, "lives_in", None)
-        self.fills: str | None = lives_in[0] if lives_in else None
+        self.fills: str | None = buffer.lives_in[0] if buffer.lives_in else None
         if self.is_scatter:
             # A scatter updates what its target holds: it runs after the target's writer.
             self.read_names.add(self.write_name)
@@ -57,18 +56,17 @@ class SchedulerNode:
         """Names of the size symbols this step's shapes, indices, bodies or arguments use."""
         if "symbols" not in self._memo:
             found = set()
-            layout = getattr(self.buffer, "layout", None)
+            layout = self.buffer.layout
             if layout is not None:
                 for e in (*layout.size, *layout.stride, layout.offset):
                     found |= sympy.sympify(e).free_symbols
             if self.is_extern:
-                found |= _symbols_in_args(getattr(self.buffer, "args", ()), getattr(self.buffer, "kwargs", {}))
-                condition = getattr(self.buffer, "condition", None)
-                if condition is not None:
-                    found |= condition.free_symbols
+                found |= _symbols_in_args(self.buffer.args, self.buffer.kwargs)
+                if self.buffer.condition is not None:
+                    found |= self.buffer.condition.free_symbols
             else:
                 data = self.data
-                for e in (*data.ranges, *getattr(data, "reduction_ranges", ())):
+                for e in (*data.ranges, *data.reduction_ranges):
                     found |= sympy.sympify(e).free_symbols
                 for _, index in self.reads:
                     found |= index.free_symbols

@@ -96,8 +96,8 @@ def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNo
     kept = []
     for node in reversed(nodes):
         # A write into a graph input is kept even when nothing reads it; a scatter only when its target is.
-        mutates = getattr(node.buffer, "mutates", None) is not None and not node.is_scatter
-        effectful = getattr(node.buffer, "has_side_effects", False)
+        mutates = node.buffer.mutates is not None and not node.is_scatter
+        effectful = node.buffer.has_side_effects
         fills_needed = node.fills is not None and node.fills in needed
         if node.write_name in needed or mutates or effectful or node.name in needed or fills_needed:
             kept.append(node)
@@ -192,7 +192,7 @@ def _keep_in_inputs(steps: list[Step], outputs: set[str], graph, readers_outside
             continue
         made_here = {n.write_name: n for n in step.group.nodes if n.write_name == n.name}
         for node in step.group.nodes:
-            source = getattr(node.buffer, "copy_of", None)
+            source = node.buffer.copy_of
             if source is None or source not in made_here or source in outputs:
                 continue
             readers = readers_outside.get(source, set()) - {k}
@@ -210,7 +210,7 @@ def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
     for step in steps:
         step.frees = []
     last_use: dict[str, int] = {}
-    kept = getattr(graph, "kept_in_input", {})
+    kept = graph.kept_in_input
     for k, step in enumerate(steps):
         for node in step.nodes:
             for name in node.read_names:
@@ -221,15 +221,15 @@ def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
                 last_use[node.name] = max(k, last_use.get(node.name, k))
     written = {n for s in steps for m in (s.combo or [s]) for f in [m] + m.finishers
                for n in (f.stored if not f.is_extern else [f.group.nodes[0].write_name])}
-    unbound = {n.name for s in steps for n in s.nodes if not getattr(n.buffer, "binds_name", True)}
+    unbound = {n.name for s in steps for n in s.nodes if not n.buffer.binds_name}
     for name, k in last_use.items():
         if name in outputs or name in graph.constants or name in unbound:
             continue
-        if name in written or name in input_names or name in getattr(graph, "shared_storages", {}):
+        if name in written or name in input_names or name in graph.shared_storages:
             steps[k].frees.append(name)
     # An ATen call's output nobody reads (an unused part of a multi-output op) dies right away.
     for step in steps:
         name = step.group.nodes[0].write_name
         if step.is_extern and name not in last_use and name not in outputs \
-                and getattr(step.group.nodes[0].buffer, "binds_name", True):
+                and step.group.nodes[0].buffer.binds_name:
             step.frees.append(name)
