@@ -8,6 +8,8 @@ what it accepts; an SMELT_* variable nobody reads (a typo) is warned about once.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import functools
@@ -132,7 +134,7 @@ def setting(name: str) -> Any:
 
 
 def _field(name: str):
-    return dataclasses.field(default_factory=lambda: setting(name))
+    return dataclasses.field(default_factory=lambda: setting(name), metadata={"variable": name})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +204,31 @@ def warn_unknown_variables() -> None:
                 ", ".join(hints), ", ".join(SETTINGS))
 
 
+_overrides: contextvars.ContextVar[dict] = contextvars.ContextVar("smelt_config_overrides", default={})
+
+
+@contextlib.contextmanager
+def override(**fields):
+    """Settings for the compiles inside the block, whatever the environment says (tests, and
+    benchmarks that compare settings in one process): Config's field names, each value checked as
+    its SMELT_* variable's would be. Blocks nest; leaving one restores the settings before it."""
+    variables = {f.name: f.metadata["variable"] for f in dataclasses.fields(Config)}
+    checked = {}
+    for name, value in fields.items():
+        if name not in variables:
+            raise SettingError(f"smelt: config.override({name}=...): no such setting; accepted: "
+                               f"{', '.join(sorted(variables))}")
+        variable = variables[name]
+        checked[name] = value if value is None else SETTINGS[variable].parse(variable, str(value))
+    token = _overrides.set({**_overrides.get(), **checked})
+    try:
+        yield
+    finally:
+        _overrides.reset(token)
+
+
 def current() -> Config:
-    """The settings of the compile starting now, with a cache folder it can write to."""
+    """The settings of the compile starting now (the environment's, under any override), with a
+    cache folder it can write to."""
     warn_unknown_variables()
-    return usable(Config())
+    return usable(dataclasses.replace(Config(), **_overrides.get()))

@@ -130,3 +130,35 @@ def test_the_default_cache_dir_is_per_user(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert setting("SMELT_CACHE_DIR") == str(tmp_path / "home" / ".cache" / "smelt")
+
+
+def test_override_holds_settings_for_a_block_whatever_the_environment(monkeypatch):
+    monkeypatch.setenv("SMELT_AUTOTUNE", "0")
+    monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", "4096")
+    with config.override(autotune=True, persistent_reduction_limit=64):
+        assert config.current().autotune is True and config.current().persistent_reduction_limit == 64
+        with config.override(persistent_reduction_limit="128"):  # checked as the variable's text is
+            assert config.current().persistent_reduction_limit == 128 and config.current().autotune is True
+        assert config.current().persistent_reduction_limit == 64
+    assert config.current().autotune is False and config.current().persistent_reduction_limit == 4096
+
+
+def test_override_names_what_it_refuses():
+    with pytest.raises(SettingError, match="no such setting; accepted: .*autotune"):
+        with config.override(autotun=True):
+            pass
+    with pytest.raises(SettingError, match="SMELT_CPU_BACKEND"):
+        with config.override(cpu_backend="halid"):
+            pass
+
+
+@pytest.mark.smelt_only
+def test_a_compile_inside_an_override_uses_it():
+    import smelt.observe
+    other = "triton" if config.current().cpu_backend != "triton" else "reference"
+    smelt.observe.reset()
+    x = torch.randn(8)
+    with config.override(cpu_backend=other):
+        torch.testing.assert_close(torch.compile(lambda t: t.sin() * 2, backend="smelt")(x), x.sin() * 2)
+    (graph,) = smelt.observe.compiled_graphs()
+    assert all(name.startswith(other) for name in graph.kernel_names), graph.kernel_names
