@@ -204,3 +204,14 @@ def test_reductions_over_an_input_expanded_to_size_0(source, name, device, check
     check(lambda a: EMPTY_ROW_REDUCTIONS[name](a, dim), x)
     if name in ("sum", "prod"):
         check(lambda a: EMPTY_ROW_REDUCTIONS[name](a, dim), x.to(torch.int8))
+
+
+def test_every_reduction_kind_is_one_record():
+    # Lowering, the split and row-split strategies and the printers read one table of kinds
+    # (smelt/ir/reduction_kinds.py); an unknown kind is an error naming the known ones.
+    from smelt.ir.reduction_kinds import KINDS, kind, reduction_identity
+    assert kind("welford_reduce").outputs == 3 and kind("online_softmax_reduce").outputs == 2
+    assert {k for k, v in KINDS.items() if v.row_combinable} == {"sum", "max", "min", "online_softmax_reduce"}
+    assert reduction_identity("argmin", torch.int8) == 127 and reduction_identity("max", torch.float16) == float("-inf")
+    with pytest.raises(ValueError, match="unknown reduction kind 'mean'.*sum"):
+        kind("mean")

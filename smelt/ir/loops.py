@@ -8,31 +8,7 @@ import torch
 from ..symbolic import Expr, index_var, product
 from .nodes import IRNode
 from .ops import TextHandler, use_handler
-
-# Reduction kinds, each with how many values it yields. welford_reduce yields (mean, m2, count)
-# in one pass; online_softmax_reduce yields (max, sum of exp(value - max)) in one pass;
-# argmax/argmin yield the index of the first extreme value, as eager does.
-# welford_combine merges partial (mean, m2, count) triples: its inner_fn returns such a triple.
-REDUCTION_OUTPUTS = {
-    "sum": 1, "prod": 1, "max": 1, "min": 1, "any": 1, "all": 1,
-    "argmax": 1, "argmin": 1, "welford_reduce": 3, "welford_combine": 3, "online_softmax_reduce": 2,
-}
-
-
-def reduction_identity(reduction_type: str, dtype: torch.dtype):
-    """The value that leaves a reduction unchanged: what a masked-off element contributes."""
-    if reduction_type in ("sum", "any", "welford_reduce", "welford_combine"):
-        return 0
-    if reduction_type in ("prod", "all"):
-        return 1
-    low = reduction_type in ("max", "argmax")
-    if dtype.is_floating_point:
-        return float("-inf") if low else float("inf")
-    if dtype == torch.bool:
-        return 0 if low else 1
-    info = torch.iinfo(dtype)
-    return info.min if low else info.max
-
+from .reduction_kinds import kind
 
 class Loops(IRNode):
     reduction_ranges: tuple = ()  # a Reduction's own; other loop nests reduce over nothing
@@ -83,8 +59,7 @@ class Reduction(Loops):
     def __init__(self, device, dtype, inner_fn, ranges, reduction_ranges, reduction_type,
                  src_dtype, output_index: int = 0, origins=frozenset()):
         super().__init__(device, dtype, inner_fn, ranges, origins)
-        if reduction_type not in REDUCTION_OUTPUTS:
-            raise ValueError(f"smelt: unknown reduction type {reduction_type!r}")
+        kind(reduction_type)  # an unknown kind raises, naming the known ones
         self.reduction_ranges = list(reduction_ranges)
         self.reduction_type = reduction_type
         self.src_dtype = src_dtype
@@ -105,6 +80,6 @@ class Reduction(Loops):
             return handler.render(f"({', '.join(map(str, value))})" if isinstance(value, tuple) else value)
 
     def __str__(self):
-        which = f"[{self.output_index}]" if REDUCTION_OUTPUTS[self.reduction_type] > 1 else ""
+        which = f"[{self.output_index}]" if kind(self.reduction_type).outputs > 1 else ""
         return (f"Reduction[{', '.join(map(str, self.ranges))} | {', '.join(map(str, self.reduction_ranges))}]"
                 f"({self.reduction_type}{which}: {self.body_text()})")

@@ -6,11 +6,12 @@ import torch
 
 from .. import config
 from ..ir import Reduction, StorageBox, TensorBox, ops
+from ..ir.reduction_kinds import kind
 from ..symbolic import product, sympify
 from .common import make_pointwise
 from .registry import lowering
 from .split_reduction import choose_split, reads_columns
-from .two_stage_reduction import SPLITTABLE, make_split_reduction
+from .two_stage_reduction import make_split_reduction
 
 aten = torch.ops.aten
 
@@ -50,7 +51,7 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
     reduction_ranges = [size[d] for d in dims]
     load = x.make_loader()
     split = None
-    if reduction_type in SPLITTABLE:
+    if kind(reduction_type).splits:
         split = choose_split(product(size[d] for d in kept), product(reduction_ranges),
                              lambda: reads_columns(load, size, dims), config.current())
     if split is not None:

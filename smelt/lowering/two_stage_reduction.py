@@ -12,13 +12,10 @@ from __future__ import annotations
 import torch
 
 from ..ir import Pointwise, Reduction, StorageBox, TensorBox, ops
-from ..ir.loops import reduction_identity
+from ..ir.reduction_kinds import kind, reduction_identity
 from ..symbolic import FloorDiv, product, static_int, unflatten_index
 from .split_reduction import Split
 
-# Types whose partials are reduced again by the same type.
-SAME_TYPE_STAGES = ("sum", "prod", "max", "min", "any", "all")
-SPLITTABLE = SAME_TYPE_STAGES + ("argmax", "argmin", "welford_reduce")
 
 
 class _Chunks:
@@ -102,7 +99,7 @@ def make_split_reduction(g, x: TensorBox, dims: list[int], keepdim: bool, out_ra
         load_partial = buffer.make_loader()
         return lambda index, rindex: load_partial(chunks.partial_index(chunks.kept_of_output(index), rindex[0]))
 
-    if reduction_type in SAME_TYPE_STAGES:
+    if kind(reduction_type).same_kind_stages:
         fill = reduction_identity(reduction_type, src_dtype)
         partials = stage1(reduction_type, out_dtype, lambda i, r: chunk_element(i, r, fill))
         return [stage2(reduction_type, out_dtype, partial_reader(partials), out_dtype)]

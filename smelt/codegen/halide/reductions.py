@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ir.loops import reduction_identity
+from ...ir.reduction_kinds import reduction_identity
 from ...symbolic import static_int
 from ..common import CSEVar, register_dtype
 from .handler import HalideOps, PURE_VARS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import use_handler
-from ...ir.loops import reduction_identity
+from ...ir.reduction_kinds import reduction_identity
 from ..common import register_dtype, scan_register_dtype
 
 

@@ -8,7 +8,7 @@ import torch
 
 from ...artifact import BlockConfig
 from ...ir import use_handler
-from ...ir.loops import reduction_identity as identity
+from ...ir.reduction_kinds import reduction_identity as identity
 from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from ...artifact import SYNC_HEADER
+from ...ir.reduction_kinds import kind
 from ...symbolic import next_power_of_2
 from ..common import CSEVar, register_dtype
 from .ops import EXP
@@ -32,7 +33,6 @@ CHUNK = 8192
 WARPS = 8  # 4 to 16 warps and chunks of 4k to 32k elements measured within 5% of each other
 # At most this many programs cooperate on a row; an H100 keeps hundreds resident.
 MAX_ROW_SPLIT = 64
-COMBINABLE = ("sum", "max", "min", "online_softmax_reduce")
 
 
 def row_split_for(plan, interpret: bool, persistent_limit: int) -> int:
@@ -48,7 +48,7 @@ def row_split_for(plan, interpret: bool, persistent_limit: int) -> int:
         if node.is_scatter:
             return 1
         if node.is_reduction:
-            if node.data.reduction_type not in COMBINABLE or register_dtype(node.data.src_dtype) != torch.float32:
+            if not kind(node.data.reduction_type).row_combinable or register_dtype(node.data.src_dtype) != torch.float32:
                 return 1
     return -(-rn // CHUNK)
 
