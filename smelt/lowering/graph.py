@@ -58,9 +58,6 @@ class IRGraph:
         self.node: torch.fx.Node | None = None
         self._counter = 0
         self._dtypes: dict | None = None
-        # Buffers the scheduler keeps only in the graph input their kernel also copies them into:
-        # later kernels read them there (scheduler/schedule.py plan_memory).
-        self.kept_in_input: dict[str, str] = {}
         # Writes into graph inputs (aten.copy_), registered after everything else: every other
         # buffer, realized however late, reads an input's old contents, so it must come first.
         self.input_writes: list = []

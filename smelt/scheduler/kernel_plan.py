@@ -32,6 +32,8 @@ class KernelPlan:
     xnumel: sympy.Expr
     rnumel: sympy.Expr
     tiling: Tiling | None = None
+    # Buffers its kernel reads from the graph input that holds them (scheduler/schedule.py plan_memory).
+    kept_in_input: dict = dataclasses.field(default_factory=dict)
 
     @property
     def blocks_2d(self) -> bool:
@@ -77,12 +79,13 @@ class KernelPlan:
         return static_int(self.xnumel), static_int(self.rnumel)
 
 
-def plan_kernel(group: FusedGroup, stored: list[str]) -> KernelPlan:
+def plan_kernel(group: FusedGroup, stored: list[str], kept_in_input: dict | None = None) -> KernelPlan:
+    kept = dict(kept_in_input or {})
     tiling = choose_tiling(group, stored)
     if tiling is not None:
         placement = {n.name: "xr" for n in group.nodes}
         return KernelPlan(group, stored, placement, {n.name: 0 for n in group.nodes}, 1,
-                          tiling.outer, tiling.inner, tiling)
+                          tiling.outer, tiling.inner, tiling, kept)
     placement = group.placements()
     writers = {n.write_name: n for n in group.nodes}
     phase: dict[str, int] = {}
@@ -95,7 +98,7 @@ def plan_kernel(group: FusedGroup, stored: list[str]) -> KernelPlan:
             p = max(p, phase[producer.name] + (1 if placement[producer.name] == "reduction" else 0))
         phase[node.name] = p
     num_phases = max(phase.values()) + 1
-    return KernelPlan(group, stored, placement, phase, num_phases, group.xnumel, group.rnumel)
+    return KernelPlan(group, stored, placement, phase, num_phases, group.xnumel, group.rnumel, kept_in_input=kept)
 
 
 def kernel_sizes_symbols(plan: KernelPlan) -> list[sympy.Symbol]:

@@ -22,6 +22,9 @@ class Step:
     finishers: list["Step"] = dataclasses.field(default_factory=list)
     # Independent kernels launched together (scheduler/combo.py); `group` is the first's.
     combo: list["Step"] = dataclasses.field(default_factory=list)
+    # Buffers the graph's kernels read from the graph input that holds the same values, by name
+    # (plan_memory's _keep_in_inputs); one map, shared by every step of a schedule.
+    kept_in_input: dict = dataclasses.field(default_factory=dict)
 
     @property
     def is_extern(self) -> bool:
@@ -31,7 +34,7 @@ class Step:
     def plan(self) -> KernelPlan:
         """The kernel's plan (placements, phases, tiling), made once, when first asked for: after
         memory planning has fixed `stored`. Every backend prints the step from it."""
-        return plan_kernel(self.group, list(self.stored))
+        return plan_kernel(self.group, list(self.stored), self.kept_in_input)
 
     @property
     def nodes(self) -> list:
@@ -168,25 +171,28 @@ def plan_memory(steps: list[Step], outputs: set[str], graph) -> None:
             for name in node.read_names:
                 readers_outside.setdefault(name, set()).add(k)
     input_names = {name for name, value in graph.inputs if value is not None and hasattr(value, "layout")}
-    _keep_in_inputs(steps, outputs, graph, readers_outside)
+    kept = _keep_in_inputs(steps, outputs, readers_outside)
     for k, step in enumerate(steps):
+        step.kept_in_input = kept
         if step.is_extern:
             continue
         for node in step.group.nodes:
             name = node.write_name
             used_elsewhere = any(j != k for j in readers_outside.get(name, ()))
-            if name in graph.kept_in_input:
+            if name in kept:
                 continue
             if name in outputs or name in input_names or used_elsewhere or node.is_scatter or node.fills:
                 step.stored.append(name)
     plan_frees(steps, outputs, graph)
 
 
-def _keep_in_inputs(steps: list[Step], outputs: set[str], graph, readers_outside) -> None:
+def _keep_in_inputs(steps: list[Step], outputs: set[str], readers_outside) -> dict[str, str]:
     """A buffer whose kernel also copies it, unchanged, into a graph input (an optimizer's new
     step count, a running mean) needs no memory of its own: later kernels read the input, which
     no kernel after this one reads for its old value (fusion's order rules). Only where every
-    later reader is a kernel (an ATen call would need the buffer by name) and layouts agree."""
+    later reader is a kernel (an ATen call would need the buffer by name) and layouts agree.
+    Returns {buffer: the input that holds it}."""
+    kept: dict[str, str] = {}
     for k, step in enumerate(steps):
         if step.is_extern:
             continue
@@ -201,7 +207,8 @@ def _keep_in_inputs(steps: list[Step], outputs: set[str], graph, readers_outside
             src, dst = made_here[source].buffer.layout, node.buffer.layout
             if (list(src.size), list(src.stride), src.offset) != (list(dst.size), list(dst.stride), dst.offset):
                 continue
-            graph.kept_in_input[source] = node.write_name
+            kept[source] = node.write_name
+    return kept
 
 
 def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
@@ -210,7 +217,7 @@ def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
     for step in steps:
         step.frees = []
     last_use: dict[str, int] = {}
-    kept = graph.kept_in_input
+    kept = {k: v for step in steps for s in [step, *step.combo, *step.finishers] for k, v in s.kept_in_input.items()}
     for k, step in enumerate(steps):
         for node in step.nodes:
             for name in node.read_names:

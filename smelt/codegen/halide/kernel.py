@@ -264,7 +264,7 @@ class HalideKernel:
             return self.value_of(writer)
         dtype = self.graph.dtype_of(buffer)
         clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
-        stored = self.graph.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
+        stored = self.plan.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
         if self.tiles and not clamped and self.transposes(index, RINDEX, XINDEX):
             text = self.tile_load(text).name

@@ -31,7 +31,7 @@ class ReferenceBackend:
         if step.combo or step.finishers:
             raise KernelUnsupported("smelt: the reference backend runs kernels one at a time")
         plan = step.plan
-        kept = dict(ctx.graph.kept_in_input)
+        kept = dict(plan.kept_in_input)
         inputs, sizes = survey(plan, kept)
         origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
         name = kernel_name(plan, origins, index)

@@ -210,7 +210,7 @@ class TritonKernel:
             return self.value_of(writer)
         dtype = self._dtype_of(buffer)
         rank = self.rank_of(index)
-        ptr = self.args.input(self.graph.kept_in_input.get(buffer, buffer))
+        ptr = self.args.input(self.plan.kept_in_input.get(buffer, buffer))
         address = f"{ptr} + ({self.index_text(index)})"
         if rank:
             mask = self.mask_for(rank)
