@@ -106,10 +106,11 @@ MAX_EXPR_DEPTH = 12
 # which it is held in a Func: fuzz #22's chain and a softplus through floor division (below) both
 # passed 10**6.
 MAX_TREE_SIZE = 4096
-# How many times a helper's body reads its argument, as a tree: float_fmod reduces its remainder in
-# 11 steps that each read the last one twice; the others read theirs a few times (is_nan, clamps).
-HELPER_READS = {"float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 8}
-OTHER_HELPER_READS = 4
+# How many times a math helper's body reads its argument, as a tree: float_fmod reduces its
+# remainder in 11 steps that each read the last one twice; the others read theirs a few times
+# (is_nan, clamps, selects). Other calls (load, hl.*) read it once.
+HELPER_READS = {**dict.fromkeys(SPECIAL_FUNCTIONS, 4), **dict.fromkeys(DIVISION_HELPERS, 4),
+                "float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 8}
 _TEMPORARY = re.compile(r"\btmp\d+\b")
 _HELPER_CALL = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)\(")
 
@@ -177,13 +178,13 @@ class HalideKernel:
     # ------------------------------------------------------------ printing helpers
 
     def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
-        helpers = [HELPER_READS.get(name, OTHER_HELPER_READS) for name in _HELPER_CALL.findall(expr)]
+        helpers = [HELPER_READS.get(name, 1) for name in _HELPER_CALL.findall(expr)]
         reads_per_use = max(helpers, default=1)
         if reads_per_use > 1 and not self.in_update:
             # A helper that reads its argument many times (float_fmod: 2**11) gets a Func call
             # for a large argument: holding the helper's result instead would keep the copies.
             for name in dict.fromkeys(_TEMPORARY.findall(expr)):
-                if reads_per_use * self.tree_size.get(name, 1) > MAX_TREE_SIZE:
+                if name in self.temporaries and reads_per_use * self.tree_size.get(name, 1) > MAX_TREE_SIZE:
                     held = self._hold(self.temporaries[name])
                     expr = re.sub(rf"\b{name}\b", held.name, expr)
         var = self.cse.generate(self.body, expr, dtype, rank)
