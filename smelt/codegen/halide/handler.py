@@ -165,6 +165,11 @@ class HalideOps:
             # `- 0` hides it from that check and is simplified away later (a zero Halide folds this
             # way divides as +0.0).
             b = CSEVar(f"({b} - {literal(0, dtype)})", dtype, 0)
+        if name in ("le", "ge") and dtype.is_floating_point:
+            # Halide has no <= node: a <= b is built as !(b < a), true where either is nan (eager: false).
+            strict = "<" if name == "le" else ">"
+            text = f"({self._operand(a)} {strict} {self._operand(b)}) | ({self._operand(a)} == {self._operand(b)})"
+            return computed(self.k.emit(text, torch.bool, rank), name)
         if dtype == torch.bool and name in BOOL_ARITHMETIC:
             return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
         if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
