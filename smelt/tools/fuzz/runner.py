@@ -209,8 +209,9 @@ def _rescaled_reference_fails(reference_fn, make_inputs, backward, eager, judged
     """(scale, first failure) for the first of RESCALINGS under which the float64 program, its
     results cast to eager's dtypes, fails the rule against eager; None when none does."""
     for scale in RESCALINGS:
-        inputs = [(i.detach() * scale).requires_grad_(i.requires_grad) if i.is_floating_point() else i
-                  for i in to_float64([exact_clone(i) for i in make_inputs()])]
+        inputs = [(i.detach() * scale).requires_grad_(i.requires_grad)
+                  if isinstance(i, torch.Tensor) and i.is_floating_point() else i
+                  for i in to_float64([exact_clone(i) if isinstance(i, torch.Tensor) else i for i in make_inputs()])]
         try:
             run = run_once(reference_fn, inputs, backward, eager[3])
         except Exception:
