@@ -193,3 +193,15 @@ def test_comparisons_with_nan_are_false_as_in_eager(dtype, check):
     check(lambda x, y: (x <= y, x >= y, x < y, x > y, x == y, x != y, x <= 1.5, x >= 1.5, x <= x,
                         torch.le(x.var(0, keepdim=True), 0.0)), x, y)
     check(lambda x: x[:0].var(0, correction=0) <= x[:0].var(0, correction=0), x)
+
+
+@pytest.mark.parametrize("case", ["pow2", "pow3", "i64_u64", "i32_u32", "i64_i32", "i64_u32"])
+def test_float_to_int_then_another_int_type_wraps_as_eager(case, check):
+    # Halide's simplifier folded the signedness cast after a float's conversion (int64 -> uint64 in a
+    # wrapping multiply) into one fptoui: x.to(int64).pow(2) gave 1 for -2 (CPU fuzz, seed 1500). The
+    # sign-split form it now prints needs uint64 literals past int32 (hl.cast took none).
+    fns = {"pow2": lambda x: x.to(torch.int64).pow(2), "pow3": lambda x: x.to(torch.int64).pow(3),
+           "i64_u64": lambda x: x.to(torch.int64).to(torch.uint64),
+           "i32_u32": lambda x: x[:4].to(torch.int32).to(torch.uint32),
+           "i64_i32": lambda x: x.to(torch.int64).to(torch.int32), "i64_u32": lambda x: x.to(torch.int64).to(torch.uint32)}
+    check(fns[case], torch.tensor([2.04, 1.54, -2.77, -0.5, -3e9, 5e9]))

@@ -27,6 +27,10 @@ PURE_VARS = {0: "()", 1: "(x,)", 2: "(r, x)"}
 _NARROW_INTS = {torch.uint8: 0xFF, torch.int8: 0xFF, torch.int16: 0xFFFF}  # the bits each keeps
 
 
+def _is_int(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and dtype != torch.bool
+
+
 @dataclasses.dataclass(frozen=True)
 class ConstantVar(CSEVar):
     """A literal whose value the printer still knows (a division by a constant zero needs it)."""
@@ -76,6 +80,19 @@ class HalideOps:
             # off range, 0 in vector code. The mask keeps the wide step.
             wide = f"hl.cast(hl.Int(32), {text})" if src.is_floating_point else text
             text = f"hl.cast({halide_type(dst)}, {wide} & {_NARROW_INTS[dst]})"
+        elif _is_int(src) and _is_int(dst) and src.itemsize == dst.itemsize:
+            # Signedness alone (a wrapping multiply's int64 -> uint64). Halide's simplifier folds a
+            # cast, and even a reinterpret, of a float's conversion into one conversion (fptoui: -2.77
+            # -> int64 -> uint64 gave 2**64 - 1, and x.to(int64).pow(2) 1 for -2; CPU fuzz seed 1500):
+            # the sign bit is moved on its own, the other bits under a mask it keeps.
+            top = 1 << (src.itemsize * 8 - 1)
+            sign = f"({text} < 0)" if src.is_signed else f"({text} >= {literal(top, src)})"
+            high = literal(-top if dst.is_signed else top, dst)
+            text = (f"(hl.cast({halide_type(dst)}, {text} & {literal(top - 1, src)}) | "
+                    f"hl.select({sign}, {high}, {literal(0, dst)}))")
+        elif _is_int(src) and _is_int(dst) and dst.itemsize < src.itemsize:
+            # 64 -> 32 bits wraps as eager does; the mask keeps the wide step, as for the narrow ints.
+            text = f"hl.cast({halide_type(dst)}, {text} & {literal(0xFFFFFFFF, src)})"
         elif src != dst:
             text = f"hl.cast({halide_type(dst)}, {text})"
         else:

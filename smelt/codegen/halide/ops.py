@@ -52,6 +52,8 @@ def literal(value, dtype: torch.dtype) -> str:
         return f"hl.i32({value})"
     if dtype == torch.int64:
         return f"hl.i64({value})"
+    if dtype in (torch.uint32, torch.uint64):  # hl.cast takes a Python int only in int32's range
+        return f"hl.u{dtype.itemsize * 8}({value})"
     return f"hl.cast({halide_type(dtype)}, {value})"
 
 
