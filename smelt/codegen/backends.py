@@ -17,7 +17,7 @@ from ..errors import SmeltError
 
 if TYPE_CHECKING:
     from ..artifact import GeneratedKernel
-    from ..lowering.graph import IRGraph
+    from ..ir.graph import IRGraph
     from ..scheduler.schedule import Step
 
 

@@ -142,13 +142,6 @@ def is_dense(meta: torch.Tensor) -> bool:
     return dense_dim_order(list(meta.size()), list(meta.stride())) is not None
 
 
-def origin_name(node: torch.fx.Node) -> str:
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
-    return getattr(target, "__name__", str(target))
-
-
 def layout_of(val: torch.Tensor, cls=FixedLayout):
     """The layout of a real tensor as a kernel sees it: offsets count from its data pointer, which
     already includes the storage offset."""

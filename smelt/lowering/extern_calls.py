@@ -8,7 +8,8 @@ import torch
 from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
-from .common import broadcast_loader, layout_of, make_pointwise, origin_name
+from ..ir.graph import origin_name
+from .common import broadcast_loader, layout_of, make_pointwise
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from .registry import lowering

@@ -1,10 +1,8 @@
 """Walks an ATen FX graph and builds the IR graph: buffers in program order, inputs, outputs."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import operator
-from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -12,12 +10,13 @@ import torch
 import torch.fx
 
 from ..errors import LoweringError
-from ..ir import Buffer, ComputedBuffer, ConstantBuffer, InputBuffer, Layout, Loops, Pointwise, SharedStorage, StorageBox, TensorBox, as_strided_layout, make_contiguous_layout
+from ..ir import ComputedBuffer, ConstantBuffer, InputBuffer, Loops, Pointwise, StorageBox, TensorBox
+from ..ir.graph import IRGraph, OutputSpec, copy_loops, origin_name
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
 from ..ir.views import ReinterpretView
 from ..symbolic import index_var, sympify
 from . import registry
-from .common import layout_of, origin_name
+from .common import layout_of
 from .extern_calls import fallback
 from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
@@ -26,148 +25,13 @@ from .traced_layout import realize_as_traced
 log = logging.getLogger("smelt.lowering")
 
 
-@dataclass
-class OutputSpec:
-    """How the wrapper produces one graph output."""
-
-    kind: str  # "buffer" | "view" | "none" | "scalar"
-    name: str | None = None
-    layout: Any = None  # for "view": the FixedLayout over buffer `name`
-    expr: Any = None  # for "scalar"
-
-
-class IRGraph:
-    """The IR of one FX graph, built in program order by `lower_graph`."""
-
-    def __init__(self, gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None):
-        self.gm = gm
-        # (gm, example inputs, kind) -> a compiled graph: how a branch of torch.cond is compiled
-        # (the pipeline's compile_graph, passed in: the pipeline imports the lowerings).
-        self.compile_subgraph = compile_subgraph
-        self.config = config  # the settings it is compiled under (which backend takes each device)
-        # device type -> the most elements a tensor's storage may hold for a kernel of the backend
-        # the settings choose there (None: no limit); the pipeline asks the backend registry.
-        self.storage_limit = storage_limit or (lambda device_type: None)
-        self.buffers: list[Buffer] = []
-        self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
-        self.constants: dict[str, ConstantBuffer] = {}
-        self.outputs: list[OutputSpec] = []
-        self.fallback_ops: list[str] = []
-        self.subgraphs: dict[str, object] = {}  # name -> compiled graph called by the wrapper (torch.cond)
-        self.random_seeds: dict = {}  # device -> RandomSeeds, made by the first random op on it
-        self.node: torch.fx.Node | None = None
-        self._counter = 0
-        self._dtypes: dict | None = None
-        # Writes into graph inputs (aten.copy_), registered after everything else: every other
-        # buffer, realized however late, reads an input's old contents, so it must come first.
-        self.input_writes: list = []
-        # Memory filled slice by slice (a cat's pieces written in place), by name: not steps.
-        self.shared_storages: dict[str, SharedStorage] = {}
-        self.softmax_rows = SoftmaxRows(gm)  # amax/sum pairs lowered as one online reduction
-
-    # ------------------------------------------------------------ building
-
-    def new_name(self) -> str:
-        name = f"buf{self._counter}"
-        self._counter += 1
-        return name
-
-    @property
-    def origin(self) -> frozenset:
-        return frozenset([origin_name(self.node)]) if self.node is not None else frozenset()
-
-    @property
-    def out_meta(self):
-        return self.node.meta.get("val") if self.node is not None else None
-
-    @contextlib.contextmanager
-    def lowering_position(self, target, meta, args, kwargs):
-        """While one position of a list-returning op (a foreach op) is lowered as the single op
-        `target` it stands for, `node` is that op's call: lowerings read its target and eager value."""
-        outer = self.node
-        self.node = PositionNode(target, {"val": meta}, tuple(args), dict(kwargs), outer)
-        try:
-            yield
-        finally:
-            self.node = outer
-
-    def register_computed(self, loops: Loops, layout=None, mutates: str | None = None) -> ComputedBuffer:
-        if layout is None:
-            layout = make_contiguous_layout(loops.get_device(), loops.get_dtype(), loops.get_size())
-        buffer = ComputedBuffer(self.new_name(), layout, loops, mutates=mutates)
-        self.buffers.append(buffer)
-        return buffer
-
-    def register_shared_storage(self, layout: Layout) -> SharedStorage:
-        storage = SharedStorage(self.new_name(), layout)
-        self.shared_storages[storage.name] = storage
-        return storage
-
-    def register_buffer(self, buffer: Buffer) -> Buffer:
-        self.buffers.append(buffer)
-        return buffer
-
-    def realize(self, box: TensorBox) -> Buffer | ReinterpretView:
-        """A strided form of `box` that can be handed to ATen or returned, copying only if needed."""
-        data = box.data if isinstance(box, TensorBox) else box
-        if isinstance(data, StorageBox):
-            return data.realize(self)
-        if isinstance(data, ReinterpretView):
-            return data
-        strided = as_strided_layout(data)
-        if strided is not None:
-            buffer, layout = strided
-            if layout == buffer.layout:
-                return buffer
-            return ReinterpretView(buffer, layout)
-        return self.register_computed(_copy_loops(data))
-
-    def dtype_of(self, name: str) -> torch.dtype:
-        """The element type of a buffer, input or constant by name (storage names included)."""
-        if self._dtypes is None:  # built once lowering is over; buffers no longer change then
-            self._dtypes = {name: c.get_dtype() for name, c in self.constants.items()}
-            self._dtypes.update((n, v.get_dtype()) for n, v in self.inputs if hasattr(v, "layout"))
-            self._dtypes.update((n, s.get_dtype()) for n, s in self.shared_storages.items())
-            for b in self.buffers:
-                if b.layout is not None:
-                    self._dtypes.setdefault(getattr(b, "storage_name", b.name), b.get_dtype())
-                    self._dtypes[b.name] = b.get_dtype()
-        return self._dtypes[name]
-
-    # ------------------------------------------------------------ text
-
-    def describe(self) -> str:
-        lines = [f"inputs: {', '.join(n for n, _ in self.inputs)}"]
-        for name, c in self.constants.items():
-            lines.append(c.describe())
-        lines += [s.describe() for s in self.shared_storages.values()]
-        lines += [b.describe() for b in self.buffers]
-        lines.append("outputs: " + ", ".join(
-            o.kind if o.kind == "none" else f"{o.name or o.expr}" + (f" as {o.layout}" if o.layout else "")
-            for o in self.outputs))
-        return "\n".join(lines)
-
-
-@dataclass
-class PositionNode:
-    """A single-tensor op's call standing for one position of a foreach op's FX node `of`."""
-
-    target: Any
-    meta: dict
-    args: tuple
-    kwargs: dict
-    of: torch.fx.Node
-
-    def format_node(self) -> str:
-        return f"{origin_name(self)} at one position of {self.of.format_node()}"
-
-
 def _is_symbolic_scalar(val) -> bool:
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def lower_graph(gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None) -> IRGraph:
     graph = IRGraph(gm, config, storage_limit, compile_subgraph)
+    graph.softmax_rows = SoftmaxRows(gm)
     env: dict[torch.fx.Node, Any] = {}
 
     def lookup_env(a):
@@ -199,7 +63,7 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, storage_limit=None, compi
                     # Two outputs, one storage, where eager's op made a new tensor (a cat of x and an
                     # empty piece is x itself here): returned as one tensor, autograd took the second
                     # for the first (no grad_fn), and a write to one would show in the other.
-                    spec = _lower_output(graph, TensorBox.of_storage(_copy_loops(value)), fx_out)
+                    spec = _lower_output(graph, TensorBox.of_storage(copy_loops(value)), fx_out)
                 if spec.name is not None:
                     returned.setdefault(spec.name, fx_out)
                 graph.outputs.append(spec)
@@ -353,11 +217,6 @@ def _cheap_scalar(loops: Loops) -> bool:
 def _fresh_in_eager(fx_out) -> bool:
     target = getattr(fx_out, "target", None)
     return isinstance(target, torch._ops.OpOverload) and not target.is_view
-
-
-def _copy_loops(value) -> Pointwise:
-    """A loop nest computing `value` (a TensorBox or what it holds) element by element."""
-    return Pointwise(value.get_device(), value.get_dtype(), value.make_loader(), value.get_size(), value.origins)
 
 
 def _lower_output(graph: IRGraph, value, fx_out) -> OutputSpec:

@@ -28,7 +28,8 @@ from ..ir import Pointwise, StorageBox, TensorBox, ops
 from ..ir.ops import ReadsHandler, use_handler
 from ..symbolic import product
 from .views import drop_size_one_dims
-from .common import make_pointwise, origin_name
+from ..ir.graph import origin_name
+from .common import make_pointwise
 from .reductions import accumulator_dtype, make_reduction
 
 aten = torch.ops.aten

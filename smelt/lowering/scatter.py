@@ -18,7 +18,7 @@ from ..ir import ComputedBuffer, Pointwise, Scatter, TensorBox, ops
 from ..ir.scatter import mode_supports
 from ..symbolic import FloorDiv, ModularIndexing, dense_dim_order, product, static_int, sympify
 from .common import broadcast_loader, scalar_value
-from .common import origin_name
+from ..ir.graph import origin_name
 from .registry import lowering
 from .views import _normalize_start
 

@@ -1,0 +1,164 @@
+"""The IR of one FX graph: its buffers in program order, inputs, constants and outputs, as the
+lowering builds it and the scheduler and code generators read it."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from .loops import Loops, Pointwise
+from .nodes import Buffer, ComputedBuffer, ConstantBuffer, Layout, SharedStorage, StorageBox, TensorBox, make_contiguous_layout
+from .views import ReinterpretView, as_strided_layout
+
+
+def origin_name(node) -> str:
+    """How an FX node's op is named in messages and kernel comments: aten.add.Tensor."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+@dataclass
+class OutputSpec:
+    """How the wrapper produces one graph output."""
+
+    kind: str  # "buffer" | "view" | "none" | "scalar"
+    name: str | None = None
+    layout: Any = None  # for "view": the FixedLayout over buffer `name`
+    expr: Any = None  # for "scalar"
+
+
+class IRGraph:
+    """The IR of one FX graph, built in program order by `lower_graph`."""
+
+    def __init__(self, gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None):
+        self.gm = gm
+        # (gm, example inputs, kind) -> a compiled graph: how a branch of torch.cond is compiled
+        # (the pipeline's compile_graph, passed in: the pipeline imports the lowerings).
+        self.compile_subgraph = compile_subgraph
+        self.config = config  # the settings it is compiled under (which backend takes each device)
+        # device type -> the most elements a tensor's storage may hold for a kernel of the backend
+        # the settings choose there (None: no limit); the pipeline asks the backend registry.
+        self.storage_limit = storage_limit or (lambda device_type: None)
+        self.buffers: list[Buffer] = []
+        self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
+        self.constants: dict[str, ConstantBuffer] = {}
+        self.outputs: list[OutputSpec] = []
+        self.fallback_ops: list[str] = []
+        self.subgraphs: dict[str, object] = {}  # name -> compiled graph called by the wrapper (torch.cond)
+        self.random_seeds: dict = {}  # device -> RandomSeeds, made by the first random op on it
+        self.node: torch.fx.Node | None = None
+        self._counter = 0
+        self._dtypes: dict | None = None
+        # Writes into graph inputs (aten.copy_), registered after everything else: every other
+        # buffer, realized however late, reads an input's old contents, so it must come first.
+        self.input_writes: list = []
+        # Memory filled slice by slice (a cat's pieces written in place), by name: not steps.
+        self.shared_storages: dict[str, SharedStorage] = {}
+        self.softmax_rows = None  # the lowering's SoftmaxRows: amax/sum pairs lowered as one online reduction
+
+    # ------------------------------------------------------------ building
+
+    def new_name(self) -> str:
+        name = f"buf{self._counter}"
+        self._counter += 1
+        return name
+
+    @property
+    def origin(self) -> frozenset:
+        return frozenset([origin_name(self.node)]) if self.node is not None else frozenset()
+
+    @property
+    def out_meta(self):
+        return self.node.meta.get("val") if self.node is not None else None
+
+    @contextlib.contextmanager
+    def lowering_position(self, target, meta, args, kwargs):
+        """While one position of a list-returning op (a foreach op) is lowered as the single op
+        `target` it stands for, `node` is that op's call: lowerings read its target and eager value."""
+        outer = self.node
+        self.node = PositionNode(target, {"val": meta}, tuple(args), dict(kwargs), outer)
+        try:
+            yield
+        finally:
+            self.node = outer
+
+    def register_computed(self, loops: Loops, layout=None, mutates: str | None = None) -> ComputedBuffer:
+        if layout is None:
+            layout = make_contiguous_layout(loops.get_device(), loops.get_dtype(), loops.get_size())
+        buffer = ComputedBuffer(self.new_name(), layout, loops, mutates=mutates)
+        self.buffers.append(buffer)
+        return buffer
+
+    def register_shared_storage(self, layout: Layout) -> SharedStorage:
+        storage = SharedStorage(self.new_name(), layout)
+        self.shared_storages[storage.name] = storage
+        return storage
+
+    def register_buffer(self, buffer: Buffer) -> Buffer:
+        self.buffers.append(buffer)
+        return buffer
+
+    def realize(self, box: TensorBox) -> Buffer | ReinterpretView:
+        """A strided form of `box` that can be handed to ATen or returned, copying only if needed."""
+        data = box.data if isinstance(box, TensorBox) else box
+        if isinstance(data, StorageBox):
+            return data.realize(self)
+        if isinstance(data, ReinterpretView):
+            return data
+        strided = as_strided_layout(data)
+        if strided is not None:
+            buffer, layout = strided
+            if layout == buffer.layout:
+                return buffer
+            return ReinterpretView(buffer, layout)
+        return self.register_computed(copy_loops(data))
+
+    def dtype_of(self, name: str) -> torch.dtype:
+        """The element type of a buffer, input or constant by name (storage names included)."""
+        if self._dtypes is None:  # built once lowering is over; buffers no longer change then
+            self._dtypes = {name: c.get_dtype() for name, c in self.constants.items()}
+            self._dtypes.update((n, v.get_dtype()) for n, v in self.inputs if hasattr(v, "layout"))
+            self._dtypes.update((n, s.get_dtype()) for n, s in self.shared_storages.items())
+            for b in self.buffers:
+                if b.layout is not None:
+                    self._dtypes.setdefault(getattr(b, "storage_name", b.name), b.get_dtype())
+                    self._dtypes[b.name] = b.get_dtype()
+        return self._dtypes[name]
+
+    # ------------------------------------------------------------ text
+
+    def describe(self) -> str:
+        lines = [f"inputs: {', '.join(n for n, _ in self.inputs)}"]
+        for name, c in self.constants.items():
+            lines.append(c.describe())
+        lines += [s.describe() for s in self.shared_storages.values()]
+        lines += [b.describe() for b in self.buffers]
+        lines.append("outputs: " + ", ".join(
+            o.kind if o.kind == "none" else f"{o.name or o.expr}" + (f" as {o.layout}" if o.layout else "")
+            for o in self.outputs))
+        return "\n".join(lines)
+
+
+@dataclass
+class PositionNode:
+    """A single-tensor op's call standing for one position of a foreach op's FX node `of`."""
+
+    target: Any
+    meta: dict
+    args: tuple
+    kwargs: dict
+    of: torch.fx.Node
+
+    def format_node(self) -> str:
+        return f"{origin_name(self)} at one position of {self.of.format_node()}"
+
+
+
+def copy_loops(value) -> Pointwise:
+    """A loop nest computing `value` (a TensorBox or what it holds) element by element."""
+    return Pointwise(value.get_device(), value.get_dtype(), value.make_loader(), value.get_size(), value.origins)
