@@ -9,6 +9,7 @@ import torch
 
 from ..ir import use_handler
 from ..scheduler.nodes import SchedulerNode
+from ..scheduler.placement import Placement
 
 
 class IndentedBuffer:
@@ -169,7 +170,7 @@ def scan_register_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.int8 if dtype == torch.bool else register_dtype(dtype)
 
 
-def scatter_offset(kernel, node: SchedulerNode, ops, placement: str) -> sympy.Expr:
+def scatter_offset(kernel, node: SchedulerNode, ops, placement: Placement) -> sympy.Expr:
     """The element a scatter member writes for the current lanes: its position expressions run
     under the kernel's `ops` (they may load index tensors), then go through the target's layout."""
     index, _ = node.kernel_index(placement, kernel.plan.xnumel, kernel.plan.rnumel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sympy
 
 from .nodes import SchedulerNode, same
+from .placement import ROW_VALUED, Placement
 
 
 class FusedGroup:
@@ -35,7 +36,7 @@ class FusedGroup:
     def read_names(self) -> set[str]:
         return set().union(*(n.read_names for n in self.nodes))
 
-    def placements(self) -> dict[str, str]:
+    def placements(self) -> dict[str, Placement]:
         return {n.name: n.placement(self.xnumel, self.rnumel) for n in self.nodes}
 
     def __repr__(self):
@@ -78,7 +79,7 @@ def dependencies_line_up(nodes: list[SchedulerNode], xnumel, rnumel) -> bool:
                     return False
                 continue
             produced_at = placement[producer.name]
-            if produced_at in ("xr", "scan") and placement[node.name] == "x":
+            if produced_at in ROW_VALUED and placement[node.name] == Placement.X:
                 return False  # an x loop cannot see values made per (x, r)
             written = producer.store_index(produced_at, xnumel, rnumel)
             if not _same_index(written, index):

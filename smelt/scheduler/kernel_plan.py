@@ -19,6 +19,7 @@ from ..ir.ops import is_indirect
 from ..symbolic import static_int
 from .fusion import FusedGroup
 from .nodes import RINDEX, SchedulerNode, XINDEX
+from .placement import ROW_VALUED, Placement
 from .tiling import Tiling, choose_tiling
 
 
@@ -26,7 +27,7 @@ from .tiling import Tiling, choose_tiling
 class KernelPlan:
     group: FusedGroup
     stored: list[str]
-    placement: dict[str, str]  # node name -> "x" | "xr" | "reduction"
+    placement: dict[str, Placement]  # node name -> where its values live
     phase: dict[str, int]
     num_phases: int
     xnumel: sympy.Expr
@@ -58,13 +59,13 @@ class KernelPlan:
                 return n
         return None
 
-    def members_of_phase(self, phase: int, placements: tuple[str, ...]) -> list[SchedulerNode]:
+    def members_of_phase(self, phase: int, placements: tuple[Placement, ...]) -> list[SchedulerNode]:
         return [n for n in self.nodes if self.phase[n.name] == phase and self.placement[n.name] in placements]
 
     def r_contiguous(self) -> bool:
         """Whether the main reads walk memory along r (rows) rather than along x (columns)."""
         for node in self.nodes:
-            if self.placement[node.name] == "x":
+            if self.placement[node.name] == Placement.X:
                 continue
             for _, index in node.reads_in_kernel(self.placement[node.name], self.xnumel, self.rnumel):
                 if RINDEX in index.free_symbols:
@@ -73,7 +74,7 @@ class KernelPlan:
 
     def stores_per_element(self) -> bool:
         """Whether the kernel writes a value per (x, r) element, not only one per row."""
-        return any(self.placement[n.name] in ("xr", "scan") for n in self.nodes if n.write_name in self.stored)
+        return any(self.placement[n.name] in ROW_VALUED for n in self.nodes if n.write_name in self.stored)
 
     def static_sizes(self) -> tuple[int | None, int | None]:
         return static_int(self.xnumel), static_int(self.rnumel)
@@ -83,7 +84,7 @@ def plan_kernel(group: FusedGroup, stored: list[str], kept_in_input: dict | None
     kept = dict(kept_in_input or {})
     tiling = choose_tiling(group, stored)
     if tiling is not None:
-        placement = {n.name: "xr" for n in group.nodes}
+        placement = {n.name: Placement.XR for n in group.nodes}
         return KernelPlan(group, stored, placement, {n.name: 0 for n in group.nodes}, 1,
                           tiling.outer, tiling.inner, tiling, kept)
     placement = group.placements()
@@ -95,7 +96,7 @@ def plan_kernel(group: FusedGroup, stored: list[str], kept_in_input: dict | None
             producer = writers.get(name)
             if producer is None or producer is node or producer.position > node.position:
                 continue
-            p = max(p, phase[producer.name] + (1 if placement[producer.name] == "reduction" else 0))
+            p = max(p, phase[producer.name] + (1 if placement[producer.name] == Placement.REDUCTION else 0))
         phase[node.name] = p
     num_phases = max(phase.values()) + 1
     return KernelPlan(group, stored, placement, phase, num_phases, group.xnumel, group.rnumel, kept_in_input=kept)

@@ -8,6 +8,7 @@ import sympy
 from ..ir import ComputedBuffer, MultiOutput, Reduction, Scan, Scatter, use_handler
 from ..ir.ops import ReadsHandler
 from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
+from .placement import Placement
 
 _NAME = re.compile(r"\b[a-z]+\d+\b")
 
@@ -46,7 +47,7 @@ class SchedulerNode:
         # each answer costs sympy simplification: computed once per (placement, xnumel, rnumel).
         self._memo: dict = {}
 
-    def _cached(self, what: str, placement: str, xnumel, rnumel, compute):
+    def _cached(self, what: str, placement: Placement, xnumel, rnumel, compute):
         key = (what, placement, xnumel, rnumel)
         if key not in self._memo:
             self._memo[key] = compute()
@@ -113,40 +114,40 @@ class SchedulerNode:
 
     # ------------------------------------------------------------ placement in a kernel
 
-    def placement(self, xnumel: Expr, rnumel: Expr) -> str | None:
-        """How this node runs in a kernel of shape (xnumel, rnumel): 'reduction', 'scan', 'x', 'xr' or None."""
+    def placement(self, xnumel: Expr, rnumel: Expr) -> Placement | None:
+        """How this node runs in a kernel of shape (xnumel, rnumel); None where it cannot be a member."""
         if self.is_extern:
             return None
         if self.is_reduction or self.is_scan:
             ok = same(self.numel(), xnumel) and same(self.reduction_numel(), rnumel)
-            return ("scan" if self.is_scan else "reduction") if ok else None
+            return (Placement.SCAN if self.is_scan else Placement.REDUCTION) if ok else None
         if self.is_scatter:  # one element per program lane; never inside a reduction's r loop
-            return "x" if rnumel == 1 and same(self.numel(), xnumel) else None
+            return Placement.X if rnumel == 1 and same(self.numel(), xnumel) else None
         if same(self.numel(), xnumel):
-            return "x"
+            return Placement.X
         if rnumel != 1 and same(self.numel(), xnumel * rnumel):
-            return "xr"
+            return Placement.XR
         return None
 
-    def kernel_index(self, placement: str, xnumel: Expr, rnumel: Expr):
+    def kernel_index(self, placement: Placement, xnumel: Expr, rnumel: Expr):
         """This node's index vars (and reduction vars) as expressions of the kernel's xindex/rindex."""
         return self._cached("index", placement, xnumel, rnumel,
                             lambda: self._kernel_index(placement, xnumel, rnumel))
 
-    def _kernel_index(self, placement: str, xnumel: Expr, rnumel: Expr):
+    def _kernel_index(self, placement: Placement, xnumel: Expr, rnumel: Expr):
         ranges = {XINDEX: xnumel, RINDEX: rnumel}
-        if placement == "scan":  # the scanned dimension runs along r, the others along x
+        if placement == Placement.SCAN:  # the scanned dimension runs along r, the others along x
             outer = unflatten_index(XINDEX, self.data.outer_ranges())
             outer.insert(self.data.dim, RINDEX)
             return [simplify_index(e, ranges) for e in outer], None
-        flat = XINDEX * rnumel + RINDEX if placement == "xr" else XINDEX
+        flat = XINDEX * rnumel + RINDEX if placement == Placement.XR else XINDEX
         index = [simplify_index(e, ranges) for e in unflatten_index(flat, self.data.ranges)]
-        if placement == "reduction":
+        if placement == Placement.REDUCTION:
             rindex = [simplify_index(e, ranges) for e in unflatten_index(RINDEX, self.data.reduction_ranges)]
             return index, rindex
         return index, None
 
-    def store_index(self, placement: str, xnumel: Expr, rnumel: Expr) -> Expr:
+    def store_index(self, placement: Placement, xnumel: Expr, rnumel: Expr) -> Expr:
         def compute():
             index, _ = self.kernel_index(placement, xnumel, rnumel)
             if self.is_scatter:
@@ -155,12 +156,12 @@ class SchedulerNode:
             return simplify_index(self.buffer.layout.index(index), {XINDEX: xnumel, RINDEX: rnumel})
         return self._cached("store", placement, xnumel, rnumel, compute)
 
-    def reads_in_kernel(self, placement: str, xnumel: Expr, rnumel: Expr) -> list[tuple[str, Expr]]:
+    def reads_in_kernel(self, placement: Placement, xnumel: Expr, rnumel: Expr) -> list[tuple[str, Expr]]:
         """Every (buffer, index) this node loads, the index written in the kernel's xindex/rindex."""
         return self._cached("reads", placement, xnumel, rnumel,
                             lambda: self._reads_in_kernel(placement, xnumel, rnumel))
 
-    def _reads_in_kernel(self, placement: str, xnumel: Expr, rnumel: Expr):
+    def _reads_in_kernel(self, placement: Placement, xnumel: Expr, rnumel: Expr):
         index, rindex = self.kernel_index(placement, xnumel, rnumel)
         subs = dict(zip(self.data.index_vars(), index))
         if rindex is not None:

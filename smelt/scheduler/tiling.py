@@ -23,6 +23,7 @@ from ..ir.ops import is_indirect
 from ..symbolic import FloorDiv, ModularIndexing, product, static_int
 from .fusion import FusedGroup
 from .nodes import RINDEX, SchedulerNode, XINDEX, same
+from .placement import Placement
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:
@@ -71,7 +72,7 @@ def _is_cheap(expr: sympy.Expr, axes: tuple[sympy.Symbol, ...]) -> bool:
     return any(s is not None and (s == 1 or s == 0) for s in strides)
 
 
-def _accesses(nodes: list[SchedulerNode], stored: list[str], placement: str, xnumel, rnumel):
+def _accesses(nodes: list[SchedulerNode], stored: list[str], placement: Placement, xnumel, rnumel):
     """(buffer, index) of every load from memory and every store of the group, each once."""
     written_before: set[str] = set()
     found: dict = {}  # an ordered set
@@ -123,9 +124,9 @@ def choose_tiling(group: FusedGroup, stored: list[str]) -> Tiling | None:
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         outer = sympy.cancel(numel / inner)
-        if any(n.placement(outer, inner) != "xr" for n in group.nodes):
+        if any(n.placement(outer, inner) != Placement.XR for n in group.nodes):
             continue
-        accesses = _accesses(group.nodes, stored, "xr", outer, inner)
+        accesses = _accesses(group.nodes, stored, Placement.XR, outer, inner)
         score = _score(accesses, (XINDEX, RINDEX))
         # Prefer more cheap accesses, then the squarer split (fuller tiles).
         o, i = static_int(outer), static_int(inner)

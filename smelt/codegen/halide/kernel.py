@@ -26,6 +26,7 @@ from ...ir import use_handler
 from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
+from ...scheduler.placement import ROW_VALUED, Placement
 from ...symbolic import simplify_index
 from ..common import CSE, CSEVar, IndentedBuffer, register_dtype, scatter_offset
 from . import random
@@ -295,12 +296,12 @@ class HalideKernel:
         if self.plan.is_reduction or self.plan.has_scan:
             return None
         stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
-        if len(stores) != 1 or stores[0].is_scatter or self.plan.placement[stores[0].name] != "xr":
+        if len(stores) != 1 or stores[0].is_scatter or self.plan.placement[stores[0].name] != Placement.XR:
             return None
         sizes = self.static_extents()
         if "xnumel" not in sizes or "rnumel" not in sizes:
             return None
-        if not self.transposes(stores[0].store_index("xr", self.plan.xnumel, self.plan.rnumel), XINDEX, RINDEX):
+        if not self.transposes(stores[0].store_index(Placement.XR, self.plan.xnumel, self.plan.rnumel), XINDEX, RINDEX):
             return None
         return self.schedule.transpose_tiles(sizes["xnumel"], sizes["rnumel"])
 
@@ -317,24 +318,24 @@ class HalideKernel:
         self.current.append(node)
         try:
             with use_handler(HalideOps(self)):
-                value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+                value = node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
         finally:
             self.current.pop()
         ops = HalideOps(self)
-        if placement == "scan":
+        if placement == Placement.SCAN:
             value = self.as_func(node.name, emit_scan(self, node, value), 2)
-        elif placement == "reduction":
+        elif placement == Placement.REDUCTION:
             dtype = node.data.src_dtype
             value = tuple(ops.to_dtype(v, dtype) for v in value) if isinstance(value, tuple) else ops.to_dtype(value, dtype)
             value = self.reduction(node, value)
         else:
             value = ops.to_dtype(value, node.data.dtype)
-            if placement != "xr" and value.rank == 2:
+            if placement != Placement.XR and value.rank == 2:
                 # A member over x alone reading a value stored per (r, x): only where a row is one
                 # element (a softmax over a dim of size 1 reading its stored exp), so r is 0.
                 rows = self.as_func(self.fresh(f"{node.name}_row"), value, 2)
                 value = CSEVar(rows.name.replace("[r, x]", "[0, x]"), value.dtype, 1)
-            value = self.as_func(node.name, value, 2 if placement == "xr" else 1)
+            value = self.as_func(node.name, value, 2 if placement == Placement.XR else 1)
         self.node_values[node.name] = value
         return value
 
@@ -347,7 +348,7 @@ class HalideKernel:
 
     def store(self, node, value: CSEVar) -> None:
         placement = self.plan.placement[node.name]
-        xr = placement in ("xr", "scan")
+        xr = placement in ROW_VALUED
         dtype = node.buffer.get_dtype()
         if register_dtype(value.dtype) != dtype or value.dtype != dtype:
             value = CSEVar(self.narrow(value.name, dtype), dtype, value.rank)

@@ -10,6 +10,7 @@ import functools
 import torch
 
 from ...ir import use_handler
+from ...scheduler.placement import Placement
 from ..common import register_dtype
 from .handler import ReferenceOps
 from .index import evaluate
@@ -90,19 +91,19 @@ class KernelRun:
         reader_masks, self.masks = self.masks, []
         try:
             with use_handler(self.ops):
-                value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+                value = node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
                 if node.is_scatter:
                     position = node.buffer.layout.index(node.data.output_index(index))
                     self.scattered[node.name] = evaluate(position, self.env, self.device)
         finally:
             self.current.pop()
             self.masks = reader_masks
-        if placement == "scan":
+        if placement == Placement.SCAN:
             return scan(self, node, value)
-        if placement == "reduction":
+        if placement == Placement.REDUCTION:
             return reduce(self, node, value)
         value = self.ops.to_dtype(value, node.data.dtype)
-        return value.broadcast_to(self.shape if placement == "xr" else (self.shape[0], 1))
+        return value.broadcast_to(self.shape if placement == Placement.XR else (self.shape[0], 1))
 
     def load(self, buffer: str, index) -> torch.Tensor:
         writer = self.plan.writer_of(buffer)

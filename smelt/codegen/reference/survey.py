@@ -9,6 +9,7 @@ from ...ir import use_handler
 from ...ir.ops import TextHandler, is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
+from ...scheduler.placement import Placement
 from ..backends import KernelUnsupported
 
 
@@ -51,7 +52,7 @@ def survey(plan: KernelPlan, kept: dict) -> tuple[list[str], list[str]]:
         placement = plan.placement[node.name]
         index, rindex = node.kernel_index(placement, plan.xnumel, plan.rnumel)
         with use_handler(handler):
-            node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+            node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
             if node.is_scatter:
                 handler._note(node.buffer.layout.index(node.data.output_index(index)))
         for name, _ in node.reads:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sympy
 
 from ...scheduler.nodes import RINDEX, XINDEX
+from ...scheduler.placement import IN_ROW_LOOP
 from ...symbolic import static_int
 
 
@@ -28,7 +29,7 @@ class EvictionPolicy:
         # Buffers read from memory by each looped pass (phase) of the kernel.
         self.reads_in_phase: dict[int, set[str]] = {}
         for node in plan.nodes:
-            if plan.placement[node.name] in ("xr", "reduction", "scan"):
+            if plan.placement[node.name] in IN_ROW_LOOP:
                 self.reads_in_phase.setdefault(plan.phase[node.name], set()).update(node.read_names)
 
     def _read_again_later(self, buffer: str, phase: int) -> bool:

@@ -12,6 +12,7 @@ from ...ir.reduction_kinds import reduction_identity as identity
 from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
+from ...scheduler.placement import IN_ROW_LOOP, ROW_VALUED, Placement
 from ...symbolic import next_power_of_2, pexpr, simplify_index, static_int
 from ..common import CSE, CSEVar, IndentedBuffer, KernelArgs, register_dtype
 from .candidates import masks_needed
@@ -263,26 +264,26 @@ class TritonKernel:
         reader_masks, self.mask_stack = self.mask_stack, []
         try:
             with use_handler(TritonOps(self)):
-                value = node.data.inner_fn(index, rindex) if placement == "reduction" else node.data.inner_fn(index)
+                value = node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
         finally:
             self.current.pop()
             self.mask_stack = reader_masks
-        if placement == "scan":
+        if placement == Placement.SCAN:
             return self.scans.scan(node, value)  # made per (x, r) like an xr value, so not kept
         dtype = node.data.dtype if placement != "reduction" else node.data.src_dtype
         if isinstance(value, tuple):  # a reduction over tuples (welford_combine)
             value = tuple(TritonOps(self).to_dtype(v, dtype) for v in value)
         else:
             value = TritonOps(self).to_dtype(value, dtype)
-        if placement == "reduction":
+        if placement == Placement.REDUCTION:
             value = self.reduction(node, value)
-        if placement != "xr" or self.plan.tiling is not None:  # a tiled kernel has no loop to leave
+        if placement != Placement.XR or self.plan.tiling is not None:  # a tiled kernel has no loop to leave
             self.node_values[node.name] = value
         return value
 
     def store(self, node, value: CSEVar) -> None:
         placement = self.plan.placement[node.name]
-        rank = 2 if placement in ("xr", "scan") else 1
+        rank = 2 if placement in ROW_VALUED else 1
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
         dtype = node.buffer.get_dtype()
         text = value.name
@@ -304,7 +305,7 @@ class TritonKernel:
         """Whether the member being printed uses a value of `rank` < 2 per (x, r) in a kernel whose
         rows may be empty: then no lane may want it, and its buffer may be empty."""
         reader = self.current[-1] if self.current else None
-        return rank < 2 and reader is not None and self.plan.placement[reader.name] != "x" and \
+        return rank < 2 and reader is not None and self.plan.placement[reader.name] != Placement.X and \
             self.rows_may_be_empty()
 
     def rows_may_be_empty(self) -> bool:
@@ -535,9 +536,9 @@ class TritonKernel:
                 self.body.writeline("rmask = rindex < rnumel")
         for phase in range(plan.num_phases):
             self.phase = phase
-            for node in plan.members_of_phase(phase, ("x",)):
+            for node in plan.members_of_phase(phase, (Placement.X,)):
                 self.emit_member(node)
-            looped = plan.members_of_phase(phase, ("xr", "reduction", "scan"))
+            looped = plan.members_of_phase(phase, IN_ROW_LOOP)
             if not looped:
                 continue
             if self.config.persistent:
@@ -556,7 +557,7 @@ class TritonKernel:
         self.body = loop
         with self.cse.scope():
             for node in members:
-                if self.plan.placement[node.name] == "reduction":
+                if self.plan.placement[node.name] == Placement.REDUCTION:
                     self.compute(node)  # results land in the epilogue
                     if node.write_name in self.plan.stored:
                         self.deferred_stores.append(node)

@@ -24,6 +24,7 @@ import torch
 
 from ...artifact import SYNC_HEADER
 from ...ir.reduction_kinds import kind
+from ...scheduler.placement import Placement
 from ...symbolic import next_power_of_2
 from ..common import CSEVar, register_dtype
 from .ops import EXP
@@ -42,7 +43,7 @@ def row_split_for(plan, interpret: bool, persistent_limit: int) -> int:
         return 1
     if rn <= persistent_limit or rn > CHUNK * MAX_ROW_SPLIT:
         return 1
-    if not any(plan.phase[n.name] > 0 and plan.placement[n.name] == "xr" for n in plan.nodes):
+    if not any(plan.phase[n.name] > 0 and plan.placement[n.name] == Placement.XR for n in plan.nodes):
         return 1  # nothing reads the row after a reduction: a looped pass reads it once anyway
     for node in plan.nodes:
         if node.is_scatter:
