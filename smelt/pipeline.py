@@ -19,6 +19,7 @@ from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
 from .scheduler.combo import combine, is_merge_key
+from .target import H100, Target
 from .scheduler.finishers import attach_finishers, finisher_plan
 
 log = logging.getLogger("smelt")
@@ -54,13 +55,13 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
     if cfg.gemm_epilogues:
         fuse_gemm_epilogues(gm)
 
-    def storage_limit(device_type: str):
+    def target_for(device_type: str) -> Target:
         try:
-            return backends.for_device(cfg, torch.device(device_type)).max_storage_elements
+            return backends.for_device(cfg, torch.device(device_type)).target(device_type)
         except ValueError:  # a device no backend takes (meta)
-            return None
+            return H100
 
-    graph = lower_graph(gm, cfg, storage_limit, compile_graph)
+    graph = lower_graph(gm, cfg, target_for, compile_graph)
     sched = make_schedule(graph)
     ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused))
 

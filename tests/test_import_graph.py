@@ -16,7 +16,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 BACKEND_PACKAGES = sorted({entry.codegen.rsplit(".", 1)[0] for entry in BACKENDS.values()})
 LAYERS = [
     {"smelt.errors", "smelt.backend_registry", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location",
-     "smelt.debug", "smelt.artifact"},
+     "smelt.debug", "smelt.artifact", "smelt.target"},
     {"smelt.runtime"},
     {"smelt.config", "smelt.observe", "smelt.preload"},
     {"smelt.graph_cache"},

@@ -3,6 +3,7 @@
 The split threshold is lowered so that tensors small enough for the interpreter split. Sizes
 that chunks do not divide exercise the masked tail of the last chunk.
 """
+import dataclasses
 import re
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from smelt.config import Config
 from smelt.lowering.split_reduction import MIN_CHUNK, choose_split
+from smelt.target import H100
 from conftest import inspects_triton_kernels
 
 # Chunks are at least MIN_CHUNK (256) long: 3000 splits into 12 chunks, the last one 184 long.
@@ -211,21 +213,47 @@ def test_heuristic_numbers():
     config = Config(split_reductions=True, split_reduction_min_numel=32768)
     rows, columns = (lambda: False), (lambda: True)
     # A global sum of 64M elements: 16384 chunks of 4096, each read by one program in one go.
-    split = choose_split(1, 64 << 20, rows, config)
+    split = choose_split(1, 64 << 20, rows, config, H100)
     assert (split.splits, split.chunk, split.columns) == (16384, 4096, False)
     # A column sum of 32768 x 4096: 64 column blocks today, 16 chunks of 2048 rows makes 1024.
-    split = choose_split(4096, 32768, columns, config)
+    split = choose_split(4096, 32768, columns, config, H100)
     assert (split.splits, split.chunk, split.columns) == (16, 2048, True)
     # A ragged length: power-of-two chunks, the last one shorter.
-    split = choose_split(1, 50_000_017, rows, config)
+    split = choose_split(1, 50_000_017, rows, config, H100)
     assert split.chunk == 4096 and split.splits == 12208 and 0 < split.tail(50_000_017) < split.chunk
     # Enough programs already, a short row, a disabled split, a symbolic size: no split.
-    assert choose_split(4096, 1 << 20, rows, config) is None
-    assert choose_split(1, 3_000, rows, config) is None
+    assert choose_split(4096, 1 << 20, rows, config, H100) is None
+    assert choose_split(1, 3_000, rows, config, H100) is None
     # A reduction to one value splits from 4096 elements (its second stage costs no launch).
-    assert choose_split(1, 8192, rows, config) == choose_split(1, 8192, rows, Config(split_reductions=True,
-                                                                                      split_reduction_min_numel=4096))
-    assert choose_split(2, 8192, rows, config) is None
-    assert choose_split(1, 64 << 20, rows, Config(split_reductions=False)) is None
+    assert choose_split(1, 8192, rows, config, H100) == choose_split(
+        1, 8192, rows, Config(split_reductions=True, split_reduction_min_numel=4096), H100)
+    assert choose_split(2, 8192, rows, config, H100) is None
+    assert choose_split(1, 64 << 20, rows, Config(split_reductions=False), H100) is None
     import sympy
-    assert choose_split(sympy.Symbol("s0", positive=True, integer=True), 64 << 20, rows, config) is None
+    assert choose_split(sympy.Symbol("s0", positive=True, integer=True), 64 << 20, rows, config, H100) is None
+
+
+def test_the_backends_target_decides_the_split(device, compile_fn, assert_close, observe, monkeypatch):
+    """The lowering splits by the numbers of the Target that the device's backend reports
+    (smelt/target.py): a target asking for 4 programs gets 4 chunks, not H100's 32 of 256."""
+    from smelt import config
+    from smelt.codegen import backends
+
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")  # the patched target is not part of a cache key
+    cls = type(backends.for_device(config.current(), torch.device(device)))
+    original = cls.target
+    monkeypatch.setattr(cls, "target", lambda self, d: dataclasses.replace(original(self, d), row_split_programs=4))
+    x = torch.randn(8192, device=device)
+    assert_close(compile_fn(lambda x: x.sum())(x), x.sum(), **TOL)
+    sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
+    assert any("# iterates 4 x 2048;" in s for s in sources), sources
+
+
+def test_each_backend_reports_a_target():
+    from smelt.codegen import backends
+    from smelt.target import CPU
+
+    assert backends.named("triton").target("cpu") == H100  # the interpreter runs what the GPU would
+    assert backends.named("halide").target("cpu").max_storage_elements == 2 ** 31 - 1
+    assert backends.named("halide").target("cpu").split_programs == CPU.split_programs
+    assert backends.named("reference").target("cpu") == CPU

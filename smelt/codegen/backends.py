@@ -17,6 +17,7 @@ from ..errors import SmeltError
 
 if TYPE_CHECKING:
     from ..artifact import GeneratedKernel
+    from ..target import Target
     from ..ir.graph import IRGraph
     from ..scheduler.schedule import Step
 
@@ -45,10 +46,12 @@ class GraphContext:
 class Backend(Protocol):
     name: str
     devices: frozenset[str]  # device types it prints kernels for
-    max_storage_elements: int | None  # tensors whose storage is larger run in ATen (Halide: int32 extents)
 
     def interprets(self, device_type: str) -> bool:
         """Whether its kernels for this device run through an interpreter (slow; for testing)."""
+
+    def target(self, device_type: str) -> "Target":
+        """What the lowering is told of the machine its kernels for this device run on."""
 
     def finishes_reductions(self, step: "Step", ctx: GraphContext) -> bool:
         """Whether the step's kernel can run small reductions of its results in its last program

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx
 
+from ..target import H100, Target
 from .loops import Loops, Pointwise
 from .nodes import Buffer, ComputedBuffer, ConstantBuffer, Layout, SharedStorage, StorageBox, TensorBox, make_contiguous_layout
 from .views import ReinterpretView, as_strided_layout
@@ -35,15 +36,15 @@ class OutputSpec:
 class IRGraph:
     """The IR of one FX graph, built in program order by `lower_graph`."""
 
-    def __init__(self, gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None):
+    def __init__(self, gm: torch.fx.GraphModule, config=None, target_for=None, compile_subgraph=None):
         self.gm = gm
         # (gm, example inputs, kind) -> a compiled graph: how a branch of torch.cond is compiled
         # (the pipeline's compile_graph, passed in: the pipeline imports the lowerings).
         self.compile_subgraph = compile_subgraph
         self.config = config  # the settings it is compiled under (which backend takes each device)
-        # device type -> the most elements a tensor's storage may hold for a kernel of the backend
-        # the settings choose there (None: no limit); the pipeline asks the backend registry.
-        self.storage_limit = storage_limit or (lambda device_type: None)
+        # device type -> the Target of the backend the settings choose there (smelt/target.py);
+        # the pipeline asks the backend registry.
+        self.target_for: Callable[[str], Target] = target_for or (lambda device_type: H100)
         self.buffers: list[Buffer] = []
         self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
         self.constants: dict[str, ConstantBuffer] = {}

@@ -29,8 +29,8 @@ def _is_symbolic_scalar(val) -> bool:
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def lower_graph(gm: torch.fx.GraphModule, config=None, storage_limit=None, compile_subgraph=None) -> IRGraph:
-    graph = IRGraph(gm, config, storage_limit, compile_subgraph)
+def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_subgraph=None) -> IRGraph:
+    graph = IRGraph(gm, config, target_for, compile_subgraph)
     graph.softmax_rows = SoftmaxRows(gm)
     env: dict[torch.fx.Node, Any] = {}
 

@@ -18,7 +18,7 @@ def why_aten(graph, node) -> str | None:
     for v in values:
         # Halide describes a buffer by int32 extents (Triton switches to int64 index math instead:
         # codegen/triton/kernel.py index_dtype_for).
-        limit = graph.storage_limit(v.device.type)
+        limit = graph.target_for(v.device.type).max_storage_elements
         if limit is not None and _storage_elements(v) > limit:
             return (f"a tensor of its ({v.dtype}{list(v.shape)}) lies in a storage of {_storage_elements(v)} "
                     f"elements, past the limit of the {v.device.type} backend ({limit})")

@@ -53,7 +53,8 @@ def make_reduction(g, x: TensorBox, dims, keepdim: bool, reduction_type: str, ou
     split = None
     if kind(reduction_type).splits:
         split = choose_split(product(size[d] for d in kept), product(reduction_ranges),
-                             lambda: reads_columns(load, size, dims), config.current())
+                             lambda: reads_columns(load, size, dims), config.current(),
+                             g.target_for(x.get_device().type))
     if split is not None:
         results = make_split_reduction(g, x, dims, keepdim, ranges, reduction_type, out_dtype, src_dtype, outputs,
                                        split)

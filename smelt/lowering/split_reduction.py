@@ -1,10 +1,21 @@
-"""When a reduction is split into two kernels, and into how many pieces.
+"""How a reduction is computed: the one decision, made in the order below; this module makes the
+step that depends on the machine (whether to split), with the backend's Target as an input.
 
-A reduction kernel runs one program per block of outputs and loops over the reduced elements,
-so a reduction with few outputs (a global sum, a column sum of a tall matrix) runs on a handful
-of an H100's 132 SMs. Splitting it gives the first kernel `splits` programs per output block, each
-reducing one chunk of `chunk` consecutive reduced elements; a second, small kernel reduces the
-partial results (lowering/two_stage_reduction.py builds both).
+1. **Online softmax** (lowering/online_softmax.py): `amax` and `sum(exp(x - amax))` over the same
+   dims become one reduction with two results, whatever the target: a row is read once for both.
+2. **Split or not** (here, `choose_split`): a reduction with few outputs over many elements runs
+   on few programs (a global sum on one of an H100's 132 SMs; one thread of a CPU's pool). Split,
+   its first kernel gives each output `splits` programs, each reducing one chunk of `chunk`
+   consecutive reduced elements; a second, small kernel reduces the partials
+   (lowering/two_stage_reduction.py builds both). How many programs are enough is the target's
+   (smelt/target.py); static sizes only, SMELT_SPLIT_REDUCTIONS=0 turns it off.
+3. **In the kernel**, once fusion has fixed its members (each backend's own choice, from the
+   kernel plan): a row up to SMELT_PERSISTENT_REDUCTION_LIMIT stays in registers (persistent),
+   a longer one is looped over; Triton on a GPU keeps a row of up to 512k float32 in the registers
+   of several programs that meet at a barrier (codegen/triton/row_split.py); Halide computes a
+   reduction inside its consumer's loop over a chunk of rows (codegen/halide/schedule.py).
+4. **Finisher** (scheduler/finishers.py): a split's second stage, when small, runs in the first
+   kernel's last program where the backend can (`Backend.finishes_reductions`: Triton's).
 """
 from __future__ import annotations
 
@@ -16,25 +27,8 @@ import sympy
 from ..config import Config
 from ..ir.ops import ReadsHandler, use_handler
 from ..symbolic import index_var, next_power_of_2, static_int
+from ..target import Target
 
-# Programs the first kernel should have: about 8 per SM of an H100 (132 SMs). A program of a long
-# row runs 2 warps, one of a column block 8 (choose_blocks), so this keeps loads in flight on every
-# SM, while the partials stay few enough (at most this many per output block) that the second
-# kernel costs next to nothing. Not yet tuned on the GPU: benchmarks/split_reductions.py times
-# several values.
-TARGET_PROGRAMS = 1024
-# Programs of a split row reduction: many short chunks, each read by one program in one go. On an
-# H100 a global sum of 2**26 float32 ran at 93% of copy bandwidth with 16384 chunks of 4096 whose
-# last program adds the partials (codegen/triton/finisher.py), against 86-88% with 1024 longer
-# chunks looped over (benchmarks/probes/reduction_variants.py).
-ROW_TARGET_PROGRAMS = 16384
-# A reduction to one value splits from this many elements, below the configured minimum: its
-# second stage runs in the first kernel's last program (a finisher), so the split costs no launch,
-# and a gather in its body (cross entropy's target logits) runs on many SMs instead of one.
-GLOBAL_MIN_NUMEL = 4096
-# Split only when that at least doubles the number of programs: with more than half the target
-# already running, the gain is smaller than the cost of a second launch.
-SPLIT_BELOW_PROGRAMS = TARGET_PROGRAMS // 2
 # Reduced elements each first-kernel program handles, at least: the partials it writes are then
 # at most 1/256 of what it reads.
 MIN_CHUNK = 256
@@ -55,7 +49,8 @@ class Split:
         return reduction_numel - (self.splits - 1) * self.chunk
 
 
-def choose_split(outputs, reduction_numel, reads_columns: Callable[[], bool], config: Config) -> Split | None:
+def choose_split(outputs, reduction_numel, reads_columns: Callable[[], bool], config: Config,
+                 target: Target) -> Split | None:
     """A split for a reduction of `outputs` results over `reduction_numel` elements each, or None
     to keep it one kernel. Only static sizes are split: the choice depends on their values.
     `reads_columns` tells whether it is a column reduction (asked only when the sizes qualify)."""
@@ -68,10 +63,12 @@ def choose_split(outputs, reduction_numel, reads_columns: Callable[[], bool], co
     per_program = min(outputs, COLUMN_OUTPUTS_PER_PROGRAM if columns else 1)
     programs = -(-outputs // per_program)
     min_numel = config.split_reduction_min_numel if outputs > 1 else min(config.split_reduction_min_numel,
-                                                                         GLOBAL_MIN_NUMEL)
-    if programs > SPLIT_BELOW_PROGRAMS or per_program * numel < min_numel:
+                                                                         target.global_split_min_numel)
+    # Split only when that at least doubles the number of programs: with more than half the
+    # target already running, the gain is smaller than the cost of a second launch.
+    if programs > target.split_programs // 2 or per_program * numel < min_numel:
         return None
-    wanted = (TARGET_PROGRAMS if columns else ROW_TARGET_PROGRAMS) // programs
+    wanted = (target.split_programs if columns else target.row_split_programs) // programs
     chunk = max(MIN_CHUNK, next_power_of_2(-(-numel // wanted)))
     splits = -(-numel // chunk)
     if splits < 2:

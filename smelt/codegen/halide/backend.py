@@ -2,8 +2,11 @@
 ones where SMELT_CUDA_BACKEND asks for it; tiny kernels of one size merge into one pipeline."""
 from __future__ import annotations
 
+import dataclasses
+
 from ...artifact import GeneratedKernel
 from ...errors import SmeltError
+from ...target import CPU, H100, Target
 from ...scheduler.combo import merge_key
 from ..backends import GraphContext, KernelUnsupported, step_device
 from .gpu_schedule import HalideGpuSchedule
@@ -18,10 +21,11 @@ MAX_STORAGE_ELEMENTS = 2 ** 31 - 1
 class HalideBackend:
     name = "halide"
     devices = frozenset({"cpu", "cuda"})
-    max_storage_elements = MAX_STORAGE_ELEMENTS
-
     def interprets(self, device_type: str) -> bool:
         return False
+
+    def target(self, device_type: str) -> Target:
+        return dataclasses.replace(H100 if device_type == "cuda" else CPU, max_storage_elements=MAX_STORAGE_ELEMENTS)
 
     def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         return False

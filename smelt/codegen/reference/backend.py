@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...artifact import GeneratedKernel
 from ...errors import KernelCompileError
+from ...target import CPU, Target
 from ..backends import GraphContext, KernelUnsupported
 from .kernel import ReferenceKernel
 from .survey import survey
@@ -13,10 +14,11 @@ from .survey import survey
 class ReferenceBackend:
     name = "reference"
     devices = frozenset({"cpu"})  # nothing in it is CPU-only, but it has been run on no GPU yet
-    max_storage_elements = None
-
     def interprets(self, device_type: str) -> bool:
         return False
+
+    def target(self, device_type: str) -> Target:
+        return CPU  # the oracle lowers the graph as the CPU's compiling backend does
 
     def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         return False

@@ -7,6 +7,7 @@ import logging
 
 from ...artifact import BlockConfig, CudaTwin, GeneratedKernel
 from ...errors import SmeltError
+from ...target import H100, Target
 from ..backends import GraphContext, step_device
 from .candidates import candidates, masks_needed
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
@@ -20,10 +21,11 @@ log = logging.getLogger("smelt")
 class TritonBackend:
     name = "triton"
     devices = frozenset({"cpu", "cuda"})
-    max_storage_elements = None
-
     def interprets(self, device_type: str) -> bool:
         return device_type == "cpu"
+
+    def target(self, device_type: str) -> Target:
+        return H100  # the interpreter runs the kernels the GPU would: the same IR is tested
 
     def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         # A row split's programs already meet through a sync buffer of their own. Interpreted

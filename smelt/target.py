@@ -1,0 +1,33 @@
+"""What a backend tells the compiler about the machine its kernels run on: the inputs of the
+decisions made before code generation that depend on it (each backend's `target(device_type)`,
+codegen/backends.py). The lowering reads it through `IRGraph.target_for`."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One backend on one device type. The split-reduction numbers are read by
+    lowering/split_reduction.py, which documents the reduction strategy they are part of."""
+
+    name: str  # for messages: the machine the numbers were measured on
+    # Tensors whose storage holds more elements run in ATen (Halide describes buffers by int32 extents).
+    max_storage_elements: int | None
+    # Programs the first kernel of a split column reduction aims for (its partials are that many
+    # per block of outputs, so also the second kernel's row length).
+    split_programs: int
+    # Programs a split row reduction aims for: many short chunks, each read in one go.
+    row_split_programs: int
+    # A reduction to one value splits from this many elements (below SMELT_SPLIT_REDUCTION_MIN_NUMEL).
+    global_split_min_numel: int
+
+
+# An H100 (132 SMs): about 8 programs per SM keep loads in flight on every SM while the partials
+# stay few. A global sum of 2**26 float32 ran at 93% of copy bandwidth with 16384 chunks of 4096
+# whose last program adds the partials, against 86-88% with 1024 longer chunks looped over
+# (benchmarks/probes/reduction_variants.py). One value splits from 4096 elements: its second
+# stage runs in the first kernel's last program, so the split costs no launch.
+H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096)
+# A CPU's thread pool: see CPU_NOTE below for what was measured.
+CPU = Target("CPU", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096)
