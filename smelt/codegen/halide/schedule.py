@@ -155,7 +155,8 @@ class HalideSchedule:
     plan: object
     entries: list[str] = dataclasses.field(default_factory=list)  # Funcs placed in lines(): reductions, scans
     outputs: list[_Output] = dataclasses.field(default_factory=list)
-    computed: list[tuple[str, bool, bool]] = dataclasses.field(default_factory=list)  # (Func, across x, has an update)
+    # (Func, across x, has an update, the RVar its update walks)
+    computed: list[tuple[str, bool, bool, str]] = dataclasses.field(default_factory=list)
     stored_rows: list[str] = dataclasses.field(default_factory=list)
     scans: list[str] = dataclasses.field(default_factory=list)
     scatters: int = 0
@@ -198,12 +199,19 @@ class HalideSchedule:
         self.outputs.append(_Output(func, domain, per_element, along_x, rows, self.rows_contiguous,
                                     WIDE_VECTOR if wide else VECTOR, task_rows=task_rows))
 
-    def reduction(self, func: str, has_update: bool = True) -> None:
-        self.computed.append((func, not self.rows_contiguous, has_update))
+    def reduction(self, func: str, has_update: bool = True, rvar: str = "rdom.x") -> None:
+        self.computed.append((func, not self.rows_contiguous, has_update, rvar))
 
     def lane_partials(self, func: str, consumer: str) -> None:
         self.entries.append(f"{func}.compute_at({consumer}, x).vectorize(r)")
         self.entries.append(f"{func}.update().vectorize(r)")
+
+    def block_partials(self, lanes: str, block: str, block_var: str, consumer: str, blocks: str) -> None:
+        """A long row's lane partials, block by block: each block's lanes are computed and folded
+        inside the consumer's walk over the blocks, so they need one block's storage."""
+        self.entries.append(f"{block}.compute_at({consumer}, {blocks})")
+        self.entries.append(f"{lanes}.compute_at({block}, {block_var}).vectorize(r)")
+        self.entries.append(f"{lanes}.update().vectorize(r)")
 
     def row_values(self, func: str) -> None:
         """A value per (r, x) that a reduction and the output both read: stored per task, when the
@@ -228,7 +236,8 @@ class HalideSchedule:
     def scatter(self, func: str) -> None:
         self.scatters += 1  # serial: two positions may be the same element
 
-    def _placement(self, func: str, across: bool, has_update: bool, vector: str | None = None) -> list[str]:
+    def _placement(self, func: str, across: bool, has_update: bool, vector: str | None = None,
+                   rvar: str = "rdom.x") -> list[str]:
         whole_task = vector is not None  # a scan's rows run side by side: the task's rows, together
         if vector is None:
             vector = f".vectorize(x, {VECTOR}, {GUARD})" if across else ""
@@ -236,14 +245,14 @@ class HalideSchedule:
             out = self.outputs[0]
             where, then = f".compute_at({out.func}, {out.loop(whole_task)}){vector}", vector
             if across and not whole_task and has_update:
-                return [f"{func}{where}"] + self._columns_by_row(func)
+                return [f"{func}{where}"] + self._columns_by_row(func, rvar)
         else:
             parallel = f".parallel(x, {ROWS_PER_TASK}, {GUARD})"
             where, then = f".compute_root(){vector}{parallel}", f"{vector}{parallel}"
         return [f"{func}{where}"] + ([f"{func}.update(){then}"] if has_update and then else [])
 
     @staticmethod
-    def _columns_by_row(func: str) -> list[str]:
+    def _columns_by_row(func: str, rvar: str) -> list[str]:
         """A column reduction's update over a task's columns: one row at a time, its vectors of
         columns unrolled, so each row is read once, in whole cache lines, into accumulators held
         in registers. (Column by column, a task walked down its rows once per vector, each pass
@@ -251,15 +260,15 @@ class HalideSchedule:
         1.09 -> 0.60 ms.)"""
         outer, inner = f"{func}_vectors", f"{func}_lanes"
         return [f'{outer}, {inner} = hl.Var("{outer}"), hl.Var("{inner}")',
-                f"{func}.update().split(x, {outer}, {inner}, {VECTOR}, {GUARD}).reorder({inner}, {outer}, rdom.x)"
+                f"{func}.update().split(x, {outer}, {inner}, {VECTOR}, {GUARD}).reorder({inner}, {outer}, {rvar})"
                 f".vectorize({inner}).unroll({outer})"]
 
     def lines(self) -> list[str]:
         lines = list(self.entries)
         for out in self.outputs:
             lines += out.lines()  # first: a placement below may name the loop variables they declare
-        for func, across, has_update in self.computed:
-            lines += self._placement(func, across, has_update)
+        for func, across, has_update, rvar in self.computed:
+            lines += self._placement(func, across, has_update, rvar=rvar)
         for func in self.scans:
             # A scan is a chain of dependent steps along r: its rows run side by side, a vector
             # across x, stored with x innermost so each step's vector is contiguous (2048x2048
