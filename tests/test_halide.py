@@ -682,3 +682,16 @@ def test_column_var_mean_of_shifted_rows_keeps_the_mean(rows):
     var64, mean64 = torch.var_mean(x.double(), 0)
     assert (mean.double() - mean64).abs().max() < 1e-7
     assert ((var.double() - var64).abs() / var64).max() < 1e-5
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_mean_of_a_long_row_near_zero(dynamic, monkeypatch):
+    """var_mean over a row of 4M values of mean near 0: a static row's one walk shifts it by its
+    head's mean, so its sum is about n times their distance; added up in float32 blocks it left
+    the mean 1e-7 off (for a mean of 5e-4; eager's error is 1e-11): the blocks add in float64."""
+    monkeypatch.setenv("SMELT_SPLIT_REDUCTIONS", "0")
+    torch.manual_seed(0)
+    x = torch.randn(1 << 22)
+    var, mean = torch.compile(lambda a: torch.var_mean(a), backend="smelt", dynamic=dynamic)(x)
+    var64, mean64 = torch.var_mean(x.double())
+    assert abs(mean.item() - mean64.item()) < 1e-9 and abs(var.item() - var64.item()) < 1e-6, (mean, mean64, var, var64)
