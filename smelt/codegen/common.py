@@ -4,12 +4,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-import sympy
 import torch
-
-from ..ir import use_handler
-from ..scheduler.nodes import SchedulerNode
-from ..scheduler.placement import Placement
 
 
 class IndentedBuffer:
@@ -168,16 +163,3 @@ def scan_register_dtype(dtype: torch.dtype) -> torch.dtype:
     """What a scanned value is in registers: half floats as float32, bool as int8 (whose order
     and arithmetic are plain integers')."""
     return torch.int8 if dtype == torch.bool else register_dtype(dtype)
-
-
-def scatter_offset(kernel, node: SchedulerNode, ops, placement: Placement) -> sympy.Expr:
-    """The element a scatter member writes for the current lanes: its position expressions run
-    under the kernel's `ops` (they may load index tensors), then go through the target's layout."""
-    index, _ = node.kernel_index(placement, kernel.plan.xnumel, kernel.plan.rnumel)
-    kernel.current.append(node)
-    try:
-        with use_handler(ops):
-            position = node.data.output_index(index)
-    finally:
-        kernel.current.pop()
-    return kernel.simplify(node.buffer.layout.index(position))

@@ -22,13 +22,12 @@ import re
 import sympy
 import torch
 
-from ...ir import use_handler
 from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...scheduler.placement import ROW_VALUED, Placement
-from ...symbolic import simplify_index
-from ..common import CSE, CSEVar, IndentedBuffer, register_dtype, scatter_offset
+from ..common import CSEVar, IndentedBuffer, register_dtype
+from ..kernel_body import PrintedKernel
 from . import random
 from .division import DIVISION_HELPERS
 from .handler import HalideOps
@@ -126,23 +125,16 @@ def halide_kernel_name(plan: KernelPlan, index: int) -> str:
     return f"halide_{kind}_fused_{'_'.join(ops) or 'copy'}_{index}"
 
 
-class HalideKernel:
+class HalideKernel(PrintedKernel):
     """Generates one pipeline by running each member's loop body under HalideOps."""
 
     def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule):
-        self.plan = plan
-        self.graph = graph
-        self.cse = CSE()
-        self.body = IndentedBuffer(1)
+        super().__init__(plan, graph)
         self.inputs: dict[str, str] = {}  # buffer -> ImageParam name
         self.outputs: dict[str, str] = {}  # buffer -> output Func name
         self.sizes: list[str] = []
-        self.node_values: dict[str, CSEVar] = {}
-        self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
         self.scan_results: dict[tuple, tuple[CSEVar, ...]] = {}
         self.in_place: list = []  # (node, value, per (x, r)) of stores into buffers the kernel reads
-        self.current: list = []
-        self.mask_stack: list[str] = []
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
         self.schedule = schedule_class(plan)  # halide_schedule (CPU) or halide_gpu_schedule
         self.uses_random = False  # set by the random ops: the module then defines philox()
@@ -157,6 +149,9 @@ class HalideKernel:
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
         self.bf16_bits = self.schedule.bf16_as_bits
+
+    def ops(self) -> HalideOps:
+        return HalideOps(self)
 
     # ------------------------------------------------------------ half floats
 
@@ -218,9 +213,6 @@ class HalideKernel:
         self.cse.counter += 1
         return name
 
-    def simplify(self, expr) -> sympy.Expr:
-        return simplify_index(sympy.sympify(expr), {XINDEX: self.plan.xnumel, RINDEX: self.plan.rnumel})
-
     def index_text(self, expr: sympy.Expr, x: str = "x", r: str = "r") -> str:
         names = {XINDEX: x, RINDEX: r}
         for symbol in expr.free_symbols - {XINDEX, RINDEX}:
@@ -260,10 +252,9 @@ class HalideKernel:
     # ------------------------------------------------------------ members
 
     def load(self, buffer: str, index: sympy.Expr) -> CSEVar:
-        writer = self.plan.writer_of(buffer)
-        reader = self.current[-1] if self.current else None
-        if writer is not None and (reader is None or writer.position < reader.position):
-            return self.value_of(writer)
+        fused = self.fused_value(buffer)
+        if fused is not None:
+            return fused
         dtype = self.graph.dtype_of(buffer)
         clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
         stored = self.plan.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
@@ -305,23 +296,12 @@ class HalideKernel:
             return None
         return self.schedule.transpose_tiles(sizes["xnumel"], sizes["rnumel"])
 
-    def value_of(self, node) -> CSEVar:
-        if node.name in self.node_values:
-            return self.node_values[node.name]
-        return self.compute(node)
-
     def compute(self, node) -> CSEVar:
         if node.name in self.node_values:
             return self.node_values[node.name]
         placement = self.plan.placement[node.name]
-        index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
-        self.current.append(node)
-        try:
-            with use_handler(HalideOps(self)):
-                value = node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
-        finally:
-            self.current.pop()
-        ops = HalideOps(self)
+        value = self.body_value(node)
+        ops = self.ops()
         if placement == Placement.SCAN:
             value = self.as_func(node.name, emit_scan(self, node, value), 2)
         elif placement == Placement.REDUCTION:
@@ -339,12 +319,8 @@ class HalideKernel:
         self.node_values[node.name] = value
         return value
 
-    def reduction(self, node, value) -> CSEVar:
-        rtype = node.data.reduction_type
-        key = (rtype, tuple(v.name for v in value) if isinstance(value, tuple) else value.name)
-        if key not in self.reduction_results:
-            self.reduction_results[key] = emit_reduction(self, node.name, rtype, value)
-        return self.reduction_results[key][node.data.output_index]
+    def print_reduction(self, node, rtype: str, value) -> tuple[CSEVar, ...]:
+        return emit_reduction(self, node.name, rtype, value)
 
     def store(self, node, value: CSEVar) -> None:
         placement = self.plan.placement[node.name]
@@ -403,14 +379,9 @@ class HalideKernel:
             for k, (node, _) in enumerate(group):
                 self.write_output(node, func_call(f"{name}{pure}" + (f"[{k}]" if len(group) > 1 else "")), xr)
 
-    def emit_member(self, node) -> None:
-        if node.is_scatter:
-            return self.emit_scatter(node)
+    def describe_member(self, node) -> None:
         self.body.writeline(f"# {node.name}: {self.plan.placement[node.name]}"
                             f"{' ' + node.data.reduction_type if node.is_reduction else ''}")
-        value = self.compute(node)
-        if node.write_name in self.plan.stored:
-            self.store(node, value)
 
     def emit_scatter(self, node) -> None:
         """out[position(x)] (mode)= value(x), in order of x: several x may land on one element."""
@@ -421,7 +392,7 @@ class HalideKernel:
             raise UnsupportedInHalide(f"smelt: scatter mode {mode!r} into bfloat16 in Halide on the GPU")
         self.body.writeline(f"# {node.name}: scatter{' (' + mode + ')' if mode else ''}")
         value = self.compute(node)
-        offset = scatter_offset(self, node, HalideOps(self), "x")
+        offset = self.scatter_offset(node)
         dtype = node.buffer.get_dtype()
         out = self.output(node.write_name)
         # The indirect positions are Exprs in the pure var x: the update reads them at x_dom.x.

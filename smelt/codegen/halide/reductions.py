@@ -11,7 +11,7 @@ import torch
 from ...ir.reduction_kinds import reduction_identity
 from ...symbolic import static_int
 from ..common import CSEVar, register_dtype
-from .handler import HalideOps, PURE_VARS
+from .handler import PURE_VARS
 from .ops import UnsupportedInHalide, func_call, halide_type, literal
 
 NEW = "hl.Expr({name}_input[rdom.x, x])"
@@ -69,7 +69,7 @@ def emit_reduction(k, name: str, rtype: str, value) -> tuple[CSEVar, ...]:
         # output, which asks for the same expression, reads the stored value instead of computing
         # a second exp per element.
         row_max = _fold(k, f"{name}_max", "max", dtype, new)
-        ops = HalideOps(k)
+        ops = k.ops()
         shifted = ops.sub(ops.to_dtype(value, dtype), CSEVar(row_max, dtype, 1))
         if dtype == torch.float32:
             # v - max is never positive (or is nan): exp_float32 without its overflow guards, the

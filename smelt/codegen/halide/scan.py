@@ -16,7 +16,6 @@ import contextlib
 
 from ...ir import use_handler
 from ..common import CSEVar, scan_register_dtype
-from .handler import HalideOps
 from .ops import func_call, halide_type
 
 
@@ -24,7 +23,7 @@ def emit_scan(k, node, values) -> CSEVar:
     """Prints node's scan (once for every member scanning the same values) and returns its value
     as a call at (r, x), in the node's dtype."""
     data = node.data
-    ops = HalideOps(k)
+    ops = k.ops()
     dtypes = [scan_register_dtype(d) for d in data.dtypes]
     values = tuple(ops.to_dtype(v, d) for v, d in zip(values, data.dtypes))
     values = tuple(ops.to_dtype(v, d) if d != v.dtype else v for v, d in zip(values, dtypes))

@@ -62,11 +62,11 @@ class ReferenceOps:
 
     def masked(self, mask, body, other):
         mask = mask.to(torch.bool)
-        self.run.masks.append(mask)
+        self.run.mask_stack.append(mask)
         try:
             value = body()
         finally:
-            self.run.masks.pop()
+            self.run.mask_stack.pop()
         return torch.where(mask, value, torch.tensor(other, device=value.device).to(value.dtype))
 
     def indirect_indexing(self, value, size):

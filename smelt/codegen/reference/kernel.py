@@ -9,9 +9,9 @@ import functools
 
 import torch
 
-from ...ir import use_handler
 from ...scheduler.placement import Placement
 from ..common import register_dtype
+from ..kernel_body import KernelBody
 from .handler import ReferenceOps
 from .index import evaluate
 from .reductions import reduce, scan
@@ -33,6 +33,7 @@ class ReferenceKernel:
                  source: str):
         self.name = name
         self.plan = plan
+        self.inputs = frozenset(inputs)
         outputs = [n.write_name for n in plan.nodes if n.write_name in plan.stored]
         buffers = list(dict.fromkeys(inputs + outputs))
         self.params = [(b, b) for b in buffers]
@@ -54,62 +55,62 @@ class ReferenceKernel:
         KernelRun(self, tensors, sizes, xnumel, rnumel).run()
 
 
-class KernelRun:
+class KernelRun(KernelBody):
+    """One call of a reference kernel: each member's body run on whole tensors of (x, r) lanes."""
+
     def __init__(self, kernel: ReferenceKernel, tensors: dict, sizes: dict, xnumel: int, rnumel: int):
+        super().__init__(kernel.plan)
         self.kernel = kernel
-        self.plan = kernel.plan
         self.tensors = tensors
         self.device = next(iter(tensors.values())).device
         self.shape = (xnumel, rnumel)
         self.env = dict(sizes)
         self.env["xindex"] = torch.arange(xnumel, device=self.device).view(xnumel, 1)
         self.env["rindex"] = torch.arange(rnumel, device=self.device).view(1, rnumel)
-        self.ops = ReferenceOps(self)
-        self.values: dict[str, torch.Tensor] = {}
+        self.handler = ReferenceOps(self)
         self.scattered: dict[str, torch.Tensor] = {}  # scatter member -> the element each lane writes
-        self.current: list = []
-        self.masks: list[torch.Tensor] = []
         self.indirect: list = []
 
     def run(self) -> None:
+        """Members in the plan's order, each stored once computed, as a program of a printed kernel
+        does: a later member may read it back through the storage it is a slice of (a cat's last
+        piece, then a sum over the whole cat). A store into a buffer the kernel reads (in place)
+        waits until every member has read the old values."""
+        in_place = []
         for node in self.plan.nodes:
             self.value_of(node)
-        for node in self.plan.nodes:
             if node.write_name in self.plan.stored:
-                self.store(node)
+                if node.write_name in self.kernel.inputs:
+                    in_place.append(node)
+                else:
+                    self.store(node)
+        for node in in_place:
+            self.store(node)
+
+    def ops(self) -> ReferenceOps:
+        return self.handler
 
     def value_of(self, node) -> torch.Tensor:
-        if node.name not in self.values:
-            self.values[node.name] = self.compute(node)
-        return self.values[node.name]
+        if node.name not in self.node_values:  # every value is a whole tensor: computed once
+            self.node_values[node.name] = self.compute(node)
+        return self.node_values[node.name]
 
     def compute(self, node) -> torch.Tensor:
         placement = self.plan.placement[node.name]
-        index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
-        # A member's value at its own index: the masks of a reader that asked for it are not its own.
-        self.current.append(node)
-        reader_masks, self.masks = self.masks, []
-        try:
-            with use_handler(self.ops):
-                value = node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
-                if node.is_scatter:
-                    position = node.buffer.layout.index(node.data.output_index(index))
-                    self.scattered[node.name] = evaluate(position, self.env, self.device)
-        finally:
-            self.current.pop()
-            self.masks = reader_masks
+        value = self.body_value(node)
+        if node.is_scatter:
+            self.scattered[node.name] = evaluate(self.scatter_offset(node), self.env, self.device)
         if placement == Placement.SCAN:
             return scan(self, node, value)
         if placement == Placement.REDUCTION:
             return reduce(self, node, value)
-        value = self.ops.to_dtype(value, node.data.dtype)
+        value = self.handler.to_dtype(value, node.data.dtype)
         return value.broadcast_to(self.shape if placement == Placement.XR else (self.shape[0], 1))
 
     def load(self, buffer: str, index) -> torch.Tensor:
-        writer = self.plan.writer_of(buffer)
-        reader = self.current[-1] if self.current else None
-        if writer is not None and (reader is None or writer.position < reader.position):
-            return self.value_of(writer)
+        fused = self.fused_value(buffer)
+        if fused is not None:
+            return fused
         flat = flat_storage(self.tensors[self.kernel.kept.get(buffer, buffer)])
         position = evaluate(index, self.env, self.device)
         position = self.check_bounds(position, flat.numel(), f"a load of {buffer}")
@@ -118,7 +119,7 @@ class KernelRun:
         return flat[position].to(register_dtype(flat.dtype))
 
     def active(self) -> torch.Tensor | None:
-        return functools.reduce(torch.logical_and, self.masks) if self.masks else None
+        return functools.reduce(torch.logical_and, self.mask_stack) if self.mask_stack else None
 
     def check_bounds(self, position: torch.Tensor, size, what: str) -> torch.Tensor:
         """position with the lanes that masks turn off clamped into [0, size); an active lane out
@@ -136,7 +137,7 @@ class KernelRun:
     def store(self, node) -> None:
         placement = self.plan.placement[node.name]
         flat = flat_storage(self.tensors[node.write_name])
-        value = self.values[node.name]
+        value = self.node_values[node.name]
         if node.is_scatter:
             position = self.scattered[node.name]
         else:

@@ -56,9 +56,9 @@ def reduce(run, node, value) -> torch.Tensor:
     reg = register_dtype(src)
     shape = run.shape
     if rtype == "welford_combine":
-        parts = [run.ops.to_dtype(v, src).broadcast_to(shape) for v in value]
+        parts = [run.handler.to_dtype(v, src).broadcast_to(shape) for v in value]
         return _welford_combine(parts, reg)[node.data.output_index]
-    v = run.ops.to_dtype(value, src).broadcast_to(shape)
+    v = run.handler.to_dtype(value, src).broadcast_to(shape)
     if rtype == "sum":
         results = (v.sum(1, keepdim=True, dtype=v.dtype),)
     elif rtype == "prod":
@@ -86,15 +86,15 @@ def scan(run, node, values) -> torch.Tensor:
     all the combines promise, and all this grouping needs)."""
     data = node.data
     dtypes = [scan_register_dtype(d) for d in data.dtypes]
-    columns = [run.ops.to_dtype(v, d).to(r).broadcast_to(run.shape)
+    columns = [run.handler.to_dtype(v, d).to(r).broadcast_to(run.shape)
                for v, d, r in zip(values, data.dtypes, dtypes)]
     width = 1
     while width < run.shape[1]:
         earlier = tuple(c[:, :-width] for c in columns)
         later = tuple(c[:, width:] for c in columns)
-        with use_handler(run.ops):
+        with use_handler(run.handler):
             combined = data.combine.fn(earlier, later)
         columns = [torch.cat([c[:, :width], v.to(r).broadcast_to(l.shape)], 1)
                    for c, v, r, l in zip(columns, combined, dtypes, later)]
         width *= 2
-    return run.ops.to_dtype(columns[data.output_index], data.dtype)
+    return run.handler.to_dtype(columns[data.output_index], data.dtype)

@@ -7,14 +7,14 @@ import sympy
 import torch
 
 from ...artifact import BlockConfig
-from ...ir import use_handler
 from ...ir.reduction_kinds import reduction_identity as identity
 from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...scheduler.placement import IN_ROW_LOOP, ROW_VALUED, Placement
-from ...symbolic import next_power_of_2, pexpr, simplify_index, static_int
-from ..common import CSE, CSEVar, IndentedBuffer, KernelArgs, register_dtype
+from ...symbolic import next_power_of_2, pexpr, static_int
+from ..common import CSEVar, IndentedBuffer, KernelArgs, register_dtype
+from ..kernel_body import PrintedKernel
 from .candidates import masks_needed
 from .eviction import EvictionPolicy
 from .handler import INT32_LIMIT, TritonOps, _is_literal, graph_needs_int64
@@ -123,32 +123,25 @@ def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
     return f"triton_{kind}_fused_{'_'.join(ops) or 'copy'}_{index}"
 
 
-class TritonKernel:
+class TritonKernel(PrintedKernel):
     """Generates the body of one kernel by running each member's loop body under TritonOps."""
 
     def __init__(self, plan: KernelPlan, config: BlockConfig, graph, index_dtype: str, interpret: bool,
                  masks: tuple[bool, bool] | None = None, eviction_hints: bool = True, finisher=None,
                  program_arg: bool = False, coherent: frozenset[str] = frozenset()):
-        self.plan = plan
+        super().__init__(plan, graph)
         self.finisher = finisher  # finisher.Finisher: run by the last program to finish
         # A finisher's body is a function called per x block: its program id comes as `pid`.
         self.program_arg = program_arg
         self.coherent = coherent  # buffers other programs of this launch wrote: read through L2
         self.interpret = interpret
         self.config = config
-        self.graph = graph
         self.args = KernelArgs()
-        self.cse = CSE()
-        self.body = IndentedBuffer(1)
         self.helpers: set[str] = set()
         self.helper_sources: dict[str, str] = {}  # functions made for this kernel (scan combines)
         self.scans = ScanEmitter(self)
         self.index_dtype = index_dtype
-        self.mask_stack: list[str] = []
         self.mask_ranks: dict[str, int] = {}  # a mask_stack entry -> its rank
-        self.reduction_results: dict[tuple, tuple[CSEVar, ...]] = {}
-        self.node_values: dict[str, CSEVar] = {}  # x-level values and reduction results by buffer
-        self.current: list = []  # members whose bodies are being generated, innermost last
         self.indirect_ranks: dict[str, int] = {}  # indirect index variable -> its rank
         self.deferred_stores: list = []
         self.uses_random = False  # set by the random ops: interpreted kernels import Philox then
@@ -166,18 +159,15 @@ class TritonKernel:
             else:
                 self.need_rmask = True
 
+    def ops(self) -> TritonOps:
+        return TritonOps(self)
+
     # ------------------------------------------------------------ values
 
     def rank_of(self, expr: sympy.Expr) -> int:
         symbols = sympy.sympify(expr).free_symbols
         rank = 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
         return max([rank] + [self.indirect_ranks[str(s)] for s in symbols if str(s) in self.indirect_ranks])
-
-    def emit(self, expr: str, dtype: torch.dtype, rank: int) -> CSEVar:
-        return self.cse.generate(self.body, expr, dtype, rank)
-
-    def simplify(self, expr) -> sympy.Expr:
-        return simplify_index(sympy.sympify(expr), {XINDEX: self.plan.xnumel, RINDEX: self.plan.rnumel})
 
     def index_text(self, expr: sympy.Expr) -> str:
         for symbol in expr.free_symbols - {XINDEX, RINDEX}:
@@ -205,10 +195,9 @@ class TritonKernel:
         return " & ".join(parts) if parts else None
 
     def load(self, buffer: str, index: sympy.Expr) -> CSEVar:
-        writer = self.plan.writer_of(buffer)
-        reader = self.current[-1] if self.current else None
-        if writer is not None and (reader is None or writer.position < reader.position):
-            return self.value_of(writer)
+        fused = self.fused_value(buffer)
+        if fused is not None:
+            return fused
         dtype = self._dtype_of(buffer)
         rank = self.rank_of(index)
         ptr = self.args.input(self.plan.kept_in_input.get(buffer, buffer))
@@ -243,12 +232,6 @@ class TritonKernel:
             text += f".to({triton_type(register_dtype(dtype))})"
         return self.emit(text, dtype, rank)
 
-    def value_of(self, node) -> CSEVar:
-        """A fused member's value at the current point: from registers or by re-running its body."""
-        if node.name in self.node_values:
-            return self.node_values[node.name]
-        return self.compute(node)
-
     def _dtype_of(self, buffer: str) -> torch.dtype:
         return self.graph.dtype_of(buffer)
 
@@ -256,25 +239,14 @@ class TritonKernel:
 
     def compute(self, node) -> CSEVar:
         placement = self.plan.placement[node.name]
-        index, rindex = node.kernel_index(placement, self.plan.xnumel, self.plan.rnumel)
-        self.current.append(node)
-        # The member's value at its own index, where a reader under masked() may ask for it: the
-        # reader's masks guard the reader's indices, and a scan run under them summed only the
-        # unmasked elements (cumsum then a slice's add_ read 1 + 2 where eager has 3 + 2).
-        reader_masks, self.mask_stack = self.mask_stack, []
-        try:
-            with use_handler(TritonOps(self)):
-                value = node.data.inner_fn(index, rindex) if placement == Placement.REDUCTION else node.data.inner_fn(index)
-        finally:
-            self.current.pop()
-            self.mask_stack = reader_masks
+        value = self.body_value(node)
         if placement == Placement.SCAN:
             return self.scans.scan(node, value)  # made per (x, r) like an xr value, so not kept
-        dtype = node.data.dtype if placement != "reduction" else node.data.src_dtype
+        dtype = node.data.src_dtype if placement == Placement.REDUCTION else node.data.dtype
         if isinstance(value, tuple):  # a reduction over tuples (welford_combine)
-            value = tuple(TritonOps(self).to_dtype(v, dtype) for v in value)
+            value = tuple(self.ops().to_dtype(v, dtype) for v in value)
         else:
-            value = TritonOps(self).to_dtype(value, dtype)
+            value = self.ops().to_dtype(value, dtype)
         if placement == Placement.REDUCTION:
             value = self.reduction(node, value)
         if placement != Placement.XR or self.plan.tiling is not None:  # a tiled kernel has no loop to leave
@@ -328,27 +300,17 @@ class TritonKernel:
             return "[XBLOCK]"
         return "[XBLOCK, 1]" if rank == 1 else "[XBLOCK, RBLOCK]"
 
-    def emit_member(self, node) -> None:
-        if node.is_scatter:
-            return emit_scatter(self, node)
-        value = self.compute(node)
-        if node.write_name in self.plan.stored:
-            self.store(node, value)
+    def emit_scatter(self, node) -> None:
+        emit_scatter(self, node)
 
     # ------------------------------------------------------------ reductions
 
-    def reduction(self, node, value: CSEVar | tuple[CSEVar, ...]) -> CSEVar:
-        rtype = node.data.reduction_type
-        key = (rtype, tuple(v.name for v in value) if isinstance(value, tuple) else value.name)
-        if key not in self.reduction_results:
-            value = tuple(map(self._as_block, value)) if isinstance(value, tuple) else self._as_block(value)
-            if self.config.persistent:
-                self.reduction_results[key] = self._reduce_persistent(rtype, value)
-                if self.row_split is not None:
-                    self.reduction_results[key] = self.row_split.exchange(rtype, self.reduction_results[key])
-            else:
-                self.reduction_results[key] = self._reduce_looped(rtype, value)
-        return self.reduction_results[key][node.data.output_index]
+    def print_reduction(self, node, rtype: str, value) -> tuple[CSEVar, ...]:
+        value = tuple(map(self._as_block, value)) if isinstance(value, tuple) else self._as_block(value)
+        if not self.config.persistent:
+            return self._reduce_looped(rtype, value)
+        results = self._reduce_persistent(rtype, value)
+        return self.row_split.exchange(rtype, results) if self.row_split is not None else results
 
     def _as_block(self, value: CSEVar) -> CSEVar:
         """value broadcast to [XBLOCK, RBLOCK]."""

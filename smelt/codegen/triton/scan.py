@@ -65,7 +65,7 @@ class ScanEmitter:
     def scan(self, node, values) -> CSEVar:
         data = node.data
         dtypes = [scan_register_dtype(d) for d in data.dtypes]
-        ops = TritonOps(self.k)
+        ops = self.k.ops()
         blocks = tuple(self._as_block(ops.to_dtype(v, d), dtype) for v, d, dtype in zip(values, data.dtypes, dtypes))
         key = (data.combine, tuple(b.name for b in blocks))
         if key not in self.results:

@@ -4,15 +4,15 @@ from __future__ import annotations
 import torch
 
 from ...ir.scatter import SCATTER_MODES
-from ..common import register_dtype, scatter_offset
-from .handler import TritonOps, _is_literal
+from ..common import register_dtype
+from .handler import _is_literal
 from .ops import triton_type
 
 
 def emit_scatter(kernel, node) -> None:
     """`out[position] (mode)= value` for each lane of the kernel; lanes past xnumel do nothing."""
     value = kernel.compute(node)
-    offset = scatter_offset(kernel, node, TritonOps(kernel), kernel.plan.placement[node.name])
+    offset = kernel.scatter_offset(node)
     shape = kernel.block_shape(1)
 
     dtype = node.buffer.get_dtype()
