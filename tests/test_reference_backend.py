@@ -165,3 +165,27 @@ def test_graph_is_not_written_to_the_cache(monkeypatch, tmp_path):
     torch.testing.assert_close(compiled(lambda x: x.cos() + 1)(x), x.cos() + 1)
     assert not list(tmp_path.rglob("*.json")) and not list((tmp_path).glob("aten*"))
     ran_in_reference()
+
+
+def test_a_member_read_back_through_the_storage_it_fills():
+    """A cat's last piece is computed in the same kernel as a sum over the whole cat, which reads
+    the piece back through the cat's storage: stored at the end of the kernel, the sum read
+    uninitialized memory (the members are stored in order now, as a printed kernel's program does)."""
+    pieces = [torch.randn(4, 4, (k % 3) + 1) for k in range(11)]
+
+    def f(*pieces):
+        out = torch.cat([p.exp() if k % 2 else p.sum(2, keepdim=True).expand_as(p) for k, p in enumerate(pieces)], 2)
+        return out, out.sum(2)
+    for actual, expected in zip(compiled(f)(*pieces), f(*pieces)):
+        torch.testing.assert_close(actual, expected)
+    ran_in_reference()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_outputs(dtype):
+    """torch has no index_put for uint16/32/64: their stores go through the signed twin's bits."""
+    def f(x):
+        return x.to(torch.int64).to(dtype)
+    x = torch.tensor([2.04, 1.54, -2.77, -0.5, -3e9, 5e9])
+    torch.testing.assert_close(compiled(f)(x), f(x))
+    ran_in_reference()

@@ -26,6 +26,9 @@ def flat_storage(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.as_strided((max(count, 0),), (1,), start)
 
 
+_SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
 class ReferenceKernel:
     """What the wrapper calls: kernel(*buffers, *sizes, xnumel[, rnumel])."""
 
@@ -145,7 +148,10 @@ class KernelRun(KernelBody):
         position, value = torch.broadcast_tensors(position, value)
         position, value = position.reshape(-1), value.reshape(-1).to(flat.dtype)
         mode = node.data.mode if node.is_scatter else None
-        if mode is None:
+        if mode is None and flat.dtype in _SIGNED_TWIN:
+            # torch has no index_put for uint16/32/64: the same bits, stored as the signed type.
+            flat.view(_SIGNED_TWIN[flat.dtype])[position] = value.view(_SIGNED_TWIN[flat.dtype])
+        elif mode is None:
             flat[position] = value
         elif mode == "atomic_add":
             flat.index_put_((position,), value, accumulate=True)
