@@ -3,14 +3,12 @@
     SMELT_AUTOTUNE=1 python3 -m benchmarks.probes.autotune_sweep softmax layer_norm ...
 """
 import logging
-import os
 import sys
 
 
-sys.path.insert(0, os.getcwd())
-from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.measure import bench_ms  # noqa: E402
-from benchmarks.workloads import by_name  # noqa: E402
+from benchmarks.backends import compile_fn
+from benchmarks.measure import bench_ms
+from benchmarks.workloads import by_name
 
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 logging.getLogger("smelt").setLevel(logging.DEBUG)

@@ -10,7 +10,6 @@ says how far each backend is from that.
 from __future__ import annotations
 
 import cProfile
-import os
 import pstats
 import statistics
 import sys
@@ -19,9 +18,8 @@ import time
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, os.getcwd())
-from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.workloads import by_name  # noqa: E402
+from benchmarks.backends import compile_fn
+from benchmarks.workloads import by_name
 
 BURST = 8
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.getcwd())
 os.environ["SMELT_GRAPH_CACHE"] = "0"
 
-from benchmarks.optimizer_step import make  # noqa: E402
+from benchmarks.optimizer_step import make
 
 spent: dict = collections.defaultdict(float)
 

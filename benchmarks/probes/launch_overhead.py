@@ -1,7 +1,6 @@
 """Host time per call (200 calls back to back) and do_bench median of named benchmark workloads,
 Inductor against smelt, on the GPU: python -m benchmarks.probes.launch_overhead NAME [NAME ...]."""
-import os, sys, time, torch
-sys.path.insert(0, os.getcwd())
+import sys, time, torch
 from benchmarks.workloads import by_name
 from benchmarks.backends import compile_fn
 from triton.testing import do_bench

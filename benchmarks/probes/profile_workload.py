@@ -1,7 +1,6 @@
 """torch.profiler's CUDA kernel table for one benchmark workload (default transformer_block), Inductor
 then smelt, with smelt's debug dir under $OUT: python -m benchmarks.probes.profile_workload [NAME]."""
 import os, sys, torch
-sys.path.insert(0, os.getcwd())
 from benchmarks.workloads import by_name
 from benchmarks.backends import compile_fn
 from torch.profiler import profile, ProfilerActivity

@@ -8,13 +8,12 @@ import os
 import sys
 
 os.environ.setdefault("TEARDOWN_CUPTI", "1")
-sys.path.insert(0, os.getcwd())
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.measure import bench_ms  # noqa: E402
-from benchmarks.optimizer_step import host_ms_per_step, launches_per_step, make_step  # noqa: E402
+from benchmarks.backends import compile_fn
+from benchmarks.measure import bench_ms
+from benchmarks.optimizer_step import host_ms_per_step, launches_per_step, make_step
 
 backend = sys.argv[1] if len(sys.argv) > 1 else "smelt"
 _, step = make_step("cuda", False, True, 1.0)

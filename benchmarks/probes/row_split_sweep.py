@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, os.getcwd())
 os.environ["SMELT_GRAPH_CACHE"] = "0"  # each variant must be compiled, not read back
 
 import smelt  # noqa: E402,F401
 from smelt.codegen.triton import kernel as triton_codegen
 from smelt.codegen.triton import eviction
 from smelt.codegen.triton import row_split as triton_row_split
-from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.measure import copy_bandwidth  # noqa: E402
+from benchmarks.backends import compile_fn
+from benchmarks.measure import copy_bandwidth
 
 
 def softmax(x):

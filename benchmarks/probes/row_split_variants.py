@@ -11,17 +11,14 @@ for one read and one write, and the registers each thread needs (occupancy).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-sys.path.insert(0, os.getcwd())
 
-from benchmarks.measure import copy_bandwidth  # noqa: E402
+from benchmarks.measure import copy_bandwidth
 
 
 @triton.jit

@@ -7,15 +7,13 @@ time per step, from torch.profiler.
 from __future__ import annotations
 
 import cProfile
-import os
 import pstats
 import sys
 
 import torch
 
-sys.path.insert(0, os.getcwd())
-from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.optimizer_step import make_step  # noqa: E402
+from benchmarks.backends import compile_fn
+from benchmarks.optimizer_step import make_step
 
 backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "smelt"
 params, eager_step = make_step("cuda", False, "--for-loop" not in sys.argv, 1.0 if "--clip" in sys.argv else None)

@@ -3,8 +3,7 @@
 
     python3 -m benchmarks.probes.tile_order_sweep
 """
-import sys, os
-sys.path.insert(0, os.getcwd())
+import os
 import torch
 from triton.testing import do_bench
 import smelt.artifact as artifact

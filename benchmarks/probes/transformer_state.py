@@ -6,17 +6,14 @@ with a cProfile of smelt's calls in that state.
 """
 import cProfile
 import gc
-import os
 import pstats
-import sys
 import time
 
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, os.getcwd())
-from benchmarks.backends import compile_fn  # noqa: E402
-from benchmarks.workloads import WORKLOADS, by_name  # noqa: E402
+from benchmarks.backends import compile_fn
+from benchmarks.workloads import WORKLOADS, by_name
 
 
 def measure(label, f, inputs):
