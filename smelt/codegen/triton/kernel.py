@@ -52,6 +52,10 @@ MIN_COLUMN_XBLOCK = 32
 MIN_ROW_PROGRAMS = 128
 
 
+# A looped float32 sum or Welford over more blocks than this keeps its lanes in float64 (_wide_lanes).
+WIDE_FROM_STEPS = 64
+
+
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
     """Block sizes from a heuristic: whole rows in registers when short enough, else loop over r."""
     xn, rn = plan.static_sizes()
@@ -419,11 +423,12 @@ class TritonKernel(PrintedKernel):
         ttype = triton_type(dtype)
         fill = identity(rtype, value.dtype)
         masked = self._masked(value, fill)
+        wide = self._wide_lanes(rtype, dtype)
         if rtype in ("sum", "prod", "max", "min", "any", "all"):
-            acc_dtype = "tl.int8" if rtype in ("any", "all") else ttype
+            acc_dtype = "tl.int8" if rtype in ("any", "all") else ("tl.float64" if wide else ttype)
             pro.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {literal(fill, dtype)}, {acc_dtype})")
             update = {
-                "sum": f"{acc} + {masked}",
+                "sum": f"{acc} + ({masked}).to(tl.float64)" if wide else f"{acc} + {masked}",
                 "prod": f"{acc} * {masked}",
                 "any": f"tl.maximum({acc}, ({masked}).to(tl.int8))",
                 "all": f"tl.minimum({acc}, ({masked}).to(tl.int8))",
@@ -439,6 +444,8 @@ class TritonKernel(PrintedKernel):
                 final = f"{extreme} != 0" if rtype in ("any", "all") else extreme.name
             else:
                 final = f"tl.reduce({acc}, 1, {self._combine_name(rtype, dtype)})[:, None]"
+                if wide:
+                    final = f"{final}.to({ttype})"
             epi.writeline(f"{result} = {final}")
             return (result,)
         if rtype in ("argmax", "argmin"):
@@ -452,10 +459,13 @@ class TritonKernel(PrintedKernel):
             epi.writeline(f"{result} = {result}[:, None]")
             return (result,)
         if rtype == "welford_reduce":
+            acc_type = "tl.float64" if wide else ttype
             for part in ("mean", "m2", "count"):
-                pro.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {ttype})")
+                pro.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {acc_type})")
+            if wide:
+                value = self.emit(f"{value}.to(tl.float64)", torch.float64, 2)
             mask = self.mask_for(2)
-            ones = f"({mask}).to({ttype})" if mask else "1.0"
+            ones = f"({mask}).to({acc_type})" if mask else "1.0"
             self.body.writeline(f"{acc}_count_next = {acc}_count + {ones}")
             self.body.writeline(f"{acc}_delta = {value} - {acc}_mean")
             share = f"{acc}_delta / tl.maximum({acc}_count_next, 1.0)"
@@ -467,8 +477,20 @@ class TritonKernel(PrintedKernel):
             combine = self._combine_name(rtype, dtype)
             epi.writeline(f"{acc}_mean_r, {acc}_m2_r, {acc}_count_r = tl.reduce(({acc}_mean, {acc}_m2, {acc}_count), "
                           f"1, {combine})")
-            return tuple(CSEVar(f"{acc}_{p}_r[:, None]", dtype, 1) for p in ("mean", "m2", "count"))
+            narrow = f".to({ttype})" if wide else ""
+            return tuple(CSEVar(f"{acc}_{p}_r[:, None]{narrow}", dtype, 1) for p in ("mean", "m2", "count"))
         raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
+
+    def _wide_lanes(self, rtype: str, dtype: torch.dtype) -> bool:
+        """Whether a looped float32 sum or Welford keeps its lane partials in float64. Each lane
+        adds up one value a loop step; over many steps (a row of unknown length, or longer than
+        WIDE_FROM_STEPS blocks) float32 lanes drifted: on the H100 the sum of squares of 64M
+        values of unknown length ended 2.5e-6 off and var_mean's var 2.6e-6 (Inductor, which
+        splits such rows: 4e-9 and 6e-8). The loop is memory-bound; float64 adds cost little."""
+        if rtype not in ("sum", "welford_reduce") or dtype != torch.float32:
+            return False
+        rnumel = static_int(self.plan.rnumel)
+        return rnumel is None or rnumel > self.config.RBLOCK * WIDE_FROM_STEPS
 
     def _combine_looped(self, acc: str, value: tuple[CSEVar, ...]) -> tuple[CSEVar, ...]:
         """welford_combine over r blocks: each lane merges its partials in; masked-off lanes are
