@@ -52,8 +52,9 @@ MIN_COLUMN_XBLOCK = 32
 MIN_ROW_PROGRAMS = 128
 
 
-# A looped float32 sum or Welford over more blocks than this keeps its lanes in float64 (_wide_lanes).
-WIDE_FROM_STEPS = 64
+# A looped float32 sum or Welford over more blocks than this moves its lane partials into float64
+# ones every FLUSH_STEPS blocks (_flushes).
+FLUSH_STEPS = 16
 
 
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
@@ -155,6 +156,7 @@ class TritonKernel(PrintedKernel):
         self.phase = 0  # the pass over r being generated
         self.loop_prologue: IndentedBuffer | None = None
         self.loop_epilogue: IndentedBuffer | None = None
+        self.loop_flush: IndentedBuffer | None = None  # lines run every FLUSH_STEPS loop steps
         # An empty row (rnumel == 0) still runs one masked block, which yields the identity.
         self.need_xmask, self.need_rmask = masks or masks_needed(plan, [config])
         if config.tiles is not None and config.tiles.fold_axis1:  # the folded axis overshoots
@@ -423,17 +425,21 @@ class TritonKernel(PrintedKernel):
         ttype = triton_type(dtype)
         fill = identity(rtype, value.dtype)
         masked = self._masked(value, fill)
-        wide = self._wide_lanes(rtype, dtype)
+        wide = self._flushes(rtype, dtype)
         if rtype in ("sum", "prod", "max", "min", "any", "all"):
-            acc_dtype = "tl.int8" if rtype in ("any", "all") else ("tl.float64" if wide else ttype)
+            acc_dtype = "tl.int8" if rtype in ("any", "all") else ttype
             pro.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {literal(fill, dtype)}, {acc_dtype})")
             update = {
-                "sum": f"{acc} + ({masked}).to(tl.float64)" if wide else f"{acc} + {masked}",
+                "sum": f"{acc} + {masked}",
                 "prod": f"{acc} * {masked}",
                 "any": f"tl.maximum({acc}, ({masked}).to(tl.int8))",
                 "all": f"tl.minimum({acc}, ({masked}).to(tl.int8))",
             }.get(rtype) or f"{self._combine_name(rtype, dtype)}({acc}, {masked})"
             self.body.writeline(f"{acc} = {update}")
+            if wide:
+                pro.writeline(f"{acc}_wide = tl.full([XBLOCK, RBLOCK], 0, tl.float64)")
+                self.loop_flush.writeline(f"{acc}_wide = {acc}_wide + {acc}.to(tl.float64)")
+                self.loop_flush.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], 0, {ttype})")
             result = CSEVar(f"{acc}_result", dtype if rtype not in ("any", "all") else torch.bool, 1)
             if rtype in ("max", "min", "any", "all"):
                 kind = {"any": "max", "all": "min"}.get(rtype, rtype)
@@ -442,10 +448,10 @@ class TritonKernel(PrintedKernel):
                                            torch.int8 if kind != rtype else dtype)
                 self.body = body
                 final = f"{extreme} != 0" if rtype in ("any", "all") else extreme.name
+            elif wide:
+                final = f"tl.reduce({acc}_wide, 1, {self._combine_name(rtype, dtype)})[:, None].to({ttype})"
             else:
                 final = f"tl.reduce({acc}, 1, {self._combine_name(rtype, dtype)})[:, None]"
-                if wide:
-                    final = f"{final}.to({ttype})"
             epi.writeline(f"{result} = {final}")
             return (result,)
         if rtype in ("argmax", "argmin"):
@@ -459,13 +465,11 @@ class TritonKernel(PrintedKernel):
             epi.writeline(f"{result} = {result}[:, None]")
             return (result,)
         if rtype == "welford_reduce":
-            acc_type = "tl.float64" if wide else ttype
-            for part in ("mean", "m2", "count"):
-                pro.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {acc_type})")
-            if wide:
-                value = self.emit(f"{value}.to(tl.float64)", torch.float64, 2)
+            parts = ("mean", "m2", "count")
+            for part in parts:
+                pro.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {ttype})")
             mask = self.mask_for(2)
-            ones = f"({mask}).to({acc_type})" if mask else "1.0"
+            ones = f"({mask}).to({ttype})" if mask else "1.0"
             self.body.writeline(f"{acc}_count_next = {acc}_count + {ones}")
             self.body.writeline(f"{acc}_delta = {value} - {acc}_mean")
             share = f"{acc}_delta / tl.maximum({acc}_count_next, 1.0)"
@@ -475,22 +479,32 @@ class TritonKernel(PrintedKernel):
             self.body.writeline(f"{acc}_mean = {acc}_mean_next")
             self.body.writeline(f"{acc}_count = {acc}_count_next")
             combine = self._combine_name(rtype, dtype)
-            epi.writeline(f"{acc}_mean_r, {acc}_m2_r, {acc}_count_r = tl.reduce(({acc}_mean, {acc}_m2, {acc}_count), "
-                          f"1, {combine})")
+            lanes = ", ".join(f"{acc}_{p}" for p in parts)
+            if wide:
+                wides = ", ".join(f"{acc}_{p}_wide" for p in parts)
+                for part in parts:
+                    pro.writeline(f"{acc}_{part}_wide = tl.full([XBLOCK, RBLOCK], 0, tl.float64)")
+                merge = f"{wides} = {combine}({wides}, " + ", ".join(f"{acc}_{p}.to(tl.float64)" for p in parts) + ")"
+                self.loop_flush.writeline(merge)
+                for part in parts:
+                    self.loop_flush.writeline(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0, {ttype})")
+                lanes = wides
+            epi.writeline(f"{acc}_mean_r, {acc}_m2_r, {acc}_count_r = tl.reduce(({lanes}), 1, {combine})")
             narrow = f".to({ttype})" if wide else ""
-            return tuple(CSEVar(f"{acc}_{p}_r[:, None]{narrow}", dtype, 1) for p in ("mean", "m2", "count"))
+            return tuple(CSEVar(f"{acc}_{p}_r[:, None]{narrow}", dtype, 1) for p in parts)
         raise NotImplementedError(f"smelt: reduction {rtype} in Triton")
 
-    def _wide_lanes(self, rtype: str, dtype: torch.dtype) -> bool:
-        """Whether a looped float32 sum or Welford keeps its lane partials in float64. Each lane
-        adds up one value a loop step; over many steps (a row of unknown length, or longer than
-        WIDE_FROM_STEPS blocks) float32 lanes drifted: on the H100 the sum of squares of 64M
-        values of unknown length ended 2.5e-6 off and var_mean's var 2.6e-6 (Inductor, which
-        splits such rows: 4e-9 and 6e-8). The loop is memory-bound; float64 adds cost little."""
+    def _flushes(self, rtype: str, dtype: torch.dtype) -> bool:
+        """Whether a looped float32 sum or Welford moves its lane partials into float64 ones after
+        each run of FLUSH_STEPS blocks (_emit_loop nests the loop in runs). Each lane adds up one value a loop step; over many
+        steps (a row of unknown length, or longer than FLUSH_STEPS blocks) float32 lanes drifted:
+        on the H100 the sum of squares of 64M values of unknown length ended 2.5e-6 off and
+        var_mean's var 2.6e-6 (Inductor, which splits such rows: 4e-9 and 6e-8). Lanes kept in
+        float64 throughout were as exact but up to 2x slower (a loop's latency in float64 adds)."""
         if rtype not in ("sum", "welford_reduce") or dtype != torch.float32:
             return False
         rnumel = static_int(self.plan.rnumel)
-        return rnumel is None or rnumel > self.config.RBLOCK * WIDE_FROM_STEPS
+        return rnumel is None or rnumel > self.config.RBLOCK * FLUSH_STEPS
 
     def _combine_looped(self, acc: str, value: tuple[CSEVar, ...]) -> tuple[CSEVar, ...]:
         """welford_combine over r blocks: each lane merges its partials in; masked-off lanes are
@@ -534,6 +548,7 @@ class TritonKernel(PrintedKernel):
     def _emit_loop(self, members) -> None:
         outer = self.body
         self.loop_prologue, self.loop_epilogue = IndentedBuffer(outer.level), IndentedBuffer(outer.level)
+        self.loop_flush = IndentedBuffer(outer.level + 1)
         loop = IndentedBuffer(outer.level + 1)
         loop.writeline("rindex = roffset + rbase")
         if self.need_rmask:
@@ -549,8 +564,19 @@ class TritonKernel(PrintedKernel):
                     self.emit_member(node)
         self.body = outer
         outer.splice(self.loop_prologue)
-        outer.writeline("for roffset in range(0, rnumel, RBLOCK):")
-        outer.splice(loop)
+        if self.loop_flush.lines:
+            # Runs of FLUSH_STEPS blocks, the lane partials moved to float64 after each (_flushes).
+            # Nested loops rather than a test in one loop: a branch in the loop body stopped
+            # Triton pipelining its loads (a single program's sum over 64M values 28 -> 39 ms).
+            run = f"RBLOCK * {FLUSH_STEPS}"
+            outer.writeline(f"for rrun in range(0, rnumel, {run}):")
+            outer.writeline(f"    for roffset in range(rrun, tl.minimum(rrun + {run}, rnumel), RBLOCK):")
+            loop.lines = [("    " + line) if line.strip() else line for line in loop.lines]
+            outer.splice(loop)
+            outer.splice(self.loop_flush)
+        else:
+            outer.writeline("for roffset in range(0, rnumel, RBLOCK):")
+            outer.splice(loop)
         outer.splice(self.loop_epilogue)
         for node in self.deferred_stores:
             self.store(node, self.node_values[node.name])
