@@ -1,0 +1,90 @@
+"""Where a small model's inference time goes on the CPU under smelt (issue 23): eager, Inductor's C++
+backend and smelt (median of 15 calls each, one process), then one profiled call of smelt's: the time
+in smelt's Halide kernels, in ATen ops (their own time), and the rest of the call (Python between them).
+
+    python -m benchmarks.probes.cpu_model_profile [bert llama mobilenet] [--no-inductor]
+
+Thread settings come from the environment (OMP_WAIT_POLICY, HL_NUM_THREADS, ...): run it once per
+setting to compare them.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import smelt.observe
+
+
+def build(name: str):
+    if name in ("bert", "llama"):
+        import transformers as tf
+        if name == "bert":
+            cfg = tf.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
+            model = tf.BertModel(cfg)
+        else:
+            cfg = tf.LlamaConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                 intermediate_size=688, vocab_size=32000)
+            model = tf.LlamaModel(cfg)
+        ids = torch.randint(0, 1000, (4, 128))
+        return model.eval(), (ids,)
+    if name == "mobilenet":
+        import timm
+        return timm.create_model("mobilenetv3_small_100").eval(), (torch.randn(4, 3, 224, 224),)
+    raise SystemExit(f"unknown model {name}")
+
+
+def median_ms(fn, args, calls: int = 15) -> float:
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["bert", "llama", "mobilenet"])
+    parser.add_argument("--no-inductor", action="store_true")
+    args = parser.parse_args(argv)
+    print(f"threads: torch {torch.get_num_threads()}")
+    for name in args.models:
+        torch.manual_seed(0)
+        model, inputs = build(name)
+        with torch.no_grad():
+            eager = median_ms(model, inputs)
+            inductor = None
+            if not args.no_inductor:
+                torch._dynamo.reset()
+                inductor = median_ms(torch.compile(model), inputs)
+            torch._dynamo.reset()
+            smelt.observe.reset()
+            compiled = torch.compile(model, backend="smelt")
+            ours = median_ms(compiled, inputs)
+            kernels = {k for g in smelt.observe.compiled_graphs() for k in g.kernel_names}
+            with torch.profiler.profile() as profile:
+                start = time.perf_counter()
+                compiled(*inputs)
+                wall = (time.perf_counter() - start) * 1e6
+        in_kernels = in_aten = 0.0
+        aten_ops: dict[str, float] = {}
+        for event in profile.key_averages():
+            if event.key in kernels:
+                in_kernels += event.self_cpu_time_total
+            elif event.key.startswith("aten::"):
+                in_aten += event.self_cpu_time_total
+                aten_ops[event.key] = event.self_cpu_time_total
+        top = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in sorted(aten_ops.items(), key=lambda kv: -kv[1])[:4])
+        print(f"{name}: eager {eager:.2f} ms, inductor {inductor and f'{inductor:.2f}'} ms, smelt {ours:.2f} ms "
+              f"({eager / ours:.2f}x eager); one profiled smelt call {wall / 1e3:.2f} ms: {len(kernels)} kernels "
+              f"{in_kernels / 1e3:.2f} ms, ATen {in_aten / 1e3:.2f} ms (top: {top}), the rest "
+              f"{(wall - in_kernels - in_aten) / 1e3:.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
