@@ -31,6 +31,8 @@ def build(name: str):
         ids = torch.randint(0, 1000, (4, 128))
         return model.eval(), (ids,)
     if name == "mobilenet":
+        from smelt.tools.model_suite.torchvision_stub import install_if_missing
+        install_if_missing()  # timm imports torchvision, which cannot be installed beside this torch
         import timm
         return timm.create_model("mobilenetv3_small_100").eval(), (torch.randn(4, 3, 224, 224),)
     raise SystemExit(f"unknown model {name}")
