@@ -4,11 +4,10 @@ median of 60 calls, 2 threads, 2048x2048 float32, smelt then eager.
 
     SMELT_CPU_BACKEND=halide python -m benchmarks.cpu_exp_ops
 """
-import time
-
 import torch
 
 import smelt  # noqa: F401  (registers the backend)
+from benchmarks.measure import median_call_ms
 
 ROWS = {
     "softmax": lambda a, y: torch.softmax(a, -1),
@@ -23,25 +22,13 @@ ROWS = {
 }
 
 
-def median_ms(fn, args, calls: int) -> float:
-    for _ in range(5):
-        fn(*args)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2] * 1e3
-
-
 def main(calls: int = 60) -> None:
     torch.set_num_threads(2)
     x, y = torch.randn(2048, 2048), torch.randn(2048, 2048)
     for name, fn in ROWS.items():
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="smelt")
-        smelt_ms, eager_ms = median_ms(compiled, (x, y), calls), median_ms(fn, (x, y), calls)
+        smelt_ms, eager_ms = median_call_ms(compiled, (x, y), calls), median_call_ms(fn, (x, y), calls)
         print(f"{name:12s} smelt {smelt_ms:.3f} ms   eager {eager_ms:.3f} ms")
 
 

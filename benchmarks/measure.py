@@ -61,3 +61,15 @@ def copy_bandwidth(device: str, nbytes: int = 1 << 30) -> float:
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return 2 * nbytes / (ms * 1e-3)
+
+
+def median_call_ms(fn: Callable[..., Any], args, calls: int, warmup: int = 5) -> float:
+    """Median wall-clock milliseconds of `calls` calls of fn(*args) after `warmup` (a CPU's numbers)."""
+    for _ in range(warmup):
+        fn(*args)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3

@@ -10,12 +10,12 @@ setting to compare them.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
 import smelt.observe
+from benchmarks.measure import median_call_ms
 
 
 def build(name: str):
@@ -38,17 +38,6 @@ def build(name: str):
     raise SystemExit(f"unknown model {name}")
 
 
-def median_ms(fn, args, calls: int = 15) -> float:
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["bert", "llama", "mobilenet"])
@@ -59,15 +48,15 @@ def main(argv=None) -> None:
         torch.manual_seed(0)
         model, inputs = build(name)
         with torch.no_grad():
-            eager = median_ms(model, inputs)
+            eager = median_call_ms(model, inputs, 15, warmup=3)
             inductor = None
             if not args.no_inductor:
                 torch._dynamo.reset()
-                inductor = median_ms(torch.compile(model), inputs)
+                inductor = median_call_ms(torch.compile(model), inputs, 15, warmup=3)
             torch._dynamo.reset()
             smelt.observe.reset()
             compiled = torch.compile(model, backend="smelt")
-            ours = median_ms(compiled, inputs)
+            ours = median_call_ms(compiled, inputs, 15, warmup=3)
             kernels = {k for g in smelt.observe.compiled_graphs() for k in g.kernel_names}
             with torch.profiler.profile() as profile:
                 start = time.perf_counter()
