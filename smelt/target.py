@@ -21,6 +21,10 @@ class Target:
     row_split_programs: int
     # A reduction to one value splits from this many elements (below SMELT_SPLIT_REDUCTION_MIN_NUMEL).
     global_split_min_numel: int
+    # Whether a pointwise kernel is walked as rows where a value then depends on the row alone (a
+    # channel's scale over an NCHW tensor): its compiler computes it once per row, not per element.
+    # A CPU's per-element arithmetic costs time; a GPU kernel of the kind is memory-bound anyway.
+    rows_for_row_values: bool = False
 
 
 # An H100 (132 SMs): about 8 programs per SM keep loads in flight on every SM while the partials
@@ -33,4 +37,5 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,
 # var_mean 7354 -> 1101 us, argmax 7449 -> 2438 us; column sums within 12% either way.
-CPU = Target("CPU", None, split_programs=256, row_split_programs=256, global_split_min_numel=4096)
+CPU = Target("CPU", None, split_programs=256, row_split_programs=256, global_split_min_numel=4096,
+             rows_for_row_values=True)

@@ -707,3 +707,17 @@ def test_a_profile_names_each_kernel():
         fn(x)
     names = {e.name for e in profile.events()}
     assert any(n in names for n in last_graph().kernel_names), (names, last_graph().kernel_names)
+
+
+def test_per_channel_values_are_computed_per_row():
+    """BatchNorm + hardswish over an NCHW activation: the CPU's Target walks it as rows of H*W, so
+    a channel's statistics are loaded and its rsqrt computed once per row, not per element
+    (MobileNetV3's pointwise kernels on 2 cores: 11.2 -> 5.5 ms a call)."""
+    torch.manual_seed(0)
+    mean, var, weight, bias = torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16)
+    x = torch.randn(4, 16, 28, 28)
+    fn = lambda a: torch.nn.functional.hardswish(torch.nn.functional.batch_norm(a, mean, var, weight, bias, False))
+    run_both(fn, x)
+    (source,) = last_graph().kernel_sources.values()
+    assert "# iterates 64 x 784;" in source, source[:600]
+    assert "(x % 16)" in source  # the channel depends on the row alone

@@ -87,7 +87,7 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
             position = window.index
         else:
             position = len(placed)
-            placed.append(Step(step.group, combo=[step], kept_in_input=step.kept_in_input) if keyed is not None else step)
+            placed.append(Step(step.group, combo=[step], kept_in_input=step.kept_in_input, target=step.target) if keyed is not None else step)
             if keyed is not None:
                 if merge(key):
                     to_merge.add(id(placed[-1]))
@@ -138,7 +138,8 @@ def _merged(members: list[Step]) -> Step:
     """One kernel computing every member's nodes (independent, of one iteration space)."""
     group = copy.copy(members[0].group)
     group.nodes = [n for m in members for n in m.group.nodes]
-    return Step(group, stored=[name for m in members for name in m.stored], kept_in_input=members[0].kept_in_input)
+    return Step(group, stored=[name for m in members for name in m.stored], kept_in_input=members[0].kept_in_input,
+                target=members[0].target)
 
 
 class _Accesses:

@@ -80,9 +80,9 @@ class KernelPlan:
         return static_int(self.xnumel), static_int(self.rnumel)
 
 
-def plan_kernel(group: FusedGroup, stored: list[str], kept_in_input: dict | None = None) -> KernelPlan:
+def plan_kernel(group: FusedGroup, stored: list[str], kept_in_input: dict | None = None, target=None) -> KernelPlan:
     kept = dict(kept_in_input or {})
-    tiling = choose_tiling(group, stored)
+    tiling = choose_tiling(group, stored, target)
     if tiling is not None:
         placement = {n.name: Placement.XR for n in group.nodes}
         return KernelPlan(group, stored, placement, {n.name: 0 for n in group.nodes}, 1,

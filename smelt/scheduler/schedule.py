@@ -8,6 +8,7 @@ from ..ir.scalars import DynamicScalar
 from .fusion import FusedGroup, can_fuse
 from .kernel_plan import KernelPlan, plan_kernel
 from .nodes import SchedulerNode
+from ..target import Target
 
 
 @dataclasses.dataclass
@@ -25,6 +26,7 @@ class Step:
     # Buffers the graph's kernels read from the graph input that holds the same values, by name
     # (plan_memory's _keep_in_inputs); one map, shared by every step of a schedule.
     kept_in_input: dict = dataclasses.field(default_factory=dict)
+    target: Target | None = None  # of the backend that prints it (smelt/target.py); None: extern
 
     @property
     def is_extern(self) -> bool:
@@ -34,7 +36,7 @@ class Step:
     def plan(self) -> KernelPlan:
         """The kernel's plan (placements, phases, tiling), made once, when first asked for: after
         memory planning has fixed `stored`. Every backend prints the step from it."""
-        return plan_kernel(self.group, list(self.stored), self.kept_in_input)
+        return plan_kernel(self.group, list(self.stored), self.kept_in_input, self.target)
 
     @property
     def nodes(self) -> list:
@@ -77,7 +79,8 @@ def schedule(graph) -> Schedule:
     outputs = {o.name for o in graph.outputs if o.name is not None}
     nodes = drop_dead(nodes, outputs)
     groups = fuse(nodes)
-    steps = [Step(g) for g in groups]
+    steps = [Step(g, target=None if g.is_extern else graph.target_for(g.nodes[0].buffer.get_device().type))
+             for g in groups]
     plan_memory(steps, outputs, graph)
     return Schedule(graph, steps)
 

@@ -110,17 +110,18 @@ def _inner_sizes(nodes: list[SchedulerNode], flat_accesses, numel) -> list[sympy
     return sizes
 
 
-def choose_tiling(group: FusedGroup, stored: list[str]) -> Tiling | None:
-    """The best (outer, inner) split of a pointwise group, or None when the 1-D walk is as good."""
+def choose_tiling(group: FusedGroup, stored: list[str], target=None) -> Tiling | None:
+    """The best (outer, inner) split of a pointwise group, or None when the 1-D walk is as good.
+    `target` (smelt/target.py) may also ask for rows where a value depends on the row alone."""
     if group.is_reduction or group.is_extern or any(n.is_scatter for n in group.nodes):
         return None
     numel = group.xnumel
     if static_int(numel) is not None and static_int(numel) <= 1:
         return None
-    flat = _accesses(group.nodes, stored, "x", numel, 1)
+    flat = _accesses(group.nodes, stored, Placement.X, numel, 1)
     flat_score = _score(flat, (XINDEX,))
     if flat_score == len(flat):
-        return None
+        return _rows_for_row_values(group, stored, flat, numel) if target and target.rows_for_row_values else None
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         outer = sympy.cancel(numel / inner)
@@ -132,6 +133,42 @@ def choose_tiling(group: FusedGroup, stored: list[str]) -> Tiling | None:
         o, i = static_int(outer), static_int(inner)
         key = (score, min(o, i) if o is not None and i is not None else 0)
         if score > flat_score and (best_key is None or key > best_key):
+            best_key = key
+            best = Tiling(outer, inner, *_contiguous_buffers(accesses))
+    return best
+
+
+# Rows shorter than this are not worth walking as rows: a few vector steps each.
+MIN_ROW = 64
+
+
+def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> Tiling | None:
+    """Rows (outer x inner) over which some loads depend on the row alone, every other access
+    walking the row contiguously: BatchNorm's per-channel statistics over an NCHW activation are
+    then loaded, and their rsqrt computed, once per row of H*W elements instead of per element.
+    The split with most such loads, then the longest rows."""
+    best, best_key = None, None
+    for inner in _inner_sizes(group.nodes, flat, numel):
+        rows = static_int(inner)
+        if rows is None or rows < MIN_ROW:
+            continue
+        outer = sympy.cancel(numel / inner)
+        if any(n.placement(outer, inner) != Placement.XR for n in group.nodes):
+            continue
+        accesses = _accesses(group.nodes, stored, Placement.XR, outer, inner)
+        per_row = 0
+        for _, index in accesses:
+            if any(is_indirect(s) for s in index.free_symbols):
+                per_row = -1
+                break
+            along_r = stride_along(index, RINDEX)
+            if along_r == 0 and XINDEX in index.free_symbols:
+                per_row += 1
+            elif along_r != 1:
+                per_row = -1  # an access that strides along the row: the 1-D walk reads it better
+                break
+        key = (per_row, rows)
+        if per_row > 0 and (best_key is None or key > best_key):
             best_key = key
             best = Tiling(outer, inner, *_contiguous_buffers(accesses))
     return best
