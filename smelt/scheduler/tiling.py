@@ -11,7 +11,9 @@ and Triton moves values between the two layouts through shared memory.
 Such a kernel reuses the x/r axes of reduction kernels (every member is placed "xr"), except
 that r is split across programs rather than looped over. The decision is made from the index
 expressions alone: tile when some split makes more accesses contiguous (or broadcast) along one
-of the two axes than the 1-D walk does.
+of the two axes than the 1-D walk does. A target whose per-element arithmetic costs time (a CPU:
+`Target.rows_for_row_values`) also splits where some loads then depend on the row alone, such as a
+channel's statistics over an NCHW tensor, so that they are computed once per row.
 """
 from __future__ import annotations
 
