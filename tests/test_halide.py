@@ -721,3 +721,17 @@ def test_per_channel_values_are_computed_per_row():
     (source,) = last_graph().kernel_sources.values()
     assert "# iterates 64 x 784;" in source, source[:600]
     assert "(x % 16)" in source  # the channel depends on the row alone
+
+
+def test_float32_exp_is_within_about_half_an_ulp():
+    """Every float32 kernel's exp (special.py exp_float32): 1 + f kept exact until the last rounding,
+    within 0.54 ulp over the whole normal range, as eager's (0.51). A plain Horner polynomial (1.1e-7)
+    left efficientnet's training gradients 3.8x eager's error (model suite, finding #23)."""
+    x = torch.cat([torch.linspace(-87.3, 88.7, 100001),
+                   torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 88.72283935546875, -200.0])])
+    actual = compiled(torch.exp)(x)
+    exact = x.double().exp()
+    normal = torch.isfinite(exact) & (exact > 1.2e-38) & (exact < 3.4e38)
+    ulps = ((actual.double() - exact).abs() / exact.abs() / 2 ** -23)[normal]
+    assert ulps.max() < 0.54 and ulps.mean() < 0.19, (ulps.max(), ulps.mean())
+    torch.testing.assert_close(actual[-7:], x[-7:].exp(), equal_nan=True, atol=0, rtol=0)

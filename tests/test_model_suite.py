@@ -21,12 +21,7 @@ CPU_BACKEND = os.environ.get("SMELT_CPU_BACKEND", "halide")
 
 # Cases that fail today: (model, mode, CPU backend or None for both) -> what is wrong.
 # strict: a case that starts passing fails the suite until its line is removed here.
-KNOWN_FAILURES: dict = {
-    # Found 2026-11-27 (SMELT_MODEL_SUITE=full, also at a328c45): grads of blocks.0.0.se.conv_reduce.weight
-    # rmse 7.91e-07 against float64 where 6.63e-07 is allowed (eager's 2.08e-07). The reference backend,
-    # on the same IR, passes: a Halide kernel's float32 arithmetic (tests/fuzz_open_findings.md #23).
-    ("efficientnet", "train", "halide"): "a gradient 1.19x the allowance (3.8x eager's error) under Halide",
-}
+KNOWN_FAILURES: dict = {}  # none today
 
 
 # The default selection: one model of each family per mode beyond fp32 inference.
