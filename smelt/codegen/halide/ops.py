@@ -78,7 +78,9 @@ FLOAT_UNARY = {
     "isnan": "hl.is_nan({0})", "isinf": "hl.is_inf({0})",
     "erfinv": "erfinv({0})", "i0": "i0({0})", "lgamma": "lgamma({0})",  # halide_special.py
     "signbit": "(hl.reinterpret(hl.UInt({bits}), {0}) >> {shift}) != 0",
-    "neg": "-{0}", "relu": "hl.select({0} < 0, hl.cast({t}, 0), {0})",
+    # Halide's unary minus is 0 - x, which turns -(+0.0) into +0.0 (eager: -0.0; an atan2 of it then
+    # answered pi for -pi, CPU fuzz seed 1801): a product with -1 flips the sign bit of zeros too.
+    "neg": "({0} * hl.cast({t}, -1))", "relu": "hl.select({0} < 0, hl.cast({t}, 0), {0})",
     # sign(nan) is 0 in eager, and sign(-0) is +0.
     "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), hl.cast({t}, 0)))",
 }
