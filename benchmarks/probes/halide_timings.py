@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import statistics
 import time
 
 import torch
+
+from benchmarks.measure import median_call_ms
 
 
 def workloads():
@@ -28,16 +29,6 @@ def workloads():
                                                       torch.randn(4 << 20, dtype=torch.bfloat16))
 
 
-def median_seconds(fn, args, repeat=20):
-    fn(*args)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main():
     import smelt  # noqa: F401
     from smelt.runtime.halide_launcher import HalideLauncher
@@ -50,7 +41,7 @@ def main():
         # Eager first, before Halide's thread pool exists for this workload's kernels: the two
         # pools (OpenMP's and Halide's) spin after their work and slow each other on 2 cores.
         with torch.no_grad():
-            eager = median_seconds(fn, args, options.repeat)
+            eager = median_call_ms(fn, args, options.repeat, warmup=1) / 1e3
         torch._dynamo.reset()
         before = {id(o) for o in gc.get_objects() if type(o) is HalideLauncher}
         compiled = torch.compile(fn, backend="smelt")
@@ -61,7 +52,7 @@ def main():
         launchers = [o for o in gc.get_objects() if type(o) is HalideLauncher and id(o) not in before]
         compile_seconds = sum(l.compile_seconds for l in launchers)
         with torch.no_grad():
-            ours = median_seconds(compiled, args, options.repeat)
+            ours = median_call_ms(compiled, args, options.repeat, warmup=1) / 1e3
             torch.testing.assert_close(compiled(*args), fn(*args), atol=1e-2, rtol=1e-2)
         print(f"{name:26} {first:12.3f} {compile_seconds:16.3f} {eager * 1e3:9.3f} {ours * 1e3:9.3f} "
               f"{eager / ours:7.2f}x")
