@@ -13,6 +13,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from . import config as config_module
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
+from .lowering.layout_plan import restride_placeholders
 from .pipeline import compile_graph
 from .saved_inputs import copy_mutated_inputs_saved_for_backward
 from .runtime.kernel_binaries import prepare_compiler
@@ -33,6 +34,8 @@ class _Compiler:
     def __call__(self, gm, example_inputs):
         if self.kind == "forward":
             copy_mutated_inputs_saved_for_backward(gm)
+        if self.kind == "backward":
+            restride_placeholders(gm, example_inputs)  # saved activations in the forward's chosen layouts
         compiled = compile_graph(gm, example_inputs, self.kind)
         self.slot.observe_compile(self.kind, gm, compiled)
         return compiled

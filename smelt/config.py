@@ -63,6 +63,15 @@ def parse_backend(name: str, raw: str) -> str:
     return value
 
 
+def parse_auto_switch(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    value = "on" if value in _TRUE else "off" if value in _FALSE else value
+    if value not in ("auto", "on", "off"):
+        raise SettingError(f"smelt: {name}={raw!r} is not accepted; accepted: auto (the target decides), "
+                           f"{', '.join(_TRUE)} for on, {', '.join(_FALSE)} for off")
+    return value
+
+
 def parse_path(name: str, raw: str) -> str:
     return os.path.abspath(os.path.expanduser(raw.strip()))
 
@@ -112,6 +121,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_PERSISTENT_SCAN_LIMIT": Setting(parse_positive_int, 4096, "a positive integer"),
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
+    "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
@@ -168,6 +178,10 @@ class Config:
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.
     gemm_epilogues: bool = _field("SMELT_GEMM_EPILOGUES")
+
+    # Convolution nets in channels-last memory (lowering/layout_plan.py): "auto" where the backend's
+    # Target runs convolutions faster so (cuDNN on CUDA), "on" everywhere, "off" never.
+    channels_last: str = _field("SMELT_CHANNELS_LAST")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

@@ -15,6 +15,7 @@ from .debug import dump_graph
 from .errors import HalideRefusedKernel
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
+from .lowering.layout_plan import plan_layouts
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
@@ -28,6 +29,10 @@ _graph_ids = itertools.count()
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
+    # Before the cache lookup: the layouts are part of the graph's key and of its interface.
+    output_strides = plan_layouts(gm, kind, _wants_channels_last(cfg))
+    if output_strides is not None and kind == "forward":
+        _report_output_strides(output_strides)
     generated = graph_cache.load_or_generate(gm, kind, cfg, generate_graph)
     refused: set[str] = set()
     while True:
@@ -49,19 +54,39 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     return compiled
 
 
+def _target_for(cfg):
+    def target_for(device_type: str) -> Target:
+        try:
+            return backends.for_device(cfg, torch.device(device_type)).target(device_type)
+        except ValueError:  # a device no backend takes (meta)
+            return H100
+    return target_for
+
+
+def _wants_channels_last(cfg):
+    target_for = _target_for(cfg)
+
+    def wants(device: torch.device) -> bool:
+        if cfg.channels_last != "auto":
+            return cfg.channels_last == "on"
+        return target_for(device.type).channels_last_convolutions
+    return wants
+
+
+def _report_output_strides(strides: list) -> None:
+    """Tell AOTAutograd the strides the forward returns, so the backward is compiled for them."""
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and context.output_strides is not None:
+        context.output_strides.extend(strides)
+
+
 def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=frozenset()) -> GeneratedGraph:
     """`halide_refused`: names of kernels Halide did not compile before, generated in Triton instead."""
     graph_id = next(_graph_ids)
     if cfg.gemm_epilogues:
         fuse_gemm_epilogues(gm)
 
-    def target_for(device_type: str) -> Target:
-        try:
-            return backends.for_device(cfg, torch.device(device_type)).target(device_type)
-        except ValueError:  # a device no backend takes (meta)
-            return H100
-
-    graph = lower_graph(gm, cfg, target_for, compile_graph)
+    graph = lower_graph(gm, cfg, _target_for(cfg), compile_graph)
     sched = make_schedule(graph)
     ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused))
 

@@ -144,6 +144,12 @@ def static_int(expr: Expr | None) -> int | None:
     return int(expr) if expr.is_Integer else None
 
 
+def static_ints(exprs: Sequence[Expr]) -> list[int] | None:
+    """The values of `exprs` if none has free symbols, else None."""
+    values = [static_int(e) for e in exprs]
+    return None if any(v is None for v in values) else values
+
+
 def flat_index(index: Sequence[Expr], size: Sequence[Expr]) -> Expr:
     return sum((i * s for i, s in zip(index, contiguous_strides(size))), sympy.Integer(0))
 

@@ -25,6 +25,9 @@ class Target:
     # channel's scale over an NCHW tensor): its compiler computes it once per row, not per element.
     # A CPU's per-element arithmetic costs time; a GPU kernel of the kind is memory-bound anyway.
     rows_for_row_values: bool = False
+    # Whether 2-D convolutions get channels-last operands and the values between them are laid out
+    # so (lowering/layout_plan.py): cuDNN's tensor-core convolutions convert NCHW both ways otherwise.
+    channels_last_convolutions: bool = False
 
 
 # An H100 (132 SMs): about 8 programs per SM keep loads in flight on every SM while the partials
@@ -32,7 +35,8 @@ class Target:
 # whose last program adds the partials, against 86-88% with 1024 longer chunks looped over
 # (benchmarks/probes/reduction_variants.py). One value splits from 4096 elements: its second
 # stage runs in the first kernel's last program, so the split costs no launch.
-H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096)
+H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
+              channels_last_convolutions=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

@@ -20,7 +20,7 @@ from .common import layout_of
 from .extern_calls import fallback
 from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
-from .traced_layout import realize_as_traced
+from .traced_layout import realize_as_traced, realize_in_traced_order
 
 log = logging.getLogger("smelt.lowering")
 
@@ -196,7 +196,7 @@ def _maybe_realize(graph: IRGraph, node, value):
     if isinstance(value, TensorBox) and isinstance(value.data, StorageBox) and len(node.users) > 1:
         if isinstance(value.data.data, Loops) and not graph.softmax_rows.keeps_inline(node, value) \
                 and not _cheap_scalar(value.data.data):
-            value.data.realize(graph)
+            realize_in_traced_order(graph, value.data, node)
 
 
 def _cheap_scalar(loops: Loops) -> bool:

@@ -32,10 +32,7 @@ def realize_as_traced(graph, box: TensorBox, node):
     dense = _dense_strides(meta) or _gapped_strides(meta)
     data = box.data
     if isinstance(data, StorageBox) and not data.is_realized():
-        buffer = data.realize(graph)
-        if dense is not None and isinstance(buffer.layout, FlexibleLayout) and dense != list(buffer.layout.stride):
-            buffer.fix_strides(dense)
-        return buffer
+        return _realize_dense(graph, data, dense)
     base = _eager_base(node)
     if base is not None:
         _realize_base(graph, box.data, base)
@@ -51,6 +48,20 @@ def realize_as_traced(graph, box: TensorBox, node):
     loops = Pointwise(box.get_device(), box.get_dtype(), box.make_loader(), box.get_size(), box.origins)
     layout = FixedLayout(box.get_device(), box.get_dtype(), tuple(box.get_size()), tuple(dense))
     return graph.register_computed(loops, layout=layout)
+
+
+def realize_in_traced_order(graph, data: StorageBox, node: torch.fx.Node):
+    """Realize the loop nest `data`, the whole value of FX node `node`, in the dim order eager gave
+    that value when it is dense (a channels-last activation stays channels-last), else row-major."""
+    meta = node.meta.get("val")
+    return _realize_dense(graph, data, _dense_strides(meta) if isinstance(meta, torch.Tensor) else None)
+
+
+def _realize_dense(graph, data: StorageBox, dense: list | None):
+    buffer = data.realize(graph)
+    if dense is not None and isinstance(buffer.layout, FlexibleLayout) and dense != list(buffer.layout.stride):
+        buffer.fix_strides(dense)
+    return buffer
 
 
 def _eager_base(node: torch.fx.Node) -> torch.Tensor | None:

@@ -7,7 +7,7 @@ import sympy
 
 from ..ir import ComputedBuffer, MultiOutput, Reduction, Scan, Scatter, use_handler
 from ..ir.ops import ReadsHandler
-from ..symbolic import Expr, index_var, product, simplify_index, unflatten_index
+from ..symbolic import Expr, dense_dim_order, index_var, product, simplify_index, static_ints, unflatten_index
 from .placement import Placement
 
 _NAME = re.compile(r"\b[a-z]+\d+\b")
@@ -141,11 +141,32 @@ class SchedulerNode:
             outer.insert(self.data.dim, RINDEX)
             return [simplify_index(e, ranges) for e in outer], None
         flat = XINDEX * rnumel + RINDEX if placement == Placement.XR else XINDEX
-        index = [simplify_index(e, ranges) for e in unflatten_index(flat, self.data.ranges)]
+        order = self._memory_order() if placement == Placement.X else None
+        if order is None:
+            index = unflatten_index(flat, self.data.ranges)
+        else:
+            index = [sympy.Integer(0)] * len(self.data.ranges)
+            for d, e in zip(order, unflatten_index(flat, [self.data.ranges[d] for d in order])):
+                index[d] = e
+        index = [simplify_index(e, ranges) for e in index]
         if placement == Placement.REDUCTION:
             rindex = [simplify_index(e, ranges) for e in unflatten_index(RINDEX, self.data.reduction_ranges)]
             return index, rindex
         return index, None
+
+    def _memory_order(self) -> list[int] | None:
+        """The dims of a pointwise buffer laid out in a permuted order (a channels-last activation),
+        outermost first, so that its kernel walks memory in order; None for row-major ones."""
+        if self.is_reduction or self.is_scan or self.is_scatter:
+            return None
+        layout = self.buffer.layout
+        if layout is None:
+            return None
+        size, stride = static_ints(layout.size), static_ints(layout.stride)
+        if size is None or stride is None or size != static_ints(self.data.ranges):
+            return None
+        order = dense_dim_order(size, stride)
+        return None if order is None or order == sorted(order) else order
 
     def store_index(self, placement: Placement, xnumel: Expr, rnumel: Expr) -> Expr:
         def compute():

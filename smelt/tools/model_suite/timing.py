@@ -35,7 +35,7 @@ def _steady_ms(fn, device, cpu_calls: int) -> float:
     return statistics.median(times)
 
 
-def _callable(spec, mode, size, device, seed, backend):
+def case_callable(spec, mode, size, device, seed, backend):
     """A no-argument function running one call of the case, compiled with `backend` (None: eager)."""
     def compiled(fn, **kw):
         return fn if backend is None else torch.compile(fn, backend=backend, **kw)
@@ -93,7 +93,7 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15) 
         if name == "inductor" and not inductor:
             continue
         torch._dynamo.reset()
-        fn = _callable(spec, mode, size, device, seed, None if name == "eager" else name)
+        fn = case_callable(spec, mode, size, device, seed, None if name == "eager" else name)
         _sync(device)
         t0 = time.perf_counter()
         fn()

@@ -1,0 +1,119 @@
+"""Channels-last through convolution nets (lowering/layout_plan.py): convolutions get NHWC operands,
+the values between them stay NHWC, what the caller sees keeps eager's strides, and a training
+step's saved activations reach the backward in the layout the forward chose."""
+import logging
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+import smelt.config
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, c=8, classes=5):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.pool, self.fc = nn.MaxPool2d(2), nn.Linear(c, classes)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        z = self.pool(torch.relu(self.bn2(self.conv2(y)) + y))  # y: read by a convolution and the add
+        return self.fc(z.mean((2, 3))), z
+
+
+def _copies(names) -> list[str]:
+    """Kernels that only copy (a layout conversion), not those a copy was fused into."""
+    return [k for k in names if re.search(r"_fused_clone_\d+$", k)]
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_inference_matches_eager_in_value_and_strides(device, compile_fn, assert_close, observe, setting):
+    torch.manual_seed(0)
+    model = ResidualBlock().to(device).eval()
+    x = torch.randn(2, 3, 16, 16, device=device)
+    with torch.no_grad(), smelt.config.override(channels_last=setting):
+        actual = compile_fn(model)(x)
+    expected = model(x)
+    for a, e in zip(actual, expected):
+        assert_close(a, e, atol=1e-5, rtol=1e-5)
+        assert a.stride() == e.stride()
+    copies = _copies(k for g in observe.compiled_graphs() for k in g.kernel_names)
+    if setting == "on":
+        # The image and the two weights are copied to NHWC once; the activation y is made NHWC by
+        # the first convolution and is not copied again before the second.
+        assert len(copies) == 3, copies
+        wrappers = "\n".join(g.wrapper_source for g in observe.compiled_graphs())
+        assert "(2048, 1, 128, 8)" in wrappers  # the convolutions' NHWC results
+    else:
+        assert copies == []
+
+
+def test_training_step_matches_eager(device, compile_fn, assert_close, observe):
+    torch.manual_seed(0)
+    model = ResidualBlock().to(device)
+    x = torch.randn(2, 3, 16, 16, device=device)
+    out, z = model(x)
+    (out.sum() + z.sum()).backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    with smelt.config.override(channels_last="on"):
+        out, z = compile_fn(model)(x)
+        (out.sum() + z.sum()).backward()
+    for name, p in model.named_parameters():
+        assert_close(p.grad, expected[name], atol=1e-4, rtol=1e-4)  # NHWC convolutions sum in another order
+        assert p.grad.stride() == expected[name].stride(), name
+    backward = [g for g in observe.compiled_graphs() if g.kind == "backward"]
+    assert backward
+    # The saved activations arrive NHWC: the backward copies only the weights (and the image) to
+    # NHWC for the convolutions' gradients, and two weight gradients back to eager's strides.
+    copies = _copies(backward[-1].kernel_names)
+    assert len(copies) == 5, copies
+
+
+def test_symbolic_sizes_keep_traced_layouts(device, compile_fn, assert_close, caplog):
+    torch.manual_seed(0)
+    model = ResidualBlock().to(device).eval()
+    compiled = compile_fn(model, dynamic=True)
+    with torch.no_grad(), smelt.config.override(channels_last="on"), \
+            caplog.at_level(logging.DEBUG, logger="smelt.lowering"):
+        for size in (16, 20):
+            x = torch.randn(2, 3, size, size, device=device)
+            for a, e in zip(compiled(x), model(x)):
+                assert_close(a, e, atol=1e-5, rtol=1e-5)
+    assert "not planned for a graph with symbolic sizes" in caplog.text
+
+
+def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, compile_fn, assert_close):
+    torch.manual_seed(0)
+    conv, fc = nn.Conv2d(3, 4, 3).to(device), nn.Linear(4 * 6 * 6, 3).to(device)
+
+    def f(x):
+        y = torch.relu(conv(x))
+        return fc(y.view(y.shape[0], -1)), y  # flattening NHWC memory in NCHW order is no view
+
+    x = torch.randn(2, 3, 8, 8, device=device)
+    with torch.no_grad(), smelt.config.override(channels_last="on"):
+        actual = compile_fn(f)(x)
+    for a, e in zip(actual, f(x)):
+        assert_close(a, e, atol=1e-5, rtol=1e-5)
+        assert a.stride() == e.stride()
+
+
+def test_pointwise_kernels_walk_a_channels_last_buffer_in_memory_order(device, compile_fn, assert_close, observe):
+    """x is channels-last, so eager's x * 2 + 1 is too: one flat walk, no transposing tiles."""
+    x = torch.randn(2, 8, 5, 7, device=device).contiguous(memory_format=torch.channels_last)
+    actual = compile_fn(lambda x: x * 2 + 1)(x)
+    assert_close(actual, x * 2 + 1)
+    assert actual.stride() == (x * 2 + 1).stride()
+    (graph,) = observe.compiled_graphs()
+    (source,) = graph.kernel_sources.values()
+    assert "# tiled:" not in source, source
+
+
+def test_setting_is_checked():
+    with pytest.raises(smelt.config.SettingError, match="SMELT_CHANNELS_LAST"):
+        with smelt.config.override(channels_last="sometimes"):
+            pass
