@@ -122,6 +122,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
@@ -182,6 +183,9 @@ class Config:
     # Convolution nets in channels-last memory (lowering/layout_plan.py): "auto" where the backend's
     # Target runs convolutions faster so (cuDNN on CUDA), "on" everywhere, "off" never.
     channels_last: str = _field("SMELT_CHANNELS_LAST")
+    # Large matrix products with rows of a misaligned length run on zero-padded rows
+    # (lowering/matmul_padding.py): "auto" where the Target's library needs aligned rows (cuBLAS).
+    matmul_padding: str = _field("SMELT_MATMUL_PADDING")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

@@ -30,7 +30,8 @@ _graph_ids = itertools.count()
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
     # Before the cache lookup: the layouts are part of the graph's key and of its interface.
-    output_strides = plan_layouts(gm, kind, _wants_channels_last(cfg))
+    output_strides = plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
+                                  _wants(cfg, "matmul_padding", "pads_matmul_rows"))
     if output_strides is not None and kind == "forward":
         _report_output_strides(output_strides)
     generated = graph_cache.load_or_generate(gm, kind, cfg, generate_graph)
@@ -63,13 +64,14 @@ def _target_for(cfg):
     return target_for
 
 
-def _wants_channels_last(cfg):
-    target_for = _target_for(cfg)
+def _wants(cfg, setting: str, target_field: str):
+    """Whether a layout pass applies on a device: setting `setting` ("auto": the Target's field)."""
+    target_for, value = _target_for(cfg), getattr(cfg, setting)
 
     def wants(device: torch.device) -> bool:
-        if cfg.channels_last != "auto":
-            return cfg.channels_last == "on"
-        return target_for(device.type).channels_last_convolutions
+        if value != "auto":
+            return value == "on"
+        return getattr(target_for(device.type), target_field)
     return wants
 
 

@@ -28,6 +28,12 @@ class Target:
     # Whether 2-D convolutions get channels-last operands and the values between them are laid out
     # so (lowering/layout_plan.py): cuDNN's tensor-core convolutions convert NCHW both ways otherwise.
     channels_last_convolutions: bool = False
+    # Whether a convolution's bias is added by the kernel after it (lowering/extern_calls.py): cuDNN
+    # adds it in a pass of its own, oneDNN inside the convolution.
+    adds_convolution_bias: bool = False
+    # Whether large matrix products get 16-byte aligned rows (lowering/matmul_padding.py): cuBLAS's
+    # tensor-core kernels need them, and run element by element otherwise.
+    pads_matmul_rows: bool = False
 
 
 # An H100 (132 SMs): about 8 programs per SM keep loads in flight on every SM while the partials
@@ -36,7 +42,7 @@ class Target:
 # (benchmarks/probes/reduction_variants.py). One value splits from 4096 elements: its second
 # stage runs in the first kernel's last program, so the split costs no launch.
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
-              channels_last_convolutions=True)
+              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

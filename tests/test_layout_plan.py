@@ -11,6 +11,13 @@ import torch.nn as nn
 import smelt.config
 
 
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    # cuDNN's TF32 convolutions differ by 1e-3 between its NCHW and NHWC algorithms.
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
 class ResidualBlock(nn.Module):
     def __init__(self, c=8, classes=5):
         super().__init__()
@@ -117,3 +124,24 @@ def test_setting_is_checked():
     with pytest.raises(smelt.config.SettingError, match="SMELT_CHANNELS_LAST"):
         with smelt.config.override(channels_last="sometimes"):
             pass
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_convolution_bias_is_added_by_the_kernel_after_it(device, compile_fn, assert_close, observe, dtype):
+    """Where cuDNN would add a convolution's bias in a pass of its own (Target.adds_convolution_bias),
+    the convolution runs without it and the add fuses into the next kernel, rounded as ATen's."""
+    from smelt.codegen import backends
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3, padding=1).to(device=device, dtype=dtype)
+
+    def f(x):
+        return torch.nn.functional.gelu(conv(x))
+
+    x = torch.randn(2, 4, 9, 9, device=device, dtype=dtype)
+    with torch.no_grad():
+        assert_close(compile_fn(f)(x), f(x))
+    target = backends.for_device(smelt.config.current(), torch.device(device)).target(torch.device(device).type)
+    (graph,) = observe.compiled_graphs()
+    calls = [line for line in graph.wrapper_source.splitlines() if "aten.convolution.default(" in line]
+    assert len(calls) == 1
+    assert (", None, [1, 1]" in calls[0]) == target.adds_convolution_bias, calls[0]

@@ -5,11 +5,11 @@ import logging
 
 import torch
 
-from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, ops
+from ..ir import ExternKernel, MultiOutput, Pointwise, StorageBox, TensorBox, View, ops
 from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from ..ir.graph import origin_name
-from .common import broadcast_loader, layout_of, make_pointwise
+from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from .registry import lowering
@@ -103,7 +103,21 @@ def with_effects(g, token, op, *args, **kwargs):
           aten.convolution_backward, aten._scaled_dot_product_flash_attention,
           aten._scaled_dot_product_efficient_attention)
 def extern_call(g, *args, **kwargs):
+    if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
+            and g.target_for(g.out_meta.device.type).adds_convolution_bias:
+        return _convolution_then_bias(g, *args)
     return make_extern(g, g.node.target, args, kwargs, is_fallback=False)
+
+
+def _convolution_then_bias(g, x, weight, bias, *rest):
+    """A convolution run without its bias, which a pointwise add applies: the add fuses into the
+    kernel after the convolution, where cuDNN would add it in a pass over the output of its own
+    (ConvNeXt's 22 biased convolutions: 0.23 of 2.6 ms on the H100)."""
+    out = make_extern(g, aten.convolution.default, (x, weight, None, *rest), {}, is_fallback=False)
+    channels = [1] * (len(out.get_size()) - 2)
+    per_channel = TensorBox(View(bias.data, [bias.get_size()[0], *channels], lambda index: index[:1], "bias"))
+    # As ATen's add_ of the bias: in float32 for half floats, rounded once.
+    return make_pointwise(g, [out, per_channel], ops.add, compute_dtype=upcast_half(g.out_meta.dtype))
 
 
 @lowering(aten.copy_)

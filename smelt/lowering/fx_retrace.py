@@ -1,0 +1,84 @@
+"""Every value's traced metadata worked out again after a pass changed a graph's layouts.
+
+A pass that gives some values new strides (lowering/layout_plan.py) inserts its copies into the FX
+graph, then asks for every node's fake value to be computed again from the placeholders', in the
+graph's own fake mode, as eager would compute them given the new layouts: the lowering realizes
+values in their traced layouts, so the metadata must say what the kernels will produce.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.fx
+from torch._guards import detect_fake_mode
+
+aten = torch.ops.aten
+log = logging.getLogger("smelt.lowering")
+
+# View ops that fail on strides they cannot express: their input is made contiguous first.
+_VIEWS = (aten.view.default, aten._unsafe_view.default)
+
+
+def retrace(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> bool:
+    """Trace every value's layout again from the placeholders' (fake tensors, the graph's own fake
+    mode) and keep the results; on failure leave the metadata alone, remove `inserted` and return
+    False. A view the new strides cannot express gets a contiguous copy of its input."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
+    if fake_mode is None:
+        remove(gm, inserted)
+        return False
+    env: dict[torch.fx.Node, object] = {}
+    try:
+        with fake_mode:
+            for node in list(gm.graph.nodes):
+                if node.op == "placeholder":
+                    env[node] = node.meta.get("val")
+                elif node.op == "get_attr":  # a constant's fake value, or a subgraph module
+                    env[node] = node.meta["val"] if "val" in node.meta else _attribute(gm, node.target)
+                elif node.op == "call_function":
+                    env[node] = _run(gm, node, env, inserted)
+                elif node.op != "output":
+                    raise NotImplementedError(f"FX node kind {node.op}")
+    except Exception as e:  # an op without a fake kernel, a data-dependent size: plan nothing
+        log.debug("smelt: layouts not re-traced (%s: %s); the graph keeps its traced layouts", type(e).__name__, e)
+        remove(gm, inserted)
+        return False
+    for node, val in env.items():
+        if node.op == "call_function" and val is not None:
+            node.meta["val"] = val
+    return True
+
+
+def _run(gm, node: torch.fx.Node, env: dict, inserted: list):
+    def value(a):
+        return env[a] if isinstance(a, torch.fx.Node) else a
+
+    args = torch.fx.node.map_aggregate(node.args, value)
+    kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
+    if node.target in _VIEWS and isinstance(args[0], torch.Tensor):
+        try:
+            return node.target(*args, **kwargs)
+        except RuntimeError:
+            source = node.args[0]
+            with gm.graph.inserting_before(node):
+                copy = gm.graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
+            inserted.append(copy)
+            env[copy] = aten.clone.default(args[0], memory_format=torch.contiguous_format)
+            node.update_arg(0, copy)
+            return node.target(env[copy], *args[1:], **kwargs)
+    return node.target(*args, **kwargs)
+
+
+def _attribute(gm: torch.fx.GraphModule, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def remove(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> None:
+    for copy in reversed(inserted):
+        copy.replace_all_uses_with(copy.args[0])
+        gm.graph.erase_node(copy)
