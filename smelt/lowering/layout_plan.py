@@ -47,21 +47,31 @@ def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
     """Give `gm`'s placeholders the strides of `example_inputs` where they differ (a backward's saved
     activations, restrided by AOTAutograd after the forward reported its layouts); the values
     computed from them are re-traced. True when something changed."""
-    changed = False
     visible = _visible_outputs(gm, "backward")
+    traced: dict[torch.fx.Node, torch.Tensor] = {}
     for node, example in zip(gm.graph.find_nodes(op="placeholder"), example_inputs):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and isinstance(example, torch.Tensor) and _static(val) \
                 and tuple(example.shape) == tuple(val.shape) and example.stride() != val.stride():
+            traced[node] = val
             node.meta["val"] = example
-            changed = True
-    if changed and not retrace(gm, []):
-        raise RuntimeError("smelt: the backward's inputs arrive in new layouts, and its graph could not be re-traced "
-                           "with them")  # the forward reported them only after its own re-trace worked
-    if changed:
+    if not traced:
+        return False
+    if retrace(gm, []):
         _restore_visible_outputs(gm, visible)
-        gm.recompile()
-    return changed
+    else:
+        # An op whose fake kernel refuses the new strides (or that has none): the graph reads each
+        # such input through a copy in its traced layout, made where a reader needs it in memory.
+        log.debug("smelt: the backward reads %d saved values through copies in their traced layouts", len(traced))
+        for node, val in traced.items():
+            users = list(node.users)
+            with gm.graph.inserting_after(node):
+                copy = gm.graph.call_function(aten.clone.default, (node,))
+            copy.meta = dict(node.meta, val=val)
+            for user in users:
+                user.replace_input_with(node, copy)
+    gm.recompile()
+    return True
 
 
 def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants_padded_matmuls) -> list | None:

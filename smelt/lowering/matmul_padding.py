@@ -9,9 +9,10 @@ element at a time: on the H100 those three products of a GPT-2 training step too
 - output rows of N elements, N not a multiple of the alignment: the second operand is copied with
   its N padded by zero columns, the product computed N-padded, and the first N columns read
   through a view (strided: the kernels after it read the padded rows in place);
-- an operand that smelt computes, whose rows are misaligned: its producer writes it into padded
-  rows (a pad whose view is the value), so every product reading it, transposed or not, gets
-  aligned rows at no extra pass.
+- an operand whose rows are misaligned: its producer writes it into padded rows (a pad whose view
+  is the value), so every product reading it, transposed or not, gets aligned rows at no extra
+  pass; a graph input (a backward's incoming gradient of the logits) is copied into them, one
+  pass over it against a product hundreds of times its size.
 
 The pads are FX nodes inserted before lowering (lowering/layout_plan.py re-traces the layouts);
 what a caller sees keeps eager's strides.
@@ -78,8 +79,8 @@ def _misaligned(val, align: int) -> bool:
 
 
 def _computed_rows(operand: torch.fx.Node) -> torch.fx.Node | None:
-    """The value computed in the graph (not an input) whose rows `operand` reads, through
-    transposes and leading-dim reshapes; None for an input or another view."""
+    """The value whose rows `operand` reads, through transposes and leading-dim reshapes; None
+    for another view or a product's output."""
     node = operand
     while node.op == "call_function" and node.target in _TRANSPARENT_VIEWS:
         source = node.args[0]
@@ -87,8 +88,8 @@ def _computed_rows(operand: torch.fx.Node) -> torch.fx.Node | None:
             if _val(source) is None or _val(source).shape[-1] != _val(node).shape[-1]:
                 return None
         node = source
-    if node.op != "call_function" or node.target in _PRODUCTS or _val(node) is None:
-        return None  # an input: copying it would be a pass of its own; a product's rows: see its output
+    if node.op not in ("call_function", "placeholder") or node.target in _PRODUCTS or _val(node) is None:
+        return None  # a product's rows: see its output
     return node
 
 
