@@ -7,7 +7,7 @@ else
 PY := $(CURDIR)/.venv/bin/python
 endif
 
-.PHONY: setup demo test test-gpu bench-cpu clean
+.PHONY: setup demo test test-gpu bench-cpu bench-cpu-models clean
 
 setup: .setup-done
 
@@ -39,6 +39,11 @@ test-gpu:
 # BENCH_ARGS passes options on, e.g. BENCH_ARGS="--only softmax --no-compile-time".
 bench-cpu: setup
 	SMELT_CPU_BACKEND=halide $(PY) -m benchmarks.run --device cpu $(BENCH_ARGS)
+	SMELT_CPU_BACKEND=halide $(PY) -m benchmarks.cpu_models $(MODEL_BENCH_ARGS)
+
+# Small models only (issue 23): eager, Inductor's C++ backend and smelt, steady and compile times.
+bench-cpu-models: setup
+	SMELT_CPU_BACKEND=halide $(PY) -m benchmarks.cpu_models $(MODEL_BENCH_ARGS)
 
 clean:
 	rm -rf .venv .setup-done *.egg-info

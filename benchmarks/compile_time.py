@@ -35,7 +35,10 @@ def _child(argv=None) -> None:
     from benchmarks.measure import synchronize
     from benchmarks.workloads import by_name
 
-    if args.workload == ADAM_STEP:
+    if args.workload.startswith("model:"):  # benchmarks/cpu_models.py's models, inference
+        from benchmarks.cpu_models import inference
+        _, fn, inputs = inference(args.workload.split(":", 1)[1])
+    elif args.workload == ADAM_STEP:
         from benchmarks.optimizer_step import make
         _, optimizer = make(args.device, args.small, True)
         fn, inputs = optimizer.step, ()

@@ -15,27 +15,8 @@ import time
 import torch
 
 import smelt.observe
+from benchmarks.cpu_models import build
 from benchmarks.measure import median_call_ms
-
-
-def build(name: str):
-    if name in ("bert", "llama"):
-        import transformers as tf
-        if name == "bert":
-            cfg = tf.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
-            model = tf.BertModel(cfg)
-        else:
-            cfg = tf.LlamaConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                                 intermediate_size=688, vocab_size=32000)
-            model = tf.LlamaModel(cfg)
-        ids = torch.randint(0, 1000, (4, 128))
-        return model.eval(), (ids,)
-    if name == "mobilenet":
-        from smelt.tools.model_suite.torchvision_stub import install_if_missing
-        install_if_missing()  # timm imports torchvision, which cannot be installed beside this torch
-        import timm
-        return timm.create_model("mobilenetv3_small_100").eval(), (torch.randn(4, 3, 224, 224),)
-    raise SystemExit(f"unknown model {name}")
 
 
 def main(argv=None) -> None:

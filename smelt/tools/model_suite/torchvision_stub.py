@@ -73,6 +73,10 @@ def install_if_missing() -> bool:
         except Exception:  # a torchvision built for another torch: use the placeholder
             for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
                 del sys.modules[name]
+    if importlib.util.find_spec("transformers") is not None:
+        # transformers asks for torchvision's import spec at its own import, which the placeholder
+        # lacks (ValueError): imported first, it finds torchvision absent, which is the truth.
+        import transformers  # noqa: F401
     root = _PlaceholderModule("torchvision")
     root.__path__ = []
     root.__version__ = "0.0.0+smelt-placeholder"

@@ -1,0 +1,99 @@
+"""Small models on the CPU (issue 23): eager, Inductor's C++ backend and smelt, fp32 inference.
+
+    make bench-cpu-models                  # or: python -m benchmarks.cpu_models [--only bert,llama] [--no-compile-time]
+
+Steady time: the median of 15 calls after 3, all three in one process (torch's threads as set:
+OMP_NUM_THREADS / --threads). Compile time: the first call in a fresh process, less an eager call
+(benchmarks/compile_time.py), cold (brand-new cache dirs) then warm (the same dirs again).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+# name -> (what it is, for the table)
+MODELS = {
+    "resnet18": "timm resnet18, batch 4, 224x224",
+    "mobilenetv3": "timm mobilenetv3_small_100, batch 4, 224x224",
+    "bert": "BERT 4 layers, hidden 256, batch 4, seq 128",
+    "llama": "Llama 4 layers, hidden 256, 2 KV heads, batch 4, seq 128",
+}
+
+
+def build(name: str):
+    """(model in eval mode, its inputs), seeded."""
+    torch.manual_seed(0)
+    if name in ("bert", "llama"):
+        import transformers as tf
+        if name == "bert":
+            cfg = tf.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
+            model = tf.BertModel(cfg)
+        else:
+            cfg = tf.LlamaConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                 intermediate_size=688, vocab_size=32000)
+            model = tf.LlamaModel(cfg)
+        return model.eval(), (torch.randint(0, 1000, (4, 128)),)
+    if name in ("resnet18", "mobilenetv3"):
+        from smelt.tools.model_suite.torchvision_stub import install_if_missing
+        install_if_missing()  # timm imports torchvision, which cannot be installed beside this torch
+        import timm
+        model = timm.create_model("resnet18" if name == "resnet18" else "mobilenetv3_small_100")
+        return model.eval(), (torch.randn(4, 3, 224, 224),)
+    raise SystemExit(f"unknown model {name}; known: {', '.join(MODELS)}")
+
+
+def inference(name: str):
+    """(model, a function running it under no_grad, its inputs): what compile_time's child compiles."""
+    model, inputs = build(name)
+
+    def forward(*args):
+        with torch.no_grad():
+            return model(*args)
+    return model, forward, inputs
+
+
+def _steady(name: str, backend: str | None) -> float:
+    from benchmarks.measure import median_call_ms
+    torch._dynamo.reset()
+    model, inputs = build(name)
+    fn = model if backend is None else torch.compile(model, backend=backend)
+    with torch.no_grad():
+        return median_call_ms(fn, inputs, 15, warmup=3)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--no-compile-time", action="store_true")
+    parser.add_argument("--threads", type=int)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = args.only.split(",") if args.only else list(MODELS)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    rows, ratios = [], {"eager": [], "inductor": []}
+    for name in names:
+        eager, inductor, smelt = (_steady(name, b) for b in (None, "inductor", "smelt"))
+        compile_cells = "| — / — | — / — "
+        if not args.no_compile_time:
+            from benchmarks.compile_time import cold_and_warm
+            cells = [cold_and_warm(b, f"model:{name}", "cpu", False, timeout=600) for b in ("inductor", "smelt")]
+            fmt = [[f"{v:.1f}" if isinstance(v, float) else v for v in c] for c in cells]
+            compile_cells = f"| {fmt[0][0]} / {fmt[1][0]} | {fmt[0][1]} / {fmt[1][1]} "
+        ratios["eager"].append(eager / smelt)
+        ratios["inductor"].append(inductor / smelt)
+        rows.append(f"| {name} ({MODELS[name]}) | {eager:.2f} | {inductor:.2f} | {smelt:.2f} | {eager / smelt:.2f}x "
+                    f"| {inductor / smelt:.2f}x {compile_cells}|")
+        print(f"{name}: eager {eager:.2f} ms, inductor {inductor:.2f} ms, smelt {smelt:.2f} ms", flush=True)
+    print("\n| model | eager ms | Inductor ms | smelt ms | smelt vs eager | smelt vs Inductor "
+          "| cold compile s (Inductor / smelt) | warm compile s (Inductor / smelt) |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
+    print(f"\nGeometric mean: smelt {geo['eager']:.2f}x eager, {geo['inductor']:.2f}x Inductor over {len(rows)} models")
+
+
+if __name__ == "__main__":
+    main()
