@@ -8,8 +8,12 @@ grid, and the layout of a row split's sync buffer.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 # Programs along launch-grid axes 1 and 2 number at most this many (a CUDA limit).
 GRID_AXIS_LIMIT = 65535
@@ -139,15 +143,37 @@ class GeneratedGraph:
 
     @property
     def serializable(self) -> bool:
-        return not self.objects and all(k.program is None for k in self.kernels)
+        """Whether it can be written out: its objects are plain tensors (constants), its kernels source."""
+        return all(type(v) is torch.Tensor for v in self.objects.values()) and all(k.program is None for k in self.kernels)
 
     def to_json(self) -> dict:
         assert self.serializable, "a graph that refers to Python objects cannot be written out"
         return {"kind": self.kind, "title": self.title, "wrapper_source": self.wrapper_source,
-                "kernels": [k.to_json() for k in self.kernels], "fallback_ops": list(self.fallback_ops)}
+                "kernels": [k.to_json() for k in self.kernels], "fallback_ops": list(self.fallback_ops),
+                "constants": {name: _tensor_to_json(t) for name, t in self.objects.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedGraph:
         return cls(kind=data["kind"], title=data["title"], wrapper_source=data["wrapper_source"],
                    kernels=[GeneratedKernel.from_json(k) for k in data["kernels"]],
-                   fallback_ops=list(data["fallback_ops"]))
+                   fallback_ops=list(data["fallback_ops"]),
+                   objects={name: _tensor_from_json(t) for name, t in data.get("constants", {}).items()})
+
+
+def _tensor_to_json(t: torch.Tensor) -> dict:
+    """A constant as its storage's bytes and its view of them (torch.save's loader would give meta
+    tensors back inside a compile: it follows the tracing context's fake mode)."""
+    with unset_fake_temporarily():  # written while AOTAutograd's fake mode is active
+        storage = t.detach().untyped_storage().cpu()
+        data = torch.empty(0, dtype=torch.uint8).set_(storage).numpy().tobytes()
+    return {"device": str(t.device), "dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape),
+            "stride": list(t.stride()), "offset": t.storage_offset(), "data": base64.b64encode(data).decode()}
+
+
+def _tensor_from_json(data: dict) -> torch.Tensor:
+    dtype = getattr(torch, data["dtype"])
+    with unset_fake_temporarily():
+        raw = bytearray(base64.b64decode(data["data"]))
+        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        flat = flat.view(dtype).to(data["device"])
+        return flat.as_strided(data["size"], data["stride"], data["offset"])

@@ -322,3 +322,44 @@ def test_adam_step_from_the_dynamo_level_matches_eager(cache_dir, device, assert
             assert_close(p, q, atol=1e-6, rtol=1e-6)
         for p, q in zip(params, reference):
             assert_close(opt.state[p]["exp_avg_sq"], ref_opt.state[q]["exp_avg_sq"], atol=1e-6, rtol=1e-6)
+
+
+def _scaled_by_a_constant(scale):
+    def fn(x):
+        return torch.softmax(x * torch.tensor(scale, device=x.device), dim=-1)  # a tensor constant in the graph
+    return fn
+
+
+def test_small_tensor_constants_are_cached_by_their_bytes(cache_dir, device, compile_fn, assert_close):
+    x = torch.randn(4, 3, device=device)
+    fn = _scaled_by_a_constant([1.0, 2.0, 3.0])
+    out, stats = compile_again(fn, x, compile_fn=compile_fn)
+    assert stats.get("aten_miss") == 1 and stats.get("aten_uncacheable", 0) == 0, stats
+    out, stats = compile_again(fn, x, compile_fn=compile_fn)
+    assert stats.get("dynamo_hit", 0) + stats.get("aten_hit", 0) == 1, stats
+    assert_close(out, fn(x))
+    # Other bytes in the constant: another key.
+    other = _scaled_by_a_constant([3.0, 2.0, 1.0])
+    out, stats = compile_again(other, x, compile_fn=compile_fn)
+    assert stats.get("aten_miss") == 1, stats
+    assert_close(out, other(x))
+
+
+def test_large_constants_are_not_cached(cache_dir, device, compile_fn, assert_close, monkeypatch):
+    from smelt.graph_cache import fingerprint
+    monkeypatch.setattr(fingerprint, "MAX_CONSTANT_BYTES", 4)
+    x = torch.randn(4, 3, device=device)
+    fn = _scaled_by_a_constant([1.0, 2.0, 3.0])
+    out, stats = compile_again(fn, x, compile_fn=compile_fn)
+    assert stats.get("aten_uncacheable") == 1, stats
+    assert_close(out, fn(x))
+
+
+def test_a_kept_constant_comes_back_with_its_dtype_strides_and_bytes():
+    from smelt.artifact import _tensor_from_json, _tensor_to_json
+    for t in (torch.randn(3, 4).t(), torch.arange(10)[2:7], torch.tensor(3.5, dtype=torch.bfloat16),
+              torch.empty(0, 3), torch.tensor([True, False])):
+        back = _tensor_from_json(_tensor_to_json(t))
+        assert (back.dtype, back.shape, back.stride(), back.storage_offset()) == \
+            (t.dtype, t.shape, t.stride(), t.storage_offset())
+        assert torch.equal(back, t)

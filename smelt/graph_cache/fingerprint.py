@@ -3,8 +3,9 @@
 A key holds the graph's code, the metadata of every value in it (sizes, strides, storage offsets,
 dtypes, devices), smelt's own source, the versions of torch, Triton, sympy and Python, smelt's
 settings, and torch's global state that tracing reads (grad mode, default dtype, autocast,
-deterministic algorithms, matmul and attention flags). Graphs with symbolic sizes, constants,
-submodules or calls into code outside torch have no key: they compile every time.
+deterministic algorithms, matmul and attention flags), and the bytes of small tensor constants.
+Graphs with symbolic sizes, large constants, submodules or calls into code outside torch have no
+key: they compile every time.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import sys
 import sympy
 import torch
 import torch._functorch.config
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 import triton
 
 from ..source_digest import smelt_source_digest
@@ -87,16 +89,42 @@ def value_text(value) -> str:
     raise Uncacheable(f"a value of type {type(value).__name__}")
 
 
+# Tensor constants of an ATen graph (a causal mask, a lifted scalar) are keyed by their bytes and
+# kept in the entry; larger ones would make the cache a copy of the model's weights.
+MAX_CONSTANT_BYTES = 1 << 20
+
+
 def aten_graph_text(gm: torch.fx.GraphModule, kind: str) -> str:
-    """The code of an ATen graph and the metadata of every node in it."""
+    """The code of an ATen graph, the metadata of every node in it and its constants' contents."""
     lines = [kind, gm.code]
     for node in gm.graph.nodes:
-        if node.op in ("get_attr", "call_module"):
+        if node.op == "get_attr":
+            lines.append(f"{node.name}: {constant_text(_attribute(gm, node.target), node.target)}")
+            continue
+        if node.op == "call_module":
             raise Uncacheable(f"the graph holds {node.op} {node.target}")
         if node.op == "output":
             continue
         lines.append(f"{node.name}: {value_text(node.meta.get('val'))}")
     return "\n".join(lines)
+
+
+def constant_text(value, name: str) -> str:
+    """A tensor constant's metadata and a digest of its bytes; Uncacheable for anything else."""
+    if not isinstance(value, torch.Tensor) or type(value) is not torch.Tensor:
+        raise Uncacheable(f"the graph holds get_attr {name} ({type(value).__name__})")
+    if value.untyped_storage().nbytes() > MAX_CONSTANT_BYTES:
+        raise Uncacheable(f"the graph holds a constant of {value.untyped_storage().nbytes()} bytes ({name})")
+    with unset_fake_temporarily():  # keys are made while AOTAutograd's fake mode is active
+        data = value.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
+    return f"{value_text(value)} sha256={hashlib.sha256(data).hexdigest()}"
+
+
+def _attribute(gm: torch.fx.GraphModule, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 _TRUSTED_MODULES = ("torch", "operator", "_operator", "math", "builtins")
