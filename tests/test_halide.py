@@ -723,6 +723,20 @@ def test_per_channel_values_are_computed_per_row():
     assert "(x % 16)" in source  # the channel depends on the row alone
 
 
+def test_per_channel_values_over_channels_last_are_read_as_rows():
+    """The same over an NHWC activation (channels-last, as eager keeps it): rows of C, so the
+    channel's statistics are one contiguous vector per row where the flat walk gathered them at
+    index % C (a 8x96x56x56 BatchNorm + hardswish: 6.2 -> 1.8 ms on 2 cores)."""
+    torch.manual_seed(0)
+    mean, var, weight, bias = torch.randn(64), torch.rand(64) + 0.5, torch.randn(64), torch.randn(64)
+    x = torch.randn(2, 64, 14, 14).contiguous(memory_format=torch.channels_last)
+    fn = lambda a: torch.nn.functional.hardswish(torch.nn.functional.batch_norm(a, mean, var, weight, bias, False))
+    assert run_both(fn, x).stride() == fn(x).stride()
+    (source,) = last_graph().kernel_sources.values()
+    assert "# iterates 392 x 64;" in source, source[:600]
+    assert "load(in_ptr1, r)" in source and "% 64" not in source, source
+
+
 def test_float32_exp_is_within_about_half_an_ulp():
     """Every float32 kernel's exp (special.py exp_float32): 1 + f kept exact until the last rounding,
     within 0.54 ulp over the whole normal range, as eager's (0.51). A plain Horner polynomial (1.1e-7)

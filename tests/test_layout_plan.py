@@ -153,3 +153,18 @@ def test_convolution_bias_is_added_by_the_kernel_after_it(device, compile_fn, as
     calls = [line for line in graph.wrapper_source.splitlines() if "aten.convolution.default(" in line]
     assert len(calls) == 1
     assert (", None, [1, 1]" in calls[0]) == target.adds_convolution_bias, calls[0]
+
+
+def test_reductions_of_a_channels_last_value_in_every_direction(device, check):
+    """A channels-last pointwise value read by reductions over C (rows of C in memory), over H*W
+    (strided) and over all but C: each lines up with the value's memory-order walk or falls back
+    to reading it from memory, never reads another element."""
+    x = torch.randn(2, 8, 5, 6, device=device).contiguous(memory_format=torch.channels_last)
+
+    def f(x):
+        y = torch.relu(x) * 2
+        return y, y.sum(1), y.mean((2, 3)), (y * y).sum((0, 2, 3))
+
+    actual, expected = check(f, x)
+    for a, e in zip(actual, expected):
+        assert a.stride() == e.stride()

@@ -2,7 +2,7 @@
 backend and smelt (median of 15 calls each, one process), then one profiled call of smelt's: the time
 in smelt's Halide kernels, in ATen ops (their own time), and the rest of the call (Python between them).
 
-    python -m benchmarks.probes.cpu_model_profile [bert llama mobilenet] [--no-inductor]
+    python -m benchmarks.probes.cpu_model_profile [bert llama mobilenetv3 resnet18] [--no-inductor]
 
 Thread settings come from the environment (OMP_WAIT_POLICY, HL_NUM_THREADS, ...): run it once per
 setting to compare them.
@@ -21,7 +21,7 @@ from benchmarks.measure import median_call_ms
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=["bert", "llama", "mobilenet"])
+    parser.add_argument("models", nargs="*", default=["bert", "llama", "mobilenetv3"])
     parser.add_argument("--no-inductor", action="store_true")
     args = parser.parse_args(argv)
     print(f"threads: torch {torch.get_num_threads()}")

@@ -141,7 +141,7 @@ class SchedulerNode:
             outer.insert(self.data.dim, RINDEX)
             return [simplify_index(e, ranges) for e in outer], None
         flat = XINDEX * rnumel + RINDEX if placement == Placement.XR else XINDEX
-        order = self._memory_order() if placement == Placement.X else None
+        order = self._walk_order(placement, rnumel)
         if order is None:
             index = unflatten_index(flat, self.data.ranges)
         else:
@@ -153,6 +153,35 @@ class SchedulerNode:
             rindex = [simplify_index(e, ranges) for e in unflatten_index(RINDEX, self.data.reduction_ranges)]
             return index, rindex
         return index, None
+
+    def _walk_order(self, placement: Placement, rnumel: Expr) -> list[int] | None:
+        """The dim order this node's flat index walks, when not row-major: its memory order for
+        an x member, and for an xr member whose r spans whole innermost dims of that order (a
+        channels-last tile of rows of C, a sum over C); else None (an xr member of a reduction
+        over H*W of a channels-last buffer reads it as the reduction does, in logical order)."""
+        order = self._memory_order()
+        if order is None or placement == Placement.X:
+            return order
+        if placement != Placement.XR:
+            return None
+        inner = sympy.Integer(1)
+        for d in reversed(order):
+            inner = inner * self.data.ranges[d]
+            if same(inner, rnumel):
+                return order
+        return None
+
+    def memory_order_splits(self) -> list[Expr]:
+        """Element counts of each run of innermost dims in memory order (tile splits that walk
+        memory in order), for a buffer laid out in a permuted order; [] otherwise."""
+        order = self._memory_order()
+        if order is None:
+            return []
+        sizes, inner = [], sympy.Integer(1)
+        for d in reversed(order[1:]):
+            inner = inner * self.data.ranges[d]
+            sizes.append(inner)
+        return sizes
 
     def _memory_order(self) -> list[int] | None:
         """The dims of a pointwise buffer laid out in a permuted order (a channels-last activation),

@@ -100,6 +100,7 @@ def _inner_sizes(nodes: list[SchedulerNode], flat_accesses, numel) -> list[sympy
     for node in nodes:
         ranges = [r for r in node.data.ranges if r != 1]
         found += [product(ranges[k:]) for k in range(1, len(ranges))]
+        found += node.memory_order_splits()
     for _, index in flat_accesses:
         for f in index.atoms(FloorDiv, ModularIndexing):
             if f.args[0] == XINDEX:
@@ -145,10 +146,12 @@ MIN_ROW = 64
 
 
 def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> Tiling | None:
-    """Rows (outer x inner) over which some loads depend on the row alone, every other access
-    walking the row contiguously: BatchNorm's per-channel statistics over an NCHW activation are
-    then loaded, and their rsqrt computed, once per row of H*W elements instead of per element.
-    The split with most such loads, then the longest rows."""
+    """Rows (outer x inner) over which some loads depend on the row alone or on the position in
+    the row alone, every other access walking the row contiguously. BatchNorm's per-channel
+    statistics over an NCHW activation are then loaded, and their rsqrt computed, once per row of
+    H*W elements instead of per element; over an NHWC activation (rows of C) they are read as one
+    contiguous vector per row, where the flat walk gathered them at index % C. The split with most
+    such loads, then the longest rows."""
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         rows = static_int(inner)
@@ -166,6 +169,8 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> T
             along_r = stride_along(index, RINDEX)
             if along_r == 0 and XINDEX in index.free_symbols:
                 per_row += 1
+            elif along_r == 1 and XINDEX not in index.free_symbols and _affine_in(index, RINDEX):
+                per_row += 1  # the same row of values for every row: one vector load, no index % C
             elif along_r != 1:
                 per_row = -1  # an access that strides along the row: the 1-D walk reads it better
                 break
@@ -174,6 +179,11 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> T
             best_key = key
             best = Tiling(outer, inner, *_contiguous_buffers(accesses))
     return best
+
+
+def _affine_in(index: sympy.Expr, var: sympy.Symbol) -> bool:
+    """No // or % of `var` in index: it walks one run, without wrapping around."""
+    return not any(var in f.free_symbols for f in index.atoms(FloorDiv, ModularIndexing))
 
 
 def _contiguous_buffers(accesses) -> tuple[tuple[str, ...], tuple[str, ...]]:
