@@ -30,10 +30,9 @@ def copy_mutated_inputs_saved_for_backward(gm: torch.fx.GraphModule) -> int:
     mutated = {placeholders[first + i] for i, info in enumerate(meta.input_info) if info.mutates_data}
     output = gm.graph.find_nodes(op="output")[0]
     values = output.args[0]
-    # The forward returns tokens, new values of mutated inputs, user outputs, intermediate bases and
-    # an rng offset, then what it saves for the backward: only those are copied (a user output
-    # aliasing an input is regenerated from it by AOTAutograd, with the output's strides).
-    saved = values[first + meta.num_forward:]
+    # Only what it saves is copied (a user output aliasing an input is regenerated from it by
+    # AOTAutograd, with the output's strides).
+    saved = values[saved_outputs_start(meta):]
     aliasing = [v for v in saved if isinstance(v, torch.fx.Node) and _base(v) in mutated]
     if not aliasing:
         return 0
@@ -50,6 +49,16 @@ def copy_mutated_inputs_saved_for_backward(gm: torch.fx.GraphModule) -> int:
     log.debug("smelt: the forward saves copies of %d mutated inputs for the backward: %s",
               len(copies), ", ".join(v.name for v in copies))
     return len(copies)
+
+
+def saved_outputs_start(meta=None) -> int | None:
+    """Where a forward's outputs saved for the backward begin (AOTAutograd's fw_metadata, the
+    current compile's when not given); None outside a training compile. A forward returns effect
+    tokens, new values of mutated inputs, user outputs, intermediate bases and an rng offset, then
+    what it saves for the backward."""
+    if meta is None:
+        meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    return None if meta is None else len(meta.tokens) + meta.num_forward
 
 
 def _base(node: torch.fx.Node) -> torch.fx.Node:

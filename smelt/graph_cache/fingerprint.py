@@ -99,7 +99,7 @@ def aten_graph_text(gm: torch.fx.GraphModule, kind: str) -> str:
     lines = [kind, gm.code]
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            lines.append(f"{node.name}: {constant_text(_attribute(gm, node.target), node.target)}")
+            lines.append(f"{node.name}: {constant_text(operator.attrgetter(node.target)(gm), node.target)}")
             continue
         if node.op == "call_module":
             raise Uncacheable(f"the graph holds {node.op} {node.target}")
@@ -118,13 +118,6 @@ def constant_text(value, name: str) -> str:
     with unset_fake_temporarily():  # keys are made while AOTAutograd's fake mode is active
         data = value.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
     return f"{value_text(value)} sha256={hashlib.sha256(data).hexdigest()}"
-
-
-def _attribute(gm: torch.fx.GraphModule, target: str):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 _TRUSTED_MODULES = ("torch", "operator", "_operator", "math", "builtins")

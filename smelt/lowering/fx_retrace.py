@@ -8,6 +8,7 @@ values in their traced layouts, so the metadata must say what the kernels will p
 from __future__ import annotations
 
 import logging
+import operator
 
 import torch
 import torch.fx
@@ -36,7 +37,7 @@ def retrace(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> bool:
                 if node.op == "placeholder":
                     env[node] = node.meta.get("val")
                 elif node.op == "get_attr":  # a constant's fake value, or a subgraph module
-                    env[node] = node.meta["val"] if "val" in node.meta else _attribute(gm, node.target)
+                    env[node] = node.meta["val"] if "val" in node.meta else operator.attrgetter(node.target)(gm)
                 elif node.op == "call_function":
                     env[node] = _run(gm, node, env, inserted)
                 elif node.op != "output":
@@ -69,13 +70,6 @@ def _run(gm, node: torch.fx.Node, env: dict, inserted: list):
             node.update_arg(0, copy)
             return node.target(env[copy], *args[1:], **kwargs)
     return node.target(*args, **kwargs)
-
-
-def _attribute(gm: torch.fx.GraphModule, target: str):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def remove(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> None:

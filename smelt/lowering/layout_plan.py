@@ -29,6 +29,7 @@ import logging
 import torch
 import torch.fx
 
+from ..saved_inputs import saved_outputs_start
 from .common import is_dense
 from .fx_retrace import retrace
 from .matmul_padding import pad_matmuls
@@ -149,10 +150,9 @@ def _visible_outputs(gm: torch.fx.GraphModule, kind: str) -> dict[int, torch.Ten
     what a forward saves for its backward."""
     values = gm.graph.find_nodes(op="output")[0].args[0]
     count = len(values)
-    if kind == "forward":
-        meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-        if meta is not None:
-            count = min(count, len(meta.tokens) + meta.num_forward)
+    start = saved_outputs_start() if kind == "forward" else None
+    if start is not None:
+        count = min(count, start)
     return {i: values[i].meta.get("val") for i in range(count) if isinstance(values[i], torch.fx.Node)}
 
 
