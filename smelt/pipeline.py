@@ -56,11 +56,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
 
 
 def _target_for(cfg):
+    known: dict[str, Target] = {}  # asked once per node by the layout passes and the lowering
+
     def target_for(device_type: str) -> Target:
-        try:
-            return backends.for_device(cfg, torch.device(device_type)).target(device_type)
-        except ValueError:  # a device no backend takes (meta)
-            return H100
+        if device_type not in known:
+            try:
+                known[device_type] = backends.for_device(cfg, torch.device(device_type)).target(device_type)
+            except ValueError:  # a device no backend takes (meta)
+                known[device_type] = H100
+        return known[device_type]
     return target_for
 
 
