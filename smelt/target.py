@@ -48,4 +48,7 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,
 # var_mean 7354 -> 1101 us, argmax 7449 -> 2438 us; column sums within 12% either way.
 CPU = Target("CPU", None, split_programs=256, row_split_programs=256, global_split_min_numel=4096,
-             rows_for_row_values=True)
+             rows_for_row_values=True, channels_last_convolutions=True)
+# Channels-last on the CPU too: oneDNN's convolutions run faster on NHWC (MobileNetV3-small's
+# 18.4 -> 10.5 ms a call on 2 cores) and the NHWC kernels between them walk rows of C; the whole
+# model 35-40 -> 26-27 ms, ResNet-18 within noise (benchmarks.cpu_models, RESULTS 2026-11-27).
