@@ -97,7 +97,9 @@ def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx
     """Every reader of `source` reads a view of it in zero-padded rows instead."""
     n = _val(source).shape[-1]
     users = list(source.users)
-    with gm.graph.inserting_after(source):
+    # After the value, or after the last input for an input: inputs stay first in the graph.
+    anchor = source if source.op != "placeholder" else list(gm.graph.find_nodes(op="placeholder"))[-1]
+    with gm.graph.inserting_after(anchor):
         padded = gm.graph.call_function(aten.constant_pad_nd.default, (source, [0, -n % align]))
     with gm.graph.inserting_after(padded):
         view = gm.graph.call_function(aten.slice.Tensor, (padded, -1, 0, n))
