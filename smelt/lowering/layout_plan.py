@@ -64,9 +64,10 @@ def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
         # An op whose fake kernel refuses the new strides (or that has none): the graph reads each
         # such input through a copy in its traced layout, made where a reader needs it in memory.
         log.debug("smelt: the backward reads %d saved values through copies in their traced layouts", len(traced))
+        last_input = list(gm.graph.find_nodes(op="placeholder"))[-1]
         for node, val in traced.items():
             users = list(node.users)
-            with gm.graph.inserting_after(node):
+            with gm.graph.inserting_after(last_input):  # inputs stay first in the graph
                 copy = gm.graph.call_function(aten.clone.default, (node,))
             copy.meta = dict(node.meta, val=val)
             for user in users:
