@@ -39,7 +39,7 @@ def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
     """Inserts the pads described above for each product `wants(device)` says to pad; returns the
     nodes inserted (for fx_retrace), in the order they were made."""
     inserted: list[torch.fx.Node] = []
-    padded_rows: dict[torch.fx.Node, torch.fx.Node] = {}
+    padded: set[torch.fx.Node] = set()  # values whose readers already read padded rows
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _PRODUCTS:
             continue
@@ -53,8 +53,9 @@ def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
             continue
         for operand in (a, b):
             source = _computed_rows(operand)
-            if source is not None and _misaligned(_val(source), align) and source not in padded_rows:
-                padded_rows[source] = _pad_rows(gm, source, align, inserted)
+            if source is not None and _misaligned(_val(source), align) and source not in padded:
+                _pad_rows(gm, source, align, inserted)
+                padded.add(source)
         if n % align:
             _pad_output_columns(gm, node, n, align, inserted)
     return inserted
@@ -93,7 +94,7 @@ def _computed_rows(operand: torch.fx.Node) -> torch.fx.Node | None:
     return node
 
 
-def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx.Node:
+def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> None:
     """Every reader of `source` reads a view of it in zero-padded rows instead."""
     n = _val(source).shape[-1]
     users = list(source.users)
@@ -106,7 +107,6 @@ def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx
     inserted += [padded, view]
     for user in users:
         user.replace_input_with(source, view)
-    return view
 
 
 def _pad_output_columns(gm, node: torch.fx.Node, n: int, align: int, inserted: list) -> None:
