@@ -42,6 +42,8 @@ _CONVOLUTION_OPERANDS = {
     aten.convolution.default: (0, 1),  # input, weight
     aten.convolution_backward.default: (0, 1, 2),  # grad_output, input, weight
 }
+# The weight's position: left as it is when it is a graph input (below).
+_WEIGHT = {aten.convolution.default: 1, aten.convolution_backward.default: 2}
 
 
 def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
@@ -107,7 +109,12 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
 
 
 def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
-    """A channels-last copy before each 2-D convolution of each operand not already so."""
+    """A channels-last copy before each 2-D convolution of each operand not already so.
+
+    A weight that is a graph input (a parameter) is left as it is: with a channels-last input ATen
+    computes in channels-last and converts the weight itself, from C++, where this copy would be a
+    kernel launched from the wrapper on every call (53 of them per ResNet-50 call). A weight the
+    graph computes (an AMP cast) is written channels-last by its producer, at no extra cost."""
     conversions: dict[torch.fx.Node, torch.fx.Node] = {}
     for conv in list(gm.graph.nodes):
         if conv.op != "call_function" or conv.target not in _CONVOLUTION_OPERANDS or not _is_4d(conv.args[0]) \
@@ -116,6 +123,8 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
         for position in _CONVOLUTION_OPERANDS[conv.target]:
             operand = conv.args[position]
             if not _is_4d(operand) or operand.meta["val"].is_contiguous(memory_format=torch.channels_last):
+                continue
+            if position == _WEIGHT[conv.target] and operand.op == "placeholder":
                 continue
             if operand not in conversions:
                 with gm.graph.inserting_before(conv):
