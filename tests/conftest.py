@@ -60,6 +60,14 @@ def inspects_triton_kernels() -> None:
         pytest.skip(f"inspects Triton kernels; the CUDA backend is {os.environ['SMELT_CUDA_BACKEND']}")
 
 
+def allocated_shapes(wrapper_source: str) -> list[tuple[int, ...]]:
+    """The shapes a generated wrapper allocates (torch.empty_strided, or its C++ core on the CPU)."""
+    import re
+    found = re.findall(r"^\s*\w+ = (?:torch\.empty_strided|empty_strided_cpu)\(\(([^)]*)\)", wrapper_source,
+                       flags=re.M)
+    return [tuple(int(d) for d in dims.split(",") if d.strip()) for dims in found]
+
+
 def stops_like_eager_on_the_gpu(setup: str, call: str) -> None:
     """Where eager's CUDA kernel checks an index with a device-side assert, which leaves the
     process's CUDA context unusable: in a process of its own, smelt's compiled `call` (after

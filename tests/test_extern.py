@@ -100,3 +100,27 @@ def test_device_copy_between_cpu_and_cuda_is_not_a_fallback(check, observe):
     observe.reset()
     check(lambda x: ((x * 2).to("cuda") + 1).cpu().sum(), torch.randn(8, 16))
     assert not any(g.fallback_ops for g in observe.compiled_graphs())
+
+
+def test_extern_calls_use_the_public_binding_only_where_it_is_the_same_overload():
+    """The wrapper calls `torch.<name>` (argument parsing in C++, cheaper per call) only where no
+    other overload could be picked by the default's arguments, and torch.<name> is the binding."""
+    from smelt.codegen.wrapper import op_source
+    aten = torch.ops.aten
+    assert op_source(aten.convolution.default) == "torch.convolution"
+    assert op_source(aten.mm.default) == "torch.mm"  # mm.dtype needs an out_dtype
+    assert op_source(aten.add.Tensor) == "torch.ops.aten.add.Tensor"  # not a default overload
+    assert op_source(aten.sum.default) == "torch.ops.aten.sum.default"  # sum.dim_IntList takes its arguments
+    assert op_source(aten.randn.default) == "torch.ops.aten.randn.default"  # randn.generator
+    assert op_source(aten.unique_dim.default) == "torch.ops.aten.unique_dim.default"  # no binding
+    assert op_source(aten.native_layer_norm.default).startswith("torch.")
+    # torch.norm is a Python function, not the binding of aten.norm
+    assert op_source(aten.norm.ScalarOpt_dim) == "torch.ops.aten.norm.ScalarOpt_dim"
+
+
+def test_a_convolution_called_through_its_binding_matches_eager(device, check, observe):
+    w = torch.randn(5, 3, 3, 3, device=device)
+    x = torch.randn(2, 3, 8, 8, device=device)
+    check(lambda x: torch.relu(F.conv2d(x, w, stride=2, padding=1)), x, **TOL)
+    (graph,) = observe.compiled_graphs()
+    assert "torch.convolution(" in graph.wrapper_source

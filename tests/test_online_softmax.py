@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import inspects_triton_kernels
+from conftest import allocated_shapes, inspects_triton_kernels
 
 LOOPED_LIMIT = "64"
 ROW = 300  # > LOOPED_LIMIT, not a multiple of the interpreter's RBLOCK (128)
@@ -42,11 +42,7 @@ def _kernels(observe):
 
 
 def _allocated_shapes(observe):
-    shapes = []
-    for g in observe.compiled_graphs():
-        for dims in re.findall(r"torch\.empty_strided\(\(([^)]*)\)", g.wrapper_source):
-            shapes.append(tuple(int(d) for d in dims.split(",") if d.strip()))
-    return shapes
+    return [shape for g in observe.compiled_graphs() for shape in allocated_shapes(g.wrapper_source)]
 
 
 @pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
