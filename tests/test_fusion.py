@@ -104,3 +104,19 @@ def test_compiled_graphs_are_recorded_in_order_and_reset_clears(device, compile_
     assert [g.kind for g in graphs] == ["inference", "inference"]
     observe.reset()
     assert observe.compiled_graphs() == []
+
+
+def test_a_value_whose_other_reader_takes_only_its_size_is_not_stored(device, check, observe):
+    """Cross-entropy's backward: log-probabilities read by exp and by full_like (for a one-hot
+    scatter): computed inside the one kernel that reads them, not written out first."""
+    x = torch.randn(6, 33, device=device)
+    target = torch.randint(0, 33, (6, 1), device=device)
+
+    def f(x, target):
+        logp = x - x.logsumexp(1, keepdim=True)
+        onehot = torch.full_like(logp, 0).scatter(1, target, -1.0)
+        return onehot + logp.exp()
+
+    check(f, x, target)
+    (graph,) = observe.compiled_graphs()
+    assert allocated_shapes(graph.wrapper_source).count((6, 33)) == 1, graph.wrapper_source  # the result

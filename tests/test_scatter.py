@@ -317,3 +317,33 @@ def test_index_put_into_an_empty_tensor_and_its_gradient(device, compile_fn, ass
     (actual,) = torch.autograd.grad(out.sum() + v.sum() * 0, v)
     (expected,) = torch.autograd.grad(fn(x, idx, v).sum() + v.sum() * 0, v)
     assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("form", ["value", "src"])
+def test_one_position_per_line_scatter_is_one_pointwise_kernel(device, lowered, observe, dim, form):
+    """An index naming one position in each line of x along dim (a one-hot gradient) is a select:
+    fused with what reads it, nothing stored and scattered into first."""
+    x = torch.randn(4, 7, 5, device=device)
+    shape = [4, 7, 5]
+    shape[dim] = 1
+    idx = torch.randint(0, x.shape[dim], shape, device=device)
+    src = torch.randn(4, 7, 5, device=device)
+
+    def f(x, idx, src):
+        filled = torch.zeros_like(x).scatter(dim, idx, -1.0 if form == "value" else src)
+        return (filled * x).exp()
+
+    lowered(f, x, idx, src)
+    (graph,) = observe.compiled_graphs()
+    assert len(graph.kernel_names) == 1, graph.kernel_names
+
+
+def test_one_position_per_line_scatter_checks_its_index(device, compile_fn):
+    if device != "cpu":
+        pytest.skip("an out-of-bounds index stops the GPU (test_writes_into_an_empty_destination covers it)")
+    x, idx = torch.randn(3, 4, device=device), torch.tensor([[1], [4], [0]], device=device)
+    with pytest.raises(Exception):
+        torch.zeros_like(x).scatter(1, idx, 1.0)
+    with pytest.raises(Exception):
+        compile_fn(lambda x, idx: torch.zeros_like(x).scatter(1, idx, 1.0) + x)(x, idx)

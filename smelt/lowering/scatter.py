@@ -170,12 +170,42 @@ def _scatter_common(g, x, dim, index, src, reduce, include_self=True):
         def value_fn(idx):
             return scalar_value(src, dtype)
     output_index = _along_dim(index, dim, xsize[dim] if xsize else 1, len(xsize))
+    if reduce is None and _one_position_per_line(xsize, ranges, dim):
+        return _select_at_positions(g, x, dim, index, value_fn, origins)
     if reduce is None:
         if any(s == 0 for s in ranges):
             return TensorBox.of_storage(copy_to_new_buffer(g, x))
         target = copy_to_new_buffer(g, x)
         return TensorBox.of_storage(scatter_into(g, target, ranges, value_fn, output_index, None, origins))
     return _reduce_into(g, x, ranges, value_fn, output_index, reduce, include_self, origins)
+
+
+def _one_position_per_line(xsize, ranges, dim: int) -> bool:
+    """Whether the index names one position along `dim` for every line of x along it (the index
+    spans x but for a size of 1 along `dim`): a one-hot scatter, such as cross-entropy's backward."""
+    if len(xsize) == 0 or len(ranges) != len(xsize) or static_int(ranges[dim]) != 1:
+        return False
+    if not (static_int(xsize[dim]) or 0) > 0:
+        return False  # no element to select: every index is out of bounds, and the scatter kernel says so
+    return all(sympy.simplify(a - b) == 0 for d, (a, b) in enumerate(zip(xsize, ranges)) if d != dim)
+
+
+def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, origins) -> TensorBox:
+    """scatter with one position per line, as a pointwise op: each element is the scattered value
+    where the line's index names it, else x's. Nothing is stored first (a one-hot gradient of
+    [4096, 50257] floats was written whole, then scattered into, then read back)."""
+    dtype = x.get_dtype()
+    load_x, load_index = x.make_loader(), index.make_loader()
+    size = x.get_size()[dim]
+
+    def select(idx):
+        line = list(idx)
+        line[dim] = sympy.Integer(0)
+        position = ops.indirect_indexing(load_index(line), size)  # checked, as the scatter's
+        here = ops.eq(ops.index_expr(position, torch.int64), ops.index_expr(idx[dim], torch.int64))
+        return ops.where(here, ops.to_dtype(value_fn(line), dtype), load_x(idx))
+    loops = Pointwise(x.get_device(), dtype, select, x.get_size(), g.origin | x.origins | index.origins | origins)
+    return TensorBox.of_storage(g.register_computed(loops))
 
 
 @lowering(aten.scatter)
