@@ -80,3 +80,35 @@ def test_linear_and_batched_products_of_odd_widths(device, compile_fn, assert_cl
     for a, e in zip(actual, expected):
         assert_close(a, e, **tol)
         assert a.stride() == e.stride()
+
+
+@pytest.mark.parametrize("case", ["contraction", "transposed_rows", "both_and_bias"])
+def test_each_misaligned_dimension_is_padded_with_zeros(device, compile_fn, assert_close, observe, case):
+    """K misaligned: both operands padded (the computed one written padded by its producer, the
+    other copied); M misaligned where the first operand is read transposed: its rows padded and
+    the product's first M rows read through a view; with a bias spanning both output dims."""
+    torch.manual_seed(0)
+    a, b = torch.randn(6, 37, device=device), torch.randn(37, 8, device=device)
+    bias = torch.randn(37, 9, device=device)
+    if case == "contraction":
+        def f(a, b):
+            return (a * 2) @ b  # [6, 37] @ [37, 8]
+    elif case == "transposed_rows":
+        a = torch.randn(8, 37, device=device)
+
+        def f(a, b):
+            return (a * 2).t() @ a[:, :8]  # [37, 8] @ [8, 8]: M = 37 is contiguous
+    else:
+        def f(a, b):
+            h = torch.tanh(a)
+            return torch.addmm(bias, h.t(), torch.cat([a, a], 1)[:, :9] + 1), h @ b  # M = 37; K = 37
+
+    actual, expected = compile_fn(f)(a, b), f(a, b)
+    for x, y in zip(actual if isinstance(actual, tuple) else [actual], expected if isinstance(expected, tuple)
+                    else [expected]):
+        assert_close(x, y, atol=1e-5, rtol=1e-5)
+        assert x.stride() == y.stride()
+    wrappers = _wrappers(observe)
+    # The computed operand's producer writes it into rows of 40 (no copy of its own).
+    assert "(6, 40), (40, 1)" in wrappers or "(8, 40), (40, 1)" in wrappers, wrappers
+    assert "constant_pad_nd_mul" in wrappers or "constant_pad_nd_tanh" in wrappers, wrappers

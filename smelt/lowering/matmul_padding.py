@@ -1,18 +1,24 @@
-"""Matrix products whose rows are not 16-byte aligned, run on padded rows.
+"""Matrix products with misaligned dimensions, run zero-padded.
 
-cuBLAS's tensor-core kernels read and write rows that start on 16-byte boundaries. A product
-whose output rows or operand rows are of another length (GPT-2's vocabulary of 50,257 tokens: the
-language-model head's logits, and their gradient in the backward) gets a kernel that moves one
-element at a time: on the H100 those three products of a GPT-2 training step took 7.9 of its
-20 ms of GPU time. So, for a large product:
+cuBLAS's tensor-core kernels move 16 bytes at a time along each matrix's contiguous dimension;
+where one of those extents is not a multiple of 16 bytes (GPT-2's vocabulary of 50,257 tokens) it
+picks a kernel that moves one element at a time. In a GPT-2 training step on the H100 the three
+products over the vocabulary took 7.9 of its 20 ms of GPU time that way. So, for a large product
+out[M, N] = a[M, K] @ b[K, N] (batched or not), each dimension that is misaligned is padded with
+zeros, which change no sum:
 
-- output rows of N elements, N not a multiple of the alignment: the second operand is copied with
-  its N padded by zero columns, the product computed N-padded, and the first N columns read
-  through a view (strided: the kernels after it read the padded rows in place);
-- an operand whose rows are misaligned: its producer writes it into padded rows (a pad whose view
-  is the value), so every product reading it, transposed or not, gets aligned rows at no extra
-  pass; a graph input (a backward's incoming gradient of the logits) is copied into them, one
-  pass over it against a product hundreds of times its size.
+- K (the contraction), in both operands;
+- M, where a is read transposed (its M is contiguous: the head's weight gradient, grad^T @ x);
+  the output's first M rows are read through a view;
+- N, in b (and a bias); the output's first N columns are read through a view (strided: the
+  kernels after it read the padded rows in place).
+
+An operand whose padded dimension is the last one of a value the graph computes (through
+transposes and reshapes that keep the last dim) gets that value written by its producer into
+zero-padded rows: the pad is fused into the kernel computing it, every other reader reads a view of
+the padded rows, and every product reading it, transposed or not, reads the padded value. A graph
+input (a backward's incoming gradient of the logits) is copied into them: one pass over it
+against a product hundreds of times its size. Any other operand is copied with its pad.
 
 The pads are FX nodes inserted before lowering (lowering/layout_plan.py re-traces the layouts);
 what a caller sees keeps eager's strides.
@@ -29,73 +35,114 @@ ALIGN_BYTES = 16
 # Products smaller than this many multiply-adds are left as they are: the copies would cost more
 # than the slow kernel (a 512 x 512 x 1024 product takes about 10 us either way).
 MIN_MACS = 2 ** 28
-# Views through which a padded operand keeps aligned rows: transposes, and reshapes that merge or
-# split leading dims only (the last dim unchanged).
-_TRANSPARENT_VIEWS = (aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default,
-                      aten._unsafe_view.default, aten.reshape.default)
+_PERMUTES = (aten.permute.default, aten.t.default, aten.transpose.int)
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
-    """Inserts the pads described above for each product `wants(device)` says to pad; returns the
-    nodes inserted (for fx_retrace), in the order they were made."""
+    """Pads the products `wants(device)` says to pad, as described above; returns the nodes
+    inserted (for fx_retrace), in the order they were made."""
     inserted: list[torch.fx.Node] = []
-    padded: set[torch.fx.Node] = set()  # values whose readers already read padded rows
+    # value -> its zero-padded rows; ("rows of", the view of them its readers read) -> value
+    padded_sources: dict = {}
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _PRODUCTS:
             continue
         a, b = node.args[-2], node.args[-1]
-        shapes = [_val(a), _val(b)]
-        if any(v is None for v in shapes) or not wants(shapes[0].device):
+        va, vb = _val(a), _val(b)
+        if va is None or vb is None or not wants(va.device):
             continue
-        align = ALIGN_BYTES // shapes[0].element_size()
-        m, k, n = shapes[0].shape[-2], shapes[0].shape[-1], shapes[1].shape[-1]
-        if not all(isinstance(s, int) for s in (m, k, n)) or m * k * n * _batch(shapes[0]) < MIN_MACS:
+        align = ALIGN_BYTES // va.element_size()
+        m, k, n = va.shape[-2], va.shape[-1], vb.shape[-1]
+        if not all(isinstance(s, int) for s in (m, k, n)) or m * k * n * _batch(va) < MIN_MACS:
             continue
-        for operand in (a, b):
-            source = _computed_rows(operand)
-            if source is not None and _misaligned(_val(source), align) and source not in padded:
-                _pad_rows(gm, source, align, inserted)
-                padded.add(source)
-        if n % align:
-            _pad_output_columns(gm, node, n, align, inserted)
+        pad_m = -m % align if va.stride(-2) == 1 and va.shape[-1] > 1 else 0
+        pad_k, pad_n = -k % align, -n % align
+        if not (pad_m or pad_k or pad_n):
+            continue
+        with gm.graph.inserting_before(node):
+            new_a = _zero_padded(gm, a, {-2: pad_m, -1: pad_k}, padded_sources, align, inserted)
+            new_b = _zero_padded(gm, b, {-2: pad_k, -1: pad_n}, padded_sources, align, inserted)
+            args = list(node.args)
+            args[-2], args[-1] = new_a, new_b
+            if node.target is aten.addmm.default:
+                args[0] = _padded_bias(gm, args[0], m, n, pad_m, pad_n, inserted)
+        node.args = tuple(args)
+        if pad_m or pad_n:
+            _read_through_view(gm, node, m, n, pad_m, pad_n, inserted)
     return inserted
 
 
-def _val(node):
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return val if isinstance(val, torch.Tensor) and val.dtype.is_floating_point and val.dim() >= 2 else None
+def _zero_padded(gm, operand: torch.fx.Node, pads: dict[int, int], padded_sources, align, inserted):
+    """`operand` with zeros appended to its last two dims, by `pads` (-2 and -1 -> count)."""
+    pads = {d: p for d, p in pads.items() if p}
+    if not pads:
+        return operand
+    if len(pads) == 1:
+        ((dim, _),) = pads.items()
+        reused = _through_padded_source(gm, operand, dim, padded_sources, align, inserted)
+        if reused is not None:
+            return reused
+    spec = [0, pads.get(-1, 0), 0, pads.get(-2, 0)] if -2 in pads else [0, pads[-1]]
+    copy = gm.graph.call_function(aten.constant_pad_nd.default, (operand, spec))
+    inserted.append(copy)
+    return copy
 
 
-def _batch(val: torch.Tensor) -> int:
-    size = 1
-    for s in val.shape[:-2]:
-        size *= s if isinstance(s, int) else 1
-    return size
-
-
-def _misaligned(val, align: int) -> bool:
-    """Rows (the last dim, contiguous) of a length that is not a multiple of `align`."""
-    return val is not None and val.stride(-1) == 1 and val.shape[-1] > 1 and val.shape[-1] % align != 0 \
-        and isinstance(val.shape[-1], int)
-
-
-def _computed_rows(operand: torch.fx.Node) -> torch.fx.Node | None:
-    """The value whose rows `operand` reads, through transposes and leading-dim reshapes; None
-    for another view or a product's output."""
+def _through_padded_source(gm, operand, dim: int, padded_sources, align, inserted):
+    """`operand` read from its source's zero-padded rows, where `dim` of `operand` is its source's
+    last dim through transposes and reshapes that keep the last dim; None elsewhere."""
+    chain = []  # the views from the source up to the operand
     node = operand
-    while node.op == "call_function" and node.target in _TRANSPARENT_VIEWS:
-        source = node.args[0]
-        if node.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
-            if _val(source) is None or _val(source).shape[-1] != _val(node).shape[-1]:
+    while node.op == "call_function" and node.target in _PERMUTES + _RESHAPES:
+        if _val(node) is None:
+            return None
+        rank = _val(node).dim()
+        # A view _pad_rows made reads the value it was made for: the walk goes on from the value.
+        source = padded_sources.get(("rows of", node.args[0]), node.args[0])
+        if node.target in _RESHAPES:
+            if _val(source) is None or dim % rank != rank - 1 or _val(source).shape[-1] != _val(node).shape[-1] \
+                    or list(node.args[1])[-1] != _val(node).shape[-1]:
                 return None
+            dim = -1
+        else:
+            dim = _permuted_from(node, dim % rank) - rank
+        chain.append(node)
         node = source
-    if node.op not in ("call_function", "placeholder") or node.target in _PRODUCTS or _val(node) is None:
-        return None  # a product's rows: see its output
-    return node
+    node = padded_sources.get(("rows of", node), node)
+    val = _val(node)
+    if node.op not in ("call_function", "placeholder") or node.target in _PRODUCTS or val is None \
+            or dim % val.dim() != val.dim() - 1 or val.stride(-1) != 1:
+        return None
+    if node not in padded_sources:
+        padded_sources[node] = _pad_rows(gm, node, align, inserted)
+        padded_sources[("rows of", inserted[-1])] = node
+    padded = padded_sources[node]
+    length = _val(node).shape[-1] + (-_val(node).shape[-1] % align)
+    for view in reversed(chain):
+        args = list(view.args)
+        args[0] = padded
+        if view.target in _RESHAPES:
+            args[1] = [*list(args[1])[:-1], length]
+        padded = gm.graph.call_function(view.target, tuple(args), dict(view.kwargs))
+        inserted.append(padded)
+    return padded
 
 
-def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> None:
-    """Every reader of `source` reads a view of it in zero-padded rows instead."""
+def _permuted_from(view: torch.fx.Node, dim: int) -> int:
+    """The input dim (non-negative) a transposing view's output `dim` reads."""
+    rank = _val(view).dim()
+    if view.target is aten.permute.default:
+        return list(view.args[1])[dim] % rank
+    if view.target is aten.t.default:
+        return (1 - dim) if rank == 2 else dim
+    d0, d1 = (d % rank for d in view.args[1:3])
+    return d1 if dim == d0 else d0 if dim == d1 else dim
+
+
+def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx.Node:
+    """Every reader of `source` reads a view of it in zero-padded rows instead; returns the padded
+    value."""
     n = _val(source).shape[-1]
     users = list(source.users)
     # After the value, or after the last input for an input: inputs stay first in the graph.
@@ -107,27 +154,48 @@ def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> None:
     inserted += [padded, view]
     for user in users:
         user.replace_input_with(source, view)
+    return padded
 
 
-def _pad_output_columns(gm, node: torch.fx.Node, n: int, align: int, inserted: list) -> None:
-    """node = product(..., a, b) computed with b's last dim (and a bias's) padded, read through a view."""
+def _padded_bias(gm, bias, m: int, n: int, pad_m: int, pad_n: int, inserted: list):
+    """An addmm's bias, padded where it spans the padded output dims (not where it broadcasts)."""
+    val = _val_any(bias) if isinstance(bias, torch.fx.Node) else None
+    if val is None:
+        return bias
+    pad_n = pad_n if val.shape[-1] == n else 0
+    pad_m = pad_m if val.dim() >= 2 and val.shape[-2] == m else 0
+    if not (pad_m or pad_n):
+        return bias
+    padded = gm.graph.call_function(aten.constant_pad_nd.default, (bias, [0, pad_n, 0, pad_m] if pad_m else [0, pad_n]))
+    inserted.append(padded)
+    return padded
+
+
+def _read_through_view(gm, node: torch.fx.Node, m: int, n: int, pad_m: int, pad_n: int, inserted: list) -> None:
+    """The product's readers read its first m rows and n columns."""
     users = list(node.users)
-    args = list(node.args)
-    with gm.graph.inserting_before(node):
-        args[-1] = gm.graph.call_function(aten.constant_pad_nd.default, (args[-1], [0, -n % align]))
-        inserted.append(args[-1])
-        bias = args[0] if node.target is aten.addmm.default else None
-        if isinstance(bias, torch.fx.Node) and _val_any(bias) is not None and _val_any(bias).shape[-1] == n:
-            args[0] = gm.graph.call_function(aten.constant_pad_nd.default, (bias, [0, -n % align]))
-            inserted.append(args[0])
-    node.args = tuple(args)
-    with gm.graph.inserting_after(node):
-        view = gm.graph.call_function(aten.slice.Tensor, (node, -1, 0, n))
-    inserted.append(view)
+    view = node
+    for dim, size, pad in ((-1, n, pad_n), (-2, m, pad_m)):
+        if pad:
+            with gm.graph.inserting_after(view):
+                view = gm.graph.call_function(aten.slice.Tensor, (view, dim, 0, size))
+            inserted.append(view)
     for user in users:
         user.replace_input_with(node, view)
+
+
+def _val(node):
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val if isinstance(val, torch.Tensor) and val.dtype.is_floating_point and val.dim() >= 2 else None
 
 
 def _val_any(node):
     val = node.meta.get("val")
     return val if isinstance(val, torch.Tensor) and val.dim() >= 1 else None
+
+
+def _batch(val: torch.Tensor) -> int:
+    size = 1
+    for s in val.shape[:-2]:
+        size *= s if isinstance(s, int) else 1
+    return size
