@@ -65,7 +65,7 @@ def test_training_step_matches_eager(device, compile_fn, assert_close, observe, 
     (the backward then reads them through copies in their traced layouts)."""
     if not backward_retraced:
         real = layout_plan.retrace
-        monkeypatch.setattr(layout_plan, "retrace", lambda gm, inserted: bool(inserted) and real(gm, inserted))
+        monkeypatch.setattr(layout_plan, "retrace", lambda gm, since: bool(since.inserted(gm)) and real(gm, since))
     torch.manual_seed(0)
     model = ResidualBlock().to(device)
     x = torch.randn(2, 3, 16, 16, device=device)

@@ -112,3 +112,26 @@ def test_each_misaligned_dimension_is_padded_with_zeros(device, compile_fn, asse
     # The computed operand's producer writes it into rows of 40 (no copy of its own).
     assert "(6, 40), (40, 1)" in wrappers or "(8, 40), (40, 1)" in wrappers, wrappers
     assert "constant_pad_nd_mul" in wrappers or "constant_pad_nd_tanh" in wrappers, wrappers
+
+
+def test_a_failed_retrace_leaves_the_graph_as_traced(device, compile_fn, assert_close, monkeypatch, observe):
+    """Where the layouts cannot be traced again (an op without a fake kernel for the new strides),
+    every pad and view the pass inserted goes and each product reads its traced operands again."""
+    from smelt.lowering import fx_retrace
+    real = fx_retrace._run
+
+    def refuses_products(gm, node, env):
+        if node.target is torch.ops.aten.mm.default:
+            raise NotImplementedError("no fake kernel, as for this test")
+        return real(gm, node, env)
+    monkeypatch.setattr(fx_retrace, "_run", refuses_products)
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 2, 37, device=device), torch.randn(37, 8, device=device)
+
+    def f(a, b):
+        h = torch.tanh(a).view(6, 37)
+        return h @ b, h.t() @ h[:, :8]
+
+    for x, y in zip(compile_fn(f)(a, b), f(a, b)):
+        assert_close(x, y, atol=1e-5, rtol=1e-5)
+    assert "40" not in _wrappers(observe)

@@ -21,14 +21,34 @@ log = logging.getLogger("smelt.lowering")
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
 
 
-def retrace(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> bool:
+class Checkpoint:
+    """A graph's nodes and their arguments at one moment, to return to: whatever a pass then
+    inserted is erased and every earlier node reads its old arguments again."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.nodes = list(gm.graph.nodes)
+        self.arguments = {n: (n.args, n.kwargs) for n in self.nodes}
+
+    def inserted(self, gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+        known = set(self.nodes)
+        return [n for n in gm.graph.nodes if n not in known]
+
+    def restore(self, gm: torch.fx.GraphModule) -> None:
+        for node in self.nodes:
+            node.args, node.kwargs = self.arguments[node]
+        for node in reversed(self.inserted(gm)):  # later ones first: each is read only by later ones
+            gm.graph.erase_node(node)
+
+
+def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
     """Trace every value's layout again from the placeholders' (fake tensors, the graph's own fake
-    mode) and keep the results; on failure leave the metadata alone, remove `inserted` and return
-    False. A view the new strides cannot express gets a contiguous copy of its input."""
+    mode) and keep the results; on failure leave the metadata alone, return the graph to `since`
+    (taken before the pass changed it) and return False. A view the new strides cannot express
+    gets a contiguous copy of its input."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
     if fake_mode is None:
-        remove(gm, inserted)
+        since.restore(gm)
         return False
     env: dict[torch.fx.Node, object] = {}
     try:
@@ -39,12 +59,13 @@ def retrace(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> bool:
                 elif node.op == "get_attr":  # a constant's fake value, or a subgraph module
                     env[node] = node.meta["val"] if "val" in node.meta else operator.attrgetter(node.target)(gm)
                 elif node.op == "call_function":
-                    env[node] = _run(gm, node, env, inserted)
+                    env[node] = _run(gm, node, env)
                 elif node.op != "output":
                     raise NotImplementedError(f"FX node kind {node.op}")
     except Exception as e:  # an op without a fake kernel, a data-dependent size: plan nothing
-        log.debug("smelt: layouts not re-traced (%s: %s); the graph keeps its traced layouts", type(e).__name__, e)
-        remove(gm, inserted)
+        log.debug("smelt: layouts not re-traced (%s at %s: %s); the graph keeps its traced layouts",
+                  type(e).__name__, getattr(node, "name", "?"), e)
+        since.restore(gm)
         return False
     for node, val in env.items():
         if node.op == "call_function" and val is not None:
@@ -52,7 +73,7 @@ def retrace(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> bool:
     return True
 
 
-def _run(gm, node: torch.fx.Node, env: dict, inserted: list):
+def _run(gm, node: torch.fx.Node, env: dict):
     def value(a):
         return env[a] if isinstance(a, torch.fx.Node) else a
 
@@ -65,14 +86,8 @@ def _run(gm, node: torch.fx.Node, env: dict, inserted: list):
             source = node.args[0]
             with gm.graph.inserting_before(node):
                 copy = gm.graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
-            inserted.append(copy)
             env[copy] = aten.clone.default(args[0], memory_format=torch.contiguous_format)
             node.update_arg(0, copy)
             return node.target(env[copy], *args[1:], **kwargs)
     return node.target(*args, **kwargs)
 
-
-def remove(gm: torch.fx.GraphModule, inserted: list[torch.fx.Node]) -> None:
-    for copy in reversed(inserted):
-        copy.replace_all_uses_with(copy.args[0])
-        gm.graph.erase_node(copy)

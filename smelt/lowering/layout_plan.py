@@ -31,7 +31,7 @@ import torch.fx
 
 from ..saved_inputs import saved_outputs_start
 from .common import is_dense
-from .fx_retrace import retrace
+from .fx_retrace import Checkpoint, retrace
 from .matmul_padding import pad_matmuls
 
 aten = torch.ops.aten
@@ -60,7 +60,7 @@ def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
             node.meta["val"] = example
     if not traced:
         return False
-    if retrace(gm, []):
+    if retrace(gm, Checkpoint(gm)):
         _restore_visible_outputs(gm, visible)
     else:
         # An op whose fake kernel refuses the new strides (or that has none): the graph reads each
@@ -88,10 +88,10 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
             log.debug("smelt: channels-last layout not planned for a graph with symbolic sizes")
         return None
     visible = _visible_outputs(gm, kind)
+    before = Checkpoint(gm)
     conversions = _convert_convolution_operands(gm, wants_channels_last)
     padding = pad_matmuls(gm, wants_padded_matmuls)
-    inserted = list(conversions) + padding
-    if not inserted or not retrace(gm, inserted):
+    if not (conversions or padding) or not retrace(gm, before):
         return None
     # Values made channels-last by an earlier convolution need no copy.
     for copy in conversions:
