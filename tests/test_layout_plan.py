@@ -101,13 +101,15 @@ def test_symbolic_sizes_keep_traced_layouts(device, compile_fn, assert_close, ca
     assert "not planned for a graph with symbolic sizes" in caplog.text
 
 
-def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, compile_fn, assert_close):
+@pytest.mark.parametrize("shape", [(2, -1), (2, 144)])  # the fake view raises RuntimeError / ValueError
+def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, compile_fn, assert_close, shape,
+                                                                      observe):
     torch.manual_seed(0)
     conv, fc = nn.Conv2d(3, 4, 3).to(device), nn.Linear(4 * 6 * 6, 3).to(device)
 
     def f(x):
         y = torch.relu(conv(x))
-        return fc(y.view(y.shape[0], -1)), y  # flattening NHWC memory in NCHW order is no view
+        return fc(y.view(*shape)), y  # flattening NHWC memory in NCHW order is no view
 
     x = torch.randn(2, 3, 8, 8, device=device)
     with torch.no_grad(), smelt.config.override(channels_last="on"):
@@ -115,6 +117,8 @@ def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, co
     for a, e in zip(actual, f(x)):
         assert_close(a, e, atol=1e-5, rtol=1e-5)
         assert a.stride() == e.stride()
+    (graph,) = observe.compiled_graphs()
+    assert "(144, 1, 24, 4)" in graph.wrapper_source  # planned: the convolution's result is NHWC
 
 
 def test_pointwise_kernels_walk_a_channels_last_buffer_in_memory_order(device, compile_fn, assert_close, observe):

@@ -82,7 +82,7 @@ def _run(gm, node: torch.fx.Node, env: dict):
     if node.target in _VIEWS and isinstance(args[0], torch.Tensor):
         try:
             return node.target(*args, **kwargs)
-        except RuntimeError:
+        except (RuntimeError, ValueError):  # torch 2.11's fake view raises ValueError on CUDA
             source = node.args[0]
             with gm.graph.inserting_before(node):
                 copy = gm.graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
