@@ -41,3 +41,10 @@ def test_row_with_inf_and_nan(check):
     x[1, 39999] = float("nan")
     x[2] = float("-inf")
     check(lambda x: torch.softmax(x, dim=-1), x, rtol=1e-5, atol=1e-6)
+
+
+def test_many_long_rows_are_looped_not_split(check, observe):
+    """Rows enough to fill the GPU one program each: no barriers (row_split.MAX_SPLIT_ROWS)."""
+    x = torch.randn(1024, 20000, device="cuda")
+    check(lambda x: torch.softmax(x, -1), x, rtol=1e-5, atol=1e-5)
+    assert not _split_kernels(observe)
