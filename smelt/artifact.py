@@ -140,6 +140,9 @@ class GeneratedGraph:
     # Names the wrapper reads that are not source: constant tensors and compiled subgraphs.
     objects: dict[str, object] = dataclasses.field(default_factory=dict)
     cache_key: str | None = None  # the graph cache's key for it, once written to or read from the cache
+    # A forward's output strides where its layouts were planned (lowering/layout_plan.py), told to
+    # AOTAutograd on every compile, the cached ones included; None where nothing was planned.
+    output_strides: list | None = None
 
     @property
     def serializable(self) -> bool:
@@ -150,14 +153,20 @@ class GeneratedGraph:
         assert self.serializable, "a graph that refers to Python objects cannot be written out"
         return {"kind": self.kind, "title": self.title, "wrapper_source": self.wrapper_source,
                 "kernels": [k.to_json() for k in self.kernels], "fallback_ops": list(self.fallback_ops),
-                "constants": {name: _tensor_to_json(t) for name, t in self.objects.items()}}
+                "constants": {name: _tensor_to_json(t) for name, t in self.objects.items()},
+                "output_strides": self.output_strides}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedGraph:
         return cls(kind=data["kind"], title=data["title"], wrapper_source=data["wrapper_source"],
                    kernels=[GeneratedKernel.from_json(k) for k in data["kernels"]],
                    fallback_ops=list(data["fallback_ops"]),
-                   objects={name: _tensor_from_json(t) for name, t in data.get("constants", {}).items()})
+                   objects={name: _tensor_from_json(t) for name, t in data.get("constants", {}).items()},
+                   output_strides=_strides_from_json(data.get("output_strides")))
+
+
+def _strides_from_json(strides: list | None) -> list | None:
+    return None if strides is None else [None if s is None else tuple(s) for s in strides]
 
 
 def _tensor_to_json(t: torch.Tensor) -> dict:

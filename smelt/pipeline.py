@@ -29,12 +29,25 @@ _graph_ids = itertools.count()
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
-    # Before the cache lookup: the layouts are part of the graph's key and of its interface.
-    output_strides = plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
-                                  _wants(cfg, "matmul_padding", "pads_matmul_rows"))
-    if output_strides is not None and kind == "forward":
-        _report_output_strides(output_strides)
-    generated = graph_cache.load_or_generate(gm, kind, cfg, generate_graph)
+    planned = False
+
+    def plan() -> list | None:
+        nonlocal planned
+        planned = True
+        return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
+                            _wants(cfg, "matmul_padding", "pads_matmul_rows"))
+
+    def plan_and_generate(gm, kind, cfg, **kw) -> GeneratedGraph:
+        # The layouts are planned after the cache lookup: a hit skips the re-trace. The graph is
+        # keyed as traced; the plan is a function of it, the settings and the backend's Target.
+        strides = plan()
+        generated = generate_graph(gm, kind, cfg, **kw)
+        generated.output_strides = strides
+        return generated
+
+    generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate)
+    if generated.output_strides is not None and kind == "forward":
+        _report_output_strides(generated.output_strides)
     refused: set[str] = set()
     while True:
         try:
@@ -47,7 +60,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
                 raise
             refused.add(e.kernel)
             log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
+            if not planned:  # a cache hit: the graph as traced, to be planned as it was then
+                plan()
             regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused))
+            regenerated.output_strides = generated.output_strides
             graph_cache.replace(generated, regenerated, cfg)
             generated = regenerated
     compiled.kind = kind

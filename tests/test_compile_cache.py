@@ -363,3 +363,32 @@ def test_a_kept_constant_comes_back_with_its_dtype_strides_and_bytes():
         assert (back.dtype, back.shape, back.stride(), back.storage_offset()) == \
             (t.dtype, t.shape, t.stride(), t.storage_offset())
         assert torch.equal(back, t)
+
+
+def test_a_planned_training_step_hits_without_planning_again(cache_dir, device, compile_fn, assert_close,
+                                                             monkeypatch):
+    """Layouts are planned after the cache lookup: a hit reads the forward's reported output strides
+    from its entry (the backward is compiled for them) and re-traces nothing."""
+    import torch.nn as nn
+    import smelt.config
+    from smelt import pipeline
+    plans = []
+    real = pipeline.plan_layouts
+    monkeypatch.setattr(pipeline, "plan_layouts", lambda gm, kind, *a: plans.append(kind) or real(gm, kind, *a))
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 4, 3, padding=1)).to(device)
+    x = torch.randn(2, 3, 8, 8, device=device)
+    model(x).square().sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for attempt in range(2):
+        model.zero_grad()
+        plans.clear()
+        torch._dynamo.reset()
+        graph_cache.stats.clear()
+        with smelt.config.override(channels_last="on"):
+            compile_fn(model)(x).square().sum().backward()
+        for name, p in model.named_parameters():
+            assert_close(p.grad, expected[name], atol=1e-4, rtol=1e-4)
+            assert p.grad.stride() == expected[name].stride()
+        assert graph_cache.stats.get("aten_hit" if attempt else "aten_miss") == 2, dict(graph_cache.stats)
+        assert plans == ([] if attempt else ["forward", "backward"]), plans

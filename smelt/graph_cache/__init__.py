@@ -16,6 +16,7 @@ import collections
 import logging
 
 from ..artifact import GeneratedGraph
+from ..saved_inputs import saved_outputs_start
 from .fingerprint import Uncacheable, aten_graph_text, digest, environment_text
 from .store import read_entry, write_entry
 
@@ -30,7 +31,9 @@ def enabled(cfg) -> bool:
 
 
 def aten_key(gm, kind: str, cfg) -> str:
-    return digest(f"{environment_text(cfg)}\n{aten_graph_text(gm, kind)}")
+    # Where a forward's saved values start among its outputs: the layout plan treats them apart.
+    saved = f"saved from {saved_outputs_start()}" if kind == "forward" else ""
+    return digest(f"{environment_text(cfg)}\n{aten_graph_text(gm, kind)}\n{saved}")
 
 
 def replace(old: GeneratedGraph, new: GeneratedGraph, cfg) -> None:
