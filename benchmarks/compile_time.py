@@ -10,6 +10,7 @@ cache included), since that is what a user who compiles the same model twice see
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -18,6 +19,7 @@ import tempfile
 import time
 
 MARKER = "COMPILE_TIME_S"
+STAGES_MARKER = "SMELT_STAGES"  # smelt's seconds per compile stage (smelt/compile_stages.py), as JSON
 # Not a row of benchmarks/workloads.py: benchmarks/optimizer_step.py's Adam step (issue 6).
 ADAM_STEP = "adam_step"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,11 +63,20 @@ def _child(argv=None) -> None:
     compiled(*inputs)
     synchronize(args.device)
     first = time.perf_counter() - start
+    if args.backend == "smelt":
+        from smelt import compile_stages
+        print(f"{STAGES_MARKER} {json.dumps(dict(compile_stages.totals))}", flush=True)
     print(f"{MARKER} {first - statistics.median(eager_times):.6f}", flush=True)
 
 
 def run_once(backend: str, workload: str, device: str, small: bool, cache_root: str, timeout: float) -> float:
     """Seconds reported by one child process; raises RuntimeError with a short reason on failure."""
+    return run_once_with_stages(backend, workload, device, small, cache_root, timeout)[0]
+
+
+def run_once_with_stages(backend: str, workload: str, device: str, small: bool, cache_root: str,
+                         timeout: float) -> tuple[float, dict]:
+    """(seconds, smelt's seconds per stage: empty for another backend) of one child process."""
     env = dict(os.environ)
     env.update(
         TRITON_CACHE_DIR=os.path.join(cache_root, "triton"),
@@ -79,9 +90,13 @@ def run_once(backend: str, workload: str, device: str, small: bool, cache_root: 
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"timeout after {timeout:.0f}s") from None
+    stages = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(STAGES_MARKER):
+            stages = json.loads(line.split(" ", 1)[1])
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):
-            return float(line.split()[1])
+            return float(line.split()[1]), stages
     tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1].strip()
     raise RuntimeError(tail if len(tail) <= 60 else tail[:59] + "…")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 import torch
 
@@ -11,6 +12,7 @@ from . import graph_cache, observe
 from .artifact import GeneratedGraph
 from .codegen import backends
 from .codegen.wrapper import WrapperCodegen
+from .compile_stages import StageClock
 from .debug import dump_graph
 from .errors import HalideRefusedKernel
 from .lowering import lower_graph
@@ -29,29 +31,34 @@ _graph_ids = itertools.count()
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> CompiledGraph:
     cfg = config_module.current()
+    clock = StageClock()
     planned = False
 
     def plan() -> list | None:
         nonlocal planned
         planned = True
-        return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
-                            _wants(cfg, "matmul_padding", "pads_matmul_rows"))
+        with clock.stage("plan"):
+            return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
+                                _wants(cfg, "matmul_padding", "pads_matmul_rows"))
 
     def plan_and_generate(gm, kind, cfg, **kw) -> GeneratedGraph:
         # The layouts are planned after the cache lookup: a hit skips the re-trace. The graph is
         # keyed as traced; the plan is a function of it, the settings and the backend's Target.
         strides = plan()
-        generated = generate_graph(gm, kind, cfg, **kw)
+        generated = generate_graph(gm, kind, cfg, clock=clock, **kw)
         generated.output_strides = strides
         return generated
 
+    start = time.perf_counter()
     generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate)
+    clock.add("cache", time.perf_counter() - start - sum(clock.seconds.values()))
     if generated.output_strides is not None and kind == "forward":
         _report_output_strides(generated.output_strides)
     refused: set[str] = set()
     while True:
         try:
-            compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg))
+            with clock.stage("load"):
+                compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg))
             break
         except HalideRefusedKernel as e:
             # Halide's own compiler rejects some valid programs (issue 20's fuzz finding Halide #4):
@@ -62,11 +69,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
             if not planned:  # a cache hit: the graph as traced, to be planned as it was then
                 plan()
-            regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused))
+            regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused), clock=clock)
             regenerated.output_strides = generated.output_strides
             graph_cache.replace(generated, regenerated, cfg)
             generated = regenerated
     compiled.kind = kind
+    compiled.stage_seconds = dict(clock.seconds)
+    log.debug("smelt: %s graph compiled in %s", kind, ", ".join(f"{k} {v:.3f} s" for k, v in clock.seconds.items()))
     observe.record(compiled)
     return compiled
 
@@ -102,18 +111,32 @@ def _report_output_strides(strides: list) -> None:
         context.output_strides.extend(strides)
 
 
-def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=frozenset()) -> GeneratedGraph:
+def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=frozenset(),
+                   clock: StageClock | None = None) -> GeneratedGraph:
     """`halide_refused`: names of kernels Halide did not compile before, generated in Triton instead."""
+    clock = clock or StageClock()
     graph_id = next(_graph_ids)
-    if cfg.gemm_epilogues:
-        fuse_gemm_epilogues(gm)
+    with clock.stage("lower"):
+        if cfg.gemm_epilogues:
+            fuse_gemm_epilogues(gm)
+        graph = lower_graph(gm, cfg, _target_for(cfg), compile_graph)
+    with clock.stage("schedule"):
+        sched, ctx = _schedule(graph, cfg, halide_refused)
+    with clock.stage("codegen"):
+        return _generate(gm, kind, cfg, graph, sched, ctx, graph_id)
 
-    graph = lower_graph(gm, cfg, _target_for(cfg), compile_graph)
+
+def _backend_of(cfg, step) -> backends.Backend:
+    return backends.for_device(cfg, backends.step_device(step))
+
+
+def _schedule(graph, cfg, halide_refused):
+    """Fusion as the scheduler made it, then finishers and shared launches as the backends allow."""
     sched = make_schedule(graph)
     ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused))
 
     def backend_of(step) -> backends.Backend:
-        return backends.for_device(cfg, backends.step_device(step))
+        return _backend_of(cfg, step)
 
     def finishes(step) -> bool:
         return backend_of(step).finishes_reductions(step, ctx)
@@ -131,12 +154,17 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
 
     sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
+    return sched, ctx
+
+
+def _generate(gm, kind: str, cfg, graph, sched, ctx, graph_id: int) -> GeneratedGraph:
+    """Each kernel's source from its backend, then the wrapper that runs them."""
     # Each kernel runs on its own members' device: a graph may copy between devices.
     kernels, records = {}, {}
     for k, step in enumerate(sched.steps):
         if step.is_extern:
             continue
-        backend, index = backend_of(step), len(kernels)
+        backend, index = _backend_of(cfg, step), len(kernels)
         try:
             kernels[k] = backend.generate(step, ctx, index)
         except backends.KernelUnsupported as e:

@@ -15,6 +15,7 @@ class CompiledGraph:
     wrapper_source: str
     wrapper_path: str
     cache_key: str | None = None  # its graph cache entry, if it has one
+    stage_seconds: dict = dataclasses.field(default_factory=dict)  # smelt/compile_stages.py
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs
