@@ -735,6 +735,27 @@ def test_per_channel_values_over_channels_last_are_read_as_rows():
     (source,) = last_graph().kernel_sources.values()
     assert "# iterates 392 x 64;" in source, source[:600]
     assert "load(in_ptr1, r)" in source and "% 64" not in source, source
+    # 1/sqrt(var + eps), the same for every row, is computed once per call (a Func over r).
+    assert "_per_column" in source and ".compute_root()" in source, source
+
+
+@pytest.mark.parametrize("channels", [16, 24])
+def test_short_rows_of_channels_and_values_that_differ_per_row(channels):
+    """Rows of as few as 16 channels are walked as rows too (MobileNetV3's stem); a value that
+    differs per element though its index is r's alone (a random number) is never taken for one that
+    is the same for every row."""
+    torch.manual_seed(0)
+    mean, var = torch.randn(channels), torch.rand(channels) + 0.5
+    x = torch.randn(2, channels, 10, 10).contiguous(memory_format=torch.channels_last)
+    fn = lambda a: torch.nn.functional.relu(torch.nn.functional.batch_norm(a, mean, var, None, None, False))
+    run_both(fn, x)
+    (source,) = last_graph().kernel_sources.values()
+    assert f"# iterates 200 x {channels};" in source and "_per_column" in source, source[:800]
+    noisy = compiled(lambda a: torch.nn.functional.batch_norm(a, mean, var, None, None, False) + torch.rand_like(a))(x)
+    noise = noisy - torch.nn.functional.batch_norm(x, mean, var, None, None, False)
+    rows = noise.permute(0, 2, 3, 1).reshape(-1, channels)
+    assert (noise >= -1e-5).all() and (noise <= 1 + 1e-5).all()
+    assert not torch.allclose(rows[0], rows[1]), "every row drew the same random numbers"
 
 
 def test_float32_exp_is_within_about_half_an_ulp():
@@ -749,3 +770,25 @@ def test_float32_exp_is_within_about_half_an_ulp():
     ulps = ((actual.double() - exact).abs() / exact.abs() / 2 ** -23)[normal]
     assert ulps.max() < 0.54 and ulps.mean() < 0.19, (ulps.max(), ulps.mean())
     torch.testing.assert_close(actual[-7:], x[-7:].exp(), equal_nan=True, atol=0, rtol=0)
+
+
+def test_parallel_loops_run_on_torchs_openmp_threads():
+    """Halide's parallel loops go to torch's OpenMP threads (runtime/halide_threads.py), whatever
+    torch.set_num_threads says, with the same results; a process with SMELT_HALIDE_OPENMP=0 keeps
+    Halide's pool."""
+    from smelt.runtime import halide_threads
+    x = torch.randn(512, 4096)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, max(2, threads)):
+            torch.set_num_threads(n)
+            run_both(lambda x: torch.softmax(x * 2, -1) + x.sin(), x)
+    finally:
+        torch.set_num_threads(threads)
+    assert halide_threads.installed, "the C compiler builds OpenMP here: the loops should be shared"
+    script = ("import os, torch, smelt\nfrom smelt.runtime import halide_threads\n"
+              "torch.compile(lambda x: x.exp() + 1, backend='smelt')(torch.randn(9999))\n"
+              "print('installed', bool(halide_threads.installed))")
+    env = dict(os.environ, SMELT_HALIDE_OPENMP="0", SMELT_CPU_BACKEND="halide")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "installed False" in out.stdout, out.stdout + out.stderr

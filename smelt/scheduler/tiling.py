@@ -143,6 +143,10 @@ def choose_tiling(group: FusedGroup, stored: list[str], target=None) -> Tiling |
 
 # Rows shorter than this are not worth walking as rows: a few vector steps each.
 MIN_ROW = 64
+# Except rows whose values per position are the same for every row (an NHWC batch norm's rows of
+# C = 16 channels): a vector per row, its per-channel values computed once per call by the backend,
+# where the flat walk gathered them at index % C and took a sqrt per element.
+MIN_COLUMN_ROW = 16
 
 
 def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> Tiling | None:
@@ -155,13 +159,13 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> T
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         rows = static_int(inner)
-        if rows is None or rows < MIN_ROW:
+        if rows is None or rows < MIN_COLUMN_ROW:
             continue
         outer = sympy.cancel(numel / inner)
         if any(n.placement(outer, inner) != Placement.XR for n in group.nodes):
             continue
         accesses = _accesses(group.nodes, stored, Placement.XR, outer, inner)
-        per_row = 0
+        per_row = columns = 0
         for _, index in accesses:
             if any(is_indirect(s) for s in index.free_symbols):
                 per_row = -1
@@ -171,9 +175,12 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> T
                 per_row += 1
             elif along_r == 1 and XINDEX not in index.free_symbols and _affine_in(index, RINDEX):
                 per_row += 1  # the same row of values for every row: one vector load, no index % C
+                columns += 1
             elif along_r != 1:
                 per_row = -1  # an access that strides along the row: the 1-D walk reads it better
                 break
+        if rows < MIN_ROW and not columns:
+            continue
         key = (per_row, rows)
         if per_row > 0 and (best_key is None or key > best_key):
             best_key = key

@@ -112,6 +112,11 @@ MAX_TREE_SIZE = 4096
 HELPER_READS = {**dict.fromkeys(SPECIAL_FUNCTIONS, 4), **dict.fromkeys(DIVISION_HELPERS, 4),
                 "float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 8}
 _TEMPORARY = re.compile(r"\btmp\d+\b")
+# A name in a printed expression (not an attribute: hl.sqrt's sqrt), and whether it is called.
+_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*(\()?")
+_INPUT = re.compile(r"in_ptr\d+")
+# Calls whose value depends on their arguments alone: Halide's namespace, loads, the math helpers.
+_X_FREE_CALLS = frozenset({"load", "load_clamped", *HELPER_READS}) - {"uniform", "philox"}
 _HELPER_CALL = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)\(")
 
 
@@ -144,6 +149,8 @@ class HalideKernel(PrintedKernel):
         self.depth: dict[str, int] = {}  # a temporary's depth in temporaries since a Func boundary
         self.tree_size: dict[str, int] = {}  # its size as a tree since a Func boundary (see emit)
         self.temporaries: dict[str, CSEVar] = {}  # by name
+        # Temporaries whose value is the same for every x (a function of r and the sizes alone).
+        self.same_for_every_x: set[str] = set()
         self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
@@ -183,11 +190,17 @@ class HalideKernel(PrintedKernel):
                 if name in self.temporaries and reads_per_use * self.tree_size.get(name, 1) > MAX_TREE_SIZE:
                     held = self._hold(self.temporaries[name])
                     expr = re.sub(rf"\b{name}\b", held.name, expr)
+        reads = _TEMPORARY.findall(expr)
+        x_free = self._same_for_every_x(expr)
+        if not x_free:
+            expr = self._per_column_values(expr, reads)
+            reads = _TEMPORARY.findall(expr)
         var = self.cse.generate(self.body, expr, dtype, rank)
         if var.name in self.depth:  # found by CSE
             return var
         self.temporaries[var.name] = var
-        reads = _TEMPORARY.findall(expr)
+        if x_free:
+            self.same_for_every_x.add(var.name)
         depth = 1 + max((self.depth.get(name, 0) for name in reads), default=0)
         size = 1 + reads_per_use * sum(self.tree_size.get(name, 1) for name in reads)
         if (depth > MAX_EXPR_DEPTH or size > MAX_TREE_SIZE) and not self.in_update:
@@ -199,6 +212,39 @@ class HalideKernel(PrintedKernel):
         self.depth[var.name] = depth
         self.tree_size[var.name] = size
         return var
+
+    def _same_for_every_x(self, expr: str) -> bool:
+        """Whether expr's value depends on r and the sizes alone. Conservative: every name in it
+        must be known to (a random value's words, a Func's call, anything else: no)."""
+        for name, call in _NAME.findall(expr):
+            if call:
+                if name not in _X_FREE_CALLS:
+                    return False
+            elif not (name in ("r", "hl") or name in self.same_for_every_x or name in self.sizes
+                      or _INPUT.fullmatch(name)):
+                return False
+        return True
+
+    def _per_column_values(self, expr: str, reads: list[str]) -> str:
+        """expr with each value it reads that is the same for every x and costs more than a load (a
+        batch norm's 1/sqrt(var + eps) over rows of C, in an NHWC kernel) read from a Func over r
+        computed once per call, not once per row (MobileNetV3's first NHWC batch norm: ...)."""
+        if self.in_update or not hasattr(self.schedule, "per_column"):
+            return expr
+        for name in dict.fromkeys(reads):
+            var = self.temporaries.get(name)
+            if var is None or name not in self.same_for_every_x or var.rank < 2 or self.tree_size.get(name, 1) < 3:
+                continue
+            func = self.fresh(f"{name}_per_column")
+            self.body.writeline(f'{func} = hl.Func("{func}")')
+            self.body.writeline(f"{func}[r] = {name}")
+            self.schedule.per_column(func)
+            call = CSEVar(func_call(f"{func}[r]"), var.dtype, var.rank)
+            self.cse.redirect(var, call)
+            self.temporaries.pop(name)
+            self.same_for_every_x.discard(name)
+            expr = re.sub(rf"\b{name}\b", call.name, expr)
+        return expr
 
     def _hold(self, var: CSEVar) -> CSEVar:
         """var's value as a call of a Func holding it; later requests for var's expression get the call."""

@@ -213,6 +213,10 @@ class HalideSchedule:
         self.entries.append(f"{lanes}.compute_at({block}, {block_var}).vectorize(r)")
         self.entries.append(f"{lanes}.update().vectorize(r)")
 
+    def per_column(self, func: str) -> None:
+        """A Func over r alone (values the same for every x): computed once per call, before the rest."""
+        self.entries.append(f"{func}.compute_root().vectorize(r, {VECTOR}, {GUARD})")
+
     def row_values(self, func: str) -> None:
         """A value per (r, x) that a reduction and the output both read: stored per task, when the
         task holds every reader; otherwise left inline (computed by each)."""
