@@ -120,6 +120,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_SPLIT_REDUCTION_MIN_NUMEL": Setting(parse_positive_int, 32768, "a positive integer"),
     "SMELT_PERSISTENT_SCAN_LIMIT": Setting(parse_positive_int, 4096, "a positive integer"),
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
+    "SMELT_HALIDE_OPENMP": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -175,6 +176,10 @@ class Config:
 
     # Cache hints on the loads of reduction kernels (codegen/triton/eviction.py); SMELT_EVICTION_HINTS=0: none.
     eviction_hints: bool = _field("SMELT_EVICTION_HINTS")
+
+    # Halide's CPU kernels run their parallel loops on torch's OpenMP threads (runtime/halide_threads.py),
+    # read when the process first loads a Halide kernel; SMELT_HALIDE_OPENMP=0: Halide's own pool.
+    halide_openmp: bool = _field("SMELT_HALIDE_OPENMP")
 
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.
