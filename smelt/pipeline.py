@@ -18,6 +18,8 @@ from .errors import HalideRefusedKernel
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
 from .lowering.layout_plan import plan_layouts
+from .saved_inputs import saved_outputs_start
+from .runtime import halide_threads
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
@@ -50,13 +52,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         return generated
 
     start = time.perf_counter()
-    generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate)
+    # The layout plan treats a forward's saved values apart from what the caller sees.
+    context = f"saved from {saved_outputs_start()}" if kind == "forward" else ""
+    generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate, context)
     clock.add("cache", time.perf_counter() - start - sum(clock.seconds.values()))
     if generated.output_strides is not None and kind == "forward":
         _report_output_strides(generated.output_strides)
     refused: set[str] = set()
     while True:
         try:
+            halide_threads.wanted = cfg.halide_openmp  # read when the process first loads a Halide kernel
             with clock.stage("load"):
                 compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg))
             break

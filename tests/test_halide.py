@@ -785,7 +785,14 @@ def test_parallel_loops_run_on_torchs_openmp_threads():
             run_both(lambda x: torch.softmax(x * 2, -1) + x.sin(), x)
     finally:
         torch.set_num_threads(threads)
-    assert halide_threads.installed, "the C compiler builds OpenMP here: the loops should be shared"
+    if not halide_threads.installed:
+        import tempfile
+        from smelt.errors import KernelCompileError
+        try:
+            halide_threads._shim_library(tempfile.mkdtemp())
+        except KernelCompileError:
+            pytest.skip("this machine's C compiler builds no OpenMP: Halide keeps its own pool")
+        raise AssertionError("the C compiler builds OpenMP here: the loops should be shared")
     script = ("import os, torch, smelt\nfrom smelt.runtime import halide_threads\n"
               "torch.compile(lambda x: x.exp() + 1, backend='smelt')(torch.randn(9999))\n"
               "print('installed', bool(halide_threads.installed))")

@@ -16,7 +16,6 @@ import collections
 import logging
 
 from ..artifact import GeneratedGraph
-from ..saved_inputs import saved_outputs_start
 from .fingerprint import Uncacheable, aten_graph_text, digest, environment_text
 from .store import read_entry, write_entry
 
@@ -30,10 +29,9 @@ def enabled(cfg) -> bool:
     return cfg.graph_cache and not cfg.debug_dir
 
 
-def aten_key(gm, kind: str, cfg) -> str:
-    # Where a forward's saved values start among its outputs: the layout plan treats them apart.
-    saved = f"saved from {saved_outputs_start()}" if kind == "forward" else ""
-    return digest(f"{environment_text(cfg)}\n{aten_graph_text(gm, kind)}\n{saved}")
+def aten_key(gm, kind: str, cfg, context: str = "") -> str:
+    """`context`: what else decides the generated code (where a forward's saved values start)."""
+    return digest(f"{environment_text(cfg)}\n{aten_graph_text(gm, kind)}\n{context}")
 
 
 def replace(old: GeneratedGraph, new: GeneratedGraph, cfg) -> None:
@@ -58,13 +56,13 @@ def load_generated(key: str, cfg) -> GeneratedGraph | None:
         return None
 
 
-def load_or_generate(gm, kind: str, cfg, generate) -> GeneratedGraph:
+def load_or_generate(gm, kind: str, cfg, generate, context: str = "") -> GeneratedGraph:
     """The generated code of an ATen graph: from the cache when an entry exists, else `generate(gm,
     kind, cfg)`, written to the cache when it refers to nothing but source."""
     if not enabled(cfg):
         return generate(gm, kind, cfg)
     try:
-        key = aten_key(gm, kind, cfg)
+        key = aten_key(gm, kind, cfg, context)
     except Uncacheable as e:
         stats["aten_uncacheable"] += 1
         log.debug("smelt: %s graph not cached: %s", kind, e)

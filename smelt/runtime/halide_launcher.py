@@ -16,10 +16,9 @@ import weakref
 
 import torch
 
-from .. import config
 from ..errors import SmeltError
 from .halide_compile import kernel_library, load_source, runtime_library
-from .halide_threads import share_torch_threads
+from . import halide_threads
 
 log = logging.getLogger("smelt.runtime")
 
@@ -68,8 +67,8 @@ def _install_error_handler(runtime_path: str) -> None:
     lib = ctypes.CDLL(runtime_path)
     lib.halide_set_error_handler.restype = ctypes.c_void_p
     lib.halide_set_error_handler(_record_error)
-    if config.current().halide_openmp:
-        share_torch_threads(lib, runtime_path)
+    if halide_threads.wanted:
+        halide_threads.share_torch_threads(lib, runtime_path)
     _runtimes[runtime_path] = lib
 
 

@@ -75,3 +75,5 @@ def share_torch_threads(runtime: ctypes.CDLL, runtime_path: str) -> bool:
 
 _keep: list = []  # the shim stays loaded while the runtime may call it
 installed: set[str] = set()  # runtimes whose parallel loops run on torch's OpenMP threads
+# SMELT_HALIDE_OPENMP, as the compile that first loads a Halide kernel saw it (set by smelt.pipeline).
+wanted = True
