@@ -193,16 +193,15 @@ SCALAR_INLINE_OPS = 12
 
 # Ops that read only their input's size, dtype and device, never its elements.
 _METADATA_READERS = frozenset(
-    getattr(torch.ops.aten, name).default
+    getattr(torch.ops.aten, name)
     for name in ("full_like", "empty_like", "zeros_like", "ones_like", "new_empty", "new_zeros", "new_ones",
-                 "new_full", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset")
-    if hasattr(torch.ops.aten, name) and hasattr(getattr(torch.ops.aten, name), "default"))
+                 "new_full", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"))
 
 
 def _maybe_realize(graph: IRGraph, node, value):
     """Realize a loop nest read by several users, so that it is computed once and fused, not recomputed.
     A user reading only its size (a cross-entropy backward's full_like(log_probs)) does not count."""
-    readers = sum(1 for user in node.users if user.target not in _METADATA_READERS)
+    readers = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
     if isinstance(value, TensorBox) and isinstance(value.data, StorageBox) and readers > 1:
         if isinstance(value.data.data, Loops) and not graph.softmax_rows.keeps_inline(node, value) \
                 and not _cheap_scalar(value.data.data):
