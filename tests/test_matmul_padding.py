@@ -1,5 +1,7 @@
 """Matrix products with misaligned rows run on zero-padded rows (lowering/matmul_padding.py): the
 values, gradients and strides the caller sees are eager's."""
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -134,4 +136,4 @@ def test_a_failed_retrace_leaves_the_graph_as_traced(device, compile_fn, assert_
 
     for x, y in zip(compile_fn(f)(a, b), f(a, b)):
         assert_close(x, y, atol=1e-5, rtol=1e-5)
-    assert "40" not in _wrappers(observe)
+    assert not re.search(r"\b40\b", _wrappers(observe))  # no padded dimension (graph 408 is no pad)
