@@ -2,7 +2,10 @@
 backend and smelt (median of 15 calls each, one process), then one profiled call of smelt's: the time
 in smelt's Halide kernels, in ATen ops (their own time), and the rest of the call (Python between them).
 
-    python -m benchmarks.probes.cpu_model_profile [bert llama mobilenetv3 resnet18] [--no-inductor]
+    python -m benchmarks.probes.cpu_model_profile [bert llama mobilenetv3 resnet18] [--no-inductor] [--top N]
+
+--top N also lists the N costliest Halide kernels of the profiled call, and the N costliest ATen
+ops by input shapes (a weight's conversion inside a convolution shows as aten::copy_ of its shape).
 
 Thread settings come from the environment (OMP_WAIT_POLICY, HL_NUM_THREADS, ...): run it once per
 setting to compare them.
@@ -23,6 +26,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["bert", "llama", "mobilenetv3"])
     parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--top", type=int, default=0)
     args = parser.parse_args(argv)
     print(f"threads: torch {torch.get_num_threads()}")
     for name in args.models:
@@ -39,7 +43,7 @@ def main(argv=None) -> None:
             compiled = torch.compile(model, backend="smelt")
             ours = median_call_ms(compiled, inputs, 15, warmup=3)
             kernels = {k for g in smelt.observe.compiled_graphs() for k in g.kernel_names}
-            with torch.profiler.profile() as profile:
+            with torch.profiler.profile(record_shapes=bool(args.top)) as profile:
                 start = time.perf_counter()
                 compiled(*inputs)
                 wall = (time.perf_counter() - start) * 1e6
@@ -56,6 +60,18 @@ def main(argv=None) -> None:
               f"({eager / ours:.2f}x eager); one profiled smelt call {wall / 1e3:.2f} ms: {len(kernels)} kernels "
               f"{in_kernels / 1e3:.2f} ms, ATen {in_aten / 1e3:.2f} ms (top: {top}), the rest "
               f"{(wall - in_kernels - in_aten) / 1e3:.2f} ms", flush=True)
+        if args.top:
+            _print_top(profile, kernels, args.top)
+
+
+def _print_top(profile, kernels, top: int) -> None:
+    ours = sorted((e for e in profile.key_averages() if e.key in kernels), key=lambda e: -e.self_cpu_time_total)
+    for e in ours[:top]:
+        print(f"    {e.self_cpu_time_total:9.1f} us  {e.key}")
+    aten = sorted((e for e in profile.key_averages(group_by_input_shape=True) if e.key.startswith("aten::")),
+                  key=lambda e: -e.self_cpu_time_total)
+    for e in aten[:top]:
+        print(f"    {e.self_cpu_time_total:9.1f} us  {e.key} x{e.count} {str(e.input_shapes)[:100]}")
 
 
 if __name__ == "__main__":
