@@ -152,6 +152,7 @@ class HalideKernel(PrintedKernel):
         self.temporaries: dict[str, CSEVar] = {}  # by name
         # Temporaries whose value is the same for every x (a function of r and the sizes alone).
         self.same_for_every_x: set[str] = set()
+        self.per_column_calls: dict[str, str] = {}  # such a temporary -> its Func's call, once held in one
         self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
@@ -235,17 +236,17 @@ class HalideKernel(PrintedKernel):
             return expr
         for name in dict.fromkeys(reads):
             var = self.temporaries.get(name)
-            if var is None or name not in self.same_for_every_x or var.rank < 2 or self.tree_size.get(name, 1) < 3:
-                continue
-            func = self.fresh(f"{name}_per_column")
-            self.body.writeline(f'{func} = hl.Func("{func}")')
-            self.body.writeline(f"{func}[r] = {name}")
-            self.schedule.per_column(func)
-            call = CSEVar(func_call(f"{func}[r]"), var.dtype, var.rank)
-            self.cse.redirect(var, call)
-            self.temporaries.pop(name)
-            self.same_for_every_x.discard(name)
-            expr = re.sub(rf"\b{name}\b", call.name, expr)
+            if name not in self.per_column_calls:
+                if var is None or name not in self.same_for_every_x or var.rank < 2 or self.tree_size.get(name, 1) < 3:
+                    continue
+                func = self.fresh(f"{name}_per_column")
+                self.body.writeline(f'{func} = hl.Func("{func}")')
+                self.body.writeline(f"{func}[r] = {name}")
+                self.schedule.per_column(func)
+                call = CSEVar(func_call(f"{func}[r]"), var.dtype, var.rank)
+                self.cse.redirect(var, call)
+                self.per_column_calls[name] = call.name
+            expr = re.sub(rf"\b{name}\b", self.per_column_calls[name], expr)
         return expr
 
     def _hold(self, var: CSEVar) -> CSEVar:
