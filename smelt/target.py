@@ -48,7 +48,10 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,
 # var_mean 7354 -> 1101 us, argmax 7449 -> 2438 us; column sums within 12% either way.
 CPU = Target("CPU", None, split_programs=256, row_split_programs=256, global_split_min_numel=4096,
-             rows_for_row_values=True, channels_last_convolutions=True)
+             rows_for_row_values=True, channels_last_convolutions=True, adds_convolution_bias=True)
+# The bias too: torch 2.13's oneDNN convolution crashes (signal 11) on some channels-last inputs
+# given a bias, and not without one (CPU fuzz seed 1941: a [1, 6, 2, 1] input, groups 2, stride 2,
+# padding 1, dilation 2; eager crashes the same way). The add fuses into the kernel after it.
 # Channels-last on the CPU too: oneDNN's convolutions run faster on NHWC (MobileNetV3-small's
 # 18.4 -> 10.5 ms a call on 2 cores) and the NHWC kernels between them walk rows of C; the whole
 # model 35-40 -> 26-27 ms, ResNet-18 within noise (benchmarks.cpu_models, RESULTS 2026-11-27).

@@ -195,3 +195,13 @@ def test_a_weight_the_graph_computes_is_written_channels_last_by_its_producer(de
     (graph,) = observe.compiled_graphs()
     assert len(_copies(graph.kernel_names)) == 2, graph.kernel_names  # the image, the result to NCHW
     assert "(54, 1, 18, 6)" in graph.wrapper_source  # w2 * 0.5, written NHWC
+
+
+def test_a_convolution_with_bias_that_onednn_crashes_on_in_channels_last(device, check):
+    """torch 2.13's oneDNN convolution dies by signal 11 on this channels-last input given a bias
+    (eager too; CPU fuzz seed 1941): on the CPU the bias is added by the kernel after it."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 6, 2, 1, device=device), torch.randn(4, 3, 1, 1, device=device), torch.randn(4, device=device)
+    with smelt.config.override(channels_last="on"):
+        check(lambda x, w, b: torch.nn.functional.conv2d(x, w, b, stride=2, padding=1, dilation=2, groups=2), x, w, b,
+              atol=1e-5, rtol=1e-5)
