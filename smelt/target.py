@@ -29,7 +29,7 @@ class Target:
     # so (lowering/layout_plan.py): cuDNN's tensor-core convolutions convert NCHW both ways otherwise.
     channels_last_convolutions: bool = False
     # Whether a convolution's bias is added by the kernel after it (lowering/extern_calls.py): cuDNN
-    # adds it in a pass of its own, oneDNN inside the convolution.
+    # adds it in a pass of its own; oneDNN inside the convolution, but see CPU below.
     adds_convolution_bias: bool = False
     # Whether large matrix products get 16-byte aligned rows (lowering/matmul_padding.py): cuBLAS's
     # tensor-core kernels need them, and run element by element otherwise.
