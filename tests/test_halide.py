@@ -801,8 +801,11 @@ def test_parallel_loops_run_on_torchs_openmp_threads():
     assert "installed False" in out.stdout, out.stdout + out.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="open: CPU fuzz seed 1950 (tests/fuzz_open_findings.md): Halide reads "
-                                        "element 16 for 17 in an int64 sum of 18 elements")
-def test_int64_sum_of_eighteen_elements():
-    x = torch.arange(-9, 9)
-    run_both(lambda x: x.sum(dtype=torch.float64), x, atol=0, rtol=0)
+@pytest.mark.parametrize("n", [17, 18, 20, 33])
+def test_int64_sums_to_float64_and_exact_conversions(n):
+    """CPU fuzz seed 1950: Halide 21's strict-float vector conversion of int64 to float64 on AVX-512 DQ
+    read a wrong lane (an int64 sum of 18 elements came out one element off); such conversions are
+    now two exact halves and one rounding, bit for bit eager's at the extremes too."""
+    run_both(lambda x: x.sum(dtype=torch.float64), torch.arange(-9, n - 9), atol=0, rtol=0)
+    extremes = torch.tensor([2 ** 62 + 12345, -(2 ** 63), 2 ** 63 - 1, -3, 2 ** 53 + 1, -(2 ** 53) - 3, 0, 1] * 3)
+    run_both(lambda x: x.to(torch.float64) * 1, extremes, atol=0, rtol=0)

@@ -93,6 +93,13 @@ class HalideOps:
         elif _is_int(src) and _is_int(dst) and dst.itemsize < src.itemsize:
             # 64 -> 32 bits wraps as eager does; the mask keeps the wide step, as for the narrow ints.
             text = f"hl.cast({halide_type(dst)}, {text} & {literal(0xFFFFFFFF, src)})"
+        elif src in (torch.int64, torch.uint64) and dst == torch.float64:
+            # As two exact halves and one rounding: Halide 21's strict-float vector conversion on
+            # AVX-512 DQ read a wrong lane (an int64 sum of 18 elements; CPU fuzz seed 1950).
+            half = "hl.Int(32)" if src == torch.int64 else "hl.UInt(32)"
+            high = f"hl.cast(hl.Float(64), hl.cast({half}, {self._operand(x)} >> 32))"
+            low = f"hl.cast(hl.Float(64), hl.cast(hl.UInt(32), {self._operand(x)} & {literal(0xFFFFFFFF, src)}))"
+            text = f"{high} * hl.f64(4294967296.0) + {low}"
         elif src != dst:
             text = f"hl.cast({halide_type(dst)}, {text})"
         else:
