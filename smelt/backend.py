@@ -6,6 +6,9 @@ imports a large part of Inductor on its first use only to set up logging.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -24,19 +27,47 @@ for _check in (torch.ops.aten._linalg_check_errors.default,):
     torch.fx.node.has_side_effect(_check)
 
 
+# torch.compile's `mode`, as settings of the compile (Inductor's modes, by what they ask for).
+MODES = {
+    "default": {},
+    "reduce-overhead": {"cuda_graphs": True},
+    "max-autotune": {"autotune": True, "cuda_graphs": True},
+    "max-autotune-no-cudagraphs": {"autotune": True},
+}
+
+
+def compile_settings(mode=None, options=None) -> dict:
+    """The settings torch.compile(..., mode=, options=) asks for: `options` names Config fields
+    (smelt/config.py), e.g. {"cuda_graphs": True}; config.override checks each name and value."""
+    if mode is not None and mode not in MODES:
+        raise config_module.SettingError(f"smelt: torch.compile mode {mode!r} is not accepted; accepted: "
+                                         f"{', '.join(MODES)}")
+    if options is not None and not isinstance(options, dict):
+        raise config_module.SettingError(f"smelt: torch.compile options must be a dict of smelt settings, "
+                                         f"not {type(options).__name__}")
+    known = {f.name for f in dataclasses.fields(config_module.Config)}
+    unknown = sorted(set(options or {}) - known)
+    if unknown:
+        raise config_module.SettingError(f"smelt: torch.compile option(s) {', '.join(map(repr, unknown))} not "
+                                         f"accepted; accepted: {', '.join(sorted(known))}")
+    return {**MODES[mode or "default"], **(options or {})}
+
+
 class _Compiler:
     """What AOTAutograd calls for each ATen graph of one Dynamo graph."""
 
-    def __init__(self, kind: str, slot: DynamoCacheSlot):
+    def __init__(self, kind: str, slot: DynamoCacheSlot, settings: dict):
         self.kind = kind
         self.slot = slot
+        self.settings = settings  # torch.compile's mode and options: a backward compiled later keeps them
 
     def __call__(self, gm, example_inputs):
         if self.kind == "forward":
             copy_mutated_inputs_saved_for_backward(gm)
         if self.kind == "backward":
             restride_placeholders(gm, example_inputs)  # saved activations in the forward's chosen layouts
-        compiled = compile_graph(gm, example_inputs, self.kind)
+        with config_module.override(**self.settings):
+            compiled = compile_graph(gm, example_inputs, self.kind)
         self.slot.observe_compile(self.kind, gm, compiled)
         return compiled
 
@@ -49,11 +80,14 @@ class _BackwardCompiler(_Compiler):
         return torch._dynamo.disable(compile_backward(gm, example_inputs))
 
 
-def smelt_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.utils import flatten_graph_inputs  # compiled autograd's boxed inputs
-        return flatten_graph_inputs(gm, example_inputs, smelt_backend)
-    slot = DynamoCacheSlot(gm, example_inputs, config_module.current())
+        return flatten_graph_inputs(gm, example_inputs, functools.partial(smelt_backend, mode=mode, options=options))
+    settings = compile_settings(mode, options)
+    with config_module.override(**settings):
+        cfg = config_module.current()
+    slot = DynamoCacheSlot(gm, example_inputs, cfg)
     cached = slot.lookup()
     if cached is not None:
         return cached
@@ -61,9 +95,9 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         prepare_compiler()
     compiled = aot_module_simplified(
         gm, example_inputs,
-        fw_compiler=_Compiler("forward", slot),
-        bw_compiler=_BackwardCompiler("backward", slot),
-        inference_compiler=_Compiler("inference", slot),
+        fw_compiler=_Compiler("forward", slot, settings),
+        bw_compiler=_BackwardCompiler("backward", slot, settings),
+        inference_compiler=_Compiler("inference", slot, settings),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,

@@ -125,6 +125,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
+    "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
     "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
@@ -195,6 +196,10 @@ class Config:
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.
     autotune: bool = _field("SMELT_AUTOTUNE")
+
+    # Graphs on CUDA are recorded as CUDA graphs and replayed (runtime/cuda_graphs.py): one launch
+    # per call. torch.compile(..., mode="reduce-overhead") turns it on for that compile.
+    cuda_graphs: bool = _field("SMELT_CUDA_GRAPHS")
 
     # Every Triton kernel run by the CPU interpreter is also generated as it would be for CUDA and
     # compiled for sm_90 at its first launch (runtime/cuda_compile_check.py): the interpreter runs

@@ -46,6 +46,11 @@ def _has_public_binding(op) -> bool:
     return set(op._overloadpacket.overloads()) <= {"default"} | _UNREACHABLE_OVERLOADS
 
 
+def op_name(buffer) -> str:
+    op = getattr(buffer, "op", None) or getattr(getattr(buffer, "parent", None), "op", None)
+    return str(op) if op is not None else type(buffer).__name__
+
+
 class WrapperCodegen:
     def __init__(self, graph, schedule, kernels: dict, title: str):
         self.graph = graph
@@ -56,6 +61,8 @@ class WrapperCodegen:
         self.bound: set[sympy.Symbol] = set()
         self.uses_layout_check = False
         self.uses_cpu_allocator = False
+        self.size_sources: list[str] = []  # each bound size symbol's value, read from `args`
+        self.graph_blockers: list[str] = []  # why a CUDA graph cannot record this call (runtime/cuda_graphs.py)
 
     def literal(self, value) -> str:
         """Python source for an extern call's argument."""
@@ -119,9 +126,10 @@ class WrapperCodegen:
         allocated.add(buffer.name)
 
     def bind_sizes(self, out: IndentedBuffer) -> None:
-        for name, value in self.graph.inputs:
+        for position, (name, value) in enumerate(self.graph.inputs):
             if isinstance(value, sympy.Symbol) and value not in self.bound:
                 out.writeline(f"{value} = {name}")
+                self.size_sources.append(f"args[{position}]")
                 self.bound.add(value)
             elif isinstance(value, InputBuffer):
                 layout = value.layout
@@ -129,7 +137,40 @@ class WrapperCodegen:
                     for d, e in enumerate(exprs):
                         if isinstance(e, sympy.Symbol) and e not in self.bound:
                             out.writeline(f"{e} = {name}.{what}({d})")
+                            self.size_sources.append(f"args[{position}].{what}({d})")
                             self.bound.add(e)
+
+    def mutated_inputs(self) -> list[int]:
+        """Positions of the inputs the graph writes into (an input mutation kept in the graph)."""
+        names = {name: position for position, (name, value) in enumerate(self.graph.inputs)
+                 if isinstance(value, InputBuffer)}
+        written = set()
+        for buffer in self.graph.buffers:
+            if getattr(buffer, "mutates", None) in names:
+                written.add(names[buffer.mutates])
+            if isinstance(buffer, ExternKernel) and buffer.has_side_effects:
+                # An ATen call kept for its effect (copy_ into an input): any input it is passed.
+                for arg in (*buffer.args, *buffer.kwargs.values()):
+                    if getattr(arg, "name", None) in names:
+                        written.add(names[arg.name])
+        return sorted(written)
+
+    def graph_facts(self, out: IndentedBuffer) -> None:
+        """What runtime/cuda_graphs.py reads of the graph: the values its sizes are made of (one
+        recording per distinct tuple), the inputs it writes, and why it cannot be recorded."""
+        devices = {v.layout.device.type for _, v in self.graph.inputs if isinstance(v, InputBuffer)}
+        devices |= {b.layout.device.type for b in self.graph.buffers if hasattr(getattr(b, "layout", None), "device")}
+        devices |= {c.layout.device.type for c in self.graph.constants.values()}
+        if "cpu" in devices:
+            self.graph_blockers.append("it has CPU tensors")
+        out.writeline(f"GRAPH_DEVICE_TYPES = {tuple(sorted(devices))!r}")
+        out.writeline(f"MUTATED_INPUTS = {tuple(self.mutated_inputs())!r}")
+        out.writeline(f"CUDA_GRAPH_BLOCKERS = {tuple(dict.fromkeys(self.graph_blockers))!r}")
+        out.writeline("")
+        out.writeline("")
+        out.writeline("def size_key(args):")
+        comma = "," if len(self.size_sources) == 1 else ""
+        out.writeline(f"    return ({', '.join(self.size_sources)}{comma})")
 
     def generate(self) -> str:
         body = IndentedBuffer(1)
@@ -179,6 +220,9 @@ class WrapperCodegen:
             out.writeline(f"{name} = torch.device({str(device)!r})")
         out.writeline("")
         out.writeline("")
+        self.graph_facts(out)
+        out.writeline("")
+        out.writeline("")
         out.writeline("def call(args):")
         out.splice(body)
         return out.getvalue()
@@ -190,10 +234,12 @@ class WrapperCodegen:
             self.check_planned_layout(out, buffer, getattr(buffer.parent, "op", type(buffer.parent).__name__))
             return
         if isinstance(buffer, DynamicScalar):
+            self.graph_blockers.append("it reads a device value on the host (.item())")
             out.writeline(f"{buffer.symbol} = {self.literal(buffer.source)}.item()")
             self.bound.add(buffer.symbol)
             return
         if isinstance(buffer, Conditional):
+            self.graph_blockers.append("it branches on a value (torch.cond)")
             pred = buffer.predicate
             test = f"{self.literal(pred)}.item()" if hasattr(pred, "name") else self.literal(pred)
             operands = ", ".join(self.literal(o) for o in buffer.operands)
@@ -239,6 +285,7 @@ class WrapperCodegen:
                 # what ATen's data-dependent ops return.
                 if isinstance(e, sympy.Symbol) and e not in self.bound:
                     out.writeline(f"{e} = {buffer.name}.{what}({d})")
+                    self.graph_blockers.append(f"a size depends on the data ({op_name(buffer)})")
                     self.bound.add(e)
 
     def output(self, spec) -> str:

@@ -71,7 +71,7 @@ class DynamoCacheSlot:
             stats["dynamo_miss"] += 1
             return None
         generated.cache_key = body["aten_key"]
-        compiled = assemble(generated, self.cfg.cache_dir, keep_kernels=True)
+        compiled = assemble(generated, self.cfg.cache_dir, keep_kernels=True, cuda_graphs=self.cfg.cuda_graphs)
         compiled.kind = "inference"
         observe.record(compiled)
         stats["dynamo_hit"] += 1

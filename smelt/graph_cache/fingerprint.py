@@ -36,9 +36,10 @@ def digest(text: str) -> str:
 
 
 def settings_text(cfg) -> str:
-    # Where things are written and whether the cache is on do not change what is compiled.
+    # Where things are written, whether the cache is on and how the result is called (CUDA graphs)
+    # do not change what is compiled.
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-              if f.name not in ("cache_dir", "debug_dir", "graph_cache")}
+              if f.name not in ("cache_dir", "debug_dir", "graph_cache", "cuda_graphs")}
     return json.dumps(fields, sort_keys=True, default=str)
 
 

@@ -7,11 +7,13 @@ from ..artifact import GeneratedGraph, GeneratedKernel
 from ..backend_registry import BACKENDS
 from ..errors import KernelCompileError
 from .compiled_graph import CompiledGraph
+from .cuda_graphs import GraphedCall
 from .loader import source_path
 
 
-def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> CompiledGraph:
-    """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries)."""
+def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda_graphs: bool = False) -> CompiledGraph:
+    """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries).
+    `cuda_graphs`: a graph on CUDA is called through CUDA graph recordings (see cuda_graphs.py)."""
     namespace = {}
     kernel_paths = {}
     for kernel in generated.kernels:
@@ -21,8 +23,12 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool) -> C
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)
+    call = namespace["call"]
+    if cuda_graphs and "cuda" in namespace["GRAPH_DEVICE_TYPES"]:
+        call = GraphedCall(call, generated.title, namespace["size_key"], namespace["MUTATED_INPUTS"],
+                           namespace["CUDA_GRAPH_BLOCKERS"])
     return CompiledGraph(
-        kind=generated.kind, call=namespace["call"], kernel_names=[k.name for k in generated.kernels],
+        kind=generated.kind, call=call, kernel_names=[k.name for k in generated.kernels],
         kernel_sources={k.name: k.source for k in generated.kernels}, kernel_paths=kernel_paths,
         fallback_ops=list(generated.fallback_ops), wrapper_source=generated.wrapper_source,
         wrapper_path=wrapper_path, cache_key=generated.cache_key)

@@ -48,6 +48,8 @@ class ComboLauncher:
         self.blocks = self.blocks_of(member_sizes, member_kinds, xblock_per_kind, launcher.config.XBLOCK)
         self.work: dict = {}
         self.tables: dict = {}
+        self.kept_for_graphs: list = []  # tables CUDA graphs read (runtime/cuda_graphs.py)
+        self.side_stream = None  # where those tables are written
         self.staging: list = []  # (pinned int64 tensor, CUDA event recorded after its copy)
         self.next_staging = 0
 
@@ -76,6 +78,10 @@ class ComboLauncher:
             work = self.work[device] = self._work_table(device, self.blocks)
         addresses = tuple(map(_data_ptr, buffers))  # map: no generator frame per call (hundreds of buffers)
         table = self.tables.get((device, addresses))
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            if table is None:
+                table = self._table_while_recording(addresses, device)
+            self.kept_for_graphs.append(table)  # a recording reads it on every replay: never freed
         if table is None:
             if len(self.tables) >= MAX_TABLES:
                 self.tables.clear()
@@ -134,25 +140,40 @@ class ComboLauncher:
         rows = torch.tensor(self.rows[:-1], dtype=torch.int64)[members]
         return torch.stack([kinds, rows, block], 1).to(torch.int32).contiguous().to(device)
 
-    def _pointer_table(self, addresses: tuple[int, ...], device) -> torch.Tensor:
+    def _table_rows(self, addresses: tuple[int, ...]) -> torch.Tensor:
         rows = []
         at = 0
         for sizes, count in zip(self.sizes, self.pointers):
             rows.extend(addresses[at:at + count])
             rows.extend(sizes)
             at += count
-        table = torch.tensor(rows, dtype=torch.int64)
+        return torch.tensor(rows, dtype=torch.int64)
+
+    def _table_while_recording(self, addresses: tuple[int, ...], device) -> torch.Tensor:
+        """The table for a launch a CUDA graph is recording (runtime/cuda_graphs.py): written now,
+        on a stream that is not recording, outside the graph's memory, so that every replay reads
+        these addresses (a copy recorded from a staging buffer would replay whatever later calls
+        left there). The recording waits for the copy before its first replay."""
+        if self.side_stream is None:
+            self.side_stream = torch.cuda.Stream(device)
+        pinned = self._table_rows(addresses).pin_memory()  # torch copies only pinned memory while recording
+        self.kept_for_graphs.append(pinned)  # until the copy is done: the recording synchronizes
+        with torch.cuda.stream(self.side_stream):
+            return pinned.to(device, non_blocking=True)
+
+    def _pointer_table(self, addresses: tuple[int, ...], device) -> torch.Tensor:
+        table = self._table_rows(addresses)
         if device.type != "cuda":
             return table
         # Copied from pinned memory without waiting on the GPU's queue; a staging buffer is
         # written again only once its last copy is done (long before, in practice).
         if len(self.staging) < STAGING:
-            self.staging.append((torch.empty(len(rows), dtype=torch.int64, pin_memory=True), torch.cuda.Event()))
+            self.staging.append((torch.empty(len(table), dtype=torch.int64, pin_memory=True), torch.cuda.Event()))
         pinned, copied = self.staging[self.next_staging]
         self.next_staging = (self.next_staging + 1) % STAGING
         copied.synchronize()
         pinned.copy_(table)
-        on_device = torch.empty(len(rows), dtype=torch.int64, device=device)
+        on_device = torch.empty(len(table), dtype=torch.int64, device=device)
         on_device.copy_(pinned, non_blocking=True)
         copied.record()
         return on_device

@@ -29,6 +29,8 @@ class RowSplitWorkspace:
         self.row_split, self.barriers, self.slots, self.xblock = row_split, barriers, slots, xblock
         self.sync: dict = {}
         self.partials: dict = {}
+        # Outgrown buffers are kept: a CUDA graph recorded earlier still writes them (runtime/cuda_graphs.py).
+        self.outgrown: list = []
 
     def buffers(self, xnumel: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         groups = -(-xnumel // self.xblock)
@@ -36,9 +38,11 @@ class RowSplitWorkspace:
         partial_size = max(1, self.slots * groups * self.xblock * self.row_split)
         sync = self.sync.get(device)
         if sync is None or sync.numel() < sync_size:
+            self.outgrown.append(sync)
             sync = self.sync[device] = torch.zeros(sync_size, dtype=torch.int32, device=device)
         partials = self.partials.get(device)
         if partials is None or partials.numel() < partial_size:
+            self.outgrown.append(partials)
             partials = self.partials[device] = torch.empty(partial_size, dtype=torch.float32, device=device)
         return sync, partials
 

@@ -18,6 +18,9 @@ def parse(argv):
     p.add_argument("--timings", action="store_true",
                    help="time eager, Inductor and smelt (passing cases), cold compile seconds, peak memory")
     p.add_argument("--no-inductor", action="store_true", help="with --timings: leave Inductor out")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="compile with mode=\"reduce-overhead\" (three calls per case, the last compared); with "
+                        "--timings, also time both compilers in that mode")
     p.add_argument("--triage", action="store_true",
                    help="rerun each failing case with aot_eager: failures that remain are not smelt's")
     p.add_argument("--time-budget", type=float, default=0, help="seconds; later cases are skipped past it")
@@ -61,7 +64,8 @@ def main(argv=None):
             results.append(CaseResult(spec.name, mode, size, args.device, "skip", notes=["past --time-budget"]))
             continue
         r = run_case(spec, mode, size, args.device, args.backend, timings=args.timings,
-                     timing_kw={"inductor": not args.no_inductor})
+                     timing_kw={"inductor": not args.no_inductor, "cuda_graphs": args.cuda_graphs},
+                     compile_mode="reduce-overhead" if args.cuda_graphs else None)
         if args.triage and r.status in ("fail", "error"):
             again = run_case(spec, mode, size, args.device, "aot_eager")
             r.notes.insert(0, "aot_eager passes: smelt's bug" if again.passed

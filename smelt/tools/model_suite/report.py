@@ -10,9 +10,12 @@ def _ratio(num, den):
 
 
 def markdown(results) -> str:
+    graphed = any("smelt-ro" in (r.timings or {}).get("ms", {}) for r in results)
     lines = ["| model | mode | result | speedup vs eager | speedup vs Inductor | compile s (smelt / Inductor) "
-             "| peak memory vs eager | peak memory vs Inductor | note |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| peak memory vs eager | peak memory vs Inductor |"
+             + (" CUDA graphs: smelt vs eager | CUDA graphs: smelt vs Inductor | CUDA graphs: peak memory vs eager |"
+                if graphed else "") + " note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- | --- |" if graphed else "") + " --- |"]
     for r in results:
         t = r.timings or {}
         ms, comp, peak = t.get("ms", {}), t.get("compile_s", {}), t.get("peak_bytes", {})
@@ -22,7 +25,9 @@ def markdown(results) -> str:
         lines.append(f"| {r.model} | {r.mode} | {r.status} | {_ratio(ms.get('eager'), ms.get('smelt'))} | "
                      f"{_ratio(ms.get('inductor'), ms.get('smelt'))} | {compile_cell} | "
                      f"{_ratio(peak.get('smelt'), peak.get('eager'))} | {_ratio(peak.get('smelt'), peak.get('inductor'))} | "
-                     f"{note[:160]} |")
+                     + (f"{_ratio(ms.get('eager'), ms.get('smelt-ro'))} | {_ratio(ms.get('inductor-ro'), ms.get('smelt-ro'))} | "
+                        f"{_ratio(peak.get('smelt-ro'), peak.get('eager'))} | " if graphed else "")
+                     + f"{note[:160]} |")
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
     lines.append("")
     lines.append(f"{counts['pass']} passed, {counts['fail'] + counts['error']} failed, {counts['skip']} skipped "

@@ -55,8 +55,20 @@ class CaseResult:
         return "\n".join(lines)
 
 
+# torch.compile's mode for the compiled side (run_case sets it). Under "reduce-overhead" each case
+# makes CALLS_WITH_GRAPHS calls and compares the last: the first warms up, the second records.
+_compile_mode: str | None = None
+CALLS_WITH_GRAPHS = 3
+
+
 def _compile(fn, backend, **kw):
+    if _compile_mode is not None:
+        kw["mode"] = _compile_mode
     return torch.compile(fn, backend=backend, **kw)
+
+
+def _calls() -> int:
+    return CALLS_WITH_GRAPHS if _compile_mode in ("reduce-overhead", "max-autotune") else 1
 
 
 # ---------------------------------------------------------------- inference
@@ -67,7 +79,9 @@ def _infer(spec, size, device, backend, seed, dtype, notes):
     with torch.no_grad():
         expected = model(**sample.kwargs)
         reference = reference_model(**sample.to(device, float_dtype=torch.float64).kwargs)
-        actual = _compile(model, backend)(**sample.kwargs)
+        compiled = _compile(model, backend)
+        for _ in range(_calls()):
+            actual = compiled(**sample.kwargs)
     return compare(actual, expected, reference)
 
 
@@ -95,7 +109,10 @@ def _train(spec, size, device, backend, seed, notes):
         if compiled:
             loss_fn = _compile(loss_fn, backend)
             step_fn = _compile(opt.step, backend)
-        return _train_step(model, sample, loss_fn, step_fn, autocast)
+        for _ in range(_calls()):  # every side takes the same steps
+            opt.zero_grad(set_to_none=True)
+            result = _train_step(model, sample, loss_fn, step_fn, autocast)
+        return result
 
     expected = run(eager_m, sample, False, autocast_for(device))
     reference = run(reference_m, sample.to(device, float_dtype=torch.float64), False, torch.autocast("cpu", enabled=False))
@@ -111,7 +128,10 @@ def _train(spec, size, device, backend, seed, notes):
 def _dynamic(spec, size, device, backend, seed, notes):
     model = build_model(spec, size, seed).to(device).eval()
     reference_model = to_float64(model)
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    counted = backend
+    if _compile_mode is not None:  # the counter calls its backend without torch.compile's mode
+        counted = functools.partial(torch._dynamo.lookup_backend(backend), mode=_compile_mode)
+    counter = torch._dynamo.testing.CompileCounterWithBackend(counted)
     compiled = torch.compile(model, backend=counter, dynamic=True)
     failures = []
     with torch.no_grad():
@@ -119,7 +139,9 @@ def _dynamic(spec, size, device, backend, seed, notes):
             sample = spec.sample(size, seq_len=seq, generator=seeded(seed + seq)).to(device)
             expected = model(**sample.kwargs)
             reference = reference_model(**sample.to(device, float_dtype=torch.float64).kwargs)
-            failures += compare(compiled(**sample.kwargs), expected, reference, path=f"seq {seq}")
+            for _ in range(_calls()):
+                actual = compiled(**sample.kwargs)
+            failures += compare(actual, expected, reference, path=f"seq {seq}")
     if counter.frame_count > 1:
         notes.append(f"{counter.frame_count} graphs compiled over {len(DYNAMIC_SEQS[size])} sequence lengths")
     return failures
@@ -142,7 +164,9 @@ def _decode(spec, size, device, backend, seed, notes):
 
         expected = step(model, copy.deepcopy(cache))
         reference = step(reference_model, reference_cache)
-        actual = step(_compile(model, backend), copy.deepcopy(cache))
+        compiled = _compile(model, backend)
+        for _ in range(_calls()):
+            actual = step(compiled, copy.deepcopy(cache))
     return compare(actual, expected, reference, path="decode")
 
 
@@ -156,7 +180,17 @@ RUNNERS = {
 
 
 def run_case(spec: ModelSpec, mode: str, size: str = "tiny", device: str = "cpu", backend: str = "smelt",
-             seed: int = 0, timings: bool = False, timing_kw: dict | None = None) -> CaseResult:
+             seed: int = 0, timings: bool = False, timing_kw: dict | None = None,
+             compile_mode: str | None = None) -> CaseResult:
+    global _compile_mode
+    _compile_mode = compile_mode
+    try:
+        return _run_case(spec, mode, size, device, backend, seed, timings, timing_kw)
+    finally:
+        _compile_mode = None
+
+
+def _run_case(spec, mode, size, device, backend, seed, timings, timing_kw) -> CaseResult:
     result = CaseResult(spec.name, mode, size, device, "skip")
     if not applies(spec, mode):
         result.notes.append(f"{mode} applies to decoders only")

@@ -15,6 +15,8 @@ from .modes import DYNAMIC_SEQS
 from .spec import Sample, autocast_for, build_model, seeded
 
 BACKENDS = ("eager", "inductor", "smelt")
+# With CUDA graphs: both compilers again, in torch.compile's mode="reduce-overhead".
+GRAPHED = ("inductor-ro", "smelt-ro")
 
 
 def _sync(device):
@@ -35,9 +37,11 @@ def _steady_ms(fn, device, cpu_calls: int) -> float:
     return statistics.median(times)
 
 
-def case_callable(spec, mode, size, device, seed, backend):
+def case_callable(spec, mode, size, device, seed, backend, compile_mode=None):
     """A no-argument function running one call of the case, compiled with `backend` (None: eager)."""
     def compiled(fn, **kw):
+        if compile_mode is not None:
+            kw["mode"] = compile_mode
         return fn if backend is None else torch.compile(fn, backend=backend, **kw)
 
     dtype = torch.bfloat16 if mode == "infer_bf16" else torch.float32
@@ -86,23 +90,34 @@ def case_callable(spec, mode, size, device, seed, backend):
     return infer
 
 
-def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15) -> dict:
+def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, cuda_graphs=False) -> dict:
     result = {"ms": {}, "compile_s": {}, "peak_bytes": {}}
     cuda = torch.device(device).type == "cuda"
-    for name in BACKENDS:
-        if name == "inductor" and not inductor:
+    names = BACKENDS + (GRAPHED if cuda_graphs and cuda else ())
+    for name in names:
+        if name.startswith("inductor") and not inductor:
             continue
         torch._dynamo.reset()
-        fn = case_callable(spec, mode, size, device, seed, None if name == "eager" else name)
+        backend = None if name == "eager" else name.removesuffix("-ro")
+        fn = case_callable(spec, mode, size, device, seed, backend,
+                           "reduce-overhead" if name.endswith("-ro") else None)
+        graphed = name.endswith("-ro")
         _sync(device)
+        if cuda and graphed:  # the recordings' memory stays: their peak counts from before the first call
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
         t0 = time.perf_counter()
         fn()
         _sync(device)
+        if graphed:  # the second call records the graphs
+            fn()
+            _sync(device)
         if name != "eager":
             result["compile_s"][name] = time.perf_counter() - t0
         if cuda:
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
+            if not graphed:
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
             fn()
             _sync(device)
             result["peak_bytes"][name] = torch.cuda.max_memory_allocated() - base

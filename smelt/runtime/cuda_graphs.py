@@ -1,0 +1,297 @@
+"""CUDA graphs (SMELT_CUDA_GRAPHS=1, or torch.compile(..., mode="reduce-overhead")): a compiled graph
+is recorded once per distinct sizes and replayed, one launch for the whole call, with no host time
+per kernel or ATen call.
+
+A call at new sizes runs as usual, on the recording stream (cuBLAS's workspace for that stream and
+every lazily loaded kernel are set up there: nothing may allocate lazily or compile while
+recording). The next call at those sizes records, then replays; later calls replay.
+
+Inputs. A recording reads some inputs where they are (parameters, another recording's outputs, and
+any input found at the same address on the call that warmed up and the one that recorded) and copies
+the others into buffers of its own before each replay. A recording replays only for a caller whose
+tensor is at each such address (so the memory it reads is that caller's, live); one found elsewhere is
+copied from then on, by a new recording. An input the graph writes into, when it is copied, is copied
+back after the replay.
+
+Outputs live in the recording's memory pool and are handed out as new tensors over that memory. A
+recording replays only when nothing outside it still holds the outputs of its last replay (the use
+count of their storages), so no replay overwrites a value still in use: then another recording is
+made, up to MAX_RECORDINGS per sizes, and past that the call runs without a graph. An output that
+is an input, or a view of one, is rebuilt over the caller's input.
+
+A graph with CPU tensors or a host read of a device value (.item(), nonzero's length) runs without a
+graph, as does one whose recording fails; each says why once in the log.
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+
+import torch
+
+log = logging.getLogger("smelt.runtime")
+
+MAX_RECORDINGS = 4  # per graph and sizes: calls whose earlier outputs are all still held
+MAX_SIZES = 16  # distinct sizes recorded per graph; past it, new sizes run without a graph
+
+
+def _use_count(storage_cdata: int) -> int:
+    return torch._C._storage_Use_Count(storage_cdata)
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Whether its elements fill a block of memory exactly, in some order of its dims."""
+    expected = 1
+    for stride, size in sorted((s, n) for n, s in zip(tensor.shape, tensor.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+# Storages of outputs of recordings (their data pointers), each with its recording: a graph reading
+# one of a live recording reads it in place.
+_recorded_storages: dict[int, weakref.ref] = {}
+
+
+def _is_recorded_output(tensor: torch.Tensor) -> bool:
+    owner = _recorded_storages.get(_storage_key(tensor))
+    return owner is not None and owner() is not None
+
+
+class _Input:
+    """How a recording gets input `position`: in place (it must be at `pointer`), or copied into
+    `buffer` (through `view` when its elements overlap, as an expanded tensor's do)."""
+
+    def __init__(self, position: int, tensor: torch.Tensor, in_place: bool):
+        self.position = position
+        self.in_place = in_place
+        self.pointer = tensor.data_ptr()
+        self.storage_offset = tensor.storage_offset()
+        if in_place:
+            # Not kept alive: a replay needs the caller's tensor at this address, which is then
+            # what the recording reads; holding it would keep its owner's memory busy (a gradient
+            # held by the optimizer's recording would stop the backward's from replaying).
+            self.static = tensor
+            return
+        if _dense(tensor):
+            self.span = None
+            self.static = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype,
+                                              device=tensor.device)
+        else:  # the span of memory the view reaches, copied whole
+            extent = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()) if n > 0)
+            self.span = extent if tensor.numel() else 0
+            buffer = torch.empty(max(self.span, 1), dtype=tensor.dtype, device=tensor.device)
+            self.static = buffer.as_strided(tensor.size(), tensor.stride(), 0)
+            self.span_buffer = buffer
+        self.copy_in(tensor)
+
+    def copy_in(self, tensor: torch.Tensor) -> None:
+        if self.span is None:
+            self.static.copy_(tensor)
+        elif self.span:
+            self.span_buffer.copy_(tensor.as_strided((self.span,), (1,), tensor.storage_offset()))
+
+    def copy_back(self, tensor: torch.Tensor) -> None:
+        if self.span is None:
+            tensor.copy_(self.static)
+        elif self.span:
+            tensor.as_strided((self.span,), (1,), tensor.storage_offset()).copy_(self.span_buffer)
+
+
+class _Recording:
+    def __init__(self, graph, inputs: list, outputs: list):
+        self.graph = graph
+        self.inputs = inputs  # _Input per tensor argument, None for the others
+        self.in_place = [(i.position, i.pointer) for i in inputs if i is not None and i.in_place]
+        self.copied = [i for i in inputs if i is not None and not i.in_place]
+        self.written_back: list = []  # copied inputs the graph writes into (set by the caller)
+        self.outputs = outputs  # per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v)
+        # Our own references to each output storage, to tell whether anyone else holds one.
+        self.watched: list[tuple[int, int]] = []
+        for kind, *rest in outputs:
+            if kind == "pool":
+                cdata = rest[0].untyped_storage()._cdata
+                if all(c != cdata for c, _ in self.watched):
+                    self.watched.append((cdata, 0))
+        self.watched = [(c, _use_count(c)) for c, _ in self.watched]
+        for kind, *rest in outputs:
+            if kind == "pool":
+                _recorded_storages[_storage_key(rest[0])] = weakref.ref(self)
+
+    def fits(self, args) -> bool:
+        """Whether these arguments can replay it: its in-place inputs where they were recorded, and
+        nothing outside it holding its last outputs."""
+        for position, pointer in self.in_place:
+            if args[position].data_ptr() != pointer:
+                return False
+        return self.free()
+
+    def free(self) -> bool:
+        return all(_use_count(c) <= n for c, n in self.watched)
+
+    def moved_inputs(self, args) -> list[int]:
+        return [p for p, pointer in self.in_place if args[p].data_ptr() != pointer]
+
+    def replay(self, args: list):
+        for i in self.copied:
+            i.copy_in(args[i.position])
+        self.graph.replay()
+        for i in self.written_back:
+            i.copy_back(args[i.position])
+        results = []
+        for kind, *rest in self.outputs:
+            if kind == "pool":
+                results.append(rest[0].detach())  # a new tensor over the recording's memory
+            elif kind == "input":
+                position, size, stride, offset = rest
+                source = args[position]
+                results.append(source.as_strided(size, stride, source.storage_offset() + offset))
+            else:
+                results.append(rest[0])
+        args.clear()
+        return tuple(results)
+
+    def release(self) -> None:
+        for kind, *rest in self.outputs:
+            if kind == "pool":
+                _recorded_storages.pop(_storage_key(rest[0]), None)
+        self.graph = self.outputs = self.inputs = self.copied = self.written_back = None
+
+
+class _Sizes:
+    """The state of one graph at one tuple of sizes."""
+
+    def __init__(self, pointers: list):
+        self.warm_pointers = pointers  # each argument's data pointer on the warm-up call
+        self.recordings: list[_Recording] = []
+
+
+class GraphedCall:
+    """The boxed call AOTAutograd makes, through CUDA graph recordings (see the module docstring)."""
+
+    def __init__(self, call, name: str, size_key, mutated_inputs, blockers):
+        self.call = call
+        self.name = name
+        self.size_key = size_key
+        self.mutated = frozenset(mutated_inputs)
+        self.blocked = "; ".join(blockers) or None
+        self.sizes: dict = {}
+        self.copied_always: set[int] = set()  # inputs seen at a new address: never read in place
+        self.said: set[str] = set()
+        self.stream = None
+        self.replays = 0  # for tests and the report: calls served by a replay
+
+    def __call__(self, args: list):
+        if self.blocked is not None:
+            self._say(f"runs without a CUDA graph: {self.blocked}")
+            return self.call(args)
+        key = self.size_key(args)
+        sizes = self.sizes.get(key)
+        if sizes is None:
+            if len(self.sizes) >= MAX_SIZES:
+                self._say(f"runs without a CUDA graph at new sizes: {MAX_SIZES} sizes recorded already")
+                return self.call(args)
+            if any(isinstance(a, torch.Tensor) and not a.is_cuda for a in args):
+                self.blocked = "an input is not a CUDA tensor"
+                return self(args)
+            self.sizes[key] = _Sizes([a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args])
+            return self._warm_up(args)
+        for recording in sizes.recordings:
+            if recording.fits(args):
+                self.replays += 1
+                return recording.replay(args)
+        # Recordings reading an input in place that is now elsewhere will not fit again.
+        for recording in list(sizes.recordings):
+            moved = recording.moved_inputs(args)
+            if moved:
+                self.copied_always.update(p for p in moved if not isinstance(args[p], torch.nn.Parameter))
+                sizes.recordings.remove(recording)
+                recording.release()
+        if len(sizes.recordings) >= MAX_RECORDINGS:
+            self._say(f"ran without a CUDA graph: the outputs of its last {MAX_RECORDINGS} replays are still "
+                      f"held (keep a copy, out.clone(), to let it replay)")
+            return self.call(args)
+        recording = self._record(args, sizes)
+        if recording is None:
+            return self.call(args)
+        sizes.recordings.append(recording)
+        self.replays += 1
+        return recording.replay(args)
+
+    def _say(self, what: str) -> None:
+        if what not in self.said:
+            self.said.add(what)
+            log.warning("smelt: %s %s", self.name, what)
+
+    def _recording_stream(self, device) -> torch.cuda.Stream:
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device)
+        return self.stream
+
+    def _device(self, args):
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                return a.device
+        return torch.device("cuda", torch.cuda.current_device())
+
+    def _warm_up(self, args: list):
+        stream = self._recording_stream(self._device(args))
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            results = self.call(args)
+        torch.cuda.current_stream().wait_stream(stream)
+        return results
+
+    def _reads_in_place(self, position: int, tensor: torch.Tensor, sizes: _Sizes) -> bool:
+        if position in self.copied_always:
+            return False
+        return (isinstance(tensor, torch.nn.Parameter) or _is_recorded_output(tensor)
+                or sizes.warm_pointers[position] == tensor.data_ptr())
+
+    def _record(self, args: list, sizes: _Sizes) -> _Recording | None:
+        inputs = [_Input(p, a, self._reads_in_place(p, a, sizes)) if isinstance(a, torch.Tensor) else None
+                  for p, a in enumerate(args)]
+        static_args = [i.static if i is not None else a for i, a in zip(inputs, args)]
+        graph = torch.cuda.CUDAGraph()
+        stream = self._recording_stream(self._device(args))
+        stream.wait_stream(torch.cuda.current_stream())  # the copies into the static inputs
+        try:
+            # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
+            # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
+            # itself still fail, and graphs that read device values on the host never record.
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
+                outputs = self.call(static_args)
+            torch.cuda.synchronize()  # those tables are written before the first replay
+        except Exception as e:  # an op that syncs with the host, or one a graph cannot hold
+            self.blocked = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            self._say(f"runs without a CUDA graph: {self.blocked}")
+            return None
+        by_storage = {}
+        for i in inputs:
+            if i is not None:
+                by_storage.setdefault(_storage_key(i.static), i)
+        described, out = [], None
+        for out in outputs:
+            if not isinstance(out, torch.Tensor):
+                described.append(("value", out))
+                continue
+            source = by_storage.get(_storage_key(out)) if out.untyped_storage().nbytes() else None
+            if source is not None:
+                described.append(("input", source.position, tuple(out.size()), tuple(out.stride()),
+                                  out.storage_offset() - source.static.storage_offset()))
+            else:
+                described.append(("pool", out))
+        del outputs, static_args, out, by_storage  # the baseline of each output storage's use count is ours alone
+        for i in inputs:
+            if i is not None and i.in_place:
+                i.static = None  # see _Input: the caller's tensor is not kept
+        recording = _Recording(graph, inputs, described)
+        recording.written_back = [i for i in recording.copied if i.position in self.mutated]
+        log.debug("smelt: %s recorded a CUDA graph: %d inputs read in place, %d copied, %d written back",
+                  self.name, len(recording.in_place), len(recording.copied), len(recording.written_back))
+        return recording
