@@ -5,8 +5,9 @@ builds two C extensions with the host compiler (its driver utilities, and a laun
 argument signature: about 0.5 s together on the H100 host), and it binds arguments through
 Python on every call. smelt instead describes each launch's arguments itself, compiles the kernel
 with `triton.compile` for the device's target, loads the cubin with cuModuleLoadData and launches
-it with cuLaunchKernel through ctypes. The cubin and what launching it needs are kept on disk, so
-a later process loads it without Triton at all.
+it with cuLaunchKernel, from a small C extension built once per machine (fast_launch.py), else through
+ctypes. The cubin and what launching it needs are kept on disk, so a later process loads it without
+Triton at all.
 
 Anything this path cannot do (another GPU vendor, a Triton whose compile API differs, a kernel
 that needs scratch memory) makes the caller fall back to Triton's JIT, which is always correct.
@@ -50,7 +51,13 @@ class _Driver:
         self.ctx_get_current = self._checked(lib.cuCtxGetCurrent, [ctypes.POINTER(p)])
         self.ctx_get_device = self._checked(lib.cuCtxGetDevice, [ctypes.POINTER(i)])
         self.launch_kernel = self._checked(lib.cuLaunchKernel, [p, u, u, u, u, u, u, u, p, p, p])
+        self.launch_kernel_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value  # for fast_launch
         del s
+
+    def error(self, what: str, status: int) -> CudaError:
+        name = ctypes.c_char_p()
+        self._error_name(status, ctypes.byref(name))
+        return CudaError(f"{what} failed: {(name.value or b'?').decode()} ({status})")
 
     def _checked(self, fn, argtypes):
         fn.argtypes = argtypes
@@ -59,11 +66,23 @@ class _Driver:
         def call(*args):
             status = fn(*args)
             if status != 0:
-                name = ctypes.c_char_p()
-                self._error_name(status, ctypes.byref(name))
-                raise CudaError(f"{fn.__name__} failed: {(name.value or b'?').decode()} ({status})")
+                raise self.error(fn.__name__, status)
         call.__name__ = fn.__name__
         return call
+
+
+_UNSET = object()
+_fast_launch = _UNSET
+
+
+def fast_launch():
+    """The C launcher (fast_launch.py), built on the first launch of a process; None: ctypes."""
+    global _fast_launch
+    if _fast_launch is _UNSET:
+        from .. import config
+        from .fast_launch import launcher
+        _fast_launch = launcher(config.current().cache_dir, driver().launch_kernel_address)
+    return _fast_launch
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,6 +160,8 @@ class CudaBinary:
         self._slots = [ctype[k]() for k in self.arg_kinds] + [ctypes.c_uint64(0) for _ in range(self.extra_params)]
         self._params = (ctypes.c_void_p * len(self._slots))(*(ctypes.addressof(v) for v in self._slots))
         self._setters = [_pointer_value if k == "ptr" else None for k in self.arg_kinds]
+        self._kinds = "".join(_KIND_LETTERS[k] for k in self.arg_kinds).encode()  # launch_ext.c's letters
+        self._addresses: dict[int, int] = {}  # CUDA device -> the loaded function's address
 
     def _function(self, device: int) -> ctypes.c_void_p:
         function = self._functions.get(device)
@@ -161,15 +182,32 @@ class CudaBinary:
     def load(self, device: int) -> None:
         self._function(device)
 
-    def launch(self, grid: tuple[int, ...], args, device: int) -> None:
+    def launch(self, grid: tuple[int, ...], args, device: int, aligned: bool = False) -> bool:
+        """Launches; with `aligned`, only where every pointer is 16-byte aligned (else returns
+        False, launching nothing): the caller knows this binary was compiled for aligned ones."""
         gx, gy, gz = (*grid, 1, 1)[:3]
-        function = self._function(device)
         stream = torch._C._cuda_getCurrentRawStream(device)
+        fast = fast_launch()
+        if fast is not None:
+            address = self._addresses.get(device)
+            if address is None:
+                address = self._addresses[device] = self._function(device).value
+            status = fast(address, gx, gy, gz, 32 * self.num_warps, self.shared, stream, self._kinds, tuple(args),
+                          self.extra_params, aligned)
+            if status == 0:
+                return True
+            if status == -1:
+                return False
+            raise driver().error("cuLaunchKernel", status)
+        if aligned and any(a.data_ptr() & 15 for a in args if isinstance(a, torch.Tensor)):
+            return False
+        function = self._function(device)
         with self._lock:
             for slot, setter, arg in zip(self._slots, self._setters, args):
                 slot.value = setter(arg) if setter is not None else arg
             driver().launch_kernel(function, gx, gy, gz, 32 * self.num_warps, 1, 1, self.shared, stream,
                                    self._params, None)
+        return True
 
     # -------------------------------------------------------------- on disk
 
@@ -207,6 +245,9 @@ class CudaBinary:
             return None
         return cls(name=meta["name"], cubin=cubin, num_warps=meta["num_warps"], shared=meta["shared"],
                    arg_kinds=tuple(meta["arg_kinds"]), extra_params=meta["extra_params"])
+
+
+_KIND_LETTERS = {"ptr": "p", "i32": "i", "i64": "l", "fp32": "f"}
 
 
 def _pointer_value(tensor: torch.Tensor) -> int:

@@ -80,10 +80,12 @@ class TritonLauncher:
             if hit is not None:
                 binary, grid, extra, device = hit
                 try:
-                    binary.launch(grid, (*args, *extra) if extra else args, device)
+                    if binary.launch(grid, (*args, *extra) if extra else args, device, aligned=True):
+                        return
                 except CudaError as e:
                     raise self._failed(e) from e
-                return
+            if hit is not None or not self._aligned(args):
+                key = None  # a misaligned pointer: the full path picks its binary, not remembered
         plain = args
         if self.programs is not None:
             grid = (self.programs,)
@@ -112,18 +114,21 @@ class TritonLauncher:
             self._resolved[key] = (binary, grid, args[len(plain):], _device_of(args).index)
 
     def _recall_key(self, args):
-        """What a resolved launch of these arguments is found by, or None where it must be resolved
-        again. The binary depends on dtypes (fixed by the graph and Dynamo's guards), 16-byte
-        alignment and the scalars; the grid and buffers on the scalars. So: the scalars, when
-        every pointer is aligned (a misaligned one takes the full path)."""
+        """What a resolved launch of these arguments is found by. The binary depends on dtypes
+        (fixed by the graph and Dynamo's guards), 16-byte alignment and the scalars; the grid and
+        buffers on the scalars. So: the scalars. Only launches with every pointer aligned are
+        remembered, and the binary's launch checks the pointers (CudaBinary.launch's `aligned`)."""
         if self._tensors is None:
             tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
             scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
             self._tensors, self._scalars = items_getter(tensors), items_getter(scalars)
+        return self._scalars(args)
+
+    def _aligned(self, args) -> bool:
         bits = 0
         for tensor in self._tensors(args):
             bits |= tensor.data_ptr()
-        return None if bits & 15 else self._scalars(args)
+        return not bits & 15
 
     def _launch_with(self, config, args) -> None:
         self._use(config)
