@@ -40,6 +40,24 @@ def test_language_model_head_inference(device, compile_fn, assert_close, observe
     assert "(40, 1)" in _wrappers(observe)  # the product's padded rows
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
+def test_a_product_only_returned_is_computed_in_blocks_into_eagers_layout(device, compile_fn, assert_close,
+                                                                          observe, monkeypatch, bias):
+    """Its padded rows would be copied out whole for the caller: smelt::padded_product runs it in
+    blocks of rows through a padded scratch instead (here 3 rows of 40 at a time)."""
+    from smelt.runtime import padded_product
+    monkeypatch.setattr(padded_product, "SCRATCH_BYTES", 3 * 40 * 4)
+    torch.manual_seed(0)
+    head = nn.Linear(16, 37, bias=bias).to(device)
+    h = torch.randn(2, 5, 16, device=device)
+    with torch.no_grad():
+        actual, expected = compile_fn(head)(h), head(h)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert actual.stride() == expected.stride()
+    source = _wrappers(observe)
+    assert "smelt.padded_product" in source and "(10, 40)" not in source, source  # no whole padded product
+
+
 def test_tied_head_training_step(device, compile_fn, assert_close, observe):
     """GPT-2's shape: tied embedding and head, cross-entropy, every gradient."""
     torch.manual_seed(0)

@@ -12,6 +12,7 @@ from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
+from ..runtime import padded_product  # noqa: F401  (registers smelt::padded_product)
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -101,7 +102,7 @@ def with_effects(g, token, op, *args, **kwargs):
 
 @lowering(aten.mm, aten.bmm, aten.addmm, aten._addmm_activation, aten.baddbmm, aten.convolution, aten._convolution,
           aten.convolution_backward, aten._scaled_dot_product_flash_attention,
-          aten._scaled_dot_product_efficient_attention)
+          aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product)
 def extern_call(g, *args, **kwargs):
     if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
             and g.target_for(g.out_meta.device.type).adds_convolution_bias:

@@ -32,7 +32,7 @@ import torch.fx
 from ..saved_inputs import saved_outputs_start
 from .common import is_dense
 from .fx_retrace import Checkpoint, retrace
-from .matmul_padding import pad_matmuls
+from .matmul_padding import pad_matmuls, products_into_copies
 
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
@@ -100,6 +100,10 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
             gm.graph.erase_node(copy)
     restored = _restore_visible_outputs(gm, visible)
     _make_saved_values_dense(gm, kind, visible, restored)
+    if padding:
+        copied = Checkpoint(gm)
+        if products_into_copies(gm) and retrace(gm, copied):
+            gm.graph.eliminate_dead_code()
     gm.recompile()
     log.debug("smelt: a %s graph's layouts planned: %d convolution operands copied to channels-last, "
               "%d nodes pad matrix product rows", kind, len(conversions), len(padding))

@@ -21,12 +21,16 @@ input (a backward's incoming gradient of the logits) is copied into them: one pa
 against a product hundreds of times its size. Any other operand is copied with its pad.
 
 The pads are FX nodes inserted before lowering (lowering/layout_plan.py re-traces the layouts);
-what a caller sees keeps eager's strides.
+what a caller sees keeps eager's strides. A 2-D product padded in N that is read only through such a
+copy (an inference graph's logits) runs as smelt::padded_product instead (runtime/padded_product.py):
+row blocks through a small padded scratch, so the padded product is never whole beside its copy.
 """
 from __future__ import annotations
 
 import torch
 import torch.fx
+
+from ..runtime import padded_product  # noqa: F401  (registers smelt::padded_product)
 
 aten = torch.ops.aten
 
@@ -182,6 +186,41 @@ def _read_through_view(gm, node: torch.fx.Node, m: int, n: int, pad_m: int, pad_
             inserted.append(view)
     for user in users:
         user.replace_input_with(node, view)
+
+
+def products_into_copies(gm: torch.fx.GraphModule) -> bool:
+    """Each `clone(views(slice(mm(a, b), -1, 0, n)))` whose product and slice have no other reader
+    computes smelt::padded_product(a, b, bias, n) and its views instead: eager's layout, where the
+    clone's copy of the padded rows needed the padded product whole (see the module docstring).
+    Returns whether it changed the graph; the product, slice and clone are left for dead-code
+    elimination, the metadata of what it inserted for a re-trace."""
+    changed = False
+    for clone in list(gm.graph.find_nodes(op="call_function", target=aten.clone.default)):
+        views, node = [], clone.args[0]
+        while isinstance(node, torch.fx.Node) and node.target in _RESHAPES and len(node.users) == 1:
+            views.append(node)
+            node = node.args[0]
+        if not (isinstance(node, torch.fx.Node) and node.target is aten.slice.Tensor and len(node.users) == 1):
+            continue
+        product, dim, start, end = (*node.args, None, None, None)[:4]
+        if not (isinstance(product, torch.fx.Node) and product.target in (aten.mm.default, aten.addmm.default)
+                and len(product.users) == 1 and dim in (-1, 1) and start in (0, None) and isinstance(end, int)):
+            continue
+        val = _val(product)
+        if val is None or val.dim() != 2 or not 0 < end < val.shape[-1] or clone.kwargs.get("memory_format") not in (
+                None, torch.contiguous_format):
+            continue
+        bias = product.args[0] if product.target is aten.addmm.default else None
+        if product.kwargs or (bias is not None and len(product.args) != 3):
+            continue  # addmm's beta / alpha
+        with gm.graph.inserting_before(clone):
+            result = gm.graph.call_function(torch.ops.smelt.padded_product.default,
+                                            (product.args[-2], product.args[-1], bias, end))
+            for view in reversed(views):
+                result = gm.graph.call_function(view.target, (result, *view.args[1:]), dict(view.kwargs))
+        clone.replace_all_uses_with(result)
+        changed = True
+    return changed
 
 
 def _val(node):
