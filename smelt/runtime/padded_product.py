@@ -7,13 +7,15 @@ whole: GPT-2's logits (8 x 512 x 50,257 bf16) then took twice their memory at th
 product and the copy), 1.97x eager's for the model. Writing straight into the unpadded rows
 (cuBLAS's out= through a strided view) gets the slow kernels again (3.2 against 1.3 ms on the H100).
 So the product runs in blocks of rows into a small padded scratch, each block copied into the
-result: the fast kernels, one copy pass, and SCRATCH_BYTES of extra memory.
+result: the fast kernels, one copy pass, and SCRATCH_BYTES of extra memory. On the H100, GPT-2's
+head (4096 x 768 x 50,257 bf16): 985-998 us whole and copied; in blocks of 64 MB 1072 us, 256 MB
+1002 us.
 """
 from typing import Optional
 
 import torch
 
-SCRATCH_BYTES = 64 << 20
+SCRATCH_BYTES = 128 << 20
 
 
 @torch.library.custom_op("smelt::padded_product", mutates_args=())
