@@ -7,7 +7,7 @@ else
 PY := $(CURDIR)/.venv/bin/python
 endif
 
-.PHONY: setup demo test test-gpu bench-cpu bench-cpu-models clean
+.PHONY: setup browser demo test test-gpu bench-cpu bench-cpu-models clean
 
 setup: .setup-done
 
@@ -26,9 +26,18 @@ endif
 demo: setup
 	$(PY) -m smelt demo
 
+# The compile report's browser test (tests/test_report.py) runs Debian's Chromium: installed here
+# where apt can (as root); elsewhere that one test is skipped, saying so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	    { apt-get install -y -q chromium >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
+	  echo "make: no Chromium (apt-get install chromium): the report's browser test will be skipped"
+
 # Two pytest workers: the suite is compile-bound, one process per core (CI has 2).
 TEST_JOBS ?= 2
-test: setup
+test: setup browser
 	$(PY) -m pytest -q -n $(TEST_JOBS) tests --ignore=tests/gpu
 	SMELT_CPU_BACKEND=triton $(PY) -m pytest -q -n $(TEST_JOBS) tests --ignore=tests/gpu
 

@@ -1,7 +1,9 @@
-"""`python -m smelt demo`: compile a small model, check it against eager, show speed and a kernel."""
+"""`python -m smelt demo`: compile a small model, check it against eager, show speed and a kernel.
+`python -m smelt report SCRIPT.py`: run a script under smelt, write an HTML page of what was compiled."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -78,9 +80,19 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="smelt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="compile a small model, check it against eager, print speed and a kernel")
-    args = parser.parse_args(argv)
+    report = sub.add_parser("report", help="run a script under smelt and write an HTML page of what was compiled")
+    report.add_argument("script", help="the program to run; its own arguments follow a --")
+    report.add_argument("--out", default="smelt_report.html")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.command == "demo":
         demo()
+    elif args.command == "report":
+        from smelt.report import run_script
+        written = run_script(args.script, script_args, args.out)
+        print(f"smelt report: {len(written.graphs)} graphs, {len(written.kernels)} kernels, "
+              f"{len(written.graph_breaks)} graph break reasons -> {args.out}")
 
 
 if __name__ == "__main__":

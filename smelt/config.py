@@ -126,6 +126,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
+    "SMELT_PROGRESS": Setting(parse_bool, False, _BOOL),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
     "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
@@ -200,6 +201,10 @@ class Config:
     # Graphs on CUDA are recorded as CUDA graphs and replayed (runtime/cuda_graphs.py): one launch
     # per call. torch.compile(..., mode="reduce-overhead") turns it on for that compile.
     cuda_graphs: bool = _field("SMELT_CUDA_GRAPHS")
+
+    # A compile's kernels that take more than 2 s to build are counted in log lines (always) and,
+    # with this on, in a bar on stderr when it is a terminal (smelt/progress.py).
+    progress: bool = _field("SMELT_PROGRESS")
 
     # Every Triton kernel run by the CPU interpreter is also generated as it would be for CUDA and
     # compiled for sm_90 at its first launch (runtime/cuda_compile_check.py): the interpreter runs

@@ -12,12 +12,16 @@ KEPT = 32  # the latest graphs held even after their compiled function is gone (
 
 _graphs: list[weakref.ref] = []
 _latest: collections.deque = collections.deque(maxlen=KEPT)
+# Called with each graph as it is recorded (smelt/report/ measures its kernels).
+listeners: list = []
 
 
 def record(graph) -> None:
     _graphs[:] = [g for g in _graphs if g() is not None]
     _graphs.append(weakref.ref(graph))
     _latest.append(graph)
+    for listener in list(listeners):
+        listener(graph)
 
 
 def compiled_graphs() -> list:

@@ -6,20 +6,26 @@ import importlib
 from ..artifact import GeneratedGraph, GeneratedKernel
 from ..backend_registry import BACKENDS
 from ..errors import KernelCompileError
+from ..progress import Progress
 from .compiled_graph import CompiledGraph
 from .cuda_graphs import GraphedCall
 from .loader import source_path
 
 
-def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda_graphs: bool = False) -> CompiledGraph:
+def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda_graphs: bool = False,
+             progress_bar: bool = False) -> CompiledGraph:
     """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries).
-    `cuda_graphs`: a graph on CUDA is called through CUDA graph recordings (see cuda_graphs.py)."""
+    `cuda_graphs`: a graph on CUDA is called through CUDA graph recordings (see cuda_graphs.py).
+    `progress_bar`: a slow build draws a bar on a terminal (smelt/progress.py)."""
     namespace = {}
     kernel_paths = {}
+    progress = Progress(generated.title, len(generated.kernels), bar=progress_bar)
     for kernel in generated.kernels:
         path = source_path(cache_dir, kernel.name, kernel.source)
         kernel_paths[kernel.name] = path
         namespace[kernel.name] = loader(kernel)(kernel, path, cache_dir, keep_kernels)
+        progress.step()
+    progress.close()
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
     exec(compile(generated.wrapper_source, wrapper_path, "exec"), namespace)
     namespace.update(generated.objects)

@@ -1,0 +1,101 @@
+"""The compile report (smelt/report/): what it gathers from a known program, the page it writes, the
+page in a real headless browser (Debian's Chromium, which `make test` installs), and the CLI."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import smelt.report
+
+pytestmark = pytest.mark.smelt_only
+
+ROWS, WIDTH = 32, 64
+
+
+def program(calls: int):
+    """Two graphs (a print breaks the function), each run `calls` times."""
+    torch._dynamo.reset()
+    norm = torch.nn.LayerNorm(WIDTH)
+
+    def f(x):
+        y = norm(x) * 2
+        print("between the graphs")
+        return torch.softmax(y, -1)
+
+    compiled = torch.compile(f, backend="smelt")
+    with torch.no_grad():
+        for _ in range(calls):
+            compiled(torch.randn(ROWS, WIDTH))
+
+
+@pytest.fixture(scope="module")
+def report():
+    with smelt.report.capture("a known program") as c:
+        program(calls=4)
+    return c.report
+
+
+def test_it_holds_each_graph_kernel_and_break(report):
+    assert len(report.graphs) == 2
+    assert {g.kind for g in report.graphs} == {"inference"}
+    assert len(report.kernels) >= 2
+    for kernel in report.kernels:
+        assert kernel.calls == 4, kernel
+        assert kernel.source and kernel.origins.startswith("aten.")
+        # At least the [32, 64] float32 input and output of each kernel.
+        assert kernel.bytes_per_call >= 2 * ROWS * WIDTH * 4, kernel
+    assert any("print" in reason for reason in report.graph_breaks), report.graph_breaks
+    assert all(seconds >= 0 for seconds in report.time_split.values())
+    assert "cpu" in report.copy_bandwidth
+
+
+def test_the_page_names_what_was_compiled(report, tmp_path):
+    page = open(report.write(str(tmp_path / "report.html"))).read()
+    for kernel in report.kernels:
+        assert f'id="{kernel.name}"' in page  # its source, linked from the table
+    assert "print" in page and "graph 1 (inference)" in page
+    assert not re.search(r'(src|href)="(https?:)?//', page) and "<link" not in page  # nothing fetched
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed (make test installs Debian's)")
+def test_the_page_loads_in_a_headless_browser(report, tmp_path):
+    path = report.write(str(tmp_path / "report.html"))
+    done = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", f"file://{path}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert 'data-ready="yes"' in dom, "the page's script did not run to its end"
+    assert "Uncaught" not in done.stderr, done.stderr[-2000:]
+    for kernel in report.kernels:
+        assert kernel.name in dom
+
+
+def test_the_command_line_runs_a_script_with_its_arguments(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import torch
+        import smelt
+        open({str(tmp_path / 'argv.txt')!r}, "w").write(" ".join(sys.argv[1:]))
+        f = torch.compile(lambda x: torch.tanh(x) * 3, backend="smelt")
+        for _ in range(2):
+            f(torch.randn(100))
+    """))
+    out = tmp_path / "page.html"
+    done = subprocess.run([sys.executable, "-m", "smelt", "report", str(script), "--out", str(out), "--", "--steps",
+                           "3"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "argv.txt").read_text() == "--steps 3"
+    page = out.read_text()
+    assert "aten.tanh" in page and "1 graphs, 1 kernels" in done.stdout, done.stdout
