@@ -14,7 +14,9 @@ setup: .setup-done
 .setup-done: pyproject.toml
 ifneq ($(SYSTEM_HAS_TORCH),yes)
 	python3 -m venv .venv
-	.venv/bin/python -m pip install -q "torch==2.13.0"
+	# The CPU build by name, from PyTorch's CPU index (or a local copy of that wheel): PyPI's
+	# plain torch==2.13.0 is the CUDA build, gigabytes more for a machine without a GPU.
+	.venv/bin/python -m pip install -q --retries 0 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu"
 endif
 	$(PY) -m pip install -q -e ".[test,models]"
 	# timm for the model suite's CNNs and ViTs, without its torchvision requirement: PyPI's

@@ -9,15 +9,30 @@ import time
 import torch
 
 
-def _median_ms(fn, repeat: int) -> float:
+def _timed_ms(fn, min_seconds: float = 1.0, min_repeats: int = 10) -> list[float]:
+    """Times of back-to-back calls, in ms, for at least `min_seconds` and `min_repeats` calls."""
     times = []
-    for _ in range(repeat):
+    deadline = time.perf_counter() + min_seconds
+    while len(times) < min_repeats or time.perf_counter() < deadline:
         start = time.perf_counter()
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
-    return sorted(times)[len(times) // 2]
+    return sorted(times)
+
+
+def _steady(times: list[float]) -> str:
+    """The median, and the middle half of the calls as the spread."""
+    n = len(times)
+    return f"{times[n // 2]:.3f} ms (middle half {times[n // 4]:.3f}-{times[(3 * n) // 4]:.3f}, {n} calls)"
+
+
+def _kernel_body(source: str) -> str:
+    """The kernel's own function, without the helpers a generated module defines before it."""
+    lines = source.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(("def triton_", "def halide_", "@triton.jit"))]
+    return "\n".join(lines[starts[0]:] if starts else lines)
 
 
 class DemoBlock(torch.nn.Module):
@@ -50,30 +65,36 @@ def demo() -> None:
               "generated code, it is not fast)")
 
     smelt.observe.reset()
+    from smelt.graph_cache import stats as cache_stats
+    hits_before = cache_stats["dynamo_hit"] + cache_stats["aten_hit"]
     compiled = torch.compile(model, backend="smelt")
     with torch.no_grad():
         start = time.perf_counter()
         out = compiled(x)
         compile_s = time.perf_counter() - start
         expected = model(x)
+    warm = cache_stats["dynamo_hit"] + cache_stats["aten_hit"] > hits_before
     error = (out - expected).abs().max().item()
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
-    print(f"matches eager: max abs difference {error:.2e}; compile + first call {compile_s:.2f} s")
+    cache = ("warm: read from the graph cache in " + smelt.config.current().cache_dir if warm
+             else "cold: compiled now, kept in the graph cache for the next run")
+    print(f"matches eager: max abs difference {error:.2e}; compile + first call {compile_s:.2f} s ({cache})")
 
-    repeat = 20 if device == "cuda" else 3
     with torch.no_grad():
-        eager_ms = _median_ms(lambda: model(x), repeat)
-        smelt_ms = _median_ms(lambda: compiled(x), repeat)
-    print(f"median time per call: eager {eager_ms:.3f} ms, smelt {smelt_ms:.3f} ms "
-          f"(smelt/eager speedup {eager_ms / smelt_ms:.2f}x)")
+        eager = _timed_ms(lambda: model(x))
+        ours = _timed_ms(lambda: compiled(x))
+    print(f"time per call: eager {_steady(eager)}")
+    print(f"               smelt {_steady(ours)}")
+    print(f"smelt/eager speedup {eager[len(eager) // 2] / ours[len(ours) // 2]:.2f}x (medians)")
 
     graph = smelt.observe.compiled_graphs()[-1]
-    print(f"\n{len(graph.kernel_names)} kernels: {', '.join(graph.kernel_names)}")
-    if graph.fallback_ops:
-        print(f"ran through ATen: {', '.join(graph.fallback_ops)}")
-    name = max(graph.kernel_names, key=lambda n: len(graph.kernel_sources[n]))
-    print(f"\n--- {name} ({graph.kernel_paths[name]}) ---")
-    print(graph.kernel_sources[name])
+    aten = f", {len(graph.fallback_ops)} ATen calls ({', '.join(sorted(set(graph.fallback_ops)))})" \
+        if graph.fallback_ops else ""
+    print(f"\ncompiled: 1 graph, {len(graph.kernel_names)} kernels ({', '.join(graph.kernel_names)}){aten}")
+    name = min(graph.kernel_names, key=lambda n: len(_kernel_body(graph.kernel_sources[n])))
+    print(f"\n--- the shortest kernel, {name} (all of it: {graph.kernel_paths[name]}) ---")
+    print(_kernel_body(graph.kernel_sources[name]))
+    print("\nA page of every graph, kernel and timing of your own program: python -m smelt report your_script.py")
 
 
 def main(argv=None) -> None:
