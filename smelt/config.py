@@ -127,6 +127,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_PROGRESS": Setting(parse_bool, False, _BOOL),
+    "SMELT_COMPILE_WORKERS": Setting(parse_positive_int, lambda: os.cpu_count() or 1, "a positive integer"),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
     "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
@@ -205,6 +206,10 @@ class Config:
     # A compile's kernels that take more than 2 s to build are counted in log lines (always) and,
     # with this on, in a bar on stderr when it is a terminal (smelt/progress.py).
     progress: bool = _field("SMELT_PROGRESS")
+
+    # Processes that compile a graph's CPU kernels at once (runtime/compile_pool.py); 1: one after
+    # another, in the compiling process.
+    compile_workers: int = _field("SMELT_COMPILE_WORKERS")
 
     # Every Triton kernel run by the CPU interpreter is also generated as it would be for CUDA and
     # compiled for sm_90 at its first launch (runtime/cuda_compile_check.py): the interpreter runs

@@ -63,7 +63,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         try:
             halide_threads.wanted = cfg.halide_openmp  # read when the process first loads a Halide kernel
             with clock.stage("load"):
-                compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg), cfg.cuda_graphs, cfg.progress)
+                compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg), cfg.cuda_graphs, cfg.progress,
+                                    cfg.compile_workers)
             break
         except HalideRefusedKernel as e:
             # Halide's own compiler rejects some valid programs (issue 20's fuzz finding Halide #4):

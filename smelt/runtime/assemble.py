@@ -13,17 +13,22 @@ from .loader import source_path
 
 
 def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda_graphs: bool = False,
-             progress_bar: bool = False) -> CompiledGraph:
+             progress_bar: bool = False, compile_workers: int = 1) -> CompiledGraph:
     """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries).
     `cuda_graphs`: a graph on CUDA is called through CUDA graph recordings (see cuda_graphs.py).
-    `progress_bar`: a slow build draws a bar on a terminal (smelt/progress.py)."""
+    `progress_bar`: a slow build draws a bar on a terminal (smelt/progress.py).
+    `compile_workers`: processes a backend may compile kernels in at once (its `build_ahead`)."""
     namespace = {}
-    kernel_paths = {}
+    kernel_paths = {k.name: source_path(cache_dir, k.name, k.source) for k in generated.kernels}
+    if compile_workers > 1:
+        for backend in {k.backend for k in generated.kernels}:
+            build_ahead = getattr(runtime_module(backend), "build_ahead", None)
+            if build_ahead is not None:  # kernels compiled in parallel, then loaded below from the cache
+                build_ahead([k for k in generated.kernels if k.backend == backend], kernel_paths, cache_dir,
+                            compile_workers)
     progress = Progress(generated.title, len(generated.kernels), bar=progress_bar)
     for kernel in generated.kernels:
-        path = source_path(cache_dir, kernel.name, kernel.source)
-        kernel_paths[kernel.name] = path
-        namespace[kernel.name] = loader(kernel)(kernel, path, cache_dir, keep_kernels)
+        namespace[kernel.name] = loader(kernel)(kernel, kernel_paths[kernel.name], cache_dir, keep_kernels)
         progress.step()
     progress.close()
     wrapper_path = source_path(cache_dir, f"wrapper_{generated.kind}", generated.wrapper_source)
@@ -40,9 +45,17 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda
         wrapper_path=wrapper_path, cache_key=generated.cache_key)
 
 
+def runtime_module(backend: str):
+    """The runtime module the registry names for a backend."""
+    if backend not in BACKENDS:
+        raise KernelCompileError(f"smelt: a kernel is for backend {backend!r}, which this runtime cannot load "
+                                 f"(known: {', '.join(sorted(BACKENDS))})")
+    return importlib.import_module(BACKENDS[backend].runtime)
+
+
 def loader(kernel: GeneratedKernel):
     """The `load` function of the runtime module the registry names for the kernel's backend."""
     if kernel.backend not in BACKENDS:
         raise KernelCompileError(f"smelt: kernel {kernel.name} is for backend {kernel.backend!r}, which this "
                                  f"runtime cannot load (known: {', '.join(sorted(BACKENDS))})")
-    return importlib.import_module(BACKENDS[kernel.backend].runtime).load
+    return runtime_module(kernel.backend).load

@@ -171,6 +171,19 @@ def canonical_source(name: str, source: str) -> str:
     return _BUFFER.sub(lambda m: "buf" + numbers.setdefault(m.group(1), str(len(numbers))), text)
 
 
+def library_path(name: str, source: str, cache_dir: str, target=None) -> tuple[str, str]:
+    """(where kernel `name`'s library is kept, the name its pipeline is exported under)."""
+    target = kernel_target() if target is None else target
+    canonical = canonical_source(name, source)
+    symbol = f"halide_kernel_{_key(canonical)}"
+    return os.path.join(_folder(cache_dir), f"{symbol}_{_key(canonical, halide_version(), target.to_string())}.so"), symbol
+
+
+def is_built(name: str, source: str, cache_dir: str) -> bool:
+    """Whether kernel `name`'s library for the host is in the cache, intact."""
+    return checked_files.problem(library_path(name, source, cache_dir)[0]) is None
+
+
 def kernel_library(name: str, source: str, cache_dir: str, path: str | None = None, target=None,
                    runtime: str | None = None) -> tuple[str, str, float]:
     """(path of the compiled library of kernel `name`, the name its pipeline is exported under, the
@@ -179,10 +192,7 @@ def kernel_library(name: str, source: str, cache_dir: str, path: str | None = No
     same canonical_source."""
     import time
     target = kernel_target() if target is None else target
-    folder = _folder(cache_dir)
-    canonical = canonical_source(name, source)
-    symbol = f"halide_kernel_{_key(canonical)}"
-    library = os.path.join(folder, f"{symbol}_{_key(canonical, halide_version(), target.to_string())}.so")
+    library, symbol = library_path(name, source, cache_dir, target)
     if checked_files.problem(library) is None:
         return library, symbol, 0.0
     runtime = runtime_library(cache_dir) if runtime is None else runtime
