@@ -155,3 +155,15 @@ def test_a_failed_retrace_leaves_the_graph_as_traced(device, compile_fn, assert_
     for x, y in zip(compile_fn(f)(a, b), f(a, b)):
         assert_close(x, y, atol=1e-5, rtol=1e-5)
     assert not re.search(r"\b40\b", _wrappers(observe))  # no padded dimension (graph 408 is no pad)
+
+
+def test_a_strided_slice_of_a_returned_product_is_not_taken_for_padding(device, compile_fn, assert_close):
+    """Beside a padded product (so the rewrite runs), a product read through a strided slice."""
+    a, b, c = (torch.randn(6, 16, device=device), torch.randn(16, 37, device=device),
+               torch.randn(16, 40, device=device))
+
+    def f(a, b, c):
+        return a @ b, (a @ c)[:, :35:2].clone()
+
+    for actual, expected in zip(compile_fn(f)(a, b, c), f(a, b, c)):
+        assert_close(actual, expected, atol=1e-5, rtol=1e-5)

@@ -202,9 +202,10 @@ def products_into_copies(gm: torch.fx.GraphModule) -> bool:
             node = node.args[0]
         if not (isinstance(node, torch.fx.Node) and node.target is aten.slice.Tensor and len(node.users) == 1):
             continue
-        product, dim, start, end = (*node.args, None, None, None)[:4]
+        product, dim, start, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
         if not (isinstance(product, torch.fx.Node) and product.target in (aten.mm.default, aten.addmm.default)
-                and len(product.users) == 1 and dim in (-1, 1) and start in (0, None) and isinstance(end, int)):
+                and len(product.users) == 1 and dim in (-1, 1) and start in (0, None) and isinstance(end, int)
+                and step == 1 and not node.kwargs):
             continue
         val = _val(product)
         if val is None or val.dim() != 2 or not 0 < end < val.shape[-1] or clone.kwargs.get("memory_format") not in (
