@@ -99,3 +99,29 @@ def test_the_command_line_runs_a_script_with_its_arguments(tmp_path):
     assert (tmp_path / "argv.txt").read_text() == "--steps 3"
     page = out.read_text()
     assert "aten.tanh" in page and "1 graphs, 1 kernels" in done.stdout, done.stdout
+
+
+def test_a_model_of_the_suite(tmp_path):
+    """The report on a model suite case (tiny, CPU): every graph and kernel of a real model's call."""
+    from smelt.tools.model_suite.runner import run_case
+    from smelt.tools.model_suite.zoo import all_specs
+    spec = all_specs()["resnet18"]
+    with smelt.report.capture("resnet18, tiny") as c:
+        result = run_case(spec, "infer_fp32", "tiny", "cpu")
+    assert result.status == "pass", result.failures
+    assert c.report.graphs and len(c.report.kernels) >= 5
+    assert all(k.calls >= 1 and k.bytes_per_call > 0 for k in c.report.kernels)
+    page = open(c.report.write(str(tmp_path / "resnet18.html"))).read()
+    assert all(k.name in page for k in c.report.kernels)
+
+
+def test_each_graph_states_the_peak_of_its_own_buffers(tmp_path):
+    """sin -> mm -> cos over [64, 64] float32: sin's buffer and the product's, then the product's
+    and cos's, are alive together: 2 x 16 KiB at the peak (the inputs are the caller's)."""
+    torch._dynamo.reset()
+    w = torch.randn(64, 64)
+    with smelt.report.capture("peak") as c:
+        torch.compile(lambda x: (x.sin() @ w).cos(), backend="smelt")(torch.randn(64, 64))
+    (graph,) = c.report.graphs
+    assert graph.planned_peak_bytes == 2 * 64 * 64 * 4
+    assert "planned peak of its own buffers: 32.0 KiB" in open(c.report.write(str(tmp_path / "p.html"))).read()

@@ -62,6 +62,9 @@ class WrapperCodegen:
         self.uses_layout_check = False
         self.uses_cpu_allocator = False
         self.size_sources: list[str] = []  # each bound size symbol's value, read from `args`
+        # Bytes of the buffers the wrapper holds at once, at most (None: a size is symbolic).
+        self.live: dict[str, int] = {}
+        self.peak: int | None = 0
         self.graph_blockers: list[str] = []  # why a CUDA graph cannot record this call (runtime/cuda_graphs.py)
 
     def literal(self, value) -> str:
@@ -111,15 +114,34 @@ class WrapperCodegen:
         out.writeline(f"{name} = torch.empty_strided(({size}{comma}), ({stride}{comma}), "
                       f"device={self.device(layout.device)}, dtype={layout.dtype})")
 
+    def hold(self, name: str, layout) -> None:
+        """`name` holds memory of `layout` from now until a `del` of it (the planned peak)."""
+        if self.peak is None or layout is None or not hasattr(layout, "dtype"):
+            return
+        sizes = [*layout.size, *layout.stride]
+        if not all(isinstance(v, (int, sympy.Integer)) for v in sizes):
+            self.peak = None
+            return
+        span = 0 if any(int(n) == 0 for n in layout.size) else \
+            1 + sum((int(n) - 1) * int(st) for n, st in zip(layout.size, layout.stride))
+        self.live[name] = span * layout.dtype.itemsize
+        self.peak = max(self.peak, sum(self.live.values()))
+
+    def release(self, names) -> None:
+        for name in names:
+            self.live.pop(name, None)
+
     def allocate_buffer(self, out: IndentedBuffer, buffer, allocated: set[str]) -> None:
         """Memory for `buffer`, or for a slice of a shared storage its view (the storage first)."""
         lives_in = getattr(buffer, "lives_in", None)
         if lives_in is None:
             self.allocate(out, buffer.name, buffer.layout)
+            self.hold(buffer.name, buffer.layout)
         else:
             storage, offset = lives_in
             if storage not in allocated:
                 self.allocate(out, storage, self.graph.shared_storages[storage].layout)
+                self.hold(storage, self.graph.shared_storages[storage].layout)
                 allocated.add(storage)
             layout = buffer.layout
             out.writeline(f"{buffer.name} = {self.strided(storage, dataclasses.replace(layout, offset=offset))}")
@@ -166,6 +188,8 @@ class WrapperCodegen:
         out.writeline(f"GRAPH_DEVICE_TYPES = {tuple(sorted(devices))!r}")
         out.writeline(f"MUTATED_INPUTS = {tuple(self.mutated_inputs())!r}")
         out.writeline(f"CUDA_GRAPH_BLOCKERS = {tuple(dict.fromkeys(self.graph_blockers))!r}")
+        # The most bytes of buffers this wrapper allocates that are alive at once (inputs not counted).
+        out.writeline(f"PLANNED_PEAK_BYTES = {self.peak!r}")
         out.writeline("")
         out.writeline("")
         out.writeline("def size_key(args):")
@@ -194,6 +218,7 @@ class WrapperCodegen:
                     body.writeline(f"{kernel.name}({', '.join(args)})")
                     if step.frees:
                         body.writeline(f"del {', '.join(step.frees)}")
+                        self.release(step.frees)
                     continue
                 args = [buffer for _, buffer in kernel.params] + list(kernel.size_args)
                 args.append(pexpr(kernel.xnumel))
@@ -202,6 +227,7 @@ class WrapperCodegen:
                 body.writeline(f"{kernel.name}({', '.join(args)})")
             if step.frees:
                 body.writeline(f"del {', '.join(step.frees)}")
+                self.release(step.frees)
         results = [self.output(o) for o in self.graph.outputs]
         body.writeline(f"return ({', '.join(results)}{',' if len(results) == 1 else ''})")
 
@@ -230,6 +256,7 @@ class WrapperCodegen:
     def extern_call(self, out: IndentedBuffer, buffer) -> None:
         if isinstance(buffer, MultiOutput):
             out.writeline(f"{buffer.name} = {buffer.parent.name}{''.join(f'[{i}]' for i in buffer.path)}")
+            self.hold(buffer.name, buffer.layout)  # the part of its parent's outputs it names
             self.bind_unbacked(out, buffer)
             self.check_planned_layout(out, buffer, getattr(buffer.parent, "op", type(buffer.parent).__name__))
             return
@@ -256,6 +283,7 @@ class WrapperCodegen:
         args += [f"{k}={self.literal(v)}" for k, v in buffer.kwargs.items()]
         note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
         out.writeline(f"{buffer.name} = {target}({', '.join(args)}){note}")
+        self.hold(buffer.name, buffer.layout)
         self.bind_unbacked(out, buffer)
         self.check_planned_layout(out, buffer, op)
 

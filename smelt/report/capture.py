@@ -52,6 +52,7 @@ class GraphRow:
     stage_seconds: dict
     wrapper_source: str
     wrapper_path: str
+    planned_peak_bytes: int | None = None  # the wrapper's own buffers alive at once, at most
 
 
 @dataclasses.dataclass
@@ -147,7 +148,8 @@ class Capture:
         for number, graph in enumerate(self.graphs):
             origins = dict(_ORIGINS.findall(graph.wrapper_source))
             graphs.append(GraphRow(number, graph.kind, list(graph.kernel_names), list(graph.fallback_ops),
-                                   dict(graph.stage_seconds), graph.wrapper_source, graph.wrapper_path))
+                                   dict(graph.stage_seconds), graph.wrapper_source, graph.wrapper_path,
+                                   getattr(graph, "planned_peak_bytes", None)))
             device = _device_of(graph)
             for name in graph.kernel_names:
                 stats = self.stats.get(name, KernelStats())

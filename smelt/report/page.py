@@ -94,13 +94,15 @@ def _graphs(report: Report) -> str:
     for g in report.graphs:
         stages = ", ".join(f"{k} {v:.3f} s" for k, v in g.stage_seconds.items()) or "from the cache"
         fallbacks = ", ".join(g.fallback_ops) or "none"
+        planned = "symbolic sizes" if g.planned_peak_bytes is None else _bytes(g.planned_peak_bytes)
         kernels = [k for k in report.kernels if k.graph == g.number]
         sources = "".join(
             f'<details id="{_e(k.name)}"><summary>{_e(k.name)} <span class="muted">({_e(k.path)})</span></summary>'
             f"<pre>{_e(k.source)}</pre></details>" for k in kernels)
         parts.append(
             f'<h3>graph {g.number} ({_e(g.kind)})</h3>'
-            f"<p>{len(g.kernels)} kernels; ran through ATen: {_e(fallbacks)}; compile stages: {_e(stages)}</p>"
+            f"<p>{len(g.kernels)} kernels; ran through ATen: {_e(fallbacks)}; compile stages: {_e(stages)}; "
+            f"planned peak of its own buffers: {_e(planned)}</p>"
             f"{sources}<details><summary>wrapper <span class=\"muted\">({_e(g.wrapper_path)})</span></summary>"
             f"<pre>{_e(g.wrapper_source)}</pre></details>")
     return "".join(parts) or "<p>No graph was compiled by smelt.</p>"

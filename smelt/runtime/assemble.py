@@ -42,7 +42,8 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda
         kind=generated.kind, call=call, kernel_names=[k.name for k in generated.kernels],
         kernel_sources={k.name: k.source for k in generated.kernels}, kernel_paths=kernel_paths,
         fallback_ops=list(generated.fallback_ops), wrapper_source=generated.wrapper_source,
-        wrapper_path=wrapper_path, cache_key=generated.cache_key)
+        wrapper_path=wrapper_path, cache_key=generated.cache_key,
+        planned_peak_bytes=namespace.get("PLANNED_PEAK_BYTES"))
 
 
 def runtime_module(backend: str):

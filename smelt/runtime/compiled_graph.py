@@ -16,6 +16,8 @@ class CompiledGraph:
     wrapper_path: str
     cache_key: str | None = None  # its graph cache entry, if it has one
     stage_seconds: dict = dataclasses.field(default_factory=dict)  # smelt/compile_stages.py
+    # The most bytes of the wrapper's own buffers alive at once (codegen/wrapper.py); None if symbolic.
+    planned_peak_bytes: int | None = None
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs
