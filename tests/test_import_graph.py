@@ -16,7 +16,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 BACKEND_PACKAGES = sorted({entry.codegen.rsplit(".", 1)[0] for entry in BACKENDS.values()})
 LAYERS = [
     {"smelt.errors", "smelt.backend_registry", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location",
-     "smelt.debug", "smelt.artifact", "smelt.target"},
+     "smelt.debug", "smelt.artifact", "smelt.target", "smelt.progress"},
     {"smelt.runtime"},
     {"smelt.config", "smelt.observe", "smelt.preload", "smelt.compile_stages"},
     {"smelt.graph_cache"},
@@ -26,7 +26,7 @@ LAYERS = [
     set(BACKEND_PACKAGES),
     {"smelt.pipeline"},
     {"smelt.backend"},
-    {"smelt", "smelt.cli", "smelt.__main__", "smelt.tools"},
+    {"smelt", "smelt.cli", "smelt.__main__", "smelt.tools", "smelt.report"},
 ]
 # Backends are peers: none imports another.
 PEERS = [(a, b) for a in BACKEND_PACKAGES for b in BACKEND_PACKAGES if a != b]

@@ -1,9 +1,7 @@
-"""A Report as one self-contained HTML page: no files beside it, nothing fetched."""
+"""A Report (capture.py) as one self-contained HTML page: no files beside it, nothing fetched."""
 from __future__ import annotations
 
 import html
-
-from .capture import Report
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -63,7 +61,7 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def _time_split(report: Report) -> str:
+def _time_split(report) -> str:
     total = sum(report.time_split.values()) or 1.0
     bars, legend = [], []
     for (label, seconds), color in zip(report.time_split.items(), COLORS):
@@ -74,7 +72,7 @@ def _time_split(report: Report) -> str:
     return f'<div class="bar">{"".join(bars)}</div><div class="legend">{"".join(legend)}</div>'
 
 
-def _kernels(report: Report) -> str:
+def _kernels(report) -> str:
     rows = []
     for k in sorted(report.kernels, key=lambda k: -k.seconds):
         per_call = k.seconds / k.calls if k.calls else 0.0
@@ -89,7 +87,7 @@ def _kernels(report: Report) -> str:
             '<th>share of copy bandwidth</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
 
 
-def _graphs(report: Report) -> str:
+def _graphs(report) -> str:
     parts = []
     for g in report.graphs:
         stages = ", ".join(f"{k} {v:.3f} s" for k, v in g.stage_seconds.items()) or "from the cache"
@@ -108,7 +106,7 @@ def _graphs(report: Report) -> str:
     return "".join(parts) or "<p>No graph was compiled by smelt.</p>"
 
 
-def _breaks(report: Report) -> str:
+def _breaks(report) -> str:
     if not report.graph_breaks:
         return "<p>None: every captured function compiled whole.</p>"
     rows = "".join(f"<tr><td>{_e(reason)}</td>{_num(count, str(count))}</tr>"
@@ -117,14 +115,14 @@ def _breaks(report: Report) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def _aten(report: Report) -> str:
+def _aten(report) -> str:
     rows = "".join(f"<tr><td>{_e(op)}</td>{_num(calls, str(calls))}{_num(s * 1e3, f'{s * 1e3:.3f}')}</tr>"
                    for op, calls, s in report.aten_ops)
     return ('<table class="sortable" id="aten"><thead><tr><th>op</th><th>calls</th><th>ms (own CPU time)</th>'
             f"</tr></thead><tbody>{rows}</tbody></table>")
 
 
-def render(report: Report) -> str:
+def render(report) -> str:
     bandwidth = ", ".join(f"{device} {bps / 1e9:.1f} GB/s" for device, bps in report.copy_bandwidth.items()) or "-"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(report.title)}</title><style>{STYLE}</style></head>

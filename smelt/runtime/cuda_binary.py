@@ -73,15 +73,25 @@ class _Driver:
 
 _UNSET = object()
 _fast_launch = _UNSET
+_launcher_folder: str | None = None  # the cache folder the C launcher is built into
+
+
+def keep_launcher_in(cache_dir: str | None) -> None:
+    """Where the C launcher is built and kept (kernel_binaries passes its cache folder)."""
+    global _launcher_folder
+    if _launcher_folder is None and cache_dir:
+        _launcher_folder = cache_dir
 
 
 def fast_launch():
-    """The C launcher (fast_launch.py), built on the first launch of a process; None: ctypes."""
+    """The C launcher (fast_launch.py), built on the first launch of a process (into a private
+    temporary folder where no cache folder was given); None: ctypes."""
     global _fast_launch
     if _fast_launch is _UNSET:
-        from .. import config
+        import tempfile
         from .fast_launch import launcher
-        _fast_launch = launcher(config.current().cache_dir, driver().launch_kernel_address)
+        folder = _launcher_folder or tempfile.mkdtemp(prefix="smelt_launcher_")
+        _fast_launch = launcher(folder, driver().launch_kernel_address)
     return _fast_launch
 
 

@@ -6,7 +6,7 @@ from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import ComboLauncher
-from .cuda_binary import compile_options
+from .cuda_binary import compile_options, keep_launcher_in
 from .cuda_compile_check import CudaCompileCheck
 from .kernel_binaries import KernelVariants
 from .launcher import TritonLauncher
@@ -22,6 +22,8 @@ def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool)
     fn = getattr(module, kernel.name)
     tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
     variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
+    if not kernel.interpret:
+        keep_launcher_in(cache_dir)  # the C launcher is kept there whether kernels are or not
     check = None
     if kernel.cuda_twin is not None:  # SMELT_CHECK_CUDA_COMPILE
         twin_path = source_path(cache_dir, kernel.cuda_twin.name, kernel.cuda_twin.source)
