@@ -167,3 +167,35 @@ def test_a_strided_slice_of_a_returned_product_is_not_taken_for_padding(device, 
 
     for actual, expected in zip(compile_fn(f)(a, b, c), f(a, b, c)):
         assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_language_models_of_an_odd_vocabulary(device, assert_close, observe, family):
+    """Real architectures (transformers, tiny, vocabulary 61: every head padded), inference through
+    smelt::padded_product and a training step's loss and gradients, against eager."""
+    tf = pytest.importorskip("transformers")
+    import copy
+    torch.manual_seed(0)
+    if family == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=61, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                                 resid_pdrop=0, embd_pdrop=0, attn_pdrop=0))
+    else:
+        model = tf.BertForMaskedLM(tf.BertConfig(vocab_size=61, hidden_size=32, num_hidden_layers=1,
+                                                 num_attention_heads=2, intermediate_size=64,
+                                                 max_position_embeddings=40, hidden_dropout_prob=0,
+                                                 attention_probs_dropout_prob=0))
+    model = model.to(device).eval()
+    ids, labels = torch.randint(0, 61, (2, 16), device=device), torch.randint(0, 61, (2, 16), device=device)
+    torch._dynamo.reset()
+    observe.reset()
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="smelt")(input_ids=ids).logits, model(input_ids=ids).logits,
+                     atol=1e-5, rtol=1e-5)
+    assert any("smelt.padded_product" in g.wrapper_source for g in observe.compiled_graphs())
+    eager, ours = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    eager(input_ids=ids, labels=labels).loss.backward()
+    torch._dynamo.reset()
+    torch.compile(lambda i, t: ours(input_ids=i, labels=t).loss, backend="smelt")(ids, labels).backward()
+    for (name, p), q in zip(eager.named_parameters(), ours.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
