@@ -251,17 +251,19 @@ class HalideSchedule:
         self.scatters += 1  # serial: two positions may be the same element
 
     def _placement(self, func: str, across: bool, has_update: bool, vector: str | None = None,
-                   rvar: str = "rdom.x") -> list[str]:
+                   rvar: str = "rdom.x", lanes: int = 1) -> list[str]:
+        """`lanes`: how many x a given `vector` schedule puts in one vector."""
         whole_task = vector is not None  # a scan's rows run side by side: the task's rows, together
         if vector is None:
-            vector = f".vectorize(x, {VECTOR}, {GUARD})" if across else ""
+            vector, lanes = (f".vectorize(x, {VECTOR}, {GUARD})", VECTOR) if across else ("", 1)
         if len(self.outputs) == 1 and not self.scatters:
             out = self.outputs[0]
             where, then = f".compute_at({out.func}, {out.loop(whole_task)}){vector}", vector
             if across and not whole_task and has_update:
                 return [f"{func}{where}"] + self._columns_by_row(func, rvar)
         else:
-            parallel = f".parallel(x, {ROWS_PER_TASK}, {GUARD})"
+            # x counts vectors once vectorized: a task of ROWS_PER_TASK rows is that many over the lanes.
+            parallel = f".parallel(x, {max(1, ROWS_PER_TASK // lanes)}, {GUARD})"
             where, then = f".compute_root(){vector}{parallel}", f"{vector}{parallel}"
         return [f"{func}{where}"] + ([f"{func}.update(){then}"] if has_update and then else [])
 
@@ -288,7 +290,7 @@ class HalideSchedule:
             # across x, stored with x innermost so each step's vector is contiguous (2048x2048
             # cumsum, one thread: 6.3 ms one row at a time, 4.6 ms eight rows side by side).
             lines += [f"{func}.reorder_storage(x, r)"]
-            lines += self._placement(func, True, True, f".vectorize(x, {SCAN_ROWS}, {GUARD})")
+            lines += self._placement(func, True, True, f".vectorize(x, {SCAN_ROWS}, {GUARD})", lanes=SCAN_ROWS)
         for stages, blocks in self.blocked:
             # Every second stage is stored (the last always): one inline is computed twice by the
             # next from values in L1, cheaper than a pass storing it (2048x2048 cumsum, one
