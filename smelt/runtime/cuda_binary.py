@@ -77,7 +77,7 @@ _launcher_folder: str | None = None  # the cache folder the C launcher is built 
 
 
 def keep_launcher_in(cache_dir: str | None) -> None:
-    """Where the C launcher is built and kept (kernel_binaries passes its cache folder)."""
+    """Where the C launcher is built and kept (triton_loading passes the cache folder; the first wins)."""
     global _launcher_folder
     if _launcher_folder is None and cache_dir:
         _launcher_folder = cache_dir
