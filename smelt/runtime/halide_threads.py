@@ -12,7 +12,8 @@ a small C function instead (`halide_set_custom_do_par_for`): one `omp parallel f
 the libgomp torch loaded (the same soname) on the threads torch.set_num_threads sets. Its tasks are
 dealt out statically, each thread a fixed block, as ATen's parallel_for does: a thread then finds
 the part of a tensor it wrote last time still in its own L2 (a [4096, 64] float32 multiply alone,
-2 cores: 43.5 us dealt dynamically, 26.2 statically; ATen 17).
+2 cores: 41.5-43.5 us dealt dynamically, 25.0-26.2 statically; ATen 17; the probe
+benchmarks/probes/halide_pointwise.py with and without --omp-schedule "dynamic, 1").
 Where `cc -fopenmp` fails, Halide keeps its own pool (a debug line says so).
 """
 from __future__ import annotations

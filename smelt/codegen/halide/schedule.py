@@ -32,8 +32,9 @@ ROWS_PER_TASK = 8
 # 1.46 ms, rms_norm 0.85 -> 0.76 ms), while at least MIN_TASKS remain to balance.
 TASK_ELEMENTS = 65536
 MIN_TASKS = 16
-# Elements of a 1-D output one task takes (2 cores, a [512, 688] multiply alone: 4096 a task
-# 70 us, 16384 65 us; ATen 34).
+# Elements of a 1-D output one task takes (2 cores, a [512, 688] multiply alone, tasks dealt
+# dynamically: 4096 a task 70 us, 16384 65 us; dealt statically as now, both about 48; ATen 35:
+# `python -m benchmarks.probes.halide_pointwise --elements-per-task N [--omp-schedule "dynamic, 1"]`).
 ELEMENTS_PER_TASK = 16384
 
 
