@@ -63,6 +63,10 @@ class GeneratedKernel:
     combo: tuple | None = None
     # With SMELT_CHECK_CUDA_COMPILE, an interpreted kernel's CUDA form, compiled at launch for sm_90.
     cuda_twin: CudaTwin | None = None
+    # What its launch arguments will be, described as runtime/cuda_binary.describe does, where
+    # codegen knows every size (None: it does not): the GPU binary is compiled ahead of the first
+    # call (runtime/triton_loading.build_ahead). A wrong guess only costs a compile at launch.
+    launch_guess: tuple | None = None
     # A kernel that is a Python object rather than source (codegen/reference/): it is what the
     # backend's runtime loads, held in memory only, so a graph with one is never written to disk.
     program: Any = dataclasses.field(default=None, compare=False, repr=False)
@@ -75,7 +79,8 @@ class GeneratedKernel:
                 "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket,
                 "backend": self.backend,
                 "combo": [list(part) for part in self.combo] if self.combo is not None else None,
-                "cuda_twin": self.cuda_twin.to_json() if self.cuda_twin is not None else None}
+                "cuda_twin": self.cuda_twin.to_json() if self.cuda_twin is not None else None,
+                "launch_guess": [list(a) for a in self.launch_guess] if self.launch_guess is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedKernel:
@@ -87,7 +92,8 @@ class GeneratedKernel:
                    xnumel_arg=data["xnumel_arg"], interpret=data["interpret"], ticket=data.get("ticket", False),
                    backend=data.get("backend", "triton"),
                    combo=_combo(data["combo"]) if data.get("combo") else None,
-                   cuda_twin=CudaTwin.from_json(data["cuda_twin"]) if data.get("cuda_twin") else None)
+                   cuda_twin=CudaTwin.from_json(data["cuda_twin"]) if data.get("cuda_twin") else None,
+                   launch_guess=tuple(tuple(a) for a in data["launch_guess"]) if data.get("launch_guess") else None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.layout_plan import restride_placeholders
 from .pipeline import compile_graph
 from .saved_inputs import copy_mutated_inputs_saved_for_backward
+from .runtime import compile_pool
 from .runtime.kernel_binaries import prepare_compiler
 
 # Checks that return nothing: older torch (2.11) does not thread them through effect tokens, so
@@ -93,6 +94,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         return cached
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
         prepare_compiler()
+        # Workers import Triton's compiler while Dynamo and AOTAutograd trace (triton_loading.build_ahead).
+        compile_pool.start(cfg.compile_workers, "triton")
     compiled = aot_module_simplified(
         gm, example_inputs,
         fw_compiler=_Compiler("forward", slot, settings),

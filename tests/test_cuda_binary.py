@@ -5,7 +5,8 @@ import pytest
 import torch
 import triton
 
-from smelt.runtime.cuda_binary import _entry_param_count, _triton_signature, compile_binary, describe
+from smelt.runtime.cuda_binary import compile_binary, describe
+from smelt.runtime.triton_cubin import entry_param_count, triton_signature
 from smelt.runtime.loader import load_module, source_path
 
 KERNEL = '''
@@ -34,13 +35,13 @@ def _args(offset=0, size=1000):
 
 
 def test_the_signature_follows_the_arguments(scaled_add):
-    signature, constants, attrs = _triton_signature(scaled_add, describe(_args()), {"XBLOCK": 256})
+    signature, constants, attrs = triton_signature(scaled_add, describe(_args()), {"XBLOCK": 256})
     assert signature == {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*bf16", "ks0": "i32",
                          "xnumel": "i32", "XBLOCK": "constexpr"}
     assert constants == {(5,): 256}
     # 16-byte aligned pointers and integers divisible by 16 are promised to the compiler, others not.
     assert (0,) in attrs and (2,) in attrs and (3,) not in attrs and (4,) not in attrs
-    _, _, attrs = _triton_signature(scaled_add, describe(_args(offset=1, size=1008)), {"XBLOCK": 256})
+    _, _, attrs = triton_signature(scaled_add, describe(_args(offset=1, size=1008)), {"XBLOCK": 256})
     assert (0,) not in attrs and (4,) in attrs
 
 
@@ -64,4 +65,4 @@ def test_a_kernel_that_does_not_compile_says_so(tmp_path):
 def test_entry_parameters_are_counted_from_the_ptx():
     ptx = ".visible .entry k(\n .param .u64 .ptr .global .align 1 k_param_0,\n .param .u32 k_param_1,\n" \
           " .param .u64 .ptr .global .align 1 k_param_2\n)\n{ ld.param.b64 %rd1, [k_param_0]; }"
-    assert _entry_param_count(ptx, "k") == 3
+    assert entry_param_count(ptx, "k") == 3

@@ -213,3 +213,27 @@ def test_a_cached_graph_keeps_its_kernels_cuda_forms(checked, monkeypatch, tmp_p
         torch.testing.assert_close(fn(x), torch.remainder(x, 3) * 2)
     assert len(generated) == 1 and len(checked) == 2 and checked[0] == checked[1]
     assert len(list((tmp_path / "kernels").glob("*/*/kernel.cubin"))) == 1
+
+
+_AFTER_DROPOUT = """
+import tempfile, torch, smelt
+with smelt.config.override(cpu_backend="triton", check_cuda_compile=True, cache_dir=tempfile.mkdtemp()):
+    torch.compile(lambda x: torch.nn.functional.dropout(x, 0.3, training=True) * 2, backend="smelt")(torch.randn(99))
+    torch._dynamo.reset()
+    torch.compile(lambda x: x.sin() / 3, backend="smelt")(torch.randn(99))
+print("compiled")
+"""
+
+
+def test_gpu_compiles_still_work_after_an_interpreted_kernel_called_a_device_function(tmp_path):
+    # Dropout's kernel calls Philox's @jit functions; Triton's interpreter used to leave
+    # triton.language patched after such a call, and the GPU compiles after it failed ("'value'
+    # object has no attribute 'dtype'"). In a fresh process: the failure depended on what the
+    # process had compiled before, and Triton's own cache would hide it.
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("SMELT_CHECK_CUDA_COMPILE", "TRITON_INTERPRET")}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", _AFTER_DROPOUT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("compiled"), done.stderr[-3000:]

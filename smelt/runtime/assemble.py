@@ -25,7 +25,7 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda
             build_ahead = getattr(runtime_module(backend), "build_ahead", None)
             if build_ahead is not None:  # kernels compiled in parallel, then loaded below from the cache
                 build_ahead([k for k in generated.kernels if k.backend == backend], kernel_paths, cache_dir,
-                            compile_workers)
+                            compile_workers, keep_kernels)
     progress = Progress(generated.title, len(generated.kernels), bar=progress_bar)
     for kernel in generated.kernels:
         namespace[kernel.name] = loader(kernel)(kernel, kernel_paths[kernel.name], cache_dir, keep_kernels)

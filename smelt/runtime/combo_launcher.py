@@ -23,6 +23,9 @@ _data_ptr = torch.Tensor.data_ptr
 MAX_TABLES = 8
 # Pinned staging buffers a launcher cycles through when its buffers move every call.
 STAGING = 4
+# What every launch of a combo kernel passes, as cuda_binary.describe gives it: its int32 work
+# table and int64 pointer table (_work_table, _pointer_table), both fresh torch allocations.
+LAUNCH_DESCRIPTION = (("ptr", "torch.int32", True), ("ptr", "torch.int64", True))
 
 
 class ComboLauncher:

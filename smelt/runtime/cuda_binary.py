@@ -17,24 +17,18 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
-import os
-import re
-import shutil
 import threading
 
 import torch
+
+# The compile itself and the kept files import no torch: compile workers (compile_worker.py) share them.
+from .triton_cubin import CUDA_COMPILE_OPTIONS, CudaError, compile_cubin, read_kept, write_kept
 
 log = logging.getLogger("smelt.runtime")
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _STATIC_SHARED_LIMIT = 48 * 1024  # past this, a kernel must opt in to more shared memory
-
-
-class CudaError(RuntimeError):
-    pass
 
 
 class _Driver:
@@ -123,31 +117,6 @@ def describe(args) -> tuple | None:
     return tuple(spec)
 
 
-def _triton_signature(fn, spec: tuple, constexprs: dict):
-    """Triton's (signature, constexprs, attrs) for an ASTSource of `fn` with these arguments."""
-    from triton._utils import canonicalize_dtype
-    signature, constants, attrs = {}, {}, {}
-    runtime = iter(spec)
-    for index, param in enumerate(fn.params):
-        if param.is_constexpr:
-            signature[param.name] = "constexpr"
-            constants[(index,)] = constexprs[param.name]
-            continue
-        kind = next(runtime)
-        if kind[0] == "ptr":
-            signature[param.name] = "*" + canonicalize_dtype(getattr(torch, kind[1].split(".")[-1]))
-            aligned = kind[2]
-        elif kind[0] in ("i32", "i64"):
-            signature[param.name] = kind[0]
-            aligned = kind[1]
-        else:
-            signature[param.name] = kind[0]
-            aligned = False
-        if aligned:
-            attrs[(index,)] = [["tt.divisibility", 16]]
-    return signature, constants, attrs
-
-
 # ------------------------------------------------------------------ the binary
 
 
@@ -222,39 +191,13 @@ class CudaBinary:
     # -------------------------------------------------------------- on disk
 
     def save(self, folder: str) -> None:
-        tmp = f"{folder}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            os.makedirs(tmp, exist_ok=True)
-            with open(os.path.join(tmp, "kernel.cubin"), "wb") as f:
-                f.write(self.cubin)
-            meta = {"name": self.name, "num_warps": self.num_warps, "shared": self.shared,
-                    "arg_kinds": list(self.arg_kinds), "extra_params": self.extra_params,
-                    "cubin_sha256": hashlib.sha256(self.cubin).hexdigest()}
-            with open(os.path.join(tmp, "launch.json"), "w") as f:
-                json.dump(meta, f)
-            os.replace(tmp, folder)  # a reader sees the whole folder or none
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)  # another process may have written it first
+        write_kept(folder, {"name": self.name, "cubin": self.cubin, "num_warps": self.num_warps,
+                            "shared": self.shared, "arg_kinds": self.arg_kinds, "extra_params": self.extra_params})
 
     @classmethod
     def read(cls, folder: str) -> CudaBinary | None:
-        try:
-            with open(os.path.join(folder, "launch.json")) as f:
-                meta = json.load(f)
-            with open(os.path.join(folder, "kernel.cubin"), "rb") as f:
-                cubin = f.read()
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            log.warning("smelt: ignoring kept kernel %s (%s); compiling it again", folder, e)
-            shutil.rmtree(folder, ignore_errors=True)
-            return None
-        if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
-            log.warning("smelt: kept kernel %s does not match its hash; compiling it again", folder)
-            shutil.rmtree(folder, ignore_errors=True)
-            return None
-        return cls(name=meta["name"], cubin=cubin, num_warps=meta["num_warps"], shared=meta["shared"],
-                   arg_kinds=tuple(meta["arg_kinds"]), extra_params=meta["extra_params"])
+        fields = read_kept(folder)
+        return None if fields is None else cls(**fields)
 
 
 _KIND_LETTERS = {"ptr": "p", "i32": "i", "i64": "l", "fp32": "f"}
@@ -264,54 +207,8 @@ def _pointer_value(tensor: torch.Tensor) -> int:
     return tensor.data_ptr()
 
 
-def _entry_param_count(ptx: str, name: str) -> int:
-    """Parameters of the kernel's entry in its PTX (Triton appends scratch pointers to the user's)."""
-    entry = re.search(rf"\.entry\s+{re.escape(name)}\s*\((.*?)\)", ptx, flags=re.S)
-    if entry is None:
-        raise CudaError(f"no entry {name} in the PTX")
-    return len(re.findall(r"\.param\b", entry.group(1)))
-
-
-# Each ATen op rounds its result, as eager does: contracting a product into a later add or subtract
-# (an FMA) makes x * y - sum([x * y]) the product's rounding error instead of 0 (the H100 fuzzer
-# found layer_norm's gradient over one element at 6e-6 where eager's is exactly 0).
-CUDA_COMPILE_OPTIONS = {"enable_fp_fusion": False}
-# A kernel that checks its indirect indices (tl.device_assert, codegen/triton/handler.py) compiles
-# in Triton's debug mode, without which the check is compiled out: an index out of bounds then
-# stops the program as eager's does (a device-side assert), not reading past the tensor. Debug
-# mode's checks of int32 arithmetic for overflow stay off: smelt picks index widths itself.
-CHECKED_OPTIONS = {"debug": True, "sanitize_overflow": False}
-
-
-def compile_options(source: str) -> dict:
-    """Triton's compile options for a kernel, from its source."""
-    if "tl.device_assert(" in source:
-        return {**CUDA_COMPILE_OPTIONS, **CHECKED_OPTIONS}
-    return dict(CUDA_COMPILE_OPTIONS)
-
-
 def compile_binary(fn, spec: tuple, constexprs: dict, num_warps: int, capability: tuple[int, int],
                    options: dict = CUDA_COMPILE_OPTIONS) -> CudaBinary:
     """Compile `fn` (a JITFunction) for one argument description; raises triton.CompilationError
     for a kernel that does not compile and CudaError for one this path cannot launch."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import ASTSource
-
-    signature, constants, attrs = _triton_signature(fn, spec, constexprs)
-    source = ASTSource(fn, signature, constexprs=constants, attrs=attrs)
-    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
-    meta = compiled.metadata
-    for scratch in ("global_scratch_size", "profile_scratch_size"):
-        if getattr(meta, scratch, 0):
-            raise CudaError(f"kernel needs {scratch.split('_')[0]} scratch memory")
-    if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_cooperative_grid", False) \
-            or getattr(meta, "launch_pdl", False):
-        raise CudaError("kernel needs a cluster, cooperative or programmatic-dependent launch")
-    arg_kinds = tuple(k[0] for k in spec)
-    extra = _entry_param_count(compiled.asm["ptx"], meta.name) - len(arg_kinds)
-    if extra < 0:
-        raise CudaError("kernel takes fewer parameters than smelt passes")
-    return CudaBinary(name=meta.name, cubin=compiled.asm["cubin"], num_warps=meta.num_warps, shared=meta.shared,
-                      arg_kinds=arg_kinds, extra_params=extra)
+    return CudaBinary(**compile_cubin(fn, spec, constexprs, num_warps, capability, options))

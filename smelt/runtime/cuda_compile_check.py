@@ -22,15 +22,10 @@ from ..artifact import CudaTwin
 from ..errors import KernelCompileError
 from .cuda_binary import describe
 from .kernel_binaries import KernelVariants, Unsupported
-from .launcher import block_constants, error_text
+from .launcher import appended_description, block_constants, error_text
 from .loader import load_module
 
 CAPABILITY = (9, 0)  # the H100, where smelt's GPU runs are made
-
-# A launch's appended buffers, described as cuda_binary.describe would: int32 sync counters and
-# float32 partials of a row split (codegen/triton/row_split.py), a finisher's int32 ticket.
-_ROW_SPLIT_BUFFERS = (("ptr", "torch.int32", True), ("ptr", "torch.float32", True))
-_TICKET = (("ptr", "torch.int32", True),)
 
 # (source digest, argument description, block constants, warps) -> the error, or None: compiled.
 _outcomes: dict[tuple, KernelCompileError | None] = {}
@@ -44,7 +39,7 @@ class CudaCompileCheck:
         self.cache_dir = cache_dir  # None: binaries are not kept
         row_split = twin.workspace[0] if twin.workspace is not None else None
         self.constexprs = block_constants(twin.config, twin.combo, row_split)
-        self.extra = (_ROW_SPLIT_BUFFERS if twin.workspace is not None else ()) + (_TICKET if twin.ticket else ())
+        self.extra = appended_description(twin.workspace, twin.ticket)
         self.digest = hashlib.sha256(twin.source.encode()).hexdigest()
         self._variants: KernelVariants | None = None
 

@@ -11,7 +11,9 @@ def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool)
     return halide_launcher(kernel.name, kernel.source, list(kernel.origins), cache_dir, path)
 
 
-def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir: str, workers: int) -> None:
-    """The CPU kernels not yet in the cache, compiled `workers` at a time (compile_pool.py)."""
+def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir: str, workers: int,
+                keep_kernels: bool) -> None:
+    """The CPU kernels not yet in the cache, compiled `workers` at a time (compile_pool.py); Halide's
+    libraries always live in the cache, whatever `keep_kernels` says of GPU binaries."""
     cpu = [(k.name, k.source, paths[k.name]) for k in kernels if "\nDEVICE = 'cpu'" in k.source]
     compile_ahead(cpu, cache_dir, workers)

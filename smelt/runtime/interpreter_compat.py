@@ -1,13 +1,24 @@
-"""Triton 3.6's interpreter turns a scalar kernel argument used as a loop bound (`range(0, rnumel,
-RBLOCK)` with a dynamic row length) into an int with int() of a one-element array, which NumPy 2.4
-rejects ("only 0-dimensional arrays can be converted to Python scalars"); Triton 3.9 takes the
-element itself. smelt supports both, so under such a NumPy the interpreter's tensors get an
-__index__ that takes the element (the same as 3.9's)."""
+"""Two repairs to Triton's interpreter, installed before the first interpreted kernel runs.
+
+- Triton 3.6's interpreter turns a scalar kernel argument used as a loop bound (`range(0, rnumel,
+  RBLOCK)` with a dynamic row length) into an int with int() of a one-element array, which NumPy
+  2.4 rejects ("only 0-dimensional arrays can be converted to Python scalars"); Triton 3.9 takes
+  the element itself. smelt supports both, so under such a NumPy the interpreter's tensors get an
+  __index__ that takes the element (the same as 3.9's).
+- A kernel's call of another @jit function (Philox's tl.rand, a finisher, a combo body) patches
+  triton.language with the interpreter's builtins and never puts them back (3.6 to 3.9): every
+  later GPU compile in the process then fails inside Triton ("'value' object has no attribute
+  'dtype'"), as SMELT_CHECK_CUDA_COMPILE's compiles did after any dropout. Each such call now
+  restores what it patched when it returns.
+"""
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
 _installed = False
+_nested = threading.local()  # .scopes: the patch scopes opened by the device function calls under way
 
 
 def _numpy_refuses_one_element_int() -> bool:
@@ -24,6 +35,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    _restore_after_device_calls()
     if not _numpy_refuses_one_element_int():
         return
     from triton.runtime import interpreter
@@ -36,3 +48,32 @@ def install() -> None:
         scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
 
     interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def _restore_after_device_calls() -> None:
+    from triton.runtime import interpreter
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    function = getattr(interpreter, "InterpretedFunction", None)
+    if patch_lang is None or function is None:  # another interpreter layout: leave it as it is
+        return
+    device_call = function.__call__
+
+    def recording_patch_lang(fn):
+        scope = patch_lang(fn)
+        opened = getattr(_nested, "scopes", None)
+        if opened is not None and hasattr(scope, "restore"):
+            opened.append(scope)
+        return scope
+
+    def restoring_call(self, *args, **kwargs):
+        outer = getattr(_nested, "scopes", None)
+        _nested.scopes = []
+        try:
+            return device_call(self, *args, **kwargs)
+        finally:
+            for scope in reversed(_nested.scopes):
+                scope.restore()  # back to the caller's patches (the kernel's launch undoes those)
+            _nested.scopes = outer
+
+    interpreter._patch_lang = recording_patch_lang
+    function.__call__ = restoring_call

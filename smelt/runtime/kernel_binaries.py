@@ -17,7 +17,8 @@ import threading
 import torch
 
 from ..source_digest import smelt_source_digest
-from .cuda_binary import CudaBinary, CudaError, compile_binary, compile_options, describe
+from .cuda_binary import CudaBinary, CudaError, compile_binary, describe
+from .triton_cubin import compile_options
 
 
 @functools.lru_cache(maxsize=None)

@@ -50,7 +50,7 @@ class TritonLauncher:
         self.variants = variants if not interpret else None  # None: Triton's JIT launches
         # SMELT_CHECK_CUDA_COMPILE: compiles the kernel's CUDA form for each new argument description.
         self.cuda_check = cuda_check
-        self.options = options  # Triton's compile options (cuda_binary.compile_options), for the JIT
+        self.options = options  # Triton's compile options (triton_cubin.compile_options), for the JIT
         # Launches already resolved (binary, grid, appended buffers), by the call's scalars: see _recall_key.
         self._resolved: dict | None = {} if self.variants is not None and autotuner is None else None
         self._tensors = self._scalars = None  # itemgetters over a call's arguments, set on its first
@@ -208,6 +208,18 @@ def block_constants(config, fixed_grid: bool, row_split: int | None) -> dict:
     if row_split is not None:
         constants["ROW_SPLIT"] = row_split
     return constants
+
+
+# The buffers a launch appends to the wrapper's arguments, described as cuda_binary.describe would:
+# int32 sync counters and float32 partials of a row split (RowSplitWorkspace.buffers), a
+# finisher's int32 ticket (TicketCounter.buffer).
+_ROW_SPLIT_BUFFERS = (("ptr", "torch.int32", True), ("ptr", "torch.float32", True))
+_TICKET = (("ptr", "torch.int32", True),)
+
+
+def appended_description(workspace, ticket: bool) -> tuple:
+    """describe() of what a launch of a kernel with this row-split workspace and ticket appends."""
+    return (_ROW_SPLIT_BUFFERS if workspace is not None else ()) + (_TICKET if ticket else ())
 
 
 def items_getter(positions) -> Callable:

@@ -2,15 +2,65 @@
 the interpreter for CPU kernels), wrapped in a launcher with its autotuner, binaries and checks."""
 from __future__ import annotations
 
+import os
+
 from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
-from .combo_launcher import ComboLauncher
-from .cuda_binary import compile_options, keep_launcher_in
-from .cuda_compile_check import CudaCompileCheck
-from .kernel_binaries import KernelVariants
-from .launcher import TritonLauncher
+from .combo_launcher import LAUNCH_DESCRIPTION, ComboLauncher
+from .compile_pool import run_jobs
+from .cuda_binary import keep_launcher_in
+from .cuda_compile_check import CAPABILITY, CudaCompileCheck
+from .kernel_binaries import KernelVariants, folder_for, variant_key
+from .launcher import TritonLauncher, appended_description, block_constants
 from .loader import load_module, source_path
+from .triton_cubin import compile_options
+
+
+def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir: str, workers: int,
+                keep_kernels: bool) -> None:
+    """The GPU binaries of kernels whose launch codegen could describe (GeneratedKernel.launch_guess),
+    compiled `workers` at a time into the cache (compile_pool.py), where their first launch finds
+    them. Also the CUDA forms that SMELT_CHECK_CUDA_COMPILE compiles for interpreted kernels."""
+    if workers < 2 or not keep_kernels:  # binaries are found only where they are kept
+        return
+    jobs = {}
+    for kernel in kernels:
+        job = _ahead_job(kernel, paths[kernel.name], cache_dir)
+        if job is not None:
+            jobs[job["folder"]] = job  # kernels alike compile once
+    if jobs:
+        run_jobs(list(jobs.values()), workers)
+
+
+def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | None:
+    if len(kernel.candidates) > 1:  # autotuned: each candidate compiles as it is timed
+        return None
+    if kernel.combo:
+        guess = LAUNCH_DESCRIPTION
+    elif kernel.launch_guess is not None:
+        guess = kernel.launch_guess
+    else:
+        return None
+    if kernel.interpret:
+        twin = kernel.cuda_twin
+        if twin is None:
+            return None
+        name, source, config, workspace, ticket = twin.name, twin.source, twin.config, twin.workspace, twin.ticket
+        path, capability = source_path(cache_dir, twin.name, twin.source), CAPABILITY
+    else:
+        import torch
+        name, source, config, workspace, ticket = kernel.name, kernel.source, kernel.config, kernel.workspace, \
+            kernel.ticket
+        capability = torch.cuda.get_device_capability()
+    constexprs = block_constants(config, bool(kernel.combo), workspace[0] if workspace is not None else None)
+    spec = guess + appended_description(workspace, ticket)
+    folder = folder_for(cache_dir, variant_key(source, spec, constexprs, config.num_warps, capability))
+    if os.path.isdir(folder):
+        return None  # kept already
+    return {"backend": "triton", "name": name, "path": path, "spec": spec, "constexprs": constexprs,
+            "num_warps": config.num_warps, "capability": list(capability), "options": compile_options(source),
+            "folder": folder}
 
 
 def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool):

@@ -13,6 +13,7 @@ from .candidates import candidates, masks_needed
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
 from .finisher import Finisher
 from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .launch_guess import launch_guess
 from .row_split import row_split_for
 
 log = logging.getLogger("smelt")
@@ -60,10 +61,11 @@ class TritonBackend:
                                    config=kernel.config, candidates=tuple(kernel.candidates), workspace=None,
                                    xnumel_arg=-1, interpret=interpret, combo=kernel.launch, cuda_twin=twin,
                                    backend=self.name)
+        guess = launch_guess(kernel, ctx.graph) if not interpret or twin is not None else None
         return GeneratedKernel(name=kernel.name, source=kernel.source, origins=tuple(kernel.origins),
                                config=kernel.config, candidates=tuple(kernel.candidates), workspace=kernel.workspace,
                                ticket=kernel.ticket, xnumel_arg=len(kernel.params) + len(kernel.size_args),
-                               interpret=interpret, cuda_twin=twin, backend=self.name)
+                               interpret=interpret, cuda_twin=twin, backend=self.name, launch_guess=guess)
 
 
 def _cuda_twin(step, kernel, graph, cfg, index: int, steps) -> CudaTwin | None:

@@ -157,7 +157,7 @@ class TritonOps:
             # The interpreter drops tl.device_assert: its own check raises (interpreter_libdevice.py).
             k.body.writeline(f"libdevice.check_index({check})")
         else:
-            # Such a kernel compiles in Triton's debug mode, which keeps the check (cuda_binary.compile_options).
+            # Such a kernel compiles in Triton's debug mode, which keeps the check (runtime/triton_cubin.compile_options).
             k.body.writeline(f"tl.device_assert({check})")
         k.indirect_ranks[str(symbol)] = value.rank
         return symbol
