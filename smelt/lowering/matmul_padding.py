@@ -23,7 +23,8 @@ against a product hundreds of times its size. Any other operand is copied with i
 The pads are FX nodes inserted before lowering (lowering/layout_plan.py re-traces the layouts);
 what a caller sees keeps eager's strides. A 2-D product padded in N that is read only through such a
 copy (an inference graph's logits) runs as smelt::padded_product instead (runtime/padded_product.py):
-row blocks through a small padded scratch, so the padded product is never whole beside its copy.
+blocks through a small scratch of aligned rows, so the padded product is never whole beside its copy;
+an operand the pass had copied with its pad (a weight) goes unpadded, so that copy is not made either.
 """
 from __future__ import annotations
 
@@ -216,12 +217,27 @@ def products_into_copies(gm: torch.fx.GraphModule) -> bool:
             continue  # addmm's beta / alpha
         with gm.graph.inserting_before(clone):
             result = gm.graph.call_function(torch.ops.smelt.padded_product.default,
-                                            (product.args[-2], product.args[-1], bias, end))
+                                            (product.args[-2], _unpadded(product.args[-1], end),
+                                             _unpadded(bias, end), end))
             for view in reversed(views):
                 result = gm.graph.call_function(view.target, (result, *view.args[1:]), dict(view.kwargs))
         clone.replace_all_uses_with(result)
         changed = True
     return changed
+
+
+def _unpadded(node, n: int):
+    """What a `constant_pad_nd` of zeros after the last dim padded to more than `n`, where it had
+    `n` there (the padded copy of a weight: smelt::padded_product reads the weight itself, in
+    aligned blocks of its columns, so the copy is left dead); else `node`."""
+    if not (isinstance(node, torch.fx.Node) and node.target is aten.constant_pad_nd.default):
+        return node
+    source, spec = node.args[0], list(node.args[1])
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    val = _val_any(source) if isinstance(source, torch.fx.Node) else None
+    if val is None or value != 0 or len(spec) != 2 or spec[0] != 0 or val.shape[-1] != n:
+        return node
+    return source
 
 
 def _val(node):
