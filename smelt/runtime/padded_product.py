@@ -51,9 +51,9 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
         if b.stride(0) == 1 and b.stride(1) % align == 0 and b.stride(1) >= b.shape[0]:
             return _by_columns(a, b, bias, n, out, align)
         b = torch.nn.functional.pad(b, [0, -n % align])
-        if bias is not None and bias.shape[-1] == n:
-            bias = torch.nn.functional.pad(bias, [0, -n % align])
     padded = b.shape[1]
+    if bias is not None and bias.shape[-1] == n != padded:  # the lowering unpadded it, not `b`
+        bias = torch.nn.functional.pad(bias, [0, padded - n])
     rows = max(1, min(m, SCRATCH_BYTES // max(1, padded * a.element_size())))
     scratch = torch.empty((rows, padded), dtype=a.dtype, device=a.device)
     full_bias = bias.expand(m, padded) if bias is not None else None
