@@ -269,3 +269,23 @@ def test_padded_product_of_every_operand_form(device, assert_close, monkeypatch,
             actual = torch.ops.smelt.padded_product(a, b, given_bias, n)
             assert actual.is_contiguous()
             assert_close(actual, F.linear(a, w, bias), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["weight", "row_major", "padded"])
+@pytest.mark.parametrize("m, k, n", [(5, 64, 37), (130, 96, 300), (7, 40, 9)])
+def test_the_unaligned_product_kernel_against_linear(form, m, k, n, monkeypatch):
+    """runtime/unaligned_matmul.py's kernel (what smelt::padded_product runs for half floats on CUDA),
+    run by Triton's interpreter on the CPU in float32 with small tiles: edges in M, N and K, every
+    operand form, with and without a bias."""
+    from smelt.runtime import unaligned_matmul
+    from smelt.runtime.loader import load_module
+    interpreted = load_module(unaligned_matmul.__file__, interpret=True)
+    monkeypatch.setattr(interpreted, "CONFIG", {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
+                                                "num_warps": 4, "num_stages": 1})
+    torch.manual_seed(0)
+    a, w = torch.randn(m, k), torch.randn(n, k)
+    for bias in (None, torch.randn(n)):
+        b = {"weight": w.t(), "row_major": w.t().contiguous(), "padded": F.pad(w.t(), [0, 3])}[form]
+        given_bias = F.pad(bias, [0, 3]) if bias is not None and form == "padded" else bias
+        out = interpreted.product_into(torch.empty(m, n), a, b, given_bias)
+        torch.testing.assert_close(out, F.linear(a, w, bias), atol=1e-4, rtol=1e-4)

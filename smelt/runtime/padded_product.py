@@ -33,6 +33,8 @@ from typing import Optional
 
 import torch
 
+from . import unaligned_matmul
+
 SCRATCH_BYTES = 128 << 20
 COLUMN_SCRATCH_BYTES = 16 << 20
 ALIGN_BYTES = 16
@@ -46,6 +48,8 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if m == 0 or n == 0:
         return out
+    if unaligned_matmul.applies(a, b, bias) and (bias is None or bias.stride(0) == 1):
+        return unaligned_matmul.product_into(out, a, b, bias)  # one Triton kernel, no scratch (H100: see there)
     align = max(1, ALIGN_BYTES // a.element_size())
     if b.shape[1] == n and n % align:
         if b.stride(0) == 1 and b.stride(1) % align == 0 and b.stride(1) >= b.shape[0]:
