@@ -17,6 +17,7 @@ from .debug import dump_graph
 from .errors import HalideRefusedKernel
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
+from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import plan_layouts
 from .saved_inputs import saved_outputs_start
 from .runtime import halide_threads
@@ -40,6 +41,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         nonlocal planned
         planned = True
         with clock.stage("plan"):
+            merge_common_subexpressions(gm)
             return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
                                 _wants(cfg, "matmul_padding", "pads_matmul_rows"))
 

@@ -1,0 +1,79 @@
+"""Repeated ATen calls merged before lowering (lowering/fx_cse.py), and what must stay apart."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt
+from smelt.lowering.fx_cse import merge_common_subexpressions
+
+pytestmark = pytest.mark.smelt_only
+
+
+def _aten_graph(fn, *args):
+    return torch.fx.experimental.proxy_tensor.make_fx(fn)(*args)
+
+
+def _count(gm, target):
+    return sum(n.target is target for n in gm.graph.nodes)
+
+
+def test_a_mask_converted_per_layer_is_converted_once():
+    def layers(x, mask):
+        for _ in range(4):  # as BERT's layers each turn the mask into additive form
+            x = torch.softmax(x + torch.where(mask, 0.0, float("-inf")), -1) @ x
+        return x
+    x, mask = torch.randn(8, 8), torch.rand(8, 8) > 0.3
+    mask[:, 0] = True
+    gm = _aten_graph(layers, x, mask)
+    assert _count(gm, torch.ops.aten.where.self) == 4
+    assert merge_common_subexpressions(gm) >= 3
+    assert _count(gm, torch.ops.aten.where.self) == 1
+    torch.testing.assert_close(gm(x, mask), layers(x, mask))
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(layers, backend="smelt")(x, mask), layers(x, mask))
+
+
+def test_random_draws_stay_apart():
+    gm = _aten_graph(lambda x: (F.dropout(x, 0.5, True) - F.dropout(x, 0.5, True)).abs().sum(), torch.ones(1000))
+    merge_common_subexpressions(gm)
+    assert gm(torch.ones(1000)) > 0  # two draws: their difference is not zero
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (F.dropout(x, 0.5, True) - F.dropout(x, 0.5, True)).abs().sum(), backend="smelt")
+    assert f(torch.ones(1000)) > 0
+
+
+def test_scalars_of_other_types_stay_apart():
+    gm = _aten_graph(lambda x: ((x + 1) * 2, (x + 1.0) * 2, (x + True) * 2), torch.arange(4))
+    merge_common_subexpressions(gm)
+    a, b, c = gm(torch.arange(4))
+    assert (a.dtype, b.dtype, c.dtype) == (torch.int64, torch.float32, torch.int64)
+
+
+def test_values_the_caller_sees_are_never_merged():
+    # Eager returns two tensors: merged, they would share memory and a write to one would show in
+    # the other. Through views too.
+    def two(x):
+        return x.exp().t(), x.exp().view(-1), x.sin(), x.sin()
+    x = torch.randn(3, 3)
+    torch._dynamo.reset()
+    outs = torch.compile(two, backend="smelt")(x)
+    storages = {o.untyped_storage().data_ptr() for o in outs}
+    assert len(storages) == 4
+    outs[0].zero_()
+    outs[2].zero_()
+    torch.testing.assert_close(outs[1], x.exp().view(-1))
+    torch.testing.assert_close(outs[3], x.sin())
+
+
+def test_a_repeated_chain_is_merged_whole_and_the_gradient_matches():
+    def f(x, w):
+        return (x @ w).relu().sum() + (x @ w).relu().sum()
+    x, w = torch.randn(4, 5), torch.randn(5, 3, requires_grad=True)
+    gm = _aten_graph(f, x, w.detach())
+    merge_common_subexpressions(gm)
+    assert _count(gm, torch.ops.aten.mm.default) == 1 and _count(gm, torch.ops.aten.relu.default) == 1
+    torch._dynamo.reset()
+    w2 = w.detach().clone().requires_grad_()
+    torch.compile(f, backend="smelt")(x, w2).backward()
+    f(x, w).backward()
+    torch.testing.assert_close(w2.grad, w.grad)
