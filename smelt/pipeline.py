@@ -27,6 +27,7 @@ from .scheduler import schedule as make_schedule
 from .scheduler.combo import combine, is_merge_key
 from .target import H100, Target
 from .scheduler.finishers import attach_finishers, finisher_plan
+from .scheduler.reuse import plan_reuse
 
 log = logging.getLogger("smelt")
 _graph_ids = itertools.count()
@@ -162,6 +163,8 @@ def _schedule(graph, cfg, halide_refused):
 
     sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
+    if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
+        sched.reuses = plan_reuse(sched.steps, outputs, graph)
     return sched, ctx
 
 

@@ -54,7 +54,7 @@ def test_inference_matches_eager_in_value_and_strides(device, compile_fn, assert
         # the convolution, and the activation y is made NHWC by the first convolution.
         assert len(copies) == 1, copies
         wrappers = "\n".join(g.wrapper_source for g in observe.compiled_graphs())
-        assert "(2048, 1, 128, 8)" in wrappers  # the convolutions' NHWC results
+        assert re.search(r"\(2048, 1, 128, 8,?\)", wrappers)  # the convolutions' NHWC results
     else:
         assert copies == []
 
@@ -118,7 +118,7 @@ def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, co
         assert_close(a, e, atol=1e-5, rtol=1e-5)
         assert a.stride() == e.stride()
     (graph,) = observe.compiled_graphs()
-    assert "(144, 1, 24, 4)" in graph.wrapper_source  # planned: the convolution's result is NHWC
+    assert re.search(r"\(144, 1, 24, 4,?\)", graph.wrapper_source)  # planned: the convolution's result is NHWC
 
 
 def test_pointwise_kernels_walk_a_channels_last_buffer_in_memory_order(device, compile_fn, assert_close, observe):

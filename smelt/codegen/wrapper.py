@@ -131,6 +131,13 @@ class WrapperCodegen:
         for name in names:
             self.live.pop(name, None)
 
+    def reuse(self, out: IndentedBuffer, name: str, dying: str) -> None:
+        """`name` takes the memory of `dying`, which this kernel reads for the last time, at the
+        elements it writes (scheduler/reuse.py)."""
+        out.writeline(f"{name} = {dying}  # written over {dying}, read for the last time here")
+        if self.peak is not None and dying in self.live:
+            self.live[name] = self.live.pop(dying)
+
     def allocate_buffer(self, out: IndentedBuffer, buffer, allocated: set[str]) -> None:
         """Memory for `buffer`, or for a slice of a shared storage its view (the storage first)."""
         lives_in = getattr(buffer, "lives_in", None)
@@ -211,7 +218,10 @@ class WrapperCodegen:
             else:
                 kernel = self.kernels[k]
                 for name in step.stored + [n for f in step.finishers for n in f.stored]:
-                    if name not in allocated:
+                    if name in self.schedule.reuses:
+                        self.reuse(body, name, self.schedule.reuses[name])
+                        allocated.add(name)
+                    elif name not in allocated:
                         self.allocate_buffer(body, buffers[name], allocated)
                 if step.combo:
                     args = [buffer for member in kernel.member_buffers for buffer in member]

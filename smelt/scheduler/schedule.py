@@ -49,6 +49,8 @@ class Step:
 class Schedule:
     graph: object
     steps: list[Step]
+    # Buffers a kernel stores over a buffer that dies in it, {stored: dying} (scheduler/reuse.py).
+    reuses: dict = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         lines = []

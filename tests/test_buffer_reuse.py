@@ -1,0 +1,82 @@
+"""A pointwise kernel's result written over a buffer that dies in it (scheduler/reuse.py)."""
+import pytest
+import torch
+import torch.nn as nn
+
+import smelt
+
+pytestmark = pytest.mark.smelt_only
+
+
+def _conv_net():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8),
+                        nn.ReLU(), nn.Flatten(), nn.Linear(8 * 12 * 12, 4)).eval()
+    for m in net:
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+    return net
+
+
+def _compiled(fn, *args, observe):
+    torch._dynamo.reset()
+    observe.reset()
+    with torch.no_grad():
+        out = torch.compile(fn, backend="smelt")(*args)
+    return out, observe.compiled_graphs()[-1]
+
+
+def test_norm_and_activation_write_over_the_convolutions_result(observe):
+    net, x = _conv_net(), torch.randn(2, 8, 16, 16)
+    out, graph = _compiled(net, x, observe=observe)
+    with torch.no_grad():
+        torch.testing.assert_close(out, net(x), atol=1e-4, rtol=1e-4)
+    assert graph.wrapper_source.count("written over") >= 1  # the second feeds Flatten in NCHW: another layout
+
+
+def test_the_planned_peak_falls_by_the_buffer_not_allocated(observe, monkeypatch):
+    x, w, head = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 4)
+
+    def f(x, w, head):
+        return ((x @ w).relu() * 2) @ head  # without reuse the product and its activation meet at the peak
+    out, graph = _compiled(f, x, w, head, observe=observe)
+    torch.testing.assert_close(out, f(x, w, head))
+    assert "written over" in graph.wrapper_source
+    monkeypatch.setattr(smelt.pipeline, "plan_reuse", lambda *a: {})
+    _, without = _compiled(f, x, w, head, observe=observe)
+    assert "written over" not in without.wrapper_source
+    assert without.planned_peak_bytes == 2 * 64 * 64 * 4  # the product and its activation
+    assert graph.planned_peak_bytes == 64 * 64 * 4 + 64 * 4 * 4  # the product (then the activation) and the result
+
+
+def test_a_buffer_read_at_other_elements_is_not_written_over(observe):
+    x, w, head = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 4)
+
+    def f(x, w, head):
+        y = x @ w
+        return (y.flip(-1) + y).relu() @ head  # each element reads its mirror: overwriting would corrupt it
+    out, graph = _compiled(f, x, w, head, observe=observe)
+    torch.testing.assert_close(out, f(x, w, head))
+    assert "written over" not in graph.wrapper_source
+
+
+def test_a_buffer_two_results_read_is_not_written_over(observe):
+    x, w, head = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 4)
+
+    def f(x, w, head):
+        y = x @ w
+        return (y.relu() * 2) @ head, y.sigmoid() @ head  # one kernel stores both: the second reads y too
+    out, graph = _compiled(f, x, w, head, observe=observe)
+    for a, e in zip(out, f(x, w, head)):
+        torch.testing.assert_close(a, e)
+    assert "written over" not in graph.wrapper_source
+
+
+def test_no_reuse_while_autotuning(observe):
+    net, x = _conv_net(), torch.randn(2, 8, 16, 16)
+    with smelt.config.override(autotune=True):
+        out, graph = _compiled(net, x, observe=observe)
+    assert "written over" not in graph.wrapper_source
+    with torch.no_grad():
+        torch.testing.assert_close(out, net(x), atol=1e-4, rtol=1e-4)
