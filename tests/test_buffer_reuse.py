@@ -80,3 +80,20 @@ def test_no_reuse_while_autotuning(observe):
     assert "written over" not in graph.wrapper_source
     with torch.no_grad():
         torch.testing.assert_close(out, net(x), atol=1e-4, rtol=1e-4)
+
+
+def test_a_kernel_storing_two_results_writes_over_nothing(observe):
+    # A training batch norm's kernel stores the biased convolution and its float64 copy: Halide
+    # recomputed the first (inlined) for the second after storing it over the convolution's output,
+    # and the gradients came out wrong (found by make test's cached training step).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1))
+    x = torch.randn(2, 3, 8, 8)
+    model(x).square().sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch._dynamo.reset()
+    with smelt.config.override(channels_last="on"):
+        torch.compile(model, backend="smelt")(x).square().sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], atol=1e-4, rtol=1e-4)

@@ -6,16 +6,14 @@ bf16 inference peaked at 1.34x Inductor's on the H100. When a kernel stores a bu
 layout of one it reads for the last time, and reads that buffer only at the element it writes, the
 wrapper hands it the dying buffer's memory instead of a new one.
 
-Only where that is safe on every backend: a pointwise kernel (no reduction, scan or scatter, no
-finisher, not a combo), the reused buffer loaded only by the node that writes the new one and only at
+Only where that is safe on every backend: a pointwise kernel storing one result (no reduction, scan or
+scatter, no finisher, not a combo), the reused buffer loaded only by the node that writes the new one and only at
 the store's own index (each element is read before the same program writes it, and by no other), a buffer a kernel of this graph allocated (never
 a graph input, an output, a slice of a shared storage, or an ATen result its op's schema lets alias
 an input), and no autotuning (its
 trials rerun the kernel on the same arguments).
 """
 from __future__ import annotations
-
-import sympy
 
 from .nodes import same
 
@@ -30,10 +28,12 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
     reuses: dict[str, str] = {}
     taken: set[str] = set()
     for step in steps:
-        if step.is_extern or step.combo or step.finishers or not step.stored:
+        # One stored result: a second one (a float64 copy beside a value) may be printed after the
+        # first's store, and Halide recomputes an inlined value there, loading the reused buffer again.
+        if step.is_extern or step.combo or step.finishers or len(step.stored) != 1:
             continue
         plan = step.plan
-        if sympy.sympify(plan.rnumel) != 1 or any(n.is_reduction or n.is_scan or n.is_scatter for n in plan.nodes):
+        if any(n.is_reduction or n.is_scan or n.is_scatter for n in plan.nodes):
             continue
         for out in step.stored:
             writer = plan.writer_of(out)
