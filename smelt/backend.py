@@ -14,6 +14,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
+from . import graph_cache
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.layout_plan import restride_placeholders
@@ -94,8 +95,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         return cached
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
         prepare_compiler()
-        # Workers import Triton's compiler while Dynamo and AOTAutograd trace (triton_loading.build_ahead).
-        compile_pool.start(cfg.compile_workers, "triton")
+        if graph_cache.enabled(cfg):  # where binaries are kept, workers compile them (triton_loading.build_ahead):
+            compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
     compiled = aot_module_simplified(
         gm, example_inputs,
         fw_compiler=_Compiler("forward", slot, settings),
