@@ -97,3 +97,16 @@ def test_a_kernel_storing_two_results_writes_over_nothing(observe):
         torch.compile(model, backend="smelt")(x).square().sum().backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows, cols", [(7, 13), (3, 1000), (257, 33)])
+def test_odd_sizes_written_over_match_eager(rows, cols, observe):
+    # A vector tail that recomputed its last elements (rather than guarding them) would read values
+    # already written over: every size here leaves a tail.
+    x, w, head = torch.randn(rows, 16), torch.randn(16, cols), torch.randn(cols, 3)
+
+    def f(x, w, head):
+        return ((x @ w) * 3 + 1).exp() @ head
+    out, graph = _compiled(f, x, w, head, observe=observe)
+    assert "written over" in graph.wrapper_source
+    torch.testing.assert_close(out, f(x, w, head), rtol=1e-5, atol=1e-4)
