@@ -110,3 +110,22 @@ def test_odd_sizes_written_over_match_eager(rows, cols, observe):
     out, graph = _compiled(f, x, w, head, observe=observe)
     assert "written over" in graph.wrapper_source
     torch.testing.assert_close(out, f(x, w, head), rtol=1e-5, atol=1e-4)
+
+
+def test_a_buffer_written_over_and_then_scattered_into_is_taken_once():
+    # The fuzzer's program (seed 1970, program 104): the backward writes a buffer over a dying one,
+    # then a scatter updates it; the wrapper took the dying buffer's memory again at the scatter,
+    # after its `del` (UnboundLocalError).
+    x0 = torch.randn(1, 1, 1, 1, requires_grad=True)
+    x5, x6 = torch.randn(1, 2, 1, 1, dtype=torch.float64), torch.zeros(1, 2, 1, 1, dtype=torch.int64)
+
+    def fn(x0, x5, x6):
+        return torch.cumsum(x0, 1, dtype=torch.float64).scatter_reduce(1, x6, x5, "mean", include_self=False)
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend="smelt")(x0, x5, x6)
+    out.sum().backward()
+    expected_grad = x0.grad.clone()
+    x0.grad = None
+    fn(x0, x5, x6).sum().backward()
+    torch.testing.assert_close(out, fn(x0, x5, x6))
+    torch.testing.assert_close(expected_grad, x0.grad)

@@ -218,10 +218,12 @@ class WrapperCodegen:
             else:
                 kernel = self.kernels[k]
                 for name in step.stored + [n for f in step.finishers for n in f.stored]:
+                    if name in allocated:  # a later kernel writing it again (a scatter's updates)
+                        continue
                     if name in self.schedule.reuses:
                         self.reuse(body, name, self.schedule.reuses[name])
                         allocated.add(name)
-                    elif name not in allocated:
+                    else:
                         self.allocate_buffer(body, buffers[name], allocated)
                 if step.combo:
                     args = [buffer for member in kernel.member_buffers for buffer in member]
