@@ -304,3 +304,16 @@ def test_float_to_narrow_integer_wraps_as_eager(compile_fn, device, dtype, fn):
     out = torch.zeros(4, 4, 2, dtype=dtype, device=device)
     actual, expected = compile_fn(fn)(x, out), fn(x, out)
     assert torch.equal(actual, expected), (actual - expected).nonzero()[:5]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.bool])
+def test_copysign_keeps_the_sign_of_zero(compile_fn, device, dtype):
+    # The fuzzer's atan2(0, copysign(False, -0.5)): Halide's copysign gave +0 (its -x is 0 - x), and
+    # atan2 then 0 where eager's is pi. Every special value against every sign, bools as magnitudes.
+    values = torch.tensor(_SPECIAL, device=device)
+    magnitudes = (values != 0) if dtype == torch.bool else values.to(dtype)
+    a, b = magnitudes.repeat_interleave(len(values)), values.repeat(len(values))
+    _assert_same_bits(compile_fn(torch.copysign)(a, b), torch.copysign(a, b))
+    torch._dynamo.reset()
+    fn = lambda a, b: torch.atan2(torch.zeros_like(b), torch.copysign(a, b))  # noqa: E731
+    _assert_same_bits(compile_fn(fn)(a, b), fn(a, b))

@@ -108,7 +108,10 @@ INFIX = {
 }
 FLOAT_BINARY = {
     "pow": "power({0}, {1})", "atan2": "hl.atan2({0}, {1})", "hypot": "hypot({0}, {1})",  # halide_special.py
-    "copysign": "hl.select((hl.reinterpret(hl.UInt({bits}), {1}) >> {shift}) != 0, -hl.abs({0}), hl.abs({0}))",
+    # On the bits: Halide writes -x as 0 - x, which turns copysign(0, -1) into +0 (the fuzzer's
+    # atan2(0, copysign(False, -0.5)): eager's pi, smelt's 0).
+    "copysign": "hl.reinterpret({t}, (hl.reinterpret(hl.UInt({bits}), {0}) & ~(hl.cast(hl.UInt({bits}), 1) << {shift}))"
+                " | (hl.reinterpret(hl.UInt({bits}), {1}) & (hl.cast(hl.UInt({bits}), 1) << {shift})))",
     "fmod": "float_fmod({0}, {1})",  # halide_division.py
     # NaN in either operand wins, as in eager.
     "maximum": "hl.select(hl.is_nan({0}) | ({0} > {1}), {0}, {1})",
