@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
@@ -49,7 +51,6 @@ def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | Non
         name, source, config, workspace, ticket = twin.name, twin.source, twin.config, twin.workspace, twin.ticket
         path, capability = source_path(cache_dir, twin.name, twin.source), CAPABILITY
     else:
-        import torch
         name, source, config, workspace, ticket = kernel.name, kernel.source, kernel.config, kernel.workspace, \
             kernel.ticket
         capability = torch.cuda.get_device_capability()
