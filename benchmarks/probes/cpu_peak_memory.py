@@ -23,7 +23,8 @@ seen either (the profiler's peak has it).
     python -m benchmarks.probes.cpu_peak_memory --check            # the toy functions
     python -m benchmarks.probes.cpu_peak_memory --models bert,gpt2 --batch 2 --seq 128 --dtype fp32
 
-`--size real` builds the suite's real configs (BERT-base, GPT-2) at `--batch` x `--seq` tokens;
+`--no-reuse` compiles without in-place reuse (scheduler/reuse.py): RESULTS' ResNet-50 pair is
+`--models resnet50` with and without it. `--size real` builds the suite's real configs (BERT-base, GPT-2) at `--batch` x `--seq` tokens;
 `--top N` lists the N largest storages alive at each side's peak. `--debug-dir` keeps smelt's
 wrappers (SMELT_DEBUG_DIR).
 """
@@ -287,7 +288,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--debug-dir", default=None)
+    parser.add_argument("--no-reuse", action="store_true",
+                        help="compile without in-place reuse (scheduler/reuse.py), for a before/after pair")
     args = parser.parse_args()
+    if args.no_reuse:
+        import smelt.pipeline
+        smelt.pipeline.plan_reuse = lambda *a: {}
     if args.debug_dir:
         os.environ["SMELT_DEBUG_DIR"] = args.debug_dir
     # A graph from the Dynamo-level cache is called through its wrapper's `call` itself, not
