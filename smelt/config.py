@@ -124,6 +124,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_PROGRESS": Setting(parse_bool, False, _BOOL),
@@ -194,6 +195,9 @@ class Config:
     # Large matrix products with rows of a misaligned length run on zero-padded rows
     # (lowering/matmul_padding.py): "auto" where the Target's library needs aligned rows (cuBLAS).
     matmul_padding: str = _field("SMELT_MATMUL_PADDING")
+    # Depthwise convolutions as smelt kernels (lowering/depthwise_convolution.py): "auto" where the
+    # Target says they beat the library (cuDNN's on the GPU).
+    depthwise_kernels: str = _field("SMELT_DEPTHWISE_KERNELS")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

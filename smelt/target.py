@@ -34,6 +34,9 @@ class Target:
     # Whether large matrix products get 16-byte aligned rows (lowering/matmul_padding.py): cuBLAS's
     # tensor-core kernels need them, and run element by element otherwise.
     pads_matmul_rows: bool = False
+    # Whether depthwise convolutions run as smelt kernels (lowering/depthwise_convolution.py), which
+    # fuse with what follows, rather than in ATen.
+    depthwise_convolution_kernels: bool = False
 
 
 # An H100 (132 SMs): about 8 programs per SM keep loads in flight on every SM while the partials
@@ -42,7 +45,8 @@ class Target:
 # (benchmarks/probes/reduction_variants.py). One value splits from 4096 elements: its second
 # stage runs in the first kernel's last program, so the split costs no launch.
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
-              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True)
+              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
+              depthwise_convolution_kernels=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

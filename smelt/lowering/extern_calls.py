@@ -10,6 +10,7 @@ from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
+from .depthwise_convolution import depthwise_windows, lower_depthwise
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from ..runtime import padded_product  # noqa: F401  (registers smelt::padded_product)
@@ -104,10 +105,21 @@ def with_effects(g, token, op, *args, **kwargs):
           aten.convolution_backward, aten._scaled_dot_product_flash_attention,
           aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product)
 def extern_call(g, *args, **kwargs):
+    if g.node.target is aten.convolution.default and not kwargs and _wants_depthwise_kernels(g):
+        windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8])
+        if windows is not None:
+            return lower_depthwise(g, args[0], args[1], args[2], windows)
     if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
             and g.target_for(g.out_meta.device.type).adds_convolution_bias:
         return _convolution_then_bias(g, *args)
     return make_extern(g, g.node.target, args, kwargs, is_fallback=False)
+
+
+def _wants_depthwise_kernels(g) -> bool:
+    setting = getattr(g.config, "depthwise_kernels", "auto") if g.config is not None else "auto"
+    if setting != "auto":
+        return setting == "on"
+    return g.target_for(g.out_meta.device.type).depthwise_convolution_kernels
 
 
 def _convolution_then_bias(g, x, weight, bias, *rest):

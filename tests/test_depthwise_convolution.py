@@ -1,0 +1,159 @@
+"""Depthwise convolutions lowered to smelt kernels (lowering/depthwise_convolution.py): values
+against eager for every window shape the mobile nets and ConvNeXt use (strides, padding past the
+window, dilation, channel multipliers, 1-D and 3-D), fused with what follows, and the cases that
+stay in ATen."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import smelt.config
+from conftest import inspects_triton_kernels
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
+def _kernels(observe) -> list[str]:
+    return [k for g in observe.compiled_graphs() for k in g.kernel_names]
+
+
+def _externs(observe) -> str:
+    """The wrapper lines that call ATen (not the comments naming each kernel's source ops)."""
+    return "\n".join(line for g in observe.compiled_graphs() for line in g.wrapper_source.splitlines()
+                     if "(" in line and not line.lstrip().startswith("#"))
+
+
+CASES = [
+    # (input shape, channels out, kernel, stride, padding, dilation, bias)
+    ((2, 8, 13, 11), 8, 7, 1, 3, 1, True),  # ConvNeXt
+    ((2, 8, 12, 12), 8, 3, 2, 1, 1, False),  # MobileNet's strided 3x3
+    ((1, 6, 9, 10), 6, 5, 2, 2, 1, True),  # EfficientNet's 5x5
+    ((2, 4, 10, 9), 8, 3, 1, 1, 1, True),  # channel multiplier 2
+    ((1, 4, 11, 11), 4, 3, 1, 4, 2, False),  # dilation, padding past the window's reach
+    ((1, 4, 7, 12), 4, (1, 5), (2, 1), (0, 2), 1, True),  # a rectangular window
+]
+
+
+@pytest.mark.smelt_only
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-k{c[2]}-s{c[3]}-p{c[4]}-d{c[5]}")
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_depthwise_matches_eager(device, compile_fn, assert_close, observe, case, layout):
+    shape, out_channels, kernel, stride, padding, dilation, bias = case
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=device)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    conv = nn.Conv2d(shape[1], out_channels, kernel, stride, padding, dilation, groups=shape[1], bias=bias).to(device)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(conv)(x)
+        expected = conv(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert actual.stride() == expected.stride()
+    assert "convolution(" not in _externs(observe)
+
+
+@pytest.mark.smelt_only
+def test_depthwise_fuses_with_norm_and_activation(device, compile_fn, assert_close, observe):
+    """A mobile net's block: depthwise convolution, batch norm, hard-swish, as one kernel."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16),
+                          nn.Hardswish()).to(device).eval()
+    with torch.no_grad():
+        block[1].running_mean.normal_()
+        block[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 16, 14, 14, device=device).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(block)(x)
+        expected = block(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert len(_kernels(observe)) == 1, _kernels(observe)
+
+
+@pytest.mark.smelt_only
+def test_convnext_block_stores_the_convolution_once(device, compile_fn, assert_close, observe):
+    """ConvNeXt permutes the convolution's output before its layer norm, which reads it twice:
+    the window is summed into memory once, not recomputed by each read."""
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.dw, self.norm, self.fc = nn.Conv2d(c, c, 7, padding=3, groups=c), nn.LayerNorm(c), nn.Linear(c, c)
+
+        def forward(self, x):
+            return x + self.fc(self.norm(self.dw(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+
+    block = Block().to(device).eval()
+    x = torch.randn(2, 16, 9, 9, device=device)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(block)(x)
+        expected = block(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert "convolution(" not in _externs(observe)
+    inspects_triton_kernels()
+    # 49 input and 49 weight loads, the bias and the norm's, and the residual's: not twice 98.
+    loads = sum(s.count("tl.load") for g in observe.compiled_graphs() for s in g.kernel_sources.values())
+    assert 98 <= loads < 120, loads
+
+
+@pytest.mark.smelt_only
+@pytest.mark.parametrize("dims", [1, 3])
+def test_depthwise_in_one_and_three_dims(device, compile_fn, assert_close, observe, dims):
+    torch.manual_seed(0)
+    conv = (nn.Conv1d(6, 6, 5, padding=2, groups=6) if dims == 1
+            else nn.Conv3d(4, 4, 3, stride=(1, 2, 2), padding=1, groups=4)).to(device)
+    x = torch.randn((2, 6, 17) if dims == 1 else (1, 4, 5, 8, 8), device=device)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(conv)(x)
+        expected = conv(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert "convolution(" not in _externs(observe)
+
+
+@pytest.mark.smelt_only
+def test_depthwise_half_floats_round_once(device, compile_fn, assert_close):
+    """bf16 inputs are summed in float32 and rounded once: as close to a float64 answer as eager's."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 14, 14, device=device).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(32, 1, 7, 7, device=device).to(torch.bfloat16)
+    b = torch.randn(32, device=device).to(torch.bfloat16)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=3, groups=32)  # noqa: E731
+    with smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(fn)(x, w, b)
+    exact = fn(x.double(), w.double(), b.double())
+    eager_error = (fn(x, w, b).double() - exact).abs().max()
+    assert (actual.double() - exact).abs().max() <= max(eager_error, 1e-2)
+
+
+@pytest.mark.smelt_only
+def test_depthwise_training_gradients(device, compile_fn, assert_close):
+    """The forward runs as a kernel; the backward's convolution_backward stays in ATen."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8).to(device)
+    x = torch.randn(2, 8, 10, 10, device=device, requires_grad=True)
+    with smelt.config.override(depthwise_kernels="on"):
+        compile_fn(conv)(x).square().sum().backward()
+    actual = [x.grad, conv.weight.grad, conv.bias.grad]
+    x.grad = conv.weight.grad = conv.bias.grad = None
+    conv(x).square().sum().backward()
+    for a, e in zip(actual, [x.grad, conv.weight.grad, conv.bias.grad]):
+        assert_close(a, e, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.smelt_only
+@pytest.mark.parametrize("why", ["large window", "grouped, not depthwise", "setting off"])
+def test_other_convolutions_stay_in_aten(device, compile_fn, assert_close, observe, why):
+    torch.manual_seed(0)
+    conv = {"large window": nn.Conv2d(4, 4, 9, padding=4, groups=4),
+            "grouped, not depthwise": nn.Conv2d(8, 8, 3, padding=1, groups=4),
+            "setting off": nn.Conv2d(4, 4, 3, padding=1, groups=4)}[why].to(device)
+    x = torch.randn(1, conv.in_channels, 12, 12, device=device)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="off" if why == "setting off" else "on"):
+        actual = compile_fn(conv)(x)
+        expected = conv(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert "convolution(" in _externs(observe)
