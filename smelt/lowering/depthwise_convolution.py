@@ -15,7 +15,7 @@ import logging
 
 import torch
 
-from ..ir import Pointwise, TensorBox, ops
+from ..ir import Pointwise, StorageBox, TensorBox, ops
 from ..symbolic import FloorDiv, product, static_int, sympify
 from .common import upcast_half
 from .pooling import Window, _all
@@ -62,6 +62,11 @@ def lower_depthwise(g, x, weight, bias, windows: list[Window]) -> TensorBox:
     for half floats and rounded once, as cuDNN accumulates."""
     dtype = g.out_meta.dtype
     compute = upcast_half(dtype)
+    # Each input element is read by every window over it (up to 49): a norm and activation before
+    # the convolution are computed once into memory, not once per read.
+    for box, fx_node in ((x, g.node.args[0]), (weight, g.node.args[1])):
+        if isinstance(box.data, StorageBox) and not box.data.is_realized():
+            realize_in_traced_order(g, box.data, fx_node)
     multiplier = static_int(weight.get_size()[0]) // static_int(x.get_size()[1])
     load_x, load_w = x.make_loader(), weight.make_loader()
     load_bias = bias.make_loader() if bias is not None else None

@@ -208,7 +208,11 @@ class TritonKernel(PrintedKernel):
         rank = self.rank_of(index)
         ptr = self.args.input(self.plan.kept_in_input.get(buffer, buffer))
         address = f"{ptr} + ({self.index_text(index)})"
-        if rank:
+        if rank == 2 and self.reads_one_tile_row(index):
+            # The same r values for every x of the tile (a per-channel scale over NHWC, a depthwise
+            # convolution's weights): one [1, RBLOCK] load, not one per element of the tile.
+            mask = "rmask" if self.need_rmask else None
+        elif rank:
             mask = self.mask_for(rank)
         else:
             # A fixed address is in bounds unless its buffer is empty, as a cat's empty piece is:
@@ -237,6 +241,14 @@ class TritonKernel(PrintedKernel):
         if register_dtype(dtype) != dtype:
             text += f".to({triton_type(register_dtype(dtype))})"
         return self.emit(text, dtype, rank)
+
+    def reads_one_tile_row(self, index: sympy.Expr) -> bool:
+        """Whether a load at `index` in a tiled pointwise kernel reads along r alone, unmasked
+        by anything of x: broadcast by the arithmetic (and by tl.store) to the tile."""
+        if self.plan.tiling is None or self.mask_stack:
+            return False
+        symbols = sympy.sympify(index).free_symbols
+        return XINDEX not in symbols and not any(self.indirect_ranks.get(str(s), 0) == 1 for s in symbols)
 
     def _dtype_of(self, buffer: str) -> torch.dtype:
         return self.graph.dtype_of(buffer)
