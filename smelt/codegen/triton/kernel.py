@@ -57,18 +57,30 @@ MIN_ROW_PROGRAMS = 128
 FLUSH_STEPS = 16
 
 
+def _block_shrink(plan: KernelPlan) -> int:
+    """How many times smaller than usual a pointwise kernel's block is, by the loads each element
+    makes: each load's block is live at once (Triton issues loads early), so a 7x7 depthwise
+    convolution's 98 spilled registers in a 128 x 64 tile (ConvNeXt's at 341-424 us against 191-197
+    with an eighth of the tile, H100; benchmarks/probes/depthwise_conv.py)."""
+    if plan.is_reduction:
+        return 1
+    loads = sum(len(n.reads) for n in plan.nodes if not n.is_extern)
+    return min(8, next_power_of_2(max(1, loads // 12)))
+
+
 def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> BlockConfig:
     """Block sizes from a heuristic: whole rows in registers when short enough, else loop over r."""
     xn, rn = plan.static_sizes()
     # Elements one program handles. The interpreter runs each program as numpy calls: big blocks
     # for pointwise work, smaller ones for reductions, where some combines run element by element.
     budget = (1 << 16 if not plan.is_reduction else 4096) if interpret else 4096
+    shrink = 1 if interpret else _block_shrink(plan)
     if plan.tiling is not None:
         itemsize = max(n.buffer.get_dtype().itemsize for n in plan.nodes)
-        tiles = tile_blocks(plan.tiling, itemsize, interpret)
+        tiles = tile_blocks(plan.tiling, itemsize, interpret, shrink)
         return BlockConfig(tiles.xblock, tiles.rblock, tiles.num_warps, False, tiles=tiles)
     if not plan.is_reduction:
-        xblock = 1024 if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
+        xblock = 1024 // shrink if not interpret else min(budget, next_power_of_2(xn) if xn else budget)
         if xn is not None:
             xblock = max(1, min(xblock, next_power_of_2(xn)))
         return BlockConfig(xblock, None, 4 if xblock >= 512 else 2, False)

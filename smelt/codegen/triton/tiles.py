@@ -8,16 +8,17 @@ from ...scheduler.tiling import Tiling
 from ...symbolic import next_power_of_2, static_int
 
 
-def tile_blocks(tiling: Tiling, itemsize: int, interpret: bool) -> TileBlocks:
+def tile_blocks(tiling: Tiling, itemsize: int, interpret: bool, shrink: int = 1) -> TileBlocks:
     """The tile: on the GPU, 64 x 64 for 4-byte elements and 128 x 64 for narrower ones (each row
     and column of the tile a few 128-byte lines; on an H100 these copy at 85-95% of the copy
     bandwidth, where 32 x 32 tiles lose 5-10%). Under the interpreter, where each program is a
-    round of numpy calls, as big as 128 x 128. A short side gives its room to the other."""
+    round of numpy calls, as big as 128 x 128. A short side gives its room to the other. `shrink`
+    divides the budget for kernels that load many values per element."""
     xn, rn = static_int(tiling.outer), static_int(tiling.inner)
     if interpret:
         budget, side = 1 << 14, 128
     else:
-        budget, side = (8192 if itemsize <= 2 else 4096), 64
+        budget, side = (8192 if itemsize <= 2 else 4096) // shrink, 64
     rblock = min(side, next_power_of_2(rn)) if rn is not None else side
     xblock = min(budget // rblock, next_power_of_2(xn)) if xn is not None else budget // rblock
     if rn is not None:
