@@ -35,7 +35,9 @@ class Target:
     # tensor-core kernels need them, and run element by element otherwise.
     pads_matmul_rows: bool = False
     # Whether depthwise convolutions run as smelt kernels (lowering/depthwise_convolution.py), which
-    # fuse with what follows, rather than in ATen.
+    # fuse with what follows, rather than in ATen. Off on the H100: alone they beat cuDNN at 3x3 and
+    # some 5x5 shapes, but whole models ran slower (ConvNeXt 2.47 -> 3.82 GPU ms, EfficientNet-B0
+    # 1.63 -> 1.73, MobileNetV3 1.08 -> 1.16; RESULTS 2026-11-27, seventh session).
     depthwise_convolution_kernels: bool = False
 
 
@@ -45,8 +47,7 @@ class Target:
 # (benchmarks/probes/reduction_variants.py). One value splits from 4096 elements: its second
 # stage runs in the first kernel's last program, so the split costs no launch.
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
-              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
-              depthwise_convolution_kernels=True)
+              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

@@ -7,6 +7,11 @@ took 0.737 of its 2.45 GPU ms on the H100, where reading and writing their tenso
 about 0.1 ms. Where `Target.depthwise_convolution_kernels` (or SMELT_DEPTHWISE_KERNELS=on) asks for
 it, a convolution whose every group has one input channel and a window of at most `TAP_LIMIT`
 elements is lowered here; others go to ATen.
+
+No Target asks for it yet. Each tap is a load from L1 (nothing reuses a loaded row across the
+window), so a 7x7 window runs at 5-7% of the bandwidth floor, 2x slower than cuDNN; 3x3 windows
+beat cuDNN by 1.0-4.7x alone, but fused into reductions (ConvNeXt's layer norm, a squeeze-excite
+mean) they are slower again (benchmarks/probes/depthwise_conv.py, RESULTS 2026-11-27 seventh session).
 """
 from __future__ import annotations
 
