@@ -17,6 +17,7 @@ from .debug import dump_graph
 from .errors import HalideRefusedKernel
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
+from .lowering.fx_clones import drop_redundant_clones
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import plan_layouts
 from .saved_inputs import saved_outputs_start
@@ -43,6 +44,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         planned = True
         with clock.stage("plan"):
             merge_common_subexpressions(gm)
+            drop_redundant_clones(gm)
             return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
                                 _wants(cfg, "matmul_padding", "pads_matmul_rows"))
 
