@@ -50,6 +50,20 @@ def test_the_planned_peak_falls_by_the_buffer_not_allocated(observe, monkeypatch
     assert graph.planned_peak_bytes == 64 * 64 * 4 + 64 * 4 * 4  # the product (then the activation) and the result
 
 
+def test_an_activation_of_another_shape_writes_over_the_product(observe, monkeypatch):
+    """A linear layer over [B, H, W, C]: the product is [B*H*W, N], its GELU [B, H, W, N] in the same
+    memory (ConvNeXt's MLP where no GEMM epilogue takes the GELU: two 147 MiB buffers at its peak)."""
+    monkeypatch.setenv("SMELT_GEMM_EPILOGUES", "0")
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 48), nn.GELU(), nn.Linear(48, 16)).eval()
+    x = torch.randn(2, 5, 3, 16)
+    out, graph = _compiled(mlp, x, observe=observe)
+    with torch.no_grad():
+        torch.testing.assert_close(out, mlp(x), atol=1e-5, rtol=1e-5)
+    assert "written over" in graph.wrapper_source, graph.wrapper_source
+    assert graph.planned_peak_bytes < 2 * 30 * 48 * 4
+
+
 def test_a_buffer_read_at_other_elements_is_not_written_over(observe):
     x, w, head = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 4)
 

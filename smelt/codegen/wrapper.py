@@ -134,7 +134,12 @@ class WrapperCodegen:
     def reuse(self, out: IndentedBuffer, name: str, dying: str) -> None:
         """`name` takes the memory of `dying`, which this kernel reads for the last time, at the
         elements it writes (scheduler/reuse.py)."""
-        out.writeline(f"{name} = {dying}  # written over {dying}, read for the last time here")
+        layouts = {b.name: b.layout for b in self.graph.buffers if b.name in (name, dying)}
+        mine, theirs = layouts[name], layouts[dying]
+        taken = dying
+        if (list(mine.size), list(mine.stride)) != (list(theirs.size), list(theirs.stride)):
+            taken = self.strided(dying, mine)  # another shape over the same memory (scheduler/reuse.py)
+        out.writeline(f"{name} = {taken}  # written over {dying}, read for the last time here")
         if self.peak is not None and dying in self.live:
             self.live[name] = self.live.pop(dying)
 

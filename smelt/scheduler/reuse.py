@@ -2,9 +2,10 @@
 
 Eager allocates every op's result while its inputs are alive; so did smelt, and a chain of
 activation-sized buffers (a convolution's output, its norm, its activation) met at the peak: ResNet-50's
-bf16 inference peaked at 1.34x Inductor's on the H100. When a kernel stores a buffer of exactly the
-layout of one it reads for the last time, and reads that buffer only at the element it writes, the
-wrapper hands it the dying buffer's memory instead of a new one.
+bf16 inference peaked at 1.34x Inductor's on the H100. When a kernel stores a buffer that fits in the
+memory of one it reads for the last time (of any shape: a linear layer's [M, N] product and its
+activation as [B, H, W, N]), and reads that buffer only at the memory offset it writes, the wrapper
+hands it the dying buffer's memory instead of a new one.
 
 Only where that is safe on every backend: a pointwise kernel storing one result (no reduction, scan or
 scatter, no finisher, not a combo), the reused buffer loaded only by the node that writes the new one and only at
@@ -41,7 +42,7 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
                 continue
             for src in step.frees:
                 if src in taken or src not in owned or not _plain(buffers.get(src)) \
-                        or not _same_layout(buffers[src].layout, buffers[out].layout) \
+                        or not _fits_over(buffers[src].layout, buffers[out].layout) \
                         or not _read_in_place(plan, writer, src):
                     continue
                 reuses[out] = src
@@ -64,9 +65,26 @@ def _plain(buffer) -> bool:
         and getattr(buffer, "storage_name", buffer.name) == buffer.name and buffer.layout is not None
 
 
-def _same_layout(a, b) -> bool:
-    return (a.device, a.dtype, list(a.size), list(a.stride), a.offset) == \
-        (b.device, b.dtype, list(b.size), list(b.stride), b.offset)
+def _fits_over(src, out) -> bool:
+    """Whether `out` can live in `src`'s memory: the same element type, and every element of `out`
+    within `src`'s span. The shapes may differ (a product's [M, N] result and its activation viewed
+    as [B, H, W, N]): `_read_in_place` compares memory offsets, not indices."""
+    if (src.device, src.dtype, src.offset) != (out.device, out.dtype, out.offset):
+        return False
+    if (list(src.size), list(src.stride)) == (list(out.size), list(out.stride)):
+        return True
+    spans = [_span(layout) for layout in (src, out)]
+    return src.offset == 0 and None not in spans and spans[1] <= spans[0]
+
+
+def _span(layout) -> int | None:
+    """Elements from the first to one past the last, for static sizes and non-negative strides."""
+    values = [*layout.size, *layout.stride]
+    if not all(getattr(v, "is_Integer", isinstance(v, int)) for v in values) or any(int(v) < 0 for v in layout.stride):
+        return None
+    if any(int(n) == 0 for n in layout.size):
+        return 0
+    return 1 + sum((int(n) - 1) * int(st) for n, st in zip(layout.size, layout.stride))
 
 
 def _read_in_place(plan, writer, src: str) -> bool:
