@@ -3,6 +3,8 @@ the values between them stay NHWC, what the caller sees keeps eager's strides, a
 step's saved activations reach the backward in the layout the forward chose."""
 import logging
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -205,3 +207,27 @@ def test_a_convolution_with_bias_that_onednn_crashes_on_in_channels_last(device,
     with smelt.config.override(channels_last="on"):
         check(lambda x, w, b: torch.nn.functional.conv2d(x, w, b, stride=2, padding=1, dilation=2, groups=2), x, w, b,
               atol=1e-5, rtol=1e-5)
+
+
+ONEDNN_CRASH = """
+import torch, torch.nn as nn, smelt
+torch.manual_seed(0)
+# A convolution makes NHWC memory, then one that oneDNN's channels-last bfloat16 kernel dies on
+# (signal 11 in eager too, given a channels-last input): smelt keeps its operands in NCHW.
+net = nn.Sequential(nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1, stride=2, padding=1, dilation=2)).to(torch.bfloat16)
+x = torch.randn(1, 2, 2, 1, dtype=torch.bfloat16, requires_grad=True)
+out = torch.compile(net, backend="smelt")(x)
+out.float().square().sum().backward()
+with torch.no_grad():
+    expected = net(x)
+torch.testing.assert_close(out, expected)
+print("ran", tuple(out.shape))
+"""
+
+
+def test_strided_dilated_bfloat16_convolutions_stay_nchw_on_the_cpu(device):
+    """CPU fuzz seed 1970, program 398: oneDNN crashed where smelt had made the input channels-last."""
+    if device != "cpu":
+        pytest.skip("oneDNN's bug: the CPU only")
+    result = subprocess.run([sys.executable, "-c", ONEDNN_CRASH], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "ran (1, 2, 2, 2)" in result.stdout, (result.returncode, result.stderr[-2000:])

@@ -124,6 +124,9 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
         if conv.op != "call_function" or conv.target not in _CONVOLUTION_OPERANDS or not _is_4d(conv.args[0]) \
                 or not wants(conv.args[0].meta["val"].device):
             continue
+        if _crashes_onednn_channels_last(conv):
+            _keep_in_nchw(gm, conv)
+            continue
         for position in _CONVOLUTION_OPERANDS[conv.target]:
             operand = conv.args[position]
             if not _is_4d(operand) or operand.meta["val"].is_contiguous(memory_format=torch.channels_last):
@@ -136,6 +139,32 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
                         aten.clone.default, (operand,), {"memory_format": torch.channels_last})
             conv.update_arg(position, conversions[operand])
     return list(conversions.values())
+
+
+def _crashes_onednn_channels_last(conv: torch.fx.Node) -> bool:
+    """A bfloat16 convolution on the CPU with a stride and a dilation both above 1: oneDNN's
+    channels-last kernel dies by signal 11 on some of them (torch 2.13: 69 of 3,024 small shapes,
+    every one strided and dilated; RESULTS 2026-11-27 seventh session), eager's own call with a
+    channels-last input too."""
+    val = conv.args[0].meta["val"]
+    stride, dilation = (conv.args[3], conv.args[5]) if conv.target is aten.convolution.default \
+        else (conv.args[4], conv.args[6])
+    return val.device.type == "cpu" and val.dtype == torch.bfloat16 and any(s > 1 for s in stride) \
+        and any(d > 1 for d in dilation)
+
+
+def _keep_in_nchw(gm: torch.fx.GraphModule, conv: torch.fx.Node) -> None:
+    """NCHW operands for `conv`, whatever layout the plan gives their producers (each copied to
+    contiguous memory unless it is a graph input already so)."""
+    for position in _CONVOLUTION_OPERANDS[conv.target]:
+        operand = conv.args[position]
+        if not _is_4d(operand) or (operand.op == "placeholder" and operand.meta["val"].is_contiguous()):
+            continue
+        with gm.graph.inserting_before(conv):
+            copy = gm.graph.call_function(aten.clone.default, (operand,), {"memory_format": torch.contiguous_format})
+        conv.update_arg(position, copy)
+    log.debug("smelt: %s keeps NCHW operands (oneDNN's channels-last bfloat16 kernel crashes on some "
+              "strided, dilated shapes)", conv.name)
 
 
 def _make_saved_values_dense(gm: torch.fx.GraphModule, kind: str, visible: dict, restored: dict) -> None:
