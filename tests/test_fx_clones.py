@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from smelt.lowering.fx_clones import drop_redundant_clones
 
@@ -48,26 +47,30 @@ def test_a_clone_of_a_reshaped_fresh_value_goes():
     torch.testing.assert_close(gm(x), torch.exp(x).view(4, 5, 6) * 2)
 
 
-@pytest.mark.parametrize("case", ["graph input", "read twice", "a slice with gaps", "another memory format",
-                                  "a view of a value read twice", "a view of an input"])
+def _read_twice(x):
+    y = torch.exp(x)
+    return y, y.clone()
+
+
+def _view_of_a_value_read_twice(x):
+    y = torch.exp(x)
+    return y + 1, y.view(6, 20).clone()
+
+
+KEPT = {
+    "graph input": lambda x: x.clone(),  # the caller's tensor and its copy
+    "read twice": _read_twice,
+    "a slice with gaps": lambda x: torch.exp(x)[:, :, ::2].clone(),
+    "another memory format": lambda x: torch.exp(x).clone(memory_format=torch.channels_last),
+    "a view of a value read twice": _view_of_a_value_read_twice,
+    "a view of an input": lambda x: x.view(6, 20).clone(),
+}
+
+
+@pytest.mark.parametrize("case", list(KEPT))
 def test_clones_someone_could_tell_apart_stay(case):
-    fns = {
-        "graph input": lambda x: x.clone(),  # the caller's tensor and its copy
-        "read twice": lambda x: (torch.exp(x), torch.exp(x).clone()),
-        "a slice with gaps": lambda x: torch.exp(x)[:, :, ::2].clone(),
-        "another memory format": lambda x: torch.exp(x).clone(memory_format=torch.channels_last),
-        "a view of an input": lambda x: x.view(6, 20).clone(),
-    }
     x = torch.randn(2, 3, 4, 5)
-    fn = fns.get(case)
-    if case == "read twice":
-        def fn(x):
-            y = torch.exp(x)
-            return y, y.clone()
-    if case == "a view of a value read twice":
-        def fn(x):
-            y = torch.exp(x)
-            return y + 1, y.view(6, 20).clone()
+    fn = KEPT[case]
     gm = _aten_graph(fn, x)
     assert drop_redundant_clones(gm) == 0
 

@@ -3,9 +3,11 @@ against eager's cuDNN call and Inductor's, at the shapes of ConvNeXt-tiny, Effic
 MobileNetV3-large (bf16, batch 32, channels-last), with the bytes-moved floor: reading the input and
 writing the output once, at the measured copy bandwidth.
 
-    python -m benchmarks.probes.depthwise_conv [--batch 32] [--fused]
+    python -m benchmarks.probes.depthwise_conv [--batch 32] [--fused] [--sweep-blocks]
 
 --fused adds batch norm and hard-swish after each convolution (a mobile net's block): smelt fuses them.
+--sweep-blocks times smelt's kernel with its block divided by 1-16 and 4 or 8 warps instead (how
+`codegen/triton/kernel._block_shrink` was chosen).
 """
 from __future__ import annotations
 
@@ -33,12 +35,15 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--fused", action="store_true")
+    parser.add_argument("--sweep-blocks", action="store_true")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    if args.sweep_blocks:
+        return sweep_blocks(args.batch)
     bench = lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3  # noqa: E731
     big = torch.empty(2**28, device="cuda", dtype=torch.bfloat16)
-    copy_gbs = 2 * big.numel() * 2 / bench(lambda: big.clone()) / 1e3
-    del big
+    copy_gbs = 2 * big.numel() * 2 / bench(big.clone) / 1e3
+    big = None
     print(f"copy bandwidth {copy_gbs:.0f} GB/s")
     print("| shape | eager (cuDNN) us | Inductor us | smelt us | smelt / Inductor | floor us | smelt's share of floor | max error smelt / eager |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -64,6 +69,43 @@ def main(argv=None) -> None:
         errors = [(o.double() - exact).abs().max().item() for o in (out, eager_out)]
         print(f"| {name} {c}x{size}x{size} k{k} s{stride} | {times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | "
               f"{times[1] / times[2]:.2f}x | {floor:.1f} | {floor / times[2]:.0%} | {errors[0]:.3g} / {errors[1]:.3g} |")
+
+
+def sweep_blocks(batch: int) -> None:
+    """smelt's kernel alone under each block division and warp count, overriding the heuristic."""
+    import dataclasses
+    import itertools
+    import smelt.observe
+    from smelt.codegen.triton import kernel
+    chosen = kernel.tile_blocks  # looked up by kernel.choose_blocks at each call
+    override = {}
+
+    def forced(tiling, itemsize, interpret, shrink=1):
+        tiles = chosen(tiling, itemsize, interpret)
+        x, r, divide = tiles.xblock, tiles.rblock, override["divide"]
+        while divide > 1:
+            x, r = (x // 2, r) if x >= r and x > 1 else (x, max(1, r // 2))
+            divide //= 2
+        return dataclasses.replace(tiles, xblock=x, rblock=r, num_warps=override["warps"])
+    kernel.tile_blocks = forced
+    bench = lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3  # noqa: E731
+    print("| shape | cuDNN us | " + " | ".join(f"/{d}, {w} warps" for d, w in itertools.product((1, 2, 4, 8, 16), (4, 8)))
+          + " |")
+    for name, c, size, k, stride in SHAPES:
+        x = torch.randn(batch, c, size, size, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        w = torch.randn(c, 1, k, k, device="cuda", dtype=torch.bfloat16) * 0.1
+        fn = lambda x, w: F.conv2d(x, w, None, stride=stride, padding=k // 2, groups=c)  # noqa: E731
+        row = []
+        for divide, warps in itertools.product((1, 2, 4, 8, 16), (4, 8)):
+            override.update(divide=divide, warps=warps)
+            torch._dynamo.reset()
+            with smelt.config.override(depthwise_kernels="on", graph_cache=False):
+                compiled = torch.compile(fn, backend="smelt")
+                compiled(x, w)
+            row.append(bench(lambda: compiled(x, w)))
+        print(f"| {name} {c}x{size}x{size} k{k} s{stride} | {bench(lambda: fn(x, w)):.1f} | "
+              + " | ".join(f"{t:.1f}" for t in row) + " |")
+    kernel.tile_blocks = chosen
 
 
 if __name__ == "__main__":

@@ -144,8 +144,8 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
 def _crashes_onednn_channels_last(conv: torch.fx.Node) -> bool:
     """A bfloat16 convolution on the CPU with a stride and a dilation both above 1: oneDNN's
     channels-last kernel dies by signal 11 on some of them (torch 2.13: 69 of 3,024 small shapes,
-    every one strided and dilated; RESULTS 2026-11-27 seventh session), eager's own call with a
-    channels-last input too."""
+    every one strided and dilated; `benchmarks/probes/onednn_channels_last_crash.py`), eager's own
+    call with a channels-last input too."""
     val = conv.args[0].meta["val"]
     stride, dilation = (conv.args[3], conv.args[5]) if conv.target is aten.convolution.default \
         else (conv.args[4], conv.args[6])
