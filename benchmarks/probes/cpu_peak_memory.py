@@ -25,7 +25,9 @@ seen either (the profiler's peak has it).
 
 `--no-reuse` compiles without in-place reuse (scheduler/reuse.py): RESULTS' ResNet-50 pair is
 `--models resnet50` with and without it. `--size real` builds the suite's real configs (BERT-base, GPT-2) at `--batch` x `--seq` tokens;
-`--top N` lists the N largest storages alive at each side's peak. `--debug-dir` keeps smelt's
+`--top N` lists the N largest storages alive at each side's peak. `--mode train` measures a training
+step (forward, backward, AdamW); `benchmarks/probes/train_phase_memory.py` compares it with Inductor's
+phase by phase. `--debug-dir` keeps smelt's
 wrappers (SMELT_DEBUG_DIR).
 """
 from __future__ import annotations
@@ -243,29 +245,31 @@ def check() -> None:
 
 
 # ---------------------------------------------------------------- the model suite
-def model_case(name: str, size: str, batch: int, seq: int, dtype: str, backend):
+def model_case(name: str, size: str, batch: int, seq: int, dtype: str, backend, mode: str = "infer"):
     from smelt.tools.model_suite import zoo_text
     from smelt.tools.model_suite.timing import case_callable
     from smelt.tools.model_suite.zoo import all_specs
     spec = all_specs()[name]
     zoo_text.BATCH[size], zoo_text.SEQ[size] = batch, seq  # the sample's batch and length
+    if mode == "train":  # a training step: forward, backward and AdamW (float32: the suite has no CPU autocast)
+        return case_callable(spec, "train", size, "cpu", 0, backend)
     return case_callable(spec, "infer_bf16" if dtype == "bf16" else "infer_fp32", size, "cpu", 0, backend)
 
 
-def measure_model(name, size, batch, seq, dtype, top) -> dict:
+def measure_model(name, size, batch, seq, dtype, top, mode="infer") -> dict:
     import smelt  # noqa: F401
     import smelt.observe
     result = {}
     for backend in (None, "smelt"):
         torch._dynamo.reset()
         smelt.observe.reset()
-        fn = model_case(name, size, batch, seq, dtype, backend)
+        fn = model_case(name, size, batch, seq, dtype, backend, mode)
         fn()
         fn()
+        label = backend or "eager"
         if backend is not None:
             planned = [g.planned_peak_bytes for g in smelt.observe.compiled_graphs()]
         counter = peak_of(fn, compiled=backend is not None)
-        label = backend or "eager"
         result[label] = counter.profiled
         print(f"{name} {dtype} batch {batch} seq {seq}, {label}: peak {counter.profiled / 2**20:.1f} MiB "
               f"(profiler); live storages seen: peak {counter.peak / 2**20:.1f} MiB, {counter.allocations} allocations"
@@ -288,6 +292,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--debug-dir", default=None)
+    parser.add_argument("--mode", default="infer", choices=("infer", "train"),
+                        help="train: one training step (forward, backward, AdamW), in float32")
     parser.add_argument("--no-reuse", action="store_true",
                         help="compile without in-place reuse (scheduler/reuse.py), for a before/after pair")
     args = parser.parse_args()
@@ -304,7 +310,7 @@ def main() -> None:
         check()
         return
     for name in args.models.split(","):
-        measure_model(name, args.size, args.batch, args.seq, args.dtype, args.top)
+        measure_model(name, args.size, args.batch, args.seq, args.dtype, args.top, args.mode)
 
 
 if __name__ == "__main__":
