@@ -155,10 +155,17 @@ def stop_counting_inside_graphs() -> None:
 
 def profiled_peak(fn) -> int:
     """Bytes torch's CPU allocator held at most during one call of `fn`, over what it held before."""
+    return allocations_of(fn)[1]
+
+
+def allocations_of(fn) -> tuple:
+    """(fn's result, the allocator's peak over its level before the call, bytes left allocated),
+    from torch.profiler's allocation events. Frees of memory allocated before the call are not
+    among them (the profiler drops them)."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+        out = fn()
     allocations = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
@@ -170,7 +177,7 @@ def profiled_peak(fn) -> int:
     for _, size in sorted(allocations, key=lambda a: a[0]):
         current += size
         peak = max(peak, current)
-    return peak
+    return out, peak, current
 
 
 def peak_of(fn, compiled: bool = False) -> LiveStorages:
