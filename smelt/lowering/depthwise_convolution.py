@@ -23,7 +23,7 @@ import torch
 from ..ir import Pointwise, StorageBox, TensorBox, ops
 from ..symbolic import FloorDiv, product, static_int, sympify
 from .common import upcast_half
-from .pooling import Window, _all
+from .pooling import Window, _all, _expand
 from .traced_layout import realize_in_traced_order
 
 aten = torch.ops.aten
@@ -53,13 +53,8 @@ def depthwise_windows(g, x, weight, stride, padding, dilation, transposed, group
         return None
     out_size = [sympify(s) for s in g.out_meta.shape[2:]]
     return [Window(sympify(s), o, k, int(st), int(p), int(d))
-            for s, o, k, st, p, d in zip(in_size[2:], out_size, taps, _per_dim(stride, n), _per_dim(padding, n),
-                                         _per_dim(dilation, n))]
-
-
-def _per_dim(values, n: int) -> list:
-    values = list(values) if isinstance(values, (list, tuple)) else [values]
-    return values * n if len(values) == 1 else values
+            for s, o, k, st, p, d in zip(in_size[2:], out_size, taps, _expand(stride, n), _expand(padding, n),
+                                         _expand(dilation, n))]
 
 
 def lower_depthwise(g, x, weight, bias, windows: list[Window]) -> TensorBox:
