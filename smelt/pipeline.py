@@ -26,7 +26,7 @@ from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
 from .scheduler.combo import combine, is_merge_key
-from .target import H100, Target
+from .target import H100, Target, switched_on
 from .scheduler.finishers import attach_finishers, finisher_plan
 from .scheduler.reuse import plan_reuse
 
@@ -107,12 +107,7 @@ def _target_for(cfg):
 def _wants(cfg, setting: str, target_field: str):
     """Whether a layout pass applies on a device: setting `setting` ("auto": the Target's field)."""
     target_for, value = _target_for(cfg), getattr(cfg, setting)
-
-    def wants(device: torch.device) -> bool:
-        if value != "auto":
-            return value == "on"
-        return getattr(target_for(device.type), target_field)
-    return wants
+    return lambda device: switched_on(value, target_for(device.type), target_field)
 
 
 def _report_output_strides(strides: list) -> None:

@@ -41,6 +41,11 @@ class Target:
     depthwise_convolution_kernels: bool = False
 
 
+
+def switched_on(setting: str, target: Target, field: str) -> bool:
+    """An auto / on / off setting on a device: "auto" is the Target's `field`."""
+    return getattr(target, field) if setting == "auto" else setting == "on"
+
 # An H100 (132 SMs): about 8 programs per SM keep loads in flight on every SM while the partials
 # stay few. A global sum of 2**26 float32 ran at 93% of copy bandwidth with 16384 chunks of 4096
 # whose last program adds the partials, against 86-88% with 1024 longer chunks looped over

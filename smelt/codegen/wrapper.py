@@ -131,17 +131,16 @@ class WrapperCodegen:
         for name in names:
             self.live.pop(name, None)
 
-    def reuse(self, out: IndentedBuffer, name: str, dying: str) -> None:
-        """`name` takes the memory of `dying`, which this kernel reads for the last time, at the
-        elements it writes (scheduler/reuse.py)."""
-        layouts = {b.name: b.layout for b in self.graph.buffers if b.name in (name, dying)}
-        mine, theirs = layouts[name], layouts[dying]
-        taken = dying
+    def reuse(self, out: IndentedBuffer, buffer, dying) -> None:
+        """`buffer` takes the memory of the buffer `dying`, which this kernel reads for the last
+        time, at the elements it writes (scheduler/reuse.py)."""
+        mine, theirs = buffer.layout, dying.layout
+        taken = dying.name
         if (list(mine.size), list(mine.stride)) != (list(theirs.size), list(theirs.stride)):
-            taken = self.strided(dying, mine)  # another shape over the same memory (scheduler/reuse.py)
-        out.writeline(f"{name} = {taken}  # written over {dying}, read for the last time here")
-        if self.peak is not None and dying in self.live:
-            self.live[name] = self.live.pop(dying)
+            taken = self.strided(dying.name, mine)  # another shape over the same memory
+        out.writeline(f"{buffer.name} = {taken}  # written over {dying.name}, read for the last time here")
+        if self.peak is not None and dying.name in self.live:
+            self.live[buffer.name] = self.live.pop(dying.name)
 
     def allocate_buffer(self, out: IndentedBuffer, buffer, allocated: set[str]) -> None:
         """Memory for `buffer`, or for a slice of a shared storage its view (the storage first)."""
@@ -226,7 +225,7 @@ class WrapperCodegen:
                     if name in allocated:  # a later kernel writing it again (a scatter's updates)
                         continue
                     if name in self.schedule.reuses:
-                        self.reuse(body, name, self.schedule.reuses[name])
+                        self.reuse(body, buffers[name], buffers[self.schedule.reuses[name]])
                         allocated.add(name)
                     else:
                         self.allocate_buffer(body, buffers[name], allocated)

@@ -10,6 +10,13 @@ from typing import Any
 from .nodes import Buffer, Layout
 
 
+def returns_new_memory(op) -> bool:
+    """Whether ATen op `op` returns memory of its own: its schema lets no result alias an argument
+    (not a view, not an in-place or out= op) and it writes none of them."""
+    schema = getattr(op, "_schema", None)
+    return schema is not None and not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
 class ExternKernel(Buffer):
     """`name = op(*args, **kwargs)` run by ATen. `layout` is None when the op returns several tensors."""
 

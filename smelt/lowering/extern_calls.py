@@ -13,6 +13,7 @@ from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .depthwise_convolution import depthwise_windows, lower_depthwise
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
+from ..target import switched_on
 from ..runtime import padded_product  # noqa: F401  (registers smelt::padded_product)
 from .registry import lowering
 
@@ -116,10 +117,8 @@ def extern_call(g, *args, **kwargs):
 
 
 def _wants_depthwise_kernels(g) -> bool:
-    setting = getattr(g.config, "depthwise_kernels", "auto") if g.config is not None else "auto"
-    if setting != "auto":
-        return setting == "on"
-    return g.target_for(g.out_meta.device.type).depthwise_convolution_kernels
+    setting = g.config.depthwise_kernels if g.config is not None else "auto"
+    return switched_on(setting, g.target_for(g.out_meta.device.type), "depthwise_convolution_kernels")
 
 
 def _convolution_then_bias(g, x, weight, bias, *rest):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ir.extern import returns_new_memory
+
 aten = torch.ops.aten
 
 
@@ -54,10 +56,8 @@ def _owned(node: torch.fx.Node) -> bool:
 
 
 def _fresh(node: torch.fx.Node) -> bool:
-    """Whether `node` is an ATen call whose result is new memory: not a view, not an alias of an
-    argument (an in-place or out= op returns its argument), not a graph input."""
+    """Whether `node` is an ATen call of one result in new memory (not a view, not an alias of an
+    argument, not a graph input)."""
     target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or target.is_view:
-        return False
-    schema = target._schema
-    return not schema.is_mutable and len(schema.returns) == 1 and schema.returns[0].alias_info is None
+    return node.op == "call_function" and isinstance(target, torch._ops.OpOverload) \
+        and len(target._schema.returns) == 1 and returns_new_memory(target)

@@ -16,6 +16,8 @@ trials rerun the kernel on the same arguments).
 """
 from __future__ import annotations
 
+from ..ir.extern import returns_new_memory
+from ..symbolic import static_int
 from .nodes import same
 
 
@@ -52,11 +54,8 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
 
 
 def _fresh(buffer) -> bool:
-    """An ATen call's result in memory of its own: the op's schema lets no result alias an input
-    (a convolution's output, not a view)."""
-    op = getattr(buffer, "op", None) or getattr(getattr(buffer, "parent", None), "op", None)
-    schema = getattr(op, "_schema", None)
-    return schema is not None and not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+    """An ATen call's result in memory of its own (a convolution's output, not a view)."""
+    return returns_new_memory(getattr(buffer, "op", None) or getattr(getattr(buffer, "parent", None), "op", None))
 
 
 def _plain(buffer) -> bool:
@@ -67,24 +66,14 @@ def _plain(buffer) -> bool:
 
 def _fits_over(src, out) -> bool:
     """Whether `out` can live in `src`'s memory: the same element type, and every element of `out`
-    within `src`'s span. The shapes may differ (a product's [M, N] result and its activation viewed
+    within `src`'s storage. The shapes may differ (a product's [M, N] result and its activation viewed
     as [B, H, W, N]): `_read_in_place` compares memory offsets, not indices."""
     if (src.device, src.dtype, src.offset) != (out.device, out.dtype, out.offset):
         return False
     if (list(src.size), list(src.stride)) == (list(out.size), list(out.stride)):
         return True
-    spans = [_span(layout) for layout in (src, out)]
-    return src.offset == 0 and None not in spans and spans[1] <= spans[0]
-
-
-def _span(layout) -> int | None:
-    """Elements from the first to one past the last, for static sizes and non-negative strides."""
-    values = [*layout.size, *layout.stride]
-    if not all(getattr(v, "is_Integer", isinstance(v, int)) for v in values) or any(int(v) < 0 for v in layout.stride):
-        return None
-    if any(int(n) == 0 for n in layout.size):
-        return 0
-    return 1 + sum((int(n) - 1) * int(st) for n, st in zip(layout.size, layout.stride))
+    needed, held = static_int(out.storage_numel()), static_int(src.storage_numel())
+    return src.offset == 0 and needed is not None and held is not None and needed <= held
 
 
 def _read_in_place(plan, writer, src: str) -> bool:
