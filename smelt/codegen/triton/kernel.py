@@ -59,9 +59,10 @@ FLUSH_STEPS = 16
 
 def _block_shrink(plan: KernelPlan) -> int:
     """How many times smaller than usual a pointwise kernel's block is, by the loads each element
-    makes: each load's block is live at once (Triton issues loads early), so a 7x7 depthwise
-    convolution's 98 spilled registers in a 128 x 64 tile (ConvNeXt's at 341-424 us against 191-197
-    with an eighth of the tile, H100; `benchmarks/probes/depthwise_conv.py --sweep-blocks`)."""
+    makes: with many loads in flight per element a full block runs out of registers, most likely
+    (a 7x7 depthwise convolution's 98 loads: ConvNeXt's first stage took 347-439 us in a 128 x 64
+    tile, 196-197 us in an eighth of it with 4 warps, H100; `benchmarks/probes/depthwise_conv.py
+    --sweep-blocks`)."""
     if plan.is_reduction:
         return 1
     loads = sum(len(n.reads) for n in plan.nodes if not n.is_extern)
