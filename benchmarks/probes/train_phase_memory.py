@@ -1,9 +1,11 @@
-"""A training step's memory on the CPU, phase by phase, smelt against Inductor (issue 22): for the
-forward, the backward and the optimizer step, each profiled alone, the allocator's peak over what it
-held when the phase began and what the phase left allocated; the step's peak is the largest of
-(what earlier phases left + this phase's peak).
+"""A training step's memory, phase by phase, smelt against Inductor (issue 22): for the forward, the
+backward and the optimizer step, each measured alone, the allocator's peak over what it held when the
+phase began and what the phase left allocated; the step's peak is the largest of (what earlier phases
+left + this phase's peak). On the CPU the profiler's allocation events count it (float32, no AMP); on
+CUDA the caching allocator's own statistics do, under the model suite's AMP bfloat16.
 
     python -m benchmarks.probes.train_phase_memory [--models qwen2] [--size real] [--batch 2] [--seq 128]
+    python -m benchmarks.probes.train_phase_memory --device cuda   # the suite's batch and length
 
 A whole step profiled at once gave Inductor's qwen2 456 MiB against these 600 (RESULTS 2026-11-27,
 seventh session), a difference not explained yet, so the phases are measured apart.
@@ -19,27 +21,45 @@ import torch
 from .cpu_peak_memory import allocations_of
 
 
-def measure(name: str, size: str, batch: int, seq: int, backend: str) -> None:
+def cuda_allocations_of(fn) -> tuple:
+    """allocations_of's figures from the CUDA caching allocator's statistics."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
+
+
+def measure(name: str, size: str, batch, seq, backend: str, device: str) -> None:
     from smelt.tools.model_suite import zoo_text
-    from smelt.tools.model_suite.spec import seeded
+    from smelt.tools.model_suite.spec import autocast_for, seeded
     from smelt.tools.model_suite.timing import build_model
     from smelt.tools.model_suite.zoo import all_specs
     spec = all_specs()[name]
-    zoo_text.BATCH[size], zoo_text.SEQ[size] = batch, seq
+    if batch is not None:
+        zoo_text.BATCH[size] = batch
+    if seq is not None:
+        zoo_text.SEQ[size] = seq
     torch._dynamo.reset()
-    model = build_model(spec, size, 0).train()
-    sample = spec.sample(size, generator=seeded(0))
+    model = build_model(spec, size, 0).to(device).train()
+    sample = spec.sample(size, generator=seeded(0)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     loss_fn = torch.compile(functools.partial(spec.loss, model), backend=backend)
     step = torch.compile(opt.step, backend=backend)
+
+    def forward():
+        with autocast_for(device):
+            return loss_fn(sample)
     for _ in range(2):  # compiled, and the optimizer's state made
         opt.zero_grad(set_to_none=True)
-        loss_fn(sample).backward()
+        forward().backward()
         step()
     opt.zero_grad(set_to_none=True)
-    loss, forward_peak, forward_net = allocations_of(lambda: loss_fn(sample))
-    _, backward_peak, backward_net = allocations_of(loss.backward)
-    _, step_peak, _ = allocations_of(step)
+    measured = cuda_allocations_of if torch.device(device).type == "cuda" else allocations_of
+    loss, forward_peak, forward_net = measured(forward)
+    _, backward_peak, backward_net = measured(loss.backward)
+    _, step_peak, _ = measured(step)
     mib = 2 ** 20
     total = max(forward_peak, forward_net + backward_peak, forward_net + backward_net + step_peak)
     print(f"{name} {backend}: forward peak {forward_peak / mib:.1f} MiB (leaves {forward_net / mib:.1f}), "
@@ -51,15 +71,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="qwen2")
     parser.add_argument("--size", default="real", choices=("tiny", "real"))
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch", type=int, default=None, help="default: 2 on the CPU, the suite's on CUDA")
+    parser.add_argument("--seq", type=int, default=None, help="default: 128 on the CPU, the suite's on CUDA")
     parser.add_argument("--backends", default="smelt,inductor")
     args = parser.parse_args(argv)
+    if args.device == "cpu":
+        args.batch, args.seq = args.batch or 2, args.seq or 128
     os.environ.setdefault("SMELT_GRAPH_CACHE", "0")
     import smelt  # noqa: F401
     for name in args.models.split(","):
         for backend in args.backends.split(","):
-            measure(name, args.size, args.batch, args.seq, backend)
+            measure(name, args.size, args.batch, args.seq, backend, args.device)
 
 
 if __name__ == "__main__":

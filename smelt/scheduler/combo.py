@@ -12,6 +12,10 @@ A backend without combo kernels (Halide) can still take steps of one iteration s
 members' nodes become one fused kernel with every member's outputs (`merge`). On the CPU a call
 costs microseconds of host time, and a for-loop optimizer makes a few tiny kernels per parameter.
 
+A step moves back only where that cannot raise the memory in use: the buffers it allocates must be
+small, or no larger than the ones it reads for the last time (which then die earlier). A zero fill
+moved to the start of a backward would hold its memory through every layer before its own.
+
 Several combos of one key stay open at once, so kernels that alternate with ones they depend on
 (a for-loop optimizer: step count i, then parameter i, which reads it) still end up in one combo
 per kind of kernel, not one per tensor.
@@ -32,6 +36,9 @@ MAX_KINDS = 8
 MAX_OPEN = 32
 # Members of a merged kernel at most: its compile grows with them (one Halide pipeline).
 MAX_MERGED = 32
+# A step allocating at most this many bytes more than it frees moves back freely: a scalar, a
+# norm weight's partial sums.
+MOVE_BYTES = 1 << 20
 # A pointwise kernel this small costs less to run than to call (a Halide call from Python is a few
 # microseconds): worth merging with others of its size.
 MERGE_NUMEL = 1 << 12
@@ -68,12 +75,14 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
     placed: list[Step] = []
     open_windows: dict[Hashable, list[_Window]] = {}
     to_merge: set[int] = set()  # ids of the placed combos to become one fused kernel
-    for step in steps:
+    growth = _MemoryGrowth(steps, outputs, graph)
+    for index, step in enumerate(steps):
         accesses = _Accesses(step)
         keyed = key_of(step) if not step.is_extern and not step.finishers else None
         window = None
         if keyed is not None:
             key, kind = keyed
+        if keyed is not None and growth.may_move_back(index, step):
             candidates = open_windows.get(key, [])
             # A window that has this kind already first: members of one kind share a branch.
             for w in sorted(candidates, key=lambda w: kind not in w.kinds):
@@ -140,6 +149,44 @@ def _merged(members: list[Step]) -> Step:
     group.nodes = [n for m in members for n in m.group.nodes]
     return Step(group, stored=[name for m in members for name in m.stored], kept_in_input=members[0].kept_in_input,
                 target=members[0].target)
+
+
+class _MemoryGrowth:
+    """How much a step's own allocations outweigh the buffers it reads for the last time."""
+
+    def __init__(self, steps: list[Step], outputs: set[str], graph):
+        self.outputs = outputs
+        self.layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
+        self.layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
+        self.last_reader: dict[str, int] = {}
+        for k, step in enumerate(steps):
+            for node in step.nodes:
+                for name in node.read_names:
+                    self.last_reader[name] = k
+
+    def may_move_back(self, index: int, step: Step) -> bool:
+        made = [n.write_name for n in step.nodes if n.write_name == n.name and n.write_name in step.stored
+                and n.write_name not in step.kept_in_input]
+        if not made:
+            return True
+        dying = {name for n in step.nodes for name in n.read_names
+                 if self.last_reader.get(name) == index and name not in self.outputs}
+        allocated, freed = self._bytes(made), self._bytes(dying)
+        if allocated is None:
+            return False
+        return allocated <= MOVE_BYTES or (freed is not None and allocated <= freed + MOVE_BYTES)
+
+    def _bytes(self, names) -> int | None:
+        total = 0
+        for name in names:
+            layout = self.layouts.get(name)
+            if layout is None:
+                continue
+            numel = static_int(layout.storage_numel())
+            if numel is None:
+                return None
+            total += numel * layout.dtype.itemsize
+        return total
 
 
 class _Accesses:
