@@ -19,7 +19,7 @@ from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.layout_plan import restride_placeholders
 from .pipeline import compile_graph
-from .saved_inputs import copy_mutated_inputs_saved_for_backward
+from .saved_inputs import copy_mutated_inputs_saved_for_backward, donated_saved_inputs
 from .runtime import compile_pool
 from .runtime.kernel_binaries import prepare_compiler
 
@@ -68,6 +68,7 @@ class _Compiler:
             copy_mutated_inputs_saved_for_backward(gm)
         if self.kind == "backward":
             restride_placeholders(gm, example_inputs)  # saved activations in the forward's chosen layouts
+            gm.meta["smelt_donated_inputs"] = donated_saved_inputs(gm)
         with config_module.override(**self.settings):
             compiled = compile_graph(gm, example_inputs, self.kind)
         self.slot.observe_compile(self.kind, gm, compiled)

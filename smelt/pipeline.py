@@ -59,6 +59,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     start = time.perf_counter()
     # The layout plan treats a forward's saved values apart from what the caller sees.
     context = f"saved from {saved_outputs_start()}" if kind == "forward" else ""
+    if gm.meta.get("smelt_donated_inputs"):  # the backward may write over these (scheduler/reuse.py)
+        context += f" donated {sorted(gm.meta['smelt_donated_inputs'])}"
     generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate, context)
     clock.add("cache", time.perf_counter() - start - sum(clock.seconds.values()))
     if generated.output_strides is not None and kind == "forward":

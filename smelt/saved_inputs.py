@@ -74,3 +74,15 @@ def _is_view(target) -> bool:
         return False
     alias = schema.returns[0].alias_info
     return alias is not None and not alias.is_write
+
+
+def donated_saved_inputs(gm: torch.fx.GraphModule) -> frozenset[str]:
+    """The backward's placeholders that AOTAutograd donates: saved activations nothing outside the
+    backward holds (no alias of a forward input or output), so their memory may be written over
+    once read for the last time. AOTAutograd refuses `retain_graph=True` on a backward that has
+    any (torch._functorch.config.donated_buffer), so they are never read twice."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    indices = getattr(meta, "bw_donated_idxs", None) or ()
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    return frozenset(placeholders[i].name for i in indices if 0 <= i < len(placeholders))

@@ -215,6 +215,7 @@ class WrapperCodegen:
         body.writeline("args.clear()")
         self.bind_sizes(body)
         buffers = {b.name: b for b in self.graph.buffers}
+        buffers.update((name, v) for name, v in self.graph.inputs if name in self.graph.donated_inputs)
         allocated = {name for name, v in self.graph.inputs} | set(self.graph.constants)
         for k, step in enumerate(self.schedule.steps):
             if step.is_extern:

@@ -47,6 +47,9 @@ class IRGraph:
         self.target_for: Callable[[str], Target] = target_for or (lambda device_type: H100)
         self.buffers: list[Buffer] = []
         self.inputs: list[tuple[str, Any]] = []  # (placeholder name, InputBuffer | sympy expr | None)
+        # Inputs whose memory the graph may take once it has read them for the last time: a
+        # backward's saved activations that AOTAutograd donates (smelt/saved_inputs.py).
+        self.donated_inputs: frozenset[str] = frozenset(getattr(gm, "meta", {}).get("smelt_donated_inputs", ()))
         self.constants: dict[str, ConstantBuffer] = {}
         self.outputs: list[OutputSpec] = []
         self.fallback_ops: list[str] = []

@@ -1,4 +1,4 @@
-"""A pointwise kernel's result written over an input that dies with it (in-place reuse).
+"""A kernel's result written over an input that dies with it (in-place reuse).
 
 Eager allocates every op's result while its inputs are alive; so did smelt, and a chain of
 activation-sized buffers (a convolution's output, its norm, its activation) met at the peak: ResNet-50's
@@ -7,18 +7,22 @@ memory of one it reads for the last time (of any shape: a linear layer's [M, N] 
 activation as [B, H, W, N]), and reads that buffer only at the memory offset it writes, the wrapper
 hands it the dying buffer's memory instead of a new one.
 
-Only where that is safe on every backend: a pointwise kernel storing one result (no reduction, scan or
-scatter, no finisher, not a combo), the reused buffer loaded only by the node that writes the new one and only at
-the store's own index (each element is read before the same program writes it, and by no other), a buffer a kernel of this graph allocated (never
-a graph input, an output, a slice of a shared storage, or an ATen result its op's schema lets alias
-an input), and no autotuning (its
-trials rerun the kernel on the same arguments).
+Only where that is safe on every backend:
+- a kernel storing one result: no scan or scatter, no finisher, not a combo; in a reduction kernel,
+  a value per element stored in the last pass over the rows;
+- the reused buffer loaded only by the node that writes the new one, and only at the store's own
+  index (each element is read before the same program writes it, and by no other);
+- a buffer a kernel of this graph allocated, or a saved activation the backward owns (AOTAutograd
+  donates it); never another graph input, an output, a slice of a shared storage, or an ATen result
+  its op's schema lets alias an input;
+- no autotuning (its trials rerun the kernel on the same arguments).
 """
 from __future__ import annotations
 
 from ..ir.extern import returns_new_memory
 from ..symbolic import static_int
 from .nodes import same
+from .placement import Placement
 
 
 def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
@@ -28,6 +32,11 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
     owned |= {s.group.nodes[0].write_name for s in steps if s.is_extern and _fresh(s.group.nodes[0].buffer)}
     owned -= outputs | set(graph.constants) | set(graph.shared_storages)
     owned -= {name for name, _ in graph.inputs}
+    # A recorded CUDA graph reads some inputs in place, from memory its other recordings own: not taken.
+    if not getattr(graph.config, "cuda_graphs", False):
+        donated = {name: value for name, value in graph.inputs if name in graph.donated_inputs}
+        buffers.update(donated)
+        owned |= set(donated) - outputs
     reuses: dict[str, str] = {}
     taken: set[str] = set()
     for step in steps:
@@ -36,11 +45,13 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
         if step.is_extern or step.combo or step.finishers or len(step.stored) != 1:
             continue
         plan = step.plan
-        if any(n.is_reduction or n.is_scan or n.is_scatter for n in plan.nodes):
+        if any(n.is_scan or n.is_scatter for n in plan.nodes):
             continue
         for out in step.stored:
             writer = plan.writer_of(out)
             if writer is None or not _plain(buffers.get(out)) or out in step.kept_in_input:
+                continue
+            if plan.is_reduction and not _stored_in_the_last_pass(plan, writer):
                 continue
             for src in step.frees:
                 if src in taken or src not in owned or not _plain(buffers.get(src)) \
@@ -51,6 +62,15 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
                 taken.add(src)
                 break
     return reuses
+
+
+def _stored_in_the_last_pass(plan, writer) -> bool:
+    """In a reduction kernel: `writer` is an element of the rows, computed in the last pass over
+    them, and no other member reads it (a reader in a later pass would compute it again, from memory
+    already overwritten). A cross entropy's gradient over the saved logits is one: the reductions
+    before it read other values."""
+    return plan.placement[writer.name] == Placement.XR and plan.phase[writer.name] == plan.num_phases - 1 \
+        and not any(writer.name in n.read_names for n in plan.nodes if n is not writer)
 
 
 def _fresh(buffer) -> bool:
