@@ -56,3 +56,22 @@ def test_a_combo_member_does_not_move_back_to_allocate_earlier(observe, monkeypa
     monkeypatch.setattr(smelt.scheduler.combo, "MOVE_BYTES", 1 << 40)
     _, moved = _compiled(_fills_around_a_temporary, x, observe=observe)
     assert moved.planned_peak_bytes >= 2 * fill + temporary  # the test fails without the rule
+
+
+def _scaled_weights_then_a_temporary(x, w1, w2):
+    first = w1 * 2  # 2 MiB each: two kernels of one body (a forward's weight casts)
+    small = x[:8].sin().sum()
+    second = w2 * 2
+    total = (x @ x).relu().sum()  # the peak comes later, with both scaled weights alive anyway
+    return first, small, second, total
+
+
+def test_a_combo_member_moves_back_where_the_peak_allows(observe):
+    x, w1, w2 = torch.randn(512, 512, device=DEVICE), torch.randn(1 << 19, device=DEVICE), \
+        torch.randn(1 << 19, device=DEVICE)
+    out, graph = _compiled(_scaled_weights_then_a_temporary, x, w1, w2, observe=observe)
+    for got, want in zip(out, _scaled_weights_then_a_temporary(x, w1, w2)):
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-4)
+    inspects_triton_kernels()
+    launches = [line.strip() for line in graph.wrapper_source.splitlines() if line.strip().startswith("triton_")]
+    assert len(launches) == 3 and launches[0].startswith("triton_combo"), launches  # both scalings in one

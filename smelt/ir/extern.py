@@ -17,6 +17,12 @@ def returns_new_memory(op) -> bool:
     return schema is not None and not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
 
 
+def returns_fresh_buffer(buffer) -> bool:
+    """Whether an ATen call's result (or one of several) is memory of its own: a convolution's
+    output, not a view."""
+    return returns_new_memory(getattr(buffer, "op", None) or getattr(getattr(buffer, "parent", None), "op", None))
+
+
 class ExternKernel(Buffer):
     """`name = op(*args, **kwargs)` run by ATen. `layout` is None when the op returns several tensors."""
 

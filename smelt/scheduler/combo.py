@@ -12,9 +12,11 @@ A backend without combo kernels (Halide) can still take steps of one iteration s
 members' nodes become one fused kernel with every member's outputs (`merge`). On the CPU a call
 costs microseconds of host time, and a for-loop optimizer makes a few tiny kernels per parameter.
 
-A step moves back only where that cannot raise the memory in use: the buffers it allocates must be
-small, or no larger than the ones it reads for the last time (which then die earlier). A zero fill
-moved to the start of a backward would hold its memory through every layer before its own.
+A step moves back only where that cannot raise the graph's peak: its buffers, alive from the combo's
+place on, added to what is alive at each step it moves over (and its dying inputs taken away), must
+stay under the most the schedule holds at once. A zero fill moved to the start of a backward would
+hold its memory through every layer before its own, where the saved activations are at their most;
+a forward's weight casts may all move to its start, which holds little.
 
 Several combos of one key stay open at once, so kernels that alternate with ones they depend on
 (a for-loop optimizer: step count i, then parameter i, which reads it) still end up in one combo
@@ -25,6 +27,7 @@ from __future__ import annotations
 import copy
 from typing import Callable, Hashable
 
+from ..ir.extern import returns_fresh_buffer
 from ..symbolic import static_int
 from .schedule import Step, plan_frees
 
@@ -36,8 +39,8 @@ MAX_KINDS = 8
 MAX_OPEN = 32
 # Members of a merged kernel at most: its compile grows with them (one Halide pipeline).
 MAX_MERGED = 32
-# A step allocating at most this many bytes more than it frees moves back freely: a scalar, a
-# norm weight's partial sums.
+# A step allocating at most this many bytes moves back freely (a scalar, a norm weight's partial
+# sums); a larger one only where the peak allows, or never where sizes are symbolic.
 MOVE_BYTES = 1 << 20
 # A pointwise kernel this small costs less to run than to call (a Halide call from Python is a few
 # microseconds): worth merging with others of its size.
@@ -47,8 +50,9 @@ MERGE_NUMEL = 1 << 12
 class _Window:
     """An open combo: its place, its kinds and what the steps placed at or after it access."""
 
-    def __init__(self, index: int, kind: Hashable):
+    def __init__(self, index: int, kind: Hashable, origin: int):
         self.index = index
+        self.origin = origin  # the first member's index in the steps as given
         self.kinds = {kind}
         self.read: set[str] = set()
         self.written: set[str] = set()
@@ -82,12 +86,13 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
         window = None
         if keyed is not None:
             key, kind = keyed
-        if keyed is not None and growth.may_move_back(index, step):
+        if keyed is not None:
             candidates = open_windows.get(key, [])
             # A window that has this kind already first: members of one kind share a branch.
             for w in sorted(candidates, key=lambda w: kind not in w.kinds):
                 limit = MAX_MERGED if merge(key) else MAX_MEMBERS
-                if w.admits(accesses, kind, len(placed[w.index].combo), limit):
+                if w.admits(accesses, kind, len(placed[w.index].combo), limit) \
+                        and growth.move_back(index, step, w.origin):
                     window = w
                     break
         if window is not None:
@@ -101,7 +106,7 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
                 if merge(key):
                     to_merge.add(id(placed[-1]))
                 windows = open_windows.setdefault(key, [])
-                windows.append(_Window(position, kind))
+                windows.append(_Window(position, kind, index))
                 del windows[:-MAX_OPEN]
             if step.is_extern and _orders_everything(step):
                 open_windows.clear()
@@ -152,41 +157,78 @@ def _merged(members: list[Step]) -> Step:
 
 
 class _MemoryGrowth:
-    """How much a step's own allocations outweigh the buffers it reads for the last time."""
+    """The bytes alive at each step (buffers the graph allocates, and the saved activations it owns),
+    kept up to date as steps move back, and the peak they must stay under."""
 
     def __init__(self, steps: list[Step], outputs: set[str], graph):
-        self.outputs = outputs
-        self.layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
-        self.layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
+        layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
+        layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
+        self.sizes = {name: _bytes(layout) for name, layout in layouts.items()}
         self.last_reader: dict[str, int] = {}
         for k, step in enumerate(steps):
             for node in step.nodes:
                 for name in node.read_names:
                     self.last_reader[name] = k
+        self.outputs = outputs
+        self.peak = 0
+        self.counted: set[str] = set()  # what the figures count: memory the graph allocates or owns
+        self.live = self._live(steps, graph)
 
-    def may_move_back(self, index: int, step: Step) -> bool:
-        made = [n.write_name for n in step.nodes if n.write_name == n.name and n.write_name in step.stored
-                and n.write_name not in step.kept_in_input]
-        if not made:
+    def _live(self, steps: list[Step], graph) -> list[int] | None:
+        live = [0] * (len(steps) + 1)
+        spans = [(0, name) for name in graph.donated_inputs]
+        spans += [(k, name) for k, step in enumerate(steps) for name in _made(step)]
+        spans = [(start, name) for start, name in spans if name in self.sizes]  # a multi-result call: its parts
+        self.counted = {name for _, name in spans}
+        for start, name in spans:
+            size = self.sizes[name]
+            if size is None:
+                return None  # a symbolic size: no figure to compare against
+            end = len(steps) - 1 if name in self.outputs else max(self.last_reader.get(name, start), start)
+            live[start] += size
+            live[end + 1] -= size
+        for k in range(1, len(live)):
+            live[k] += live[k - 1]
+        self.peak = max(live)
+        return live[:-1]
+
+    def move_back(self, index: int, step: Step, origin: int) -> bool:
+        """Whether `step` may run at the place of the step at `origin`; if so, the figures move with it."""
+        made = _made(step)
+        allocated = sum(self.sizes.get(name) or 0 for name in made)
+        if any(self.sizes.get(name) is None for name in made):
+            allocated = None
+        if allocated is not None and allocated <= MOVE_BYTES:
             return True
-        dying = {name for n in step.nodes for name in n.read_names
-                 if self.last_reader.get(name) == index and name not in self.outputs}
-        allocated, freed = self._bytes(made), self._bytes(dying)
-        if allocated is None:
+        if allocated is None or self.live is None:
             return False
-        return allocated <= MOVE_BYTES or (freed is not None and allocated <= freed + MOVE_BYTES)
+        dying = {name for n in step.nodes for name in n.read_names
+                 if self.last_reader.get(name) == index and name in self.counted and name not in self.outputs}
+        freed = sum(self.sizes.get(name) or 0 for name in dying)
+        # From origin on its results are alive too; after origin its dying inputs are not.
+        grown = [self.live[k] + (allocated if k < index else 0) - (freed if k > origin else 0)
+                 for k in range(origin, index + 1)]
+        if max(grown) > self.peak:
+            return False
+        self.live[origin:index + 1] = grown
+        for name in dying:
+            self.last_reader[name] = origin
+        return True
 
-    def _bytes(self, names) -> int | None:
-        total = 0
-        for name in names:
-            layout = self.layouts.get(name)
-            if layout is None:
-                continue
-            numel = static_int(layout.storage_numel())
-            if numel is None:
-                return None
-            total += numel * layout.dtype.itemsize
-        return total
+
+def _made(step: Step) -> list[str]:
+    """The buffers a step allocates: a kernel's stores (not writes into inputs or kept inputs), an
+    ATen call's fresh result."""
+    if step.is_extern:
+        node = step.group.nodes[0]
+        return [node.write_name] if node.buffer.binds_name and returns_fresh_buffer(node.buffer) else []
+    return [n.write_name for n in step.nodes if n.write_name == n.name and n.write_name in step.stored
+            and n.write_name not in step.kept_in_input]
+
+
+def _bytes(layout) -> int | None:
+    numel = static_int(layout.storage_numel())
+    return None if numel is None else numel * layout.dtype.itemsize
 
 
 class _Accesses:

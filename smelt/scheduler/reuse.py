@@ -19,7 +19,7 @@ Only where that is safe on every backend:
 """
 from __future__ import annotations
 
-from ..ir.extern import returns_new_memory
+from ..ir.extern import returns_fresh_buffer
 from ..symbolic import static_int
 from .nodes import same
 from .placement import Placement
@@ -29,7 +29,7 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
     """{buffer a kernel stores: the dying buffer whose memory it takes}."""
     buffers = {b.name: b for b in graph.buffers}
     owned = {name for s in steps if not s.is_extern and not s.combo for name in s.stored}  # wrapper-allocated
-    owned |= {s.group.nodes[0].write_name for s in steps if s.is_extern and _fresh(s.group.nodes[0].buffer)}
+    owned |= {s.group.nodes[0].write_name for s in steps if s.is_extern and returns_fresh_buffer(s.group.nodes[0].buffer)}
     owned -= outputs | set(graph.constants) | set(graph.shared_storages)
     owned -= {name for name, _ in graph.inputs}
     # A recorded CUDA graph reads some inputs in place, from memory its other recordings own: not taken.
@@ -71,11 +71,6 @@ def _stored_in_the_last_pass(plan, writer) -> bool:
     before it read other values."""
     return plan.placement[writer.name] == Placement.XR and plan.phase[writer.name] == plan.num_phases - 1 \
         and not any(writer.name in n.read_names for n in plan.nodes if n is not writer)
-
-
-def _fresh(buffer) -> bool:
-    """An ATen call's result in memory of its own (a convolution's output, not a view)."""
-    return returns_new_memory(getattr(buffer, "op", None) or getattr(getattr(buffer, "parent", None), "op", None))
 
 
 def _plain(buffer) -> bool:
