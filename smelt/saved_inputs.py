@@ -85,4 +85,20 @@ def donated_saved_inputs(gm: torch.fx.GraphModule) -> frozenset[str]:
     meta = getattr(context, "fw_metadata", None)
     indices = getattr(meta, "bw_donated_idxs", None) or ()
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    return frozenset(placeholders[i].name for i in indices if 0 <= i < len(placeholders))
+    # AOTAutograd's list leaves out aliases of the forward's inputs and outputs, not of one another
+    # (two saved views of one product): a write over one would change what the other reads.
+    storages: dict = {}
+    for node in placeholders:
+        storage = _storage_of(node)
+        if storage is not None:
+            storages[storage] = storages.get(storage, 0) + 1
+    return frozenset(placeholders[i].name for i in indices if 0 <= i < len(placeholders)
+                     and storages.get(_storage_of(placeholders[i]), 0) == 1)
+
+
+def _storage_of(node: torch.fx.Node):
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.is_sparse:
+        return None
+    from torch.multiprocessing.reductions import StorageWeakRef
+    return StorageWeakRef(val.untyped_storage())

@@ -223,3 +223,25 @@ def test_a_first_backward_that_retains_the_graph_can_run_twice(observe):
     loss.backward(retain_graph=True)
     loss.backward()
     torch.testing.assert_close(got, (x.grad, w.grad), atol=1e-4, rtol=1e-4)
+
+
+def test_saved_views_of_one_product_are_not_written_over(observe, monkeypatch):
+    """AOTAutograd donates two saved halves of one product (its list leaves out aliases of the
+    forward's inputs and outputs only); a write over one could land in the other's elements."""
+    import smelt.backend
+    seen = []
+    donated = smelt.backend.donated_saved_inputs
+    monkeypatch.setattr(smelt.backend, "donated_saved_inputs", lambda gm: seen.append(donated(gm)) or seen[-1])
+
+    def f(a, b):
+        p, q = (a @ b).split(8, dim=1)
+        return (p.sin() * q.cos()).sum()
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 32, requires_grad=True), torch.randn(32, 16, requires_grad=True)
+    torch._dynamo.reset()
+    torch.compile(f, backend="smelt")(a, b).backward()
+    got = (a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    f(a, b).backward()
+    torch.testing.assert_close(got, (a.grad, b.grad), atol=1e-4, rtol=1e-4)
+    assert seen == [frozenset()]  # AOTAutograd listed both halves (bw_donated_idxs [0, 1], torch 2.13)
