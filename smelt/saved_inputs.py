@@ -79,8 +79,9 @@ def _is_view(target) -> bool:
 def donated_saved_inputs(gm: torch.fx.GraphModule) -> frozenset[str]:
     """The backward's placeholders that AOTAutograd donates: saved activations nothing outside the
     backward holds (no alias of a forward input or output), so their memory may be written over
-    once read for the last time. AOTAutograd refuses `retain_graph=True` on a backward that has
-    any (torch._functorch.config.donated_buffer), so they are never read twice."""
+    once read for the last time. They are never read twice: a backward first run under
+    `retain_graph=True` is compiled with none, and AOTAutograd refuses `retain_graph=True` on one
+    compiled with some (torch._functorch.config.donated_buffer, torch 2.11-2.13)."""
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     indices = getattr(meta, "bw_donated_idxs", None) or ()

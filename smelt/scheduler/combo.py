@@ -79,20 +79,19 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
     placed: list[Step] = []
     open_windows: dict[Hashable, list[_Window]] = {}
     to_merge: set[int] = set()  # ids of the placed combos to become one fused kernel
-    growth = _MemoryGrowth(steps, outputs, graph)
+    live_bytes = _LiveBytes(steps, outputs, graph)
     for index, step in enumerate(steps):
         accesses = _Accesses(step)
         keyed = key_of(step) if not step.is_extern and not step.finishers else None
         window = None
         if keyed is not None:
             key, kind = keyed
-        if keyed is not None:
             candidates = open_windows.get(key, [])
             # A window that has this kind already first: members of one kind share a branch.
             for w in sorted(candidates, key=lambda w: kind not in w.kinds):
                 limit = MAX_MERGED if merge(key) else MAX_MEMBERS
                 if w.admits(accesses, kind, len(placed[w.index].combo), limit) \
-                        and growth.move_back(index, step, w.origin):
+                        and live_bytes.move_back(index, step, w.origin):
                     window = w
                     break
         if window is not None:
@@ -156,7 +155,7 @@ def _merged(members: list[Step]) -> Step:
                 target=members[0].target)
 
 
-class _MemoryGrowth:
+class _LiveBytes:
     """The bytes alive at each step (buffers the graph allocates, and the saved activations it owns),
     kept up to date as steps move back, and the peak they must stay under."""
 
