@@ -31,6 +31,8 @@ def test_an_output_is_computed_where_the_program_computes_it(observe, monkeypatc
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     product = 64 * 64 * 4
     assert graph.planned_peak_bytes < 2 * product  # one product alive at a time, beside the small slices
+    peak_line = next(line for line in graph.wrapper_source.splitlines() if line.startswith("PLANNED_PEAK_BYTES"))
+    assert "16.0 KiB" in peak_line.split("at once:")[1]  # the wrapper names the peak's buffers: the product
     monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
     monkeypatch.setattr(smelt.lowering.graph, "_realize_output_in_place", lambda *a: None)
     _, deferred = _compiled(_slices_of_products, a, b, c, d, observe=observe)

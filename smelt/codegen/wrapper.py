@@ -65,6 +65,7 @@ class WrapperCodegen:
         # Bytes of the buffers the wrapper holds at once, at most (None: a size is symbolic).
         self.live: dict[str, int] = {}
         self.peak: int | None = 0
+        self.at_peak: dict[str, int] = {}  # the buffers alive at the peak, by name
         self.graph_blockers: list[str] = []  # why a CUDA graph cannot record this call (runtime/cuda_graphs.py)
 
     def literal(self, value) -> str:
@@ -125,7 +126,18 @@ class WrapperCodegen:
         span = 0 if any(int(n) == 0 for n in layout.size) else \
             1 + sum((int(n) - 1) * int(st) for n, st in zip(layout.size, layout.stride))
         self.live[name] = span * layout.dtype.itemsize
-        self.peak = max(self.peak, sum(self.live.values()))
+        total = sum(self.live.values())
+        if total > self.peak:
+            self.peak, self.at_peak = total, dict(self.live)
+
+    def peak_comment(self) -> str:
+        """Where the planned peak's bytes are, for a reader of the wrapper: its largest buffers."""
+        if not self.peak or not self.at_peak:
+            return ""
+        largest = sorted(self.at_peak.items(), key=lambda item: -item[1])[:4]
+        named = ", ".join(f"{name} {_size(size)}" for name, size in largest)
+        more = f" (the largest {len(largest)} of {len(self.at_peak)})" if len(self.at_peak) > len(largest) else ""
+        return f"  # {_size(self.peak)} at once: {named}{more}"
 
     def release(self, names) -> None:
         for name in names:
@@ -200,7 +212,7 @@ class WrapperCodegen:
         out.writeline(f"MUTATED_INPUTS = {tuple(self.mutated_inputs())!r}")
         out.writeline(f"CUDA_GRAPH_BLOCKERS = {tuple(dict.fromkeys(self.graph_blockers))!r}")
         # The most bytes of buffers this wrapper allocates that are alive at once (inputs not counted).
-        out.writeline(f"PLANNED_PEAK_BYTES = {self.peak!r}")
+        out.writeline(f"PLANNED_PEAK_BYTES = {self.peak!r}{self.peak_comment()}")
         out.writeline("")
         out.writeline("")
         out.writeline("def size_key(args):")
@@ -341,3 +353,10 @@ class WrapperCodegen:
         if spec.kind == "view":
             return self.strided(spec.name, spec.layout)
         return spec.name
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
