@@ -84,6 +84,7 @@ def measure(name: str, backend: str, device: str, batch, seq) -> tuple[list[str]
     with autocast:
         loss_fn(sample).backward()
     storages: dict[int, int] = {}
+    viewers: dict[int, list] = collections.defaultdict(list)
     count = 0
 
     def pack(t):
@@ -91,11 +92,16 @@ def measure(name: str, backend: str, device: str, batch, seq) -> tuple[list[str]
         count += 1
         storage = t.untyped_storage()
         storages[storage.data_ptr()] = storage.nbytes()
+        viewers[storage.data_ptr()].append(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}")
         return t
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
         loss = loss_fn(sample)
     loss.backward()
-    return lines, count, sum(storages.values())
+    # Storages by the tensors saved from them: where two lists differ in bytes, not only in names.
+    by_kind = collections.Counter()
+    for ptr, size in storages.items():
+        by_kind[" + ".join(sorted(viewers[ptr]))] += size
+    return lines, count, sum(storages.values()), by_kind
 
 
 def main(argv=None) -> None:
@@ -110,12 +116,18 @@ def main(argv=None) -> None:
     import os
     os.environ.setdefault("SMELT_GRAPH_CACHE", "0")
     import smelt  # noqa: F401
-    found = {}
+    found, kinds = {}, {}
     for backend in ("smelt", "inductor"):
-        lines, count, held = measure(args.model, backend, args.device, args.batch, args.seq)
+        lines, count, held, by_kind = measure(args.model, backend, args.device, args.batch, args.seq)
         found[backend] = lines
+        kinds[backend] = by_kind
         print(f"{args.model} {backend}: {len(lines)} saved outputs in the graph, {count} saved tensors at run "
               f"time holding {held / 2 ** 20:.1f} MiB (each storage once)", flush=True)
+    print("run-time storages, MiB by the tensors saved from them, where the two differ:")
+    for kind in sorted(set(kinds["smelt"]) | set(kinds["inductor"])):
+        a, b = kinds["smelt"].get(kind, 0), kinds["inductor"].get(kind, 0)
+        if a != b:
+            print(f"  smelt {a / 2 ** 20:8.2f}  inductor {b / 2 ** 20:8.2f}  {kind}")
     # Names differ between the two graphs (numbering, _to_copy / convert_element_type): compared by pattern.
     def normal(line):
         return re.sub(r"convert_element_type|_to_copy", "cast", re.sub(r"embedding|index", "lookup", line))
