@@ -119,13 +119,11 @@ class WrapperCodegen:
         """`name` holds memory of `layout` from now until a `del` of it (the planned peak)."""
         if self.peak is None or layout is None or not hasattr(layout, "dtype"):
             return
-        sizes = [*layout.size, *layout.stride]
-        if not all(isinstance(v, (int, sympy.Integer)) for v in sizes):
+        size = layout.allocated_bytes()
+        if size is None:
             self.peak = None
             return
-        span = 0 if any(int(n) == 0 for n in layout.size) else \
-            1 + sum((int(n) - 1) * int(st) for n, st in zip(layout.size, layout.stride))
-        self.live[name] = span * layout.dtype.itemsize
+        self.live[name] = size
         total = sum(self.live.values())
         if total > self.peak:
             self.peak, self.at_peak = total, dict(self.live)

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
-from ..symbolic import Expr, contiguous_strides, product, sympify
+from ..symbolic import Expr, contiguous_strides, product, static_int, sympify
 from .ops import ops
 
 Index = Sequence[Expr]
@@ -48,6 +48,12 @@ class Layout:
         if any(s == 0 for s in self.size):
             return sympy.Integer(0)
         return self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride)), sympy.Integer(0))
+
+    def allocated_bytes(self) -> int | None:
+        """Bytes a buffer of this layout is allocated with (its offset counted), or None when a
+        size is symbolic: what the wrapper's planned peak and the combo pass's live bytes add up."""
+        numel = static_int(self.storage_numel())
+        return None if numel is None else numel * self.dtype.itemsize
 
     def __str__(self):
         dt = str(self.dtype).replace("torch.", "")

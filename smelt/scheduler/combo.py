@@ -162,7 +162,7 @@ class _LiveBytes:
     def __init__(self, steps: list[Step], outputs: set[str], graph):
         layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
         layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
-        self.sizes = {name: _bytes(layout) for name, layout in layouts.items()}
+        self.sizes = {name: layout.allocated_bytes() for name, layout in layouts.items()}
         self.last_reader: dict[str, int] = {}
         for k, step in enumerate(steps):
             for node in step.nodes:
@@ -223,11 +223,6 @@ def _made(step: Step) -> list[str]:
         return [node.write_name] if node.buffer.binds_name and returns_fresh_buffer(node.buffer) else []
     return [n.write_name for n in step.nodes if n.write_name == n.name and n.write_name in step.stored
             and n.write_name not in step.kept_in_input]
-
-
-def _bytes(layout) -> int | None:
-    numel = static_int(layout.storage_numel())
-    return None if numel is None else numel * layout.dtype.itemsize
 
 
 class _Accesses:
