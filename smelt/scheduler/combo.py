@@ -193,10 +193,8 @@ class _LiveBytes:
 
     def move_back(self, index: int, step: Step, origin: int) -> bool:
         """Whether `step` may run at the place of the step at `origin`; if so, the figures move with it."""
-        made = _made(step)
-        allocated = sum(self.sizes.get(name) or 0 for name in made)
-        if any(self.sizes.get(name) is None for name in made):
-            allocated = None
+        sizes = [self.sizes.get(name) for name in _made(step)]
+        allocated = None if None in sizes else sum(sizes)
         if allocated is not None and allocated <= MOVE_BYTES:
             return True
         if allocated is None or self.live is None:
