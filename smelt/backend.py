@@ -87,7 +87,9 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.utils import flatten_graph_inputs  # compiled autograd's boxed inputs
         return flatten_graph_inputs(gm, example_inputs, functools.partial(smelt_backend, mode=mode, options=options))
-    settings = compile_settings(mode, options)
+    # An override around the call that compiles holds for its backward too, which AOTAutograd
+    # compiles at the first backward: on CUDA, on autograd's device thread, outside the block.
+    settings = {**config_module.overridden(), **compile_settings(mode, options)}
     with config_module.override(**settings):
         cfg = config_module.current()
     slot = DynamoCacheSlot(gm, example_inputs, cfg)

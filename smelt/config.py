@@ -122,6 +122,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
     "SMELT_HALIDE_OPENMP": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
+    "SMELT_COMBO_KERNELS": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -184,6 +185,10 @@ class Config:
     # Halide's CPU kernels run their parallel loops on torch's OpenMP threads (runtime/halide_threads.py),
     # read when the process first loads a Halide kernel; SMELT_HALIDE_OPENMP=0: Halide's own pool.
     halide_openmp: bool = _field("SMELT_HALIDE_OPENMP")
+
+    # Independent small kernels share one launch (scheduler/combo.py); off: each launches alone, so
+    # a profile names every member's time.
+    combo_kernels: bool = _field("SMELT_COMBO_KERNELS")
 
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.
@@ -267,6 +272,12 @@ def override(**fields):
         yield
     finally:
         _overrides.reset(token)
+
+
+def overridden() -> dict:
+    """The settings the enclosing override blocks set (a backward compiled later, on autograd's
+    own thread, is compiled under them too)."""
+    return dict(_overrides.get())
 
 
 def current() -> Config:

@@ -160,7 +160,8 @@ def _schedule(graph, cfg, halide_refused):
     def key_of(step):
         return None if id(step) in paired else backend_of(step).launch_key(step, ctx)
 
-    sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
+    if cfg.combo_kernels:
+        sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)

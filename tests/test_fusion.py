@@ -1,5 +1,7 @@
 """Fusion counts (smelt only): how many Triton kernels a graph compiles to."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -74,6 +76,73 @@ def test_a_one_element_value_read_twice_is_recomputed_not_stored(device, compile
     assert kernel_count() == 1
     (graph,) = observe.compiled_graphs()
     assert len(allocated_shapes(graph.wrapper_source)) == 1, graph.wrapper_source  # the output alone
+
+
+def test_a_view_read_twice_is_computed_once(device, compile_fn, assert_close, observe):
+    # Rotary embeddings: every layer reads cos(emb).unsqueeze(1), one view node; each reader
+    # recomputed the cosine for every head until the view's readers counted as its base's.
+    emb = torch.randn(16, 8, device=device) * 50
+    q = torch.randn(2, 4, 16, 8, device=device)
+    k = torch.randn(2, 2, 16, 8, device=device)
+
+    def fn(emb, q, k):
+        cos, sin = emb.cos().unsqueeze(0).unsqueeze(0), emb.sin().unsqueeze(0).unsqueeze(0)
+        return q * cos + q.flip(-1) * sin, k * cos - k.flip(-1) * sin
+
+    _compile_and_check(compile_fn, assert_close, fn, emb, q, k, atol=1e-5, rtol=1e-5)
+    (graph,) = observe.compiled_graphs()
+    sources = "\n".join(graph.kernel_sources.values())
+    assert len(re.findall(r"\bcos\(", sources)) == 1, sources
+    assert len(re.findall(r"\bsin\(", sources)) == 1, sources
+
+
+def test_a_cast_viewed_for_a_log_softmax_is_not_stored(device, compile_fn, assert_close, observe):
+    # A language model's loss: logits.float().view(-1, vocab), read by the log softmax's two passes.
+    # Readers of the view's own size recompute the cast; storing it wrote 500 MB for Qwen2 and
+    # raised the peak by as much.
+    x = torch.randn(2, 8, 16, device=device, dtype=torch.bfloat16)
+    w = torch.randn(40, 16, device=device, dtype=torch.bfloat16)
+    t = torch.randint(0, 40, (16,), device=device)
+
+    def fn(x, w, t):
+        logits = (x @ w.t()).float()
+        return F.cross_entropy(logits.view(-1, 40), t)
+
+    _compile_and_check(compile_fn, assert_close, fn, x, w, t, atol=1e-4, rtol=1e-4)
+    (graph,) = observe.compiled_graphs()
+    assert (2, 8, 40) not in allocated_shapes(graph.wrapper_source), graph.wrapper_source
+
+
+def test_a_sum_read_by_two_reductions_is_recomputed_not_stored(device, compile_fn, assert_close, observe):
+    # A norm backward: the float32 sum of two bfloat16 gradients feeds the input's gradient (a
+    # reduction along rows) and the weight's (along columns, another kernel). Recomputing it loads
+    # 4 bytes per element where storing it wrote 4 and read them back.
+    a = torch.randn(64, 32, device=device, dtype=torch.bfloat16)
+    b = torch.randn(64, 32, device=device, dtype=torch.bfloat16)
+    x = torch.randn(64, 32, device=device)
+    w = torch.randn(32, device=device)
+
+    def fn(a, b, x, w):
+        g = a.float() + b.float()
+        return (g * w).sum(-1, keepdim=True) * x, (g * x).sum(0)
+
+    _compile_and_check(compile_fn, assert_close, fn, a, b, x, w, atol=1e-4, rtol=1e-4)
+    (graph,) = observe.compiled_graphs()
+    assert allocated_shapes(graph.wrapper_source).count((64, 32)) == 1, graph.wrapper_source  # the output
+
+
+def test_a_narrowing_cast_read_twice_is_stored(device, compile_fn, assert_close, observe):
+    # The other side of the rule: a bfloat16 copy of a float32 value is cheaper to read back (2
+    # bytes) than to recompute from its input (4).
+    x = torch.randn(64, 32, device=device)
+
+    def fn(x):
+        h = (x * 3).to(torch.bfloat16)
+        return h.sum(0), h.float().sum(1)
+
+    _compile_and_check(compile_fn, assert_close, fn, x, atol=1e-2, rtol=1e-2)
+    (graph,) = observe.compiled_graphs()
+    assert (64, 32) in allocated_shapes(graph.wrapper_source), graph.wrapper_source
 
 
 def test_pure_view_graph_needs_no_kernel(device, compile_fn, assert_close, kernel_count):

@@ -153,6 +153,20 @@ def test_kernels_of_different_bodies_and_dtypes_share_one_launch(device, compile
     assert kernel_count() <= 3, graph.kernel_names
 
 
+def test_combo_kernels_off_launches_each_member_alone(device, compile_fn, assert_close, observe):
+    import smelt.config
+    xs = [torch.randn(s, device=device) for s in SIZES]
+
+    def fn(xs):
+        return [torch.sigmoid(x) * 3 - x for x in xs]
+
+    with smelt.config.override(combo_kernels=False):
+        assert_close(compile_fn(fn)(xs), fn(xs))
+    (graph,) = observe.compiled_graphs()
+    assert not any("combo" in name for name in graph.kernel_names), graph.kernel_names
+    assert len(graph.kernel_names) == len(SIZES), graph.kernel_names
+
+
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
 def test_adam_step_counts_and_updates_each_take_one_launch(foreach, device, compile_fn, assert_close, observe,
                                                            kernel_count):

@@ -162,3 +162,20 @@ def test_a_compile_inside_an_override_uses_it():
         torch.testing.assert_close(torch.compile(lambda t: t.sin() * 2, backend="smelt")(x), x.sin() * 2)
     (graph,) = smelt.observe.compiled_graphs()
     assert all(name.startswith(other) for name in graph.kernel_names), graph.kernel_names
+
+
+@pytest.mark.smelt_only
+def test_an_override_around_the_forward_holds_for_its_backward():
+    # AOTAutograd compiles the backward at the first backward call: on CUDA on autograd's device
+    # thread, which does not see the block's settings; here simply after the block ends.
+    import smelt.observe
+    other = "triton" if config.current().cpu_backend != "triton" else "reference"
+    smelt.observe.reset()
+    x = torch.randn(8, requires_grad=True)
+    with config.override(cpu_backend=other):
+        y = torch.compile(lambda t: (t.sin() * 2).sum(), backend="smelt")(x)
+    y.backward()
+    torch.testing.assert_close(x.grad, x.detach().cos() * 2)
+    graphs = smelt.observe.compiled_graphs()
+    assert len(graphs) == 2
+    assert all(name.startswith(other) for g in graphs for name in g.kernel_names), [g.kernel_names for g in graphs]

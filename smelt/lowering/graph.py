@@ -13,14 +13,14 @@ from ..errors import LoweringError
 from ..ir import ComputedBuffer, ConstantBuffer, InputBuffer, Loops, Pointwise, StorageBox, TensorBox
 from ..ir.graph import IRGraph, OutputSpec, copy_loops, origin_name
 from ..ir.ops import OpCounter, ReadsHandler, use_handler
-from ..ir.views import ReinterpretView
-from ..symbolic import index_var, sympify
+from ..ir.views import ReinterpretView, View
+from ..symbolic import index_var, product, sympify
 from . import registry
 from .common import layout_of
 from .extern_calls import fallback
 from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
-from .traced_layout import realize_as_traced, realize_in_traced_order
+from .traced_layout import realize_as_traced, realize_in_traced_order, realize_view_base
 
 log = logging.getLogger("smelt.lowering")
 
@@ -203,10 +203,90 @@ def _maybe_realize(graph: IRGraph, node, value):
     """Realize a loop nest read by several users, so that it is computed once and fused, not recomputed.
     A user reading only its size (a cross-entropy backward's full_like(log_probs)) does not count."""
     readers = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
-    if isinstance(value, TensorBox) and isinstance(value.data, StorageBox) and readers > 1:
-        if isinstance(value.data.data, Loops) and not graph.softmax_rows.keeps_inline(node, value) \
-                and not _cheap_scalar(value.data.data):
+    if not isinstance(value, TensorBox) or readers <= 1:
+        return
+    if isinstance(value.data, StorageBox):
+        loops = value.data.data
+        if isinstance(loops, Loops) and not graph.softmax_rows.keeps_inline(node, value) \
+                and not _cheap_scalar(loops) and not _cheaper_recomputed(graph, node, loops):
             realize_in_traced_order(graph, value.data, node)
+        return
+    _realize_read_views_base(graph, node, value)
+
+
+# Ops a value read by several kernels may take and still be recomputed by each of them.
+RECOMPUTE_MAX_OPS = 12
+
+
+def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
+    """Whether each reader recomputing a pointwise value moves fewer bytes than storing it once and
+    reading it back: it loads no more bytes per element, at full size, than it would store (a
+    norm backward's float32 sum of two bfloat16 gradients, which a separate weight-gradient
+    column sum read back: 16 MB written and read per Qwen2 norm), in a few ops, and no reader
+    broadcasts it (each would recompute every element many times). Readers fused into one kernel
+    compute it once either way."""
+    if type(loops) is not Pointwise:
+        return False
+    size = loops.get_size()
+    if any(_spans_more_than(user, product(size)) for user in node.users):
+        return False
+    counter, reads = OpCounter(), ReadsHandler()
+    index = loops.index_vars()
+    try:
+        with use_handler(counter):
+            loops.inner_fn(index)
+        with use_handler(reads):
+            loops.inner_fn(index)
+    except AttributeError:
+        return False  # an op the handlers do not know (random numbers): computed once
+    if counter.ops > RECOMPUTE_MAX_OPS:
+        return False
+    varying = {v for v, n in zip(index, size) if sympify(n) != 1}
+    full = {name for name, at in reads.reads if varying <= sympify(at).free_symbols}
+    loaded = [_element_bytes(graph, name) for name in full]
+    return None not in loaded and sum(loaded) <= loops.get_dtype().itemsize
+
+
+def _element_bytes(graph: IRGraph, name: str) -> int | None:
+    for b in graph.buffers:
+        if b.name == name or getattr(b, "storage_name", None) == name:
+            return b.get_dtype().itemsize
+    for n, v in graph.inputs:
+        if n == name and hasattr(v, "get_dtype"):
+            return v.get_dtype().itemsize
+    if name in graph.constants:
+        return graph.constants[name].get_dtype().itemsize
+    if name in graph.shared_storages:
+        return graph.shared_storages[name].get_dtype().itemsize
+    return None
+
+
+def _realize_read_views_base(graph: IRGraph, node, value: TensorBox):
+    """A view read several times, each reader broadcasting it over more elements than its base has,
+    realizes the base: rotary embeddings read `cos(emb).unsqueeze(1)` in every layer (one view node
+    after the partitioner's CSE) across batch and heads, and each layer's kernel recomputed the
+    cosine 128 times per position (Qwen2's training: 125 us per layer where the loads take 15).
+    Readers of the base's own size recompute it instead: storing float32 logits read by a log
+    softmax's two passes would write 500 MB to save a cast."""
+    data = value.data
+    while isinstance(data, View):
+        data = data.data
+    if not isinstance(data, StorageBox) or data.is_realized() or not isinstance(data.data, Loops):
+        return
+    if _cheap_scalar(data.data):
+        return
+    base_numel = product(data.data.get_size())
+    if not any(_spans_more_than(user, base_numel) for user in node.users):
+        return
+    realize_view_base(graph, value, node)
+
+
+def _spans_more_than(node, numel) -> bool:
+    """Whether a node's value or one of its tensor inputs surely has more than `numel` elements:
+    its loop runs over more elements than a value of `numel` has, so it reads that value broadcast."""
+    values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, torch.Tensor) and sympy.expand(sympify(v.numel()) - numel).is_positive is True
+               for v in values)
 
 
 def _realize_output_in_place(graph: IRGraph, node, value):

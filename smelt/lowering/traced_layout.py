@@ -57,6 +57,19 @@ def realize_in_traced_order(graph, data: StorageBox, node: torch.fx.Node):
     return _realize_dense(graph, data, _dense_strides(meta) if isinstance(meta, torch.Tensor) else None)
 
 
+def realize_view_base(graph, box: TensorBox, node: torch.fx.Node) -> None:
+    """Realize the lazy base under the view `box` (the value of FX node `node`), in the strides
+    eager gave that base when they are dense."""
+    base = _eager_base(node)
+    data = box.data
+    while isinstance(data, View):
+        data = data.data
+    if base is not None:
+        _realize_base(graph, box.data, base)
+    elif isinstance(data, StorageBox) and not data.is_realized():
+        data.realize(graph)
+
+
 def _realize_dense(graph, data: StorageBox, dense: list | None):
     buffer = data.realize(graph)
     if dense is not None and isinstance(buffer.layout, FlexibleLayout) and dense != list(buffer.layout.stride):

@@ -72,7 +72,7 @@ def main(argv=None):
                            else f"aot_eager also {again.status}: not smelt's ({again.message(1)[:200]})")
         results.append(r)
         print(f"[{time.perf_counter() - start:7.1f}s] {r.model:20s} {r.mode:10s} {r.status:5s} {r.seconds:6.1f}s "
-              f"{r.message(2)}", flush=True)
+              f"{report.summary(r)} {r.message(2)}", flush=True)
     table = report.markdown(results)
     if args.json:
         with open(args.json, "w") as f:

@@ -9,6 +9,18 @@ def _ratio(num, den):
     return f"{num / den:.2f}x" if num and den else "-"
 
 
+def summary(r) -> str:
+    """One case's ratios on one line: printed as each case ends, so a run cut short still shows them."""
+    t = r.timings or {}
+    ms, comp, peak = t.get("ms", {}), t.get("compile_s", {}), t.get("peak_bytes", {})
+    if not ms:
+        return ""
+    return (f"speed vs eager {_ratio(ms.get('eager'), ms.get('smelt'))}, vs Inductor "
+            f"{_ratio(ms.get('inductor'), ms.get('smelt'))}; peak vs eager {_ratio(peak.get('smelt'), peak.get('eager'))}, "
+            f"vs Inductor {_ratio(peak.get('smelt'), peak.get('inductor'))}; compile s "
+            f"{comp.get('smelt') or 0:.1f} / {comp.get('inductor') or 0:.1f}")
+
+
 def markdown(results) -> str:
     graphed = any("smelt-ro" in (r.timings or {}).get("ms", {}) for r in results)
     lines = ["| model | mode | result | speedup vs eager | speedup vs Inductor | compile s (smelt / Inductor) "
