@@ -44,6 +44,9 @@ class _Driver:
         self.func_set_attribute = self._checked(lib.cuFuncSetAttribute, [p, i, i])
         self.ctx_get_current = self._checked(lib.cuCtxGetCurrent, [ctypes.POINTER(p)])
         self.ctx_get_device = self._checked(lib.cuCtxGetDevice, [ctypes.POINTER(i)])
+        self.ctx_set_current = self._checked(lib.cuCtxSetCurrent, [p])
+        self.device_get = self._checked(lib.cuDeviceGet, [ctypes.POINTER(i), i])
+        self.primary_ctx_retain = self._checked(lib.cuDevicePrimaryCtxRetain, [ctypes.POINTER(p), i])
         self.launch_kernel = self._checked(lib.cuLaunchKernel, [p, u, u, u, u, u, u, u, p, p, p])
         self.launch_kernel_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value  # for fast_launch
         del s
@@ -146,6 +149,16 @@ class CudaBinary:
         function = self._functions.get(device)
         if function is None:
             cuda = driver()
+            context = ctypes.c_void_p()
+            cuda.ctx_get_current(ctypes.byref(context))
+            if not context.value:
+                # A thread on which no CUDA runtime call ran yet (autograd's device thread, when a
+                # backward's first op is ours) has no current context: take torch's, the device's
+                # primary one, as the runtime would.
+                handle, primary = ctypes.c_int(), ctypes.c_void_p()
+                cuda.device_get(ctypes.byref(handle), device)
+                cuda.primary_ctx_retain(ctypes.byref(primary), handle)
+                cuda.ctx_set_current(primary)
             current = ctypes.c_int()
             cuda.ctx_get_device(ctypes.byref(current))
             if current.value != device:  # the module must be loaded into the tensors' device's context

@@ -74,3 +74,20 @@ def test_resolved_launches_are_recalled_only_for_the_same_scalars_and_aligned_po
         assert_close(fn(x), (x * 2).sum(-1), rtol=1e-4, atol=1e-3)
     (launcher,) = _launchers(observe)
     assert len(launcher._resolved) == 3  # sizes 64, 17 and 5, aligned; misaligned calls resolve anew
+
+
+def test_a_backward_whose_first_op_is_ours_launches_natively():
+    # Autograd runs a CUDA backward on a thread of its own, with no current CUDA context until a
+    # runtime call makes one: a backward starting with a smelt kernel fell back to Triton's JIT.
+    # In a fresh process, since any earlier backward leaves that thread a context.
+    import subprocess
+    import sys
+    script = ("import torch, smelt\n"
+              "x = torch.randn(4096, device='cuda', requires_grad=True)\n"
+              "torch.compile(lambda t: (t.sin() * t).sum(), backend='smelt')(x).backward()\n"
+              "d = x.detach()\n"
+              "torch.testing.assert_close(x.grad, d.cos() * d + d.sin())\n"
+              "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    assert "launches through Triton's JIT" not in done.stderr, done.stderr[-3000:]
