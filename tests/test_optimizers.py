@@ -153,6 +153,23 @@ def test_kernels_of_different_bodies_and_dtypes_share_one_launch(device, compile
     assert kernel_count() <= 3, graph.kernel_names
 
 
+def test_big_kernels_share_a_launch_only_with_their_own_body(device, compile_fn, assert_close, observe):
+    # A launch runs all its members at one num_warps and its widest member's registers: a Qwen2
+    # norm's row reduction and its weight's column sum ran 90 us together, 65 apart. Kernels of
+    # more than combo.SMALL elements share launches with their own body only.
+    from smelt.codegen.triton.combo import SMALL
+    xs = [torch.randn(SMALL + 1, device=device) for _ in range(4)]
+
+    def fn(a, b, c, d):
+        return a.sin() * 2, b.sin() * 2, c.exp() + 1, d.exp() + 1
+
+    assert_close(compile_fn(fn)(*xs), fn(*xs))
+    inspects_triton_kernels()
+    (graph,) = observe.compiled_graphs()
+    combos = [source for name, source in graph.kernel_sources.items() if "combo" in name]
+    assert len(combos) == 2 and not any("elif kind == 1:" in c for c in combos), graph.kernel_names
+
+
 def test_combo_kernels_off_launches_each_member_alone(device, compile_fn, assert_close, observe):
     import smelt.config
     xs = [torch.randn(s, device=device) for s in SIZES]
