@@ -226,7 +226,18 @@ class _Wrapper(IRNode):
 
 
 class StorageBox(_Wrapper):
-    """Owns storage: an unrealized loop nest until `realize`, then a Buffer."""
+    """Owns storage: an unrealized loop nest until `realize`, then a Buffer.
+
+    One that its readers recompute (`keep_recomputed`) stays a loop nest: a reader lowered before
+    a later op asks for memory may load through the box when its kernel is generated, so the box
+    must not turn into a buffer computed after that reader. The op asking gets a copy of its
+    own, computed where it asks."""
+
+    recomputed = False
+    _copy = None
+
+    def keep_recomputed(self) -> None:
+        self.recomputed = True
 
     @property
     def origins(self):
@@ -237,6 +248,10 @@ class StorageBox(_Wrapper):
         return isinstance(self.data, Buffer)
 
     def realize(self, graph) -> Buffer:
+        if self.recomputed:
+            if self._copy is None:
+                self._copy = graph.register_computed(self.data)
+            return self._copy
         if not self.is_realized():
             self.data = graph.register_computed(self.data)
         return self.data

@@ -207,8 +207,18 @@ def _maybe_realize(graph: IRGraph, node, value):
         return
     if isinstance(value.data, StorageBox):
         loops = value.data.data
-        if isinstance(loops, Loops) and not graph.softmax_rows.keeps_inline(node, value) \
-                and not _cheap_scalar(loops) and not _cheaper_recomputed(graph, node, loops):
+        if not isinstance(loops, Loops) or graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops):
+            return
+        if _cheaper_recomputed(graph, node, loops):
+            import os
+            global _K
+            _K = globals().get("_K", -1) + 1
+            lim = os.environ.get("ONLYSET")
+            if lim is None or str(_K) in lim.split(","):
+                value.data.keep_recomputed()
+            else:
+                realize_in_traced_order(graph, value.data, node)
+        else:
             realize_in_traced_order(graph, value.data, node)
         return
     _realize_read_views_base(graph, node, value)
@@ -225,7 +235,12 @@ def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
     column sum read back: 16 MB written and read per Qwen2 norm), in a few ops, and no reader
     broadcasts it (each would recompute every element many times). Readers fused into one kernel
     compute it once either way."""
-    if type(loops) is not Pointwise:
+    if type(loops) is not Pointwise or any(user.op == "output" for user in node.users):
+        return False  # the output stores it anyway
+    if not loops.get_dtype().is_floating_point:
+        # Index arithmetic stays stored: its readers use it as addresses, which the byte count
+        # below does not see, and T5's relative position buckets (arange, difference, abs, a log
+        # whose -inf at 0 the bucket's where discards) came out wrong inlined into Halide's kernel.
         return False
     size = loops.get_size()
     if any(_spans_more_than(user, product(size)) for user in node.users):

@@ -11,6 +11,7 @@ from ...target import H100, Target
 from ..backends import GraphContext, step_device
 from .candidates import candidates, masks_needed
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
+from .finisher_blocks import finisher_blocks
 from .finisher import Finisher
 from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
 from .launch_guess import launch_guess
@@ -114,7 +115,8 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
     name = kernel_name(plan, config, index)
     finisher, stages = None, []
     for k, small in enumerate(step.finishers):
-        small_plan, small_config = _plan_and_blocks(small, interpret, cfg)
+        small_plan = small.plan
+        small_config = finisher_blocks(small_plan, interpret, cfg.persistent_reduction_limit)
         ready = frozenset(step.stored).union(*(f.stored for f in step.finishers[:k]))
         stages.append((TritonKernel(small_plan, small_config, graph, index_dtype_for(small_plan, graph), interpret,
                                     eviction_hints=cfg.eviction_hints, program_arg=True, coherent=ready),
