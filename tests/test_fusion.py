@@ -189,3 +189,24 @@ def test_a_value_whose_other_reader_takes_only_its_size_is_not_stored(device, ch
     check(f, x, target)
     (graph,) = observe.compiled_graphs()
     assert allocated_shapes(graph.wrapper_source).count((6, 33)) == 1, graph.wrapper_source  # the result
+
+
+def test_a_recomputed_value_asked_for_memory_later_gets_a_copy_of_its_own():
+    # Readers lowered before a later op (an extern call, an output) asks for a recomputed value's
+    # memory may load through its box when their kernels are generated: the box must stay a loop
+    # nest, or they read a buffer computed after them (resnet18's training read one, unassigned).
+    import torch.fx
+    from smelt.ir import Pointwise, StorageBox
+    from smelt.ir.graph import IRGraph
+    from smelt.ir.ops import ReadsHandler, ops, use_handler
+    graph = IRGraph(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()))
+    loops = Pointwise(torch.device("cpu"), torch.float32, lambda idx: ops.load("x", idx[0]), [8])
+    box = StorageBox(loops)
+    box.keep_recomputed()
+    first, again = box.realize(graph), box.realize(graph)
+    assert first is again and not box.is_realized()
+    reads = ReadsHandler()
+    with use_handler(reads):
+        box.make_loader()([0])
+    assert [name for name, _ in reads.reads] == ["x"]  # still recomputed from its input
+

@@ -124,7 +124,7 @@ class IRGraph:
 
     def dtype_of(self, name: str) -> torch.dtype:
         """The element type of a buffer, input or constant by name (storage names included)."""
-        if self._dtypes is None:  # built once lowering is over; buffers no longer change then
+        if self._dtypes is None or name not in self._dtypes:  # rebuilt for a name registered since
             self._dtypes = {name: c.get_dtype() for name, c in self.constants.items()}
             self._dtypes.update((n, v.get_dtype()) for n, v in self.inputs if hasattr(v, "layout"))
             self._dtypes.update((n, s.get_dtype()) for n, s in self.shared_storages.items())

@@ -154,8 +154,8 @@ class OpCounter(TextHandler):
         return super().load(name, index)
 
 
-class ReadsHandler(TextHandler):
-    """Records every (buffer name, index) a loop body loads."""
+class ReadsHandler(OpCounter):
+    """Records every (buffer name, index) a loop body loads (and counts its ops)."""
 
     def __init__(self):
         super().__init__()

@@ -245,35 +245,22 @@ def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
     size = loops.get_size()
     if any(_spans_more_than(user, product(size)) for user in node.users):
         return False
-    counter, reads = OpCounter(), ReadsHandler()
+    reads = ReadsHandler()
     index = loops.index_vars()
     try:
-        with use_handler(counter):
-            loops.inner_fn(index)
         with use_handler(reads):
             loops.inner_fn(index)
     except AttributeError:
-        return False  # an op the handlers do not know (random numbers): computed once
-    if counter.ops > RECOMPUTE_MAX_OPS:
+        return False  # an op the handler does not know (random numbers): computed once
+    if reads.ops > RECOMPUTE_MAX_OPS:
         return False
     varying = {v for v, n in zip(index, size) if sympify(n) != 1}
     full = {name for name, at in reads.reads if varying <= sympify(at).free_symbols}
-    loaded = [_element_bytes(graph, name) for name in full]
-    return None not in loaded and sum(loaded) <= loops.get_dtype().itemsize
-
-
-def _element_bytes(graph: IRGraph, name: str) -> int | None:
-    for b in graph.buffers:
-        if b.name == name or getattr(b, "storage_name", None) == name:
-            return b.get_dtype().itemsize
-    for n, v in graph.inputs:
-        if n == name and hasattr(v, "get_dtype"):
-            return v.get_dtype().itemsize
-    if name in graph.constants:
-        return graph.constants[name].get_dtype().itemsize
-    if name in graph.shared_storages:
-        return graph.shared_storages[name].get_dtype().itemsize
-    return None
+    try:
+        loaded = sum(graph.dtype_of(name).itemsize for name in full)
+    except KeyError:
+        return False
+    return loaded <= loops.get_dtype().itemsize
 
 
 def _realize_read_views_base(graph: IRGraph, node, value: TensorBox):
