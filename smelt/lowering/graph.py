@@ -207,17 +207,11 @@ def _maybe_realize(graph: IRGraph, node, value):
         return
     if isinstance(value.data, StorageBox):
         loops = value.data.data
-        if not isinstance(loops, Loops) or graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops):
+        if not isinstance(loops, Loops):
             return
-        if _cheaper_recomputed(graph, node, loops):
-            import os
-            global _K
-            _K = globals().get("_K", -1) + 1
-            lim = os.environ.get("ONLYSET")
-            if lim is None or str(_K) in lim.split(","):
-                value.data.keep_recomputed()
-            else:
-                realize_in_traced_order(graph, value.data, node)
+        if graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops) \
+                or _cheaper_recomputed(graph, node, loops):
+            value.data.keep_recomputed()  # its readers recompute it; a later op asking for memory gets a copy
         else:
             realize_in_traced_order(graph, value.data, node)
         return
