@@ -96,6 +96,21 @@ def test_a_view_read_twice_is_computed_once(device, compile_fn, assert_close, ob
     assert len(re.findall(r"\bsin\(", sources)) == 1, sources
 
 
+def test_a_value_read_broadcast_through_two_views_is_computed_once(device, compile_fn, assert_close, observe):
+    # Its users are two views of its own size; their readers broadcast them over batch and heads.
+    emb = torch.randn(16, 8, device=device) * 50
+    q, k = torch.randn(2, 4, 16, 8, device=device), torch.randn(3, 16, 8, device=device)
+
+    def fn(emb, q, k):
+        c = emb.cos()
+        return q * c.view(1, 1, 16, 8), k * c.unsqueeze(0)
+
+    _compile_and_check(compile_fn, assert_close, fn, emb, q, k, atol=1e-5, rtol=1e-5)
+    (graph,) = observe.compiled_graphs()
+    sources = "\n".join(graph.kernel_sources.values())
+    assert len(re.findall(r"\bcos\(", sources)) == 1, sources
+
+
 def test_a_cast_viewed_for_a_log_softmax_is_not_stored(device, compile_fn, assert_close, observe):
     # A language model's loss: logits.float().view(-1, vocab), read by the log softmax's two passes.
     # Readers of the view's own size recompute the cast; storing it wrote 500 MB for Qwen2 and

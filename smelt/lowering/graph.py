@@ -229,7 +229,8 @@ def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
     column sum read back: 16 MB written and read per Qwen2 norm), in a few ops, and no reader
     broadcasts it (each would recompute every element many times). Readers fused into one kernel
     compute it once either way."""
-    if type(loops) is not Pointwise or any(user.op == "output" for user in node.users):
+    readers = _readers_through_views(node)
+    if type(loops) is not Pointwise or any(reader.op == "output" for reader in readers):
         return False  # the output stores it anyway
     if not loops.get_dtype().is_floating_point:
         # Index arithmetic stays stored: its readers use it as addresses, which the byte count
@@ -237,7 +238,7 @@ def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
         # whose -inf at 0 the bucket's where discards) came out wrong inlined into Halide's kernel.
         return False
     size = loops.get_size()
-    if any(_spans_more_than(user, product(size)) for user in node.users):
+    if any(_spans_more_than(reader, product(size)) for reader in readers):
         return False
     reads = ReadsHandler()
     index = loops.index_vars()
@@ -269,12 +270,24 @@ def _realize_read_views_base(graph: IRGraph, node, value: TensorBox):
         data = data.data
     if not isinstance(data, StorageBox) or data.is_realized() or not isinstance(data.data, Loops):
         return
-    if _cheap_scalar(data.data):
-        return
+    if data.recomputed or _cheap_scalar(data.data):
+        return  # left to its readers (realizing it now could reorder the earlier ones' reads)
     base_numel = product(data.data.get_size())
     if not any(_spans_more_than(user, base_numel) for user in node.users):
         return
     realize_view_base(graph, value, node)
+
+
+def _readers_through_views(node) -> list:
+    """The nodes that read `node`'s elements: its users, and for a user that is a view, that
+    view's readers."""
+    readers = []
+    for user in node.users:
+        if isinstance(user.target, torch._ops.OpOverload) and user.target.is_view:
+            readers += _readers_through_views(user)
+        else:
+            readers.append(user)
+    return readers
 
 
 def _spans_more_than(node, numel) -> bool:
