@@ -24,7 +24,7 @@ from smelt.codegen.triton import finisher_blocks
 from smelt.scheduler import finishers
 
 WORKLOADS = {
-    # name: (columns, inputs per element, function of (a, b, r))
+    # name: (columns, function of (a, b, r): a and b [rows, columns], r [rows, 1])
     "rms_norm_weight": (1024, lambda a, b, r: (a * (b * r)).sum(0)),
     "layer_norm_weight_and_bias": (768, lambda a, b, r: ((a * b).sum(0), a.sum(0))),
     "global_sum": (1024, lambda a, b, r: a.sum()),
