@@ -93,3 +93,15 @@ def test_shards_merge_into_one_table():
     again = report.from_json(report.to_json(results))
     assert report.markdown(again) == report.markdown(results)
     assert "1 passed, 1 failed" in report.markdown(again)
+
+
+def test_each_case_line_carries_its_ratios():
+    # A run stopped by a time limit before its table still shows every finished case's ratios.
+    from smelt.tools.model_suite import report
+    from smelt.tools.model_suite.runner import CaseResult
+    timed = CaseResult("qwen2", "train", "real", "cuda", "pass", timings={
+        "ms": {"eager": 40.0, "inductor": 20.0, "smelt": 16.0}, "compile_s": {"smelt": 30.0, "inductor": 50.0},
+        "peak_bytes": {"eager": 400, "inductor": 210, "smelt": 200}})
+    line = report.summary(timed)
+    assert "vs eager 2.50x" in line and "vs Inductor 1.25x" in line and "0.95x" in line and "30.0 / 50.0" in line, line
+    assert report.summary(CaseResult("gpt2", "train", "tiny", "cpu", "pass")) == ""
