@@ -200,8 +200,11 @@ _METADATA_READERS = frozenset(
 
 
 def _maybe_realize(graph: IRGraph, node, value):
-    """Realize a loop nest read by several users, so that it is computed once and fused, not recomputed.
-    A user reading only its size (a cross-entropy backward's full_like(log_probs)) does not count."""
+    """Realize a loop nest read by several users, so that it is computed once and fused, not
+    recomputed; unless recomputing it costs less (a softmax row step, a one-element value, one
+    `_cheaper_recomputed` accepts), which then stays a loop nest for good. A view read several
+    times may realize its base (`_realize_read_views_base`). A user reading only its size (a
+    cross-entropy backward's full_like(log_probs)) does not count."""
     readers = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
     if not isinstance(value, TensorBox) or readers <= 1:
         return

@@ -14,8 +14,8 @@ from ...artifact import BlockConfig
 from ...symbolic import next_power_of_2, static_int
 from .kernel import choose_blocks
 
-# Elements of one finisher step: registers of the one program (16 a thread at the split kernel's 8
-# warps), whose count is the whole kernel's. None: the standalone kernel's blocks.
+# Elements of one finisher step, held in the one program's registers (16 a thread at the split
+# kernel's 8 warps, 64 at 2), whose count is the whole kernel's. None: the standalone kernel's blocks.
 FINISH_TILE: int | None = 4096
 
 
