@@ -123,6 +123,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_HALIDE_OPENMP": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_COMBO_KERNELS": Setting(parse_bool, True, _BOOL),
+    "SMELT_BUFFER_POOL": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -189,6 +190,10 @@ class Config:
     # Independent small kernels share one launch (scheduler/combo.py); off: each launches alone, so
     # a profile names every member's time.
     combo_kernels: bool = _field("SMELT_COMBO_KERNELS")
+
+    # A buffer takes the memory of a dead one of its size instead of allocating (scheduler/pool.py);
+    # off: every buffer is allocated, as to compare host times.
+    buffer_pool: bool = _field("SMELT_BUFFER_POOL")
 
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.

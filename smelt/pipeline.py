@@ -28,6 +28,7 @@ from .scheduler import schedule as make_schedule
 from .scheduler.combo import combine, is_merge_key
 from .target import H100, Target, switched_on
 from .scheduler.finishers import attach_finishers, finisher_plan
+from .scheduler.pool import plan_pool
 from .scheduler.reuse import plan_reuse
 
 log = logging.getLogger("smelt")
@@ -165,6 +166,8 @@ def _schedule(graph, cfg, halide_refused):
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)
+    if cfg.buffer_pool:
+        sched.pool = plan_pool(sched.steps, sched.reuses, graph)
     return sched, ctx
 
 

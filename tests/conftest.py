@@ -61,9 +61,9 @@ def inspects_triton_kernels() -> None:
 
 
 def allocated_shapes(wrapper_source: str) -> list[tuple[int, ...]]:
-    """The shapes a generated wrapper allocates (torch.empty_strided, or its C++ core on the CPU)."""
+    """The shapes a generated wrapper allocates (torch.empty_strided, or its C++ core)."""
     import re
-    found = re.findall(r"^\s*\w+ = (?:torch\.empty_strided|empty_strided_cpu)\(\(([^)]*)\)", wrapper_source,
+    found = re.findall(r"^\s*\w+ = (?:torch\.empty_strided|empty_strided_cpu|empty_strided_cuda)\(\(([^)]*)\)", wrapper_source,
                        flags=re.M)
     return [tuple(int(d) for d in dims.split(",") if d.strip()) for dims in found]
 

@@ -245,3 +245,20 @@ def test_saved_views_of_one_product_are_not_written_over(observe, monkeypatch):
     f(a, b).backward()
     torch.testing.assert_close(got, (a.grad, b.grad), atol=1e-4, rtol=1e-4)
     assert seen == [frozenset()]  # AOTAutograd listed both halves (bw_donated_idxs [0, 1], torch 2.13)
+
+
+def test_a_buffer_an_aten_view_reads_is_not_written_over(observe, monkeypatch):
+    """A view an ATen call returns keeps reading its base after the base's last kernel reader:
+    that kernel must not write over the base (the buffer pool's sibling rule, scheduler/pool.py)."""
+    from smelt.lowering import registry
+    monkeypatch.delitem(registry.LOWERINGS, torch.ops.aten.diagonal.default)  # runs through ATen: a view
+
+    def f(x, w):
+        a = x @ w
+        d = torch.ops.aten.diagonal.default(a)  # a view of the product, read at the end
+        return a.sin() @ w, d * 2  # the sine is the product's last kernel reader, at its own elements
+    x, w = torch.randn(16, 16), torch.randn(16, 16) * 0.1
+    out, graph = _compiled(f, x, w, observe=observe)
+    for got, expected in zip(out, f(x, w)):
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert "written over" not in graph.wrapper_source, graph.wrapper_source

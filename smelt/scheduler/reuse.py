@@ -14,12 +14,13 @@ Only where that is safe on every backend:
   index (each element is read before the same program writes it, and by no other);
 - a buffer a kernel of this graph allocated, or a saved activation the backward owns (AOTAutograd
   donates it); never another graph input, an output, a slice of a shared storage, or an ATen result
-  its op's schema lets alias an input;
+  its op's schema lets alias an input; never a buffer an ATen call that may return a view of it
+  reads (the view reads the memory later);
 - no autotuning (its trials rerun the kernel on the same arguments).
 """
 from __future__ import annotations
 
-from ..ir.extern import returns_fresh_buffer
+from ..ir.extern import ExternKernel, returns_fresh_buffer, returns_new_memory
 from ..symbolic import static_int
 from .nodes import same
 from .placement import Placement
@@ -37,6 +38,7 @@ def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
         donated = {name: value for name, value in graph.inputs if name in graph.donated_inputs}
         buffers.update(donated)
         owned |= set(donated) - outputs
+    owned -= viewed_by_aten(steps)
     reuses: dict[str, str] = {}
     taken: set[str] = set()
     for step in steps:
@@ -105,4 +107,19 @@ def _read_in_place(plan, writer, src: str) -> bool:
             if node is not writer or not same(index, store):
                 return False
             found = True
+    return found
+
+
+def viewed_by_aten(steps) -> set[str]:
+    """Buffers an ATen call reads whose result may be a view of its inputs (or that writes into
+    one): such a view reads the buffer's memory after the buffer's own last reader."""
+    found: set[str] = set()
+    for step in steps:
+        if not step.is_extern:
+            continue
+        node = step.group.nodes[0]
+        buffer = node.buffer
+        if isinstance(buffer, ExternKernel) and returns_new_memory(buffer.op):
+            continue
+        found |= set(node.read_names)
     return found

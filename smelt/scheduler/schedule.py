@@ -51,6 +51,8 @@ class Schedule:
     steps: list[Step]
     # Buffers a kernel stores over a buffer that dies in it, {stored: dying} (scheduler/reuse.py).
     reuses: dict = dataclasses.field(default_factory=dict)
+    # Buffers that take a dead buffer's memory instead of allocating, {buffer: dead} (scheduler/pool.py).
+    pool: dict = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         lines = []
