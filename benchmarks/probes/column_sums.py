@@ -33,6 +33,7 @@ WORKLOADS = {
 VARIANTS = {
     "standalone blocks": {"tile": None},
     "tile 4096": {"tile": 4096},
+    "tile 8192": {"tile": 8192},
     "tile 16384": {"tile": 16384},
     "second kernel": {"limit": 0},
 }
