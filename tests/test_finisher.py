@@ -54,12 +54,12 @@ def test_too_many_partials_keep_a_second_kernel(device, check, observe, split_sm
 
 def test_a_column_sums_partials_are_finished_in_wide_tiles(device, check, observe):
     # One program walks the finisher's blocks one after another: a [16, 1024] grid of partials in
-    # tiles of 4096 elements (4 steps), not the standalone GPU kernel's 64 columns (16 steps). Run
+    # tiles of up to 16384 elements (one step), not the standalone GPU kernel's 64 columns (16). Run
     # with SMELT_TEST_DEVICE=cuda to check that: the interpreter's blocks are that wide anyway.
     x, w = torch.randn(4096, 1024, device=device), torch.randn(4096, 1, device=device)
     check(lambda x, w: (x * w).sum(0), x, w, **TOL)
     (source,) = _sources(observe)
     assert "_finish0(" in source, source
     steps = [line for line in source.splitlines() if "for pid in range(0, " in line]
-    assert steps and all(int(line.split("range(0, ")[1].split(")")[0]) <= 4
-                         for line in steps), steps
+    assert all(int(line.split("range(0, ")[1].split(")")[0]) <= 1
+                         for line in steps), steps  # one step: printed with no loop, or a loop of one
