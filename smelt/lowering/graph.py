@@ -225,6 +225,13 @@ def _maybe_realize(graph: IRGraph, node, value):
 RECOMPUTE_MAX_OPS = 12
 
 
+def recomputes_dtype(dtype: torch.dtype) -> bool:
+    """Index arithmetic stays stored: its readers use it as addresses, which the byte count of
+    `_cheaper_recomputed` does not see. (Not for correctness: T5's buckets, recomputed, came out wrong
+    only while the view rule realized recomputed bases; tests/test_fusion.py lifts this rule.)"""
+    return dtype.is_floating_point
+
+
 def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
     """Whether each reader recomputing a pointwise value moves fewer bytes than storing it once and
     reading it back: it loads no more bytes per element, at full size, than it would store (a
@@ -235,10 +242,7 @@ def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
     readers = _readers_through_views(node)
     if type(loops) is not Pointwise or any(reader.op == "output" for reader in readers):
         return False  # the output stores it anyway
-    if not loops.get_dtype().is_floating_point:
-        # Index arithmetic stays stored: its readers use it as addresses, which the byte count
-        # below does not see, and T5's relative position buckets (arange, difference, abs, a log
-        # whose -inf at 0 the bucket's where discards) came out wrong inlined into Halide's kernel.
+    if not recomputes_dtype(loops.get_dtype()):
         return False
     size = loops.get_size()
     if any(_spans_more_than(reader, product(size)) for reader in readers):
