@@ -1,5 +1,6 @@
 """Kernel launches in one call from Python into C (launch_ext.c), instead of ctypes marshalling
-each argument: the launcher of a resolved launch cost 7.3 us on the H200 host through ctypes.
+each argument: the launcher of a resolved launch cost 7.3 us on the H200 host through ctypes, and a
+Halide CPU kernel's buffer descriptions about 3 us a tensor in Python.
 
 The extension is built once per machine with the system C compiler into the cache folder (written
 whole, its hash beside it: checked_files), and calls cuLaunchKernel at the address ctypes finds in
@@ -55,12 +56,26 @@ def load_module(path: str):
 
 
 @functools.lru_cache(maxsize=None)
-def launcher(cache_dir: str, launch_kernel_address: int):
-    """The extension's `launch`, set to call cuLaunchKernel at that address; None where it cannot be built."""
+def extension(cache_dir: str):
+    """The built extension module; None where it cannot be built."""
     try:
-        module = load_module(build(cache_dir))
+        return load_module(build(cache_dir))
     except (KernelCompileError, OSError, ImportError) as e:
         log.info("smelt: kernels launch through ctypes: the C launcher could not be built (%s)", e)
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def launcher(cache_dir: str, launch_kernel_address: int):
+    """The extension's `launch`, set to call cuLaunchKernel at that address; None where it cannot be built."""
+    module = extension(cache_dir)
+    if module is None:
+        return None
     module.set_driver(launch_kernel_address)
     return module.launch
+
+
+def halide_runner(cache_dir: str):
+    """The extension's `halide_run` (Halide's CPU kernels); None where it cannot be built."""
+    module = extension(cache_dir)
+    return None if module is None else module.halide_run

@@ -89,6 +89,9 @@ class HalideCudaLauncher(HalideLauncher):
     def _leading_arguments(self) -> list[int]:
         return [ctypes.addressof(self.launch_address)]
 
+    def _runner(self, cache_dir: str):
+        return None  # launch_ext.c's halide_run describes CPU tensors: CUDA ones go through _describe
+
     def __call__(self, *args):
         device = args[0].device.index if isinstance(args[0], torch.Tensor) and args[0].is_cuda else None
         if device is None:

@@ -31,6 +31,10 @@ HALIDE_TYPE_CODE = {
 }
 
 
+# The same, packed as code | bits << 8 for launch_ext.c's halide_run.
+_PACKED_TYPE_CODE = {dtype: code | bits << 8 for dtype, (code, bits) in HALIDE_TYPE_CODE.items()}
+
+
 class HalideDimension(ctypes.Structure):
     _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32), ("stride", ctypes.c_int32),
                 ("flags", ctypes.c_uint32)]
@@ -147,6 +151,14 @@ class HalideLauncher:
         order += [ctypes.addressof(self.sizes) + 4 * k for k in range(len(self.size_names))]
         order += [ctypes.addressof(self.buffers[self.num_inputs + k]) for k in range(self.num_outputs)]
         self.argv = (ctypes.c_void_p * len(order))(*order)
+        # The buffers described and the pipeline called in one call into C (launch_ext.c), where built.
+        self.run = self._runner(cache_dir)
+        self.run_addresses = (ctypes.cast(self.fn, ctypes.c_void_p).value, ctypes.addressof(self.argv),
+                              ctypes.addressof(self.buffers), ctypes.addressof(self.sizes), buffers, self.num_inputs)
+
+    def _runner(self, cache_dir: str):
+        from .fast_launch import halide_runner
+        return halide_runner(cache_dir)
 
     def _compile(self, source: str, cache_dir: str) -> tuple[str, str, str, float]:
         """(the shared runtime, the kernel's library, its exported name, seconds spent compiling it)."""
@@ -159,6 +171,9 @@ class HalideLauncher:
 
     def __call__(self, *args):
         if args[self.xnumel_arg] == 0:
+            return
+        if self.run is not None:
+            self._run(args)
             return
         buffers = self.num_inputs + self.num_outputs
         for k in range(buffers):
@@ -175,6 +190,22 @@ class HalideLauncher:
                 status = self.fn(self.argv)
         else:
             status = self.fn(self.argv)
+        self._check(status)
+
+    def _run(self, args) -> None:
+        """The C path of a call: the same descriptions, sizes and checks as below, in one call."""
+        _errors.last = None
+        try:
+            if torch.autograd._profiler_enabled():
+                with torch.profiler.record_function(self.name):
+                    status = self.run(*self.run_addresses, _PACKED_TYPE_CODE, args)
+            else:
+                status = self.run(*self.run_addresses, _PACKED_TYPE_CODE, args)
+        except (TypeError, OverflowError) as e:
+            raise HalideLaunchError(f"smelt: Halide kernel {self.name}: {e}") from None
+        self._check(status)
+
+    def _check(self, status: int) -> None:
         if status != 0:
             raise HalideLaunchError(f"smelt: Halide kernel {self.name} failed (status {status}): "
                                     f"{_errors.last or 'no message'}; source: {self.path}; from ATen ops: "

@@ -1,12 +1,17 @@
-/* smelt's kernel launches from C (runtime/fast_launch.py builds it; runtime/cuda_binary.py calls it).
+/* smelt's kernel launches from C (runtime/fast_launch.py builds it).
  *
- * launch(function, gx, gy, gz, threads, shared, stream, kinds, args, extra, aligned) writes each
- * argument into the parameter array cuLaunchKernel takes and launches: `kinds` has one letter per
- * argument ('p' a tensor, passed as its data_ptr(); 'i' int32; 'l' int64; 'f' float32) and
- * `extra` more parameters are passed as null pointers (Triton's scratch pointers). It returns the
- * CUresult, or -1 without launching when `aligned` is true and a pointer is not 16-byte aligned
- * (the binary was compiled for aligned pointers). cuLaunchKernel is called through the address
- * set_driver() is given (ctypes finds it in libcuda), so no CUDA header or library is needed here.
+ * launch(function, gx, gy, gz, threads, shared, stream, kinds, args, extra, aligned), for CUDA kernels
+ * (runtime/cuda_binary.py), writes each argument into the parameter array cuLaunchKernel takes and launches:
+ * `kinds` has one letter per argument ('p' a tensor, passed as its data_ptr(); 'i' int32; 'l' int64; 'f'
+ * float32) and `extra` more parameters are passed as null pointers (Triton's scratch pointers). It returns the
+ * CUresult, or -1 without launching when `aligned` is true and a pointer is not 16-byte aligned (the binary
+ * was compiled for aligned pointers). cuLaunchKernel is called through the address set_driver() is given
+ * (ctypes finds it in libcuda), so no CUDA header or library is needed here.
+ *
+ * halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args), for Halide's CPU kernels
+ * (runtime/halide_launcher.py), describes each CPU tensor of `args` in the halide_buffer_t at `buffers`
+ * (as HalideLauncher._describe does), writes the int32 sizes that follow them at `sizes`, and calls the
+ * pipeline's argv entry point with the GIL released. It returns the pipeline's status.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -126,10 +131,141 @@ static PyObject *launch(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return PyLong_FromLong(status);
 }
 
+/* The halide_buffer_t of Halide's runtime header (HalideBuffer in halide_launcher.py: same layout). */
+typedef struct {
+    int32_t min, extent, stride;
+    uint32_t flags;
+} halide_dim;
+typedef struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+} halide_type;
+typedef struct {
+    uint64_t device;
+    void *device_interface;
+    uint8_t *host;
+    uint64_t flags;
+    halide_type type;
+    int32_t dimensions;
+    halide_dim *dim;
+    void *padding;
+} halide_buffer;
+
+typedef int (*halide_argv_t)(void **argv);
+
+/* The address given for an empty tensor (see halide_launcher._EMPTY). */
+static uint64_t empty_placeholder = 0;
+static PyObject *is_cpu_name, *dtype_name, *numel_name, *storage_offset_name, *element_size_name,
+    *untyped_storage_name, *nbytes_name;
+
+static int call_int(PyObject *object, PyObject *name, long long *out) {
+    PyObject *value = PyObject_CallMethodNoArgs(object, name);
+    if (value == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int describe(halide_buffer *buffer, Py_ssize_t k, Py_ssize_t num_inputs, PyObject *codes, PyObject *t) {
+    PyObject *is_cpu = PyObject_GetAttr(t, is_cpu_name);
+    if (is_cpu == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "got %s for buffer %zd: it runs on CPU tensors", Py_TYPE(t)->tp_name, k);
+        return -1;
+    }
+    int cpu = is_cpu == Py_True;
+    Py_DECREF(is_cpu);
+    if (!cpu) {
+        PyErr_Format(PyExc_TypeError, "got a tensor of another device for buffer %zd: it runs on CPU tensors", k);
+        return -1;
+    }
+    PyObject *dtype = PyObject_GetAttr(t, dtype_name);
+    if (dtype == NULL)
+        return -1;
+    PyObject *code = PyDict_GetItemWithError(codes, dtype);  /* borrowed */
+    Py_DECREF(dtype);
+    if (code == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "buffer %zd has a dtype Halide's kernels do not take", k);
+        return -1;
+    }
+    long packed = PyLong_AsLong(code);
+    long long numel, offset, itemsize, nbytes;
+    if (call_int(t, numel_name, &numel) < 0 || call_int(t, storage_offset_name, &offset) < 0 ||
+        call_int(t, element_size_name, &itemsize) < 0)
+        return -1;
+    PyObject *storage = PyObject_CallMethodNoArgs(t, untyped_storage_name);
+    if (storage == NULL)
+        return -1;
+    int failed = call_int(storage, nbytes_name, &nbytes);
+    Py_DECREF(storage);
+    if (failed)
+        return -1;
+    long long extent = nbytes / itemsize - offset;
+    if (extent > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "a buffer of %lld elements is past Halide's int32 extents", extent);
+        return -1;
+    }
+    buffer->type.code = (uint8_t)(packed & 0xff);
+    buffer->type.bits = (uint8_t)(packed >> 8);
+    if (numel == 0 || extent <= 0) {
+        buffer->host = (uint8_t *)&empty_placeholder;
+        buffer->dim->extent = k < num_inputs ? 1 : 0;
+        return 0;
+    }
+    long long address;
+    if (call_int(t, data_ptr_name, &address) < 0)
+        return -1;
+    buffer->host = (uint8_t *)(uintptr_t)address;
+    buffer->dim->extent = (int32_t)extent;
+    return 0;
+}
+
+static PyObject *halide_run(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (n != 8 || !PyDict_Check(a[6]) || !PyTuple_Check(a[7])) {
+        PyErr_SetString(PyExc_TypeError, "halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args)");
+        return NULL;
+    }
+    halide_argv_t function = (halide_argv_t)PyLong_AsVoidPtr(a[0]);
+    void **argv = (void **)PyLong_AsVoidPtr(a[1]);
+    halide_buffer *buffers = (halide_buffer *)PyLong_AsVoidPtr(a[2]);
+    int32_t *sizes = (int32_t *)PyLong_AsVoidPtr(a[3]);
+    Py_ssize_t num_buffers = PyLong_AsSsize_t(a[4]), num_inputs = PyLong_AsSsize_t(a[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *args = a[7];
+    if (PyTuple_GET_SIZE(args) < num_buffers) {
+        PyErr_SetString(PyExc_TypeError, "fewer arguments than buffers");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < num_buffers; k++)
+        if (describe(&buffers[k], k, num_inputs, a[6], PyTuple_GET_ITEM(args, k)) < 0)
+            return NULL;
+    for (Py_ssize_t k = num_buffers; k < PyTuple_GET_SIZE(args); k++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(args, k));
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (v < -INT32_MAX || v > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError, "size %zd = %lld does not fit Halide's int32 index math",
+                         k - num_buffers, v);
+            return NULL;
+        }
+        sizes[k - num_buffers] = (int32_t)v;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = function(argv);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
+}
+
 static PyMethodDef methods[] = {
     {"set_driver", (PyCFunction)set_driver, METH_O, "set_driver(address of cuLaunchKernel)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(function, gx, gy, gz, threads, shared, stream, kinds, args, extra, aligned) -> CUresult or -1"},
+    {"halide_run", (PyCFunction)(void (*)(void))halide_run, METH_FASTCALL,
+     "halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args) -> the pipeline's status"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -137,7 +273,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "smelt_launch_ext", N
 
 PyMODINIT_FUNC PyInit_smelt_launch_ext(void) {
     data_ptr_name = PyUnicode_InternFromString("data_ptr");
-    if (data_ptr_name == NULL)
+    is_cpu_name = PyUnicode_InternFromString("is_cpu");
+    dtype_name = PyUnicode_InternFromString("dtype");
+    numel_name = PyUnicode_InternFromString("numel");
+    storage_offset_name = PyUnicode_InternFromString("storage_offset");
+    element_size_name = PyUnicode_InternFromString("element_size");
+    untyped_storage_name = PyUnicode_InternFromString("untyped_storage");
+    nbytes_name = PyUnicode_InternFromString("nbytes");
+    if (!data_ptr_name || !is_cpu_name || !dtype_name || !numel_name || !storage_offset_name || !element_size_name ||
+        !untyped_storage_name || !nbytes_name)
         return NULL;
     return PyModule_Create(&module);
 }
