@@ -225,14 +225,71 @@ def test_parameters_under_no_grad_hit_at_the_dynamo_level(cache_dir, device, com
     assert stats.get("dynamo_hit", 0) == 0 and out.requires_grad
 
 
-def test_symbolic_shapes_are_not_cached(cache_dir, device, compile_fn, assert_close):
-    x = torch.randn(8, 24, device=device)
+def _dynamic_compile(fn, *args, compile_fn):
     torch._dynamo.reset()
     graph_cache.stats.clear()
-    out = compile_fn(softmax, dynamic=True)(x)
+    out = compile_fn(fn, dynamic=True)(*args)
+    return out, dict(graph_cache.stats)
+
+
+def test_symbolic_shapes_hit_in_a_later_compile(cache_dir, device, compile_fn, assert_close):
+    """A graph of symbolic sizes is keyed by their expressions, the sizes traced and what the shape
+    environment knows; the entry then serves other sizes, as the compile did in its own process."""
+    x = torch.randn(8, 24, device=device)
+    out, stats = _dynamic_compile(softmax, x, compile_fn=compile_fn)
     assert_close(out, softmax(x))
-    assert graph_cache.stats["aten_uncacheable"] == 1 and graph_cache.stats["dynamo_uncacheable"] == 1
-    assert not entries(cache_dir, "aten") and not entries(cache_dir, "dynamo")
+    assert stats == {"dynamo_miss": 1, "aten_miss": 1, "dynamo_stored": 1}, stats
+    out, stats = _dynamic_compile(softmax, x, compile_fn=compile_fn)
+    assert stats == {"dynamo_hit": 1}, stats
+    assert_close(out, softmax(x))
+    fn = compile_fn(softmax, dynamic=True)
+    fn(x)
+    for shape in ((5, 24), (8, 40), (3, 7)):
+        y = torch.randn(*shape, device=device)
+        assert_close(fn(y), softmax(y))
+
+
+def test_a_training_graph_of_symbolic_sizes_hits_at_the_aten_level(cache_dir, device, compile_fn, assert_close):
+    w = torch.randn(24, 16, device=device, requires_grad=True)
+
+    def f(x):
+        return (softmax(x) @ w).square().sum()
+    for expected in ("aten_miss", "aten_hit"):
+        torch._dynamo.reset()
+        graph_cache.stats.clear()
+        x = torch.randn(8, 24, device=device)
+        w.grad = None
+        compile_fn(f, dynamic=True)(x).backward()
+        assert graph_cache.stats[expected] == 2, dict(graph_cache.stats)  # the forward and the backward
+        got = w.grad.clone()
+        w.grad = None
+        f(x).backward()
+        assert_close(got, w.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_symbolic_shapes_traced_at_other_sizes_miss(cache_dir, device, compile_fn, assert_close):
+    """Some layouts are judged at the sizes traced: a trace at other sizes compiles afresh."""
+    x = torch.randn(8, 24, device=device)
+    _dynamic_compile(softmax, x, compile_fn=compile_fn)
+    y = torch.randn(6, 30, device=device)
+    out, stats = _dynamic_compile(softmax, y, compile_fn=compile_fn)
+    assert_close(out, softmax(y))
+    assert stats.get("aten_hit", 0) == 0 and stats["aten_miss"] == 1, stats
+
+
+def test_a_symbols_range_is_part_of_the_key():
+    """The shape environment's knowledge of a symbol (its range, the guards on it) decides how
+    its index math simplifies: the key holds it."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from smelt.graph_cache.fingerprint import SymbolicFacts, value_text
+    texts = []
+    for low in (2, 16):
+        env = ShapeEnv()
+        s = env.create_symintnode(env.create_symbol(32, torch._dynamo.source.ConstantSource("n")), hint=32)
+        env.constrain_symbol_range(s.node.expr, compiler_min=low, compiler_max=1024)
+        facts = SymbolicFacts()
+        texts.append(value_text([s, s * 2], facts) + facts.text())
+    assert texts[0] != texts[1] and "@32" in texts[0]
 
 
 def test_setting_turns_the_cache_off(cache_dir, device, compile_fn, assert_close, monkeypatch):

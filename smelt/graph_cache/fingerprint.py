@@ -71,23 +71,57 @@ def environment_text(cfg) -> str:
     return f"{_versions_text()}\n{settings_text(cfg)}\n{torch_state_text()}"
 
 
-def value_text(value) -> str:
-    """Metadata of one value of a graph; raises Uncacheable for symbolic or unknown values."""
+def value_text(value, shapes: "SymbolicFacts | None" = None) -> str:
+    """Metadata of one value of a graph; raises Uncacheable for unknown values, and for symbolic
+    ones unless `shapes` collects what they depend on."""
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             raise Uncacheable(f"a {value.layout} tensor")
-        sizes = (*value.shape, *value.stride(), value.storage_offset())
-        if not all(type(s) is int for s in sizes):
-            raise Uncacheable("symbolic sizes")
-        return (f"T({value.dtype},{value.device},{tuple(value.shape)},{value.stride()},"
-                f"{value.storage_offset()},{int(value.requires_grad)})")
+        sizes = [_size_text(s, shapes) for s in (*value.shape, *value.stride(), value.storage_offset())]
+        rank = value.dim()
+        return (f"T({value.dtype},{value.device},({','.join(sizes[:rank])}),({','.join(sizes[rank:2 * rank])}),"
+                f"{sizes[-1]},{int(value.requires_grad)})")
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(value_text(v) for v in value) + "]"
+        return "[" + ",".join(value_text(v, shapes) for v in value) + "]"
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        raise Uncacheable("symbolic scalars")
+        return _size_text(value, shapes)
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
         return repr(value)
     raise Uncacheable(f"a value of type {type(value).__name__}")
+
+
+class SymbolicFacts:
+    """What a graph's symbolic sizes are keyed by beside their expressions: the value each had when
+    traced (smelt judges some layouts at those values, as a compile in this process would), and what
+    the shape environment knows of their symbols (ranges, guards), which index simplification relies on."""
+
+    def __init__(self):
+        self.shape_env = None
+        self.symbols: set = set()
+
+    def add(self, value) -> str:
+        node = value.node
+        self.shape_env = node.shape_env
+        self.symbols |= node.expr.free_symbols
+        hint = node.hint if node.has_hint() else None
+        return f"{node.expr}@{hint}"
+
+    def text(self) -> str:
+        if self.shape_env is None:
+            return ""
+        env = self.shape_env
+        ranges = {str(s): str(env.var_to_range.get(s)) for s in self.symbols}
+        guards = sorted(str(g.expr) for g in env.guards)
+        divisible = sorted(str(d) for d in getattr(env, "divisible", ()))
+        return json.dumps({"ranges": ranges, "guards": guards, "divisible": divisible}, sort_keys=True)
+
+
+def _size_text(size, shapes) -> str:
+    if type(size) is int:
+        return str(size)
+    if shapes is None:
+        raise Uncacheable("symbolic sizes")
+    return shapes.add(size)
 
 
 # Tensor constants of an ATen graph (a causal mask, a lifted scalar) are keyed by their bytes and
@@ -98,6 +132,7 @@ MAX_CONSTANT_BYTES = 1 << 20
 def aten_graph_text(gm: torch.fx.GraphModule, kind: str) -> str:
     """The code of an ATen graph, the metadata of every node in it and its constants' contents."""
     lines = [kind, gm.code]
+    shapes = SymbolicFacts()
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             lines.append(f"{node.name}: {constant_text(operator.attrgetter(node.target)(gm), node.target)}")
@@ -106,7 +141,8 @@ def aten_graph_text(gm: torch.fx.GraphModule, kind: str) -> str:
             raise Uncacheable(f"the graph holds {node.op} {node.target}")
         if node.op == "output":
             continue
-        lines.append(f"{node.name}: {value_text(node.meta.get('val'))}")
+        lines.append(f"{node.name}: {value_text(node.meta.get('val'), shapes)}")
+    lines.append(shapes.text())
     return "\n".join(lines)
 
 
@@ -152,14 +188,19 @@ def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs, attributes=froze
             raise Uncacheable(f"the graph holds {node.op} {node.target}")
         if node.op == "call_function":
             _check_target(node.target)
+    shapes = SymbolicFacts()
     for x in example_inputs:
+        if isinstance(x, torch.SymInt):  # a size Dynamo passes as an input of a graph of symbolic sizes
+            lines.append(value_text(x, shapes))
+            continue
         if not isinstance(x, torch.Tensor):
             raise Uncacheable(f"an input of type {type(x).__name__}")
         if type(x).__name__ not in ("FakeTensor", "Tensor", "Parameter"):
             raise Uncacheable(f"a {type(x).__name__} input")
-        lines.append(value_text(x))
+        lines.append(value_text(x, shapes))
         if x.device.type == "cuda":
             lines.append(f"{torch.cuda.get_device_name(x.device)} {torch.cuda.get_device_capability(x.device)}")
+    lines.append(shapes.text())
     functorch_config = torch._functorch.config.get_config_copy()
     lines.append(json.dumps(functorch_config, sort_keys=True, default=repr))
     return "\n".join(lines)
