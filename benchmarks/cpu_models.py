@@ -2,8 +2,8 @@
 
     make bench-cpu-models                  # or: python -m benchmarks.cpu_models [--only bert,llama] [--no-compile-time]
 
-Steady time: the median of 15 calls after 3, all three in one process (torch's threads as set:
-OMP_NUM_THREADS / --threads). Compile time: the first call in a fresh process, less an eager call
+Steady time: the median of 15 calls after 3, all three in one process, their calls interleaved
+(torch's threads as set: OMP_NUM_THREADS / --threads). Compile time: the first call in a fresh process, less an eager call
 (benchmarks/compile_time.py), cold (brand-new cache dirs) then warm (the same dirs again).
 """
 from __future__ import annotations
@@ -54,13 +54,29 @@ def inference(name: str):
     return model, forward, inputs
 
 
-def _steady(name: str, backend: str | None) -> float:
-    from benchmarks.measure import median_call_ms
+CALLS = 15
+
+
+def _steady(name: str) -> tuple[float, float, float]:
+    """Median ms of eager, Inductor and smelt, their calls interleaved one by one: this shared
+    machine's speed drifts by 10-60% within minutes, and each backend then sees the same drift."""
+    import statistics
+    import time
     torch._dynamo.reset()
     model, inputs = build(name)
-    fn = model if backend is None else torch.compile(model, backend=backend)
+    fns = [model, torch.compile(model, backend="inductor"), torch.compile(model, backend="smelt")]
+    times = [[] for _ in fns]
     with torch.no_grad():
-        return median_call_ms(fn, inputs, 15, warmup=3)
+        for fn in fns:
+            for _ in range(3):
+                fn(*inputs)
+        for _ in range(CALLS):
+            for fn, kept in zip(fns, times):
+                start = time.perf_counter()
+                fn(*inputs)
+                kept.append(time.perf_counter() - start)
+    eager, inductor, smelt = (statistics.median(t) * 1e3 for t in times)
+    return eager, inductor, smelt
 
 
 def main(argv=None) -> None:
@@ -75,7 +91,7 @@ def main(argv=None) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     rows, ratios = [], {"eager": [], "inductor": []}
     for name in names:
-        eager, inductor, smelt = (_steady(name, b) for b in (None, "inductor", "smelt"))
+        eager, inductor, smelt = _steady(name)
         compile_cells = "| — / — | — / — "
         if not args.no_compile_time:
             from benchmarks.compile_time import cold_and_warm
