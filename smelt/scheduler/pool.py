@@ -97,20 +97,20 @@ def _take(wants, deaths, live_bytes, buffers) -> dict[str, str]:
     live bytes within the peak; the holdings accepted add to the live bytes of later checks."""
     peak = max(live_bytes)
     held = list(live_bytes)
+    by_key: dict = {}  # key -> [(event of death, buffer)], in order of death
+    for dead, died in sorted(deaths.items(), key=lambda item: item[1]):
+        by_key.setdefault(_key(buffers[dead].layout), []).append((died, dead))
     taken: dict[str, str] = {}
-    used: set[str] = set()
     for at, name in wants:
-        key = _key(buffers[name].layout)
+        candidates = by_key.get(_key(buffers[name].layout), [])
         size = _bytes(buffers[name].layout)
-        dead = sorted((d for d, died in deaths.items()
-                       if died < at and d not in used and _key(buffers[d].layout) == key),
-                      key=lambda d: -deaths[d])
-        for d in dead:
-            if max(held[deaths[d]:at]) + size <= peak:
-                for t in range(deaths[d], at):
+        for i in range(len(candidates) - 1, -1, -1):
+            died, dead = candidates[i]
+            if died < at and max(held[died:at]) + size <= peak:
+                for t in range(died, at):
                     held[t] += size
-                taken[name] = d
-                used.add(d)
+                taken[name] = dead
+                del candidates[i]
                 break
     return taken
 
