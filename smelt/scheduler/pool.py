@@ -18,7 +18,7 @@ not taken over in place (scheduler/reuse.py), and all of static size.
 """
 from __future__ import annotations
 
-from ..ir.extern import ExternKernel, MultiOutput, returns_new_memory
+from ..ir.extern import returns_fresh_buffer
 from ..symbolic import static_int
 from .reuse import viewed_by_aten
 
@@ -51,7 +51,7 @@ def plan_pool(steps, reuses: dict[str, str], graph) -> dict[str, str]:
     for step in steps:
         if step.is_extern:
             buffer = step.group.nodes[0].buffer
-            if _holds_memory(buffer):
+            if getattr(buffer, "layout", None) is not None and returns_fresh_buffer(buffer):  # a product's output
                 size = _bytes(buffer.layout)
                 if size is None:
                     return {}
@@ -121,15 +121,6 @@ def _candidate(buffer, name: str, aliased: set[str], in_place: set[str], graph) 
         and getattr(buffer, "storage_name", name) == name and name not in graph.shared_storages \
         and name not in aliased and name not in in_place and static_int(layout.offset) == 0 \
         and _bytes(layout) is not None
-
-
-def _holds_memory(buffer) -> bool:
-    """An ATen result with memory of its own (a product's output, a part of attention's)."""
-    if getattr(buffer, "layout", None) is None:
-        return False
-    if isinstance(buffer, MultiOutput):
-        return returns_new_memory(getattr(buffer.parent, "op", None))
-    return isinstance(buffer, ExternKernel) and returns_new_memory(buffer.op)
 
 
 def _key(layout):

@@ -20,7 +20,7 @@ Only where that is safe on every backend:
 """
 from __future__ import annotations
 
-from ..ir.extern import ExternKernel, returns_fresh_buffer, returns_new_memory
+from ..ir.extern import returns_fresh_buffer
 from ..symbolic import static_int
 from .nodes import same
 from .placement import Placement
@@ -118,8 +118,6 @@ def viewed_by_aten(steps) -> set[str]:
         if not step.is_extern:
             continue
         node = step.group.nodes[0]
-        buffer = node.buffer
-        if isinstance(buffer, ExternKernel) and returns_new_memory(buffer.op):
-            continue
-        found |= set(node.read_names)
+        if not returns_fresh_buffer(node.buffer):
+            found |= set(node.read_names)
     return found
