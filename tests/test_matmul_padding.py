@@ -40,22 +40,21 @@ def test_language_model_head_inference(device, compile_fn, assert_close, observe
     assert "(40, 1)" in _wrappers(observe)  # the product's padded rows
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
-def test_a_product_only_returned_is_computed_in_blocks_into_eagers_layout(device, compile_fn, assert_close,
-                                                                          observe, monkeypatch, bias):
-    """Its padded rows would be copied out whole for the caller: smelt::padded_product runs it in
-    blocks of rows through a padded scratch instead (here 3 rows of 40 at a time)."""
-    from smelt.runtime import padded_product
-    monkeypatch.setattr(padded_product, "SCRATCH_BYTES", 3 * 40 * 4)
+def test_a_product_only_returned_comes_back_in_its_padded_rows(device, compile_fn, assert_close, observe, bias, dtype):
+    """Copying its padded rows out into eager's would cost a pass over the whole product: the caller
+    gets the first 37 columns of rows of 40 (Inductor returns such logits the same way). A
+    half-float head with a bias on CUDA is stored into eager's rows by runtime/biased_head.py."""
     torch.manual_seed(0)
-    head = nn.Linear(16, 37, bias=bias).to(device)
-    h = torch.randn(2, 5, 16, device=device)
+    head = nn.Linear(16, 37, bias=bias).to(device=device, dtype=dtype)
+    h = torch.randn(2, 5, 16, device=device, dtype=dtype)
     with torch.no_grad():
         actual, expected = compile_fn(head)(h), head(h)
-    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
-    assert actual.stride() == expected.stride()
-    source = _wrappers(observe)
-    assert "smelt.padded_product" in source and "(10, 40)" not in source, source  # no whole padded product
+    assert_close(actual, expected, **({"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {}))
+    unpadded = bias and dtype == torch.bfloat16 and torch.device(device).type == "cuda"
+    assert actual.shape == expected.shape and actual.stride() == ((5 * 37, 37, 1) if unpadded else (5 * 40, 40, 1))
+    assert "smelt.padded_product" in _wrappers(observe)
 
 
 def test_tied_head_training_step(device, compile_fn, assert_close, observe):
@@ -231,10 +230,9 @@ def _peak_bytes_of_call(fn, device) -> int:
 
 @pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
 def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_close, observe, bias):
-    """A head's weight is a graph input: padding it copied the whole weight on every call (GPT-2's
-    77 MB beside its logits, with a 128 MB scratch: 1.51x eager's peak on the H100). smelt::padded_product
-    reads the weight itself, in aligned blocks of its columns, through a scratch of at most a quarter
-    of the result: the call's peak is the logits and little more."""
+    """A head's weight is a graph input: padding it would copy the whole weight on every call (GPT-2's
+    77 MB beside its logits). smelt::padded_product reads the weight itself, its aligned columns in
+    place and only the last few through a padded copy: the call's peak is the logits and little more."""
     torch.manual_seed(0)
     vocab, dim = 1001, 256  # float32 rows align to 4 elements: 1001 pads to 1004
     head = nn.Linear(dim, vocab, bias=bias).to(device)
@@ -243,10 +241,9 @@ def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_cl
     with torch.no_grad():
         actual, expected = compiled(h), head(h)
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
-        assert actual.stride() == expected.stride()
+        assert actual.stride()[-1] == 1 and actual.stride()[-2] == 1004  # the first 1001 columns of padded rows
         source = _wrappers(observe)
-        assert "smelt.padded_product" in source, source
-        assert "1004" not in source, source  # no padded copy of the weight (or its bias)
+        assert "smelt.padded_product" in source and "constant_pad_nd" not in source, source  # the weight unpadded
         logits = 2 * 8 * vocab * 4
         peak = _peak_bytes_of_call(lambda: compiled(h), device)
     assert peak <= 1.4 * logits, (peak, logits)  # the weight alone is 4x the logits
@@ -254,39 +251,61 @@ def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_cl
 
 @pytest.mark.parametrize("n", [3, 37, 1001])
 @pytest.mark.parametrize("layout", ["weight", "row_major", "padded"])
-def test_padded_product_of_every_operand_form(device, assert_close, monkeypatch, n, layout):
-    """smelt::padded_product against F.linear: a weight's transpose (column blocks, here of 8
-    columns, and the last n % 4 through a padded copy of only those), a row-major operand (padded
-    here) and one that comes padded (row blocks), with and without a bias."""
-    from smelt.runtime import padded_product
-    monkeypatch.setattr(padded_product, "COLUMN_SCRATCH_BYTES", 6 * 8 * 4)
-    monkeypatch.setattr(padded_product, "SCRATCH_BYTES", 4 * 1004 * 4)
+def test_padded_product_of_every_operand_form(device, assert_close, n, layout):
+    """smelt::padded_product against F.linear: a weight's transpose (its aligned columns read in
+    place, the last n % 4 through a padded copy of only those), a row-major operand (padded here)
+    and one that comes padded, with and without a bias; the result is the first n columns of rows
+    padded to 4 float32s."""
     torch.manual_seed(0)
     a, w = torch.randn(6, 16, device=device), torch.randn(n, 16, device=device)
-    for bias in (None, torch.randn(n, device=device)):
+    for bias in (None, torch.randn(n, device=device), torch.randn(6, n, device=device)):
         b = {"weight": w.t(), "row_major": w.t().contiguous(), "padded": F.pad(w.t(), [0, -n % 4])}[layout]
         # A padded `b` comes with a padded bias or, where the lowering unpadded only the bias, an unpadded one.
-        for given_bias in ({bias, F.pad(bias, [0, -n % 4])} if bias is not None and layout == "padded" else {bias}):
+        given = [bias] if bias is None or layout != "padded" else [bias, F.pad(bias, [0, -n % 4])]
+        for given_bias in given:
             actual = torch.ops.smelt.padded_product(a, b, given_bias, n)
-            assert actual.is_contiguous()
-            assert_close(actual, F.linear(a, w, bias), atol=1e-5, rtol=1e-5)
+            assert actual.stride() == (n + -n % 4, 1)
+            expected = F.linear(a, w) + (0 if bias is None else bias)
+            assert_close(actual, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["weight", "row_major", "padded"])
 @pytest.mark.parametrize("m, k, n", [(5, 64, 37), (130, 96, 300), (7, 40, 9)])
-def test_the_unaligned_product_kernel_against_linear(form, m, k, n, monkeypatch):
-    """runtime/unaligned_matmul.py's kernel (what smelt::padded_product runs for half floats on CUDA),
-    run by Triton's interpreter on the CPU in float32 with small tiles: edges in M, N and K, every
-    operand form, with and without a bias."""
-    from smelt.runtime import unaligned_matmul
+def test_the_biased_head_kernel_against_linear(m, k, n):
+    """runtime/biased_head.py's kernel (what smelt::padded_product runs for a half-float head with a
+    bias on CUDA), run by Triton's interpreter on the CPU in float32 with small tiles: edges in M, N
+    and K, a weight and bias given padded or not, the result stored into unpadded rows or padded ones."""
+    from smelt.runtime import biased_head
     from smelt.runtime.loader import load_module
-    interpreted = load_module(unaligned_matmul.__file__, interpret=True)
-    monkeypatch.setattr(interpreted, "CONFIG", {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
-                                                "num_warps": 4, "num_stages": 1})
+    interpreted = load_module(biased_head.__file__, interpret=True)
     torch.manual_seed(0)
-    a, w = torch.randn(m, k), torch.randn(n, k)
-    for bias in (None, torch.randn(n)):
-        b = {"weight": w.t(), "row_major": w.t().contiguous(), "padded": F.pad(w.t(), [0, 3])}[form]
-        given_bias = F.pad(bias, [0, 3]) if bias is not None and form == "padded" else bias
-        out = interpreted.product_into(torch.empty(m, n), a, b, given_bias)
-        torch.testing.assert_close(out, F.linear(a, w, bias), atol=1e-4, rtol=1e-4)
+    a, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    for weight, b, pad in ((w, bias, 0), (F.pad(w, [0, 0, 0, 3]), F.pad(bias, [0, 3]), 3)):
+        rows = torch.full((m, n + pad), float("nan"))
+        original = dict(interpreted.CONFIG)
+        interpreted.CONFIG.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1)
+        try:
+            interpreted.product_into(rows[:, :n], a, weight, b)
+        finally:
+            interpreted.CONFIG.clear()
+            interpreted.CONFIG.update(original)
+        torch.testing.assert_close(rows[:, :n], F.linear(a, w, bias), atol=1e-4, rtol=1e-4)
+        assert rows[:, n:].isnan().all()  # the padding columns are not written
+
+
+def test_a_half_float_head_with_a_bias_is_traced_in_eagers_rows_on_cuda():
+    """The layout the graph is planned with (the op's fake kernel) is the one its CUDA kernel
+    writes: eager's unpadded rows for a half-float weight's product plus a bias (biased_head.py),
+    padded rows otherwise. Traced with fake CUDA tensors, so it runs without a GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from smelt.runtime.padded_product import returns_unpadded
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        a = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(37, 32, device="cuda", dtype=torch.bfloat16)
+        bias = torch.empty(37, device="cuda", dtype=torch.bfloat16)
+        assert returns_unpadded(a, w.t(), bias, 37)
+        assert torch.ops.smelt.padded_product(a, w.t(), bias, 37).stride() == (37, 1)
+        assert not returns_unpadded(a, w.t(), None, 37)  # cuBLAS, into padded rows
+        assert not returns_unpadded(a.float(), w.float().t(), bias.float(), 37)
+    cpu = torch.empty(4, 32, dtype=torch.bfloat16)
+    assert not returns_unpadded(cpu, torch.empty(37, 32, dtype=torch.bfloat16).t(), torch.empty(37, dtype=torch.bfloat16), 37)

@@ -13,7 +13,8 @@ output's memory order, so the norms, activations and pools between convolutions 
 NHWC, and a copy is made once where a value first meets a convolution (the image, each weight).
 
 At the graph's edges: what the caller sees (an inference graph's outputs, a forward's user
-outputs, a backward's gradients) keeps eager's strides, through a copy where they changed. What a
+outputs, a backward's gradients) keeps eager's strides, through a copy where they changed, but for
+a padded product's logits returned as the first columns of their padded rows (matmul_padding.py). What a
 forward saves for its backward keeps a new dense layout: the strides are reported to AOTAutograd
 (`TracingContext.report_output_strides`), which restrides the backward's example inputs, and
 `restride_placeholders` carries them into the backward graph before it is planned in turn. A

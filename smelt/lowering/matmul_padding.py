@@ -21,10 +21,11 @@ input (a backward's incoming gradient of the logits) is copied into them: one pa
 against a product hundreds of times its size. Any other operand is copied with its pad.
 
 The pads are FX nodes inserted before lowering (lowering/layout_plan.py re-traces the layouts);
-what a caller sees keeps eager's strides. A 2-D product padded in N that is read only through such a
-copy (an inference graph's logits) runs as smelt::padded_product instead (runtime/padded_product.py):
-blocks through a small scratch of aligned rows, so the padded product is never whole beside its copy;
-an operand the pass had copied with its pad (a weight) goes unpadded, so that copy is not made either.
+what a caller sees keeps eager's strides, with one exception: a 2-D product padded in N that is read
+only through the copy into eager's rows (an inference graph's logits) runs as smelt::padded_product
+(runtime/padded_product.py) and the caller gets its first N columns as a view of the padded rows,
+as Inductor returns them: that copy was a pass over the whole product. An operand the pass had
+copied with its pad (a weight) goes unpadded there, so that copy is not made either.
 """
 from __future__ import annotations
 
@@ -191,8 +192,8 @@ def _read_through_view(gm, node: torch.fx.Node, m: int, n: int, pad_m: int, pad_
 
 def products_into_copies(gm: torch.fx.GraphModule) -> bool:
     """Each `clone(views(slice(mm(a, b), -1, 0, n)))` whose product and slice have no other reader
-    computes smelt::padded_product(a, b, bias, n) and its views instead: eager's layout, where the
-    clone's copy of the padded rows needed the padded product whole (see the module docstring).
+    computes smelt::padded_product(a, b, bias, n) and its views instead: the first n columns of
+    the padded rows, with no copy into eager's (see the module docstring).
     Returns whether it changed the graph; the product, slice and clone are left for dead-code
     elimination, the metadata of what it inserted for a re-trace."""
     changed = False
@@ -228,8 +229,8 @@ def products_into_copies(gm: torch.fx.GraphModule) -> bool:
 
 def _unpadded(node, n: int):
     """What a `constant_pad_nd` of zeros after the last dim padded to more than `n`, where it had
-    `n` there (the padded copy of a weight: smelt::padded_product reads the weight itself, in
-    aligned blocks of its columns, so the copy is left dead); else `node`."""
+    `n` there (the padded copy of a weight: smelt::padded_product reads the weight itself, its
+    aligned columns in place, so the copy is left dead); else `node`."""
     if not (isinstance(node, torch.fx.Node) and node.target is aten.constant_pad_nd.default):
         return node
     source, spec = node.args[0], list(node.args[1])
