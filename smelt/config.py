@@ -124,6 +124,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_COMBO_KERNELS": Setting(parse_bool, True, _BOOL),
     "SMELT_BUFFER_POOL": Setting(parse_bool, True, _BOOL),
+    "SMELT_CPU_WORKSPACE": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -194,6 +195,10 @@ class Config:
     # A buffer takes the memory of a dead one of its size instead of allocating (scheduler/pool.py);
     # off: every buffer is allocated, as to compare host times.
     buffer_pool: bool = _field("SMELT_BUFFER_POOL")
+
+    # A CPU graph's buffers that live only inside a call get places in one block per thread, kept
+    # between calls (scheduler/workspace.py); off: each is allocated (and its pages faulted in) per call.
+    cpu_workspace: bool = _field("SMELT_CPU_WORKSPACE")
 
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.

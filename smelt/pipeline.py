@@ -30,6 +30,7 @@ from .target import H100, Target, switched_on
 from .scheduler.finishers import attach_finishers, finisher_plan
 from .scheduler.pool import plan_pool
 from .scheduler.reuse import plan_reuse
+from .scheduler.workspace import plan_workspace
 
 log = logging.getLogger("smelt")
 _graph_ids = itertools.count()
@@ -166,8 +167,11 @@ def _schedule(graph, cfg, halide_refused):
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)
+    if cfg.cpu_workspace:
+        sched.workspace = plan_workspace(sched.steps, sched.reuses, graph)
     if cfg.buffer_pool:
-        sched.pool = plan_pool(sched.steps, sched.reuses, graph)
+        placed = set(sched.workspace.offsets) if sched.workspace is not None else set()
+        sched.pool = plan_pool(sched.steps, sched.reuses, graph, placed)
     return sched, ctx
 
 

@@ -61,10 +61,12 @@ def inspects_triton_kernels() -> None:
 
 
 def allocated_shapes(wrapper_source: str) -> list[tuple[int, ...]]:
-    """The shapes a generated wrapper allocates (torch.empty_strided, or its C++ core)."""
+    """The shapes a generated wrapper allocates (torch.empty_strided, or its C++ core), and those of
+    the buffers it places in its CPU workspace (scheduler/workspace.py): every buffer it materializes."""
     import re
     found = re.findall(r"^\s*\w+ = (?:torch\.empty_strided|empty_strided_cpu|empty_strided_cuda)\(\(([^)]*)\)", wrapper_source,
                        flags=re.M)
+    found += re.findall(r"^    \(\d+, \(([^)]*)\), \([^)]*\), torch\.\w+\),  # \w+$", wrapper_source, flags=re.M)
     return [tuple(int(d) for d in dims.split(",") if d.strip()) for dims in found]
 
 

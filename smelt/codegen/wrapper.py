@@ -73,6 +73,10 @@ class WrapperCodegen:
         self.peak: int | None = 0
         self.at_peak: dict[str, int] = {}  # the buffers alive at the peak, by name
         self.pooled = set(schedule.pool.values())  # dead buffers a later buffer takes: not freed
+        # CPU buffers with a place in the graph's workspace (scheduler/workspace.py), in the order
+        # the wrapper takes them: their index in `workspace`.
+        self.workspace = schedule.workspace.offsets if schedule.workspace is not None else {}
+        self.workspace_order: list[str] = []
         self.graph_blockers: list[str] = []  # why a CUDA graph cannot record this call (runtime/cuda_graphs.py)
 
     def literal(self, value) -> str:
@@ -181,7 +185,11 @@ class WrapperCodegen:
     def allocate_buffer(self, out: IndentedBuffer, buffer, allocated: set[str]) -> None:
         """Memory for `buffer`, or for a slice of a shared storage its view (the storage first)."""
         lives_in = getattr(buffer, "lives_in", None)
-        if lives_in is None:
+        if buffer.name in self.workspace:
+            out.writeline(f"{buffer.name} = workspace[{len(self.workspace_order)}]")
+            self.workspace_order.append(buffer.name)
+            self.hold(buffer.name, buffer.layout)
+        elif lives_in is None:
             self.allocate(out, buffer.name, buffer.layout)
             self.hold(buffer.name, buffer.layout)
         else:
@@ -193,6 +201,18 @@ class WrapperCodegen:
             layout = buffer.layout
             out.writeline(f"{buffer.name} = {self.strided(storage, dataclasses.replace(layout, offset=offset))}")
         allocated.add(buffer.name)
+
+    def workspace_layouts(self, out: IndentedBuffer) -> None:
+        """The block the call-local CPU buffers live in, and each one's place and layout."""
+        buffers = {b.name: b for b in self.graph.buffers}
+        out.writeline("from smelt.runtime.cpu_workspace import CpuWorkspace")
+        out.writeline(f"cpu_workspace = CpuWorkspace({self.schedule.workspace.size}, [  # bytes; (offset, size, stride, dtype)")
+        for name in self.workspace_order:
+            layout = buffers[name].layout
+            size = ", ".join(pexpr(s) for s in layout.size) + ("," if len(layout.size) == 1 else "")
+            stride = ", ".join(pexpr(s) for s in layout.stride) + ("," if len(layout.stride) == 1 else "")
+            out.writeline(f"    ({self.workspace[name]}, ({size}), ({stride}), {layout.dtype}),  # {name}")
+        out.writeline("])")
 
     def bind_sizes(self, out: IndentedBuffer) -> None:
         for position, (name, value) in enumerate(self.graph.inputs):
@@ -282,6 +302,9 @@ class WrapperCodegen:
             self.free(body, step.frees)
         results = [self.output(o) for o in self.graph.outputs]
         body.writeline(f"return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+        if self.workspace_order:  # this thread's views of the block, made at its first call
+            at = next(i for i, line in enumerate(body.lines) if line.strip() == "args.clear()")
+            body.lines.insert(at + 1, body.lines[at].replace("args.clear()", "workspace = cpu_workspace.buffers()"))
 
         out = IndentedBuffer()
         out.writeline(f"# smelt wrapper: {self.title}")
@@ -298,6 +321,8 @@ class WrapperCodegen:
             out.writeline("from smelt.runtime.extern_layout import as_planned")
         for name, device in self.devices.items():
             out.writeline(f"{name} = torch.device({str(device)!r})")
+        if self.workspace_order:
+            self.workspace_layouts(out)
         out.writeline("")
         out.writeline("")
         self.graph_facts(out)

@@ -145,6 +145,7 @@ class HalideLauncher:
             self.buffers[k].type.lanes = 1
             self.dims[k].stride = 1
         self.sizes = (ctypes.c_int32 * len(self.size_names))()
+        self._describing = threading.Lock()
         # Halide's argument order: inputs, sizes, outputs.
         order = self._leading_arguments()
         order += [ctypes.addressof(self.buffers[k]) for k in range(self.num_inputs)]
@@ -175,21 +176,25 @@ class HalideLauncher:
         if self.run is not None:
             self._run(args)
             return
-        buffers = self.num_inputs + self.num_outputs
-        for k in range(buffers):
-            self._describe(k, args[k])
-        for k, value in enumerate(args[buffers:]):
-            value = int(value)
-            if not -INT32_MAX <= value <= INT32_MAX:
-                raise HalideLaunchError(f"smelt: kernel {self.name}: size {self.size_names[k]} = {value} does not "
-                                        f"fit Halide's int32 index math")
-            self.sizes[k] = value
-        _errors.last = None
-        if torch.autograd._profiler_enabled():  # a profile names the kernel (a ctypes call shows no op)
-            with torch.profiler.record_function(self.name):
+        # One call at a time describes its tensors in the launcher's buffers: ctypes releases the GIL
+        # for the call, and another thread launching this kernel would overwrite them (the C path
+        # describes them in buffers of each call's own).
+        with self._describing:
+            buffers = self.num_inputs + self.num_outputs
+            for k in range(buffers):
+                self._describe(k, args[k])
+            for k, value in enumerate(args[buffers:]):
+                value = int(value)
+                if not -INT32_MAX <= value <= INT32_MAX:
+                    raise HalideLaunchError(f"smelt: kernel {self.name}: size {self.size_names[k]} = {value} does "
+                                            f"not fit Halide's int32 index math")
+                self.sizes[k] = value
+            _errors.last = None
+            if torch.autograd._profiler_enabled():  # a profile names the kernel (a ctypes call shows no op)
+                with torch.profiler.record_function(self.name):
+                    status = self.fn(self.argv)
+            else:
                 status = self.fn(self.argv)
-        else:
-            status = self.fn(self.argv)
         self._check(status)
 
     def _run(self, args) -> None:

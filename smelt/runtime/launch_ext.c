@@ -10,8 +10,9 @@
  *
  * halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args), for Halide's CPU kernels
  * (runtime/halide_launcher.py), describes each CPU tensor of `args` in the halide_buffer_t at `buffers`
- * (as HalideLauncher._describe does), writes the int32 sizes that follow them at `sizes`, and calls the
- * pipeline's argv entry point with the GIL released. It returns the pipeline's status.
+ * (as HalideLauncher._describe does) and the int32 sizes that follow them, in copies of its own of the
+ * launcher's descriptions, and calls the pipeline's argv entry point on those with the GIL released (other
+ * threads may launch the same kernel meanwhile). It returns the pipeline's status.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -222,6 +223,10 @@ static int describe(halide_buffer *buffer, Py_ssize_t k, Py_ssize_t num_inputs, 
     return 0;
 }
 
+/* Buffers and sizes a Halide pipeline takes at most (its launcher's descriptions are copied to the stack). */
+#define MAX_HALIDE_BUFFERS 256
+#define MAX_HALIDE_SIZES 64
+
 static PyObject *halide_run(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (n != 8 || !PyDict_Check(a[6]) || !PyTuple_Check(a[7])) {
         PyErr_SetString(PyExc_TypeError, "halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args)");
@@ -235,27 +240,52 @@ static PyObject *halide_run(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (PyErr_Occurred())
         return NULL;
     PyObject *args = a[7];
-    if (PyTuple_GET_SIZE(args) < num_buffers) {
+    Py_ssize_t num_sizes = PyTuple_GET_SIZE(args) - num_buffers;
+    if (num_sizes < 0) {
         PyErr_SetString(PyExc_TypeError, "fewer arguments than buffers");
         return NULL;
     }
-    for (Py_ssize_t k = 0; k < num_buffers; k++)
-        if (describe(&buffers[k], k, num_inputs, a[6], PyTuple_GET_ITEM(args, k)) < 0)
+    if (num_buffers > MAX_HALIDE_BUFFERS || num_sizes > MAX_HALIDE_SIZES) {
+        PyErr_Format(PyExc_TypeError, "%zd buffers and %zd sizes: more than the C launch takes", num_buffers, num_sizes);
+        return NULL;
+    }
+    /* This call's own descriptions, copied from the launcher's: with the GIL released below, another
+     * thread may be running the same kernel on other tensors, and must not see these. */
+    halide_buffer local[MAX_HALIDE_BUFFERS];
+    halide_dim dims[MAX_HALIDE_BUFFERS];
+    int32_t local_sizes[MAX_HALIDE_SIZES];
+    void *local_argv[MAX_HALIDE_BUFFERS + MAX_HALIDE_SIZES];
+    for (Py_ssize_t k = 0; k < num_buffers; k++) {
+        local[k] = buffers[k];
+        dims[k] = *buffers[k].dim;
+        local[k].dim = &dims[k];
+        if (describe(&local[k], k, num_inputs, a[6], PyTuple_GET_ITEM(args, k)) < 0)
             return NULL;
-    for (Py_ssize_t k = num_buffers; k < PyTuple_GET_SIZE(args); k++) {
-        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(args, k));
+    }
+    for (Py_ssize_t k = 0; k < num_sizes; k++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(args, num_buffers + k));
         if (v == -1 && PyErr_Occurred())
             return NULL;
         if (v < -INT32_MAX || v > INT32_MAX) {
-            PyErr_Format(PyExc_OverflowError, "size %zd = %lld does not fit Halide's int32 index math",
-                         k - num_buffers, v);
+            PyErr_Format(PyExc_OverflowError, "size %zd = %lld does not fit Halide's int32 index math", k, v);
             return NULL;
         }
-        sizes[k - num_buffers] = (int32_t)v;
+        local_sizes[k] = (int32_t)v;
+    }
+    /* The launcher's argv points into its own buffers and sizes (inputs, sizes, outputs): the same
+     * order, pointing into this call's. */
+    for (Py_ssize_t i = 0; i < num_buffers + num_sizes; i++) {
+        char *p = (char *)argv[i];
+        if (p >= (char *)buffers && p < (char *)(buffers + num_buffers))
+            local_argv[i] = &local[((halide_buffer *)p) - buffers];
+        else if (p >= (char *)sizes && p < (char *)(sizes + num_sizes))
+            local_argv[i] = &local_sizes[((int32_t *)p) - sizes];
+        else
+            local_argv[i] = argv[i];
     }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = function(argv);
+    status = function(local_argv);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(status);
 }

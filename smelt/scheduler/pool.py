@@ -23,8 +23,9 @@ from ..symbolic import static_int
 from .reuse import viewed_by_aten
 
 
-def plan_pool(steps, reuses: dict[str, str], graph) -> dict[str, str]:
-    """{buffer the wrapper would allocate: the dead buffer whose memory it takes instead}."""
+def plan_pool(steps, reuses: dict[str, str], graph, placed: set[str] = frozenset()) -> dict[str, str]:
+    """{buffer the wrapper would allocate: the dead buffer whose memory it takes instead}; buffers
+    `placed` in the CPU workspace (scheduler/workspace.py) neither take nor give memory."""
     buffers = {b.name: b for b in graph.buffers}
     aliased = viewed_by_aten(steps)
     in_place = set(reuses.values())
@@ -79,7 +80,7 @@ def plan_pool(steps, reuses: dict[str, str], graph) -> dict[str, str]:
                     return {}
                 sizes[name] = size
                 at = event(size)
-                if _candidate(buffer, name, aliased, in_place, graph):
+                if name not in placed and owns_its_memory(buffer, name, aliased, in_place, graph):
                     wants.append((at, name))
                     mine.add(name)
         for name in step.frees:
@@ -115,7 +116,9 @@ def _take(wants, deaths, live_bytes, buffers) -> dict[str, str]:
     return taken
 
 
-def _candidate(buffer, name: str, aliased: set[str], in_place: set[str], graph) -> bool:
+def owns_its_memory(buffer, name: str, aliased: set[str], in_place: set[str], graph) -> bool:
+    """Whether `buffer`'s memory is wholly its own (the module docstring's rule): the pool's
+    candidates, and the CPU workspace's (scheduler/workspace.py)."""
     layout = getattr(buffer, "layout", None)
     return layout is not None and getattr(buffer, "lives_in", None) is None and buffer.binds_name \
         and getattr(buffer, "storage_name", name) == name and name not in graph.shared_storages \

@@ -53,6 +53,8 @@ class Schedule:
     reuses: dict = dataclasses.field(default_factory=dict)
     # Buffers that take a dead buffer's memory instead of allocating, {buffer: dead} (scheduler/pool.py).
     pool: dict = dataclasses.field(default_factory=dict)
+    # CPU buffers placed in a block kept between calls (scheduler/workspace.py); None: none.
+    workspace: object = None
 
     def describe(self) -> str:
         lines = []
