@@ -8,9 +8,10 @@ result over a weight already padded, and 340-353 us with the weight padded on ev
 more at the peak). This kernel reads both operands through TMA descriptors (the weight's rows are
 aligned: its K is) and stores each tile into the result's rows, with no scratch: 377 us into
 BERT's unpadded rows in the sweep that chose it (RESULTS, eleventh session: pointer or TMA loads,
-persistent or not, five tile shapes; this one TMA and persistent, 128 x 256 x 64 tiles, 3 stages,
-8 warps). The same kernel stored into padded rows (a row stride Triton specializes as a multiple
-of 16) took 707 us there: so the result keeps eager's rows.
+persistent or not, several tile shapes; this one TMA and persistent, 128 x 256 x 64 tiles, 3
+stages, 8 warps; benchmarks/probes/head_sweep.py times it now). The same kernel stored into padded
+rows (a row stride Triton specializes as a multiple of 16) took 707 us there: so the result keeps
+eager's rows.
 
 Each program walks tiles NUM_PROGRAMS apart, grouped GROUP_M rows of tiles at a time so that the
 tiles resident at once share their blocks of A and W in L2. The tile's sum is float32; the bias is
