@@ -269,6 +269,8 @@ class WrapperCodegen:
         if input_names:
             body.writeline(f"{', '.join(input_names)}{',' if len(input_names) == 1 else ''} = args")
         body.writeline("args.clear()")
+        if self.workspace:
+            body.writeline("workspace = cpu_workspace.buffers()  # this thread's, made at its first call")
         self.bind_sizes(body)
         buffers = {b.name: b for b in self.graph.buffers}
         buffers.update((name, v) for name, v in self.graph.inputs if name in self.graph.donated_inputs)
@@ -302,9 +304,6 @@ class WrapperCodegen:
             self.free(body, step.frees)
         results = [self.output(o) for o in self.graph.outputs]
         body.writeline(f"return ({', '.join(results)}{',' if len(results) == 1 else ''})")
-        if self.workspace_order:  # this thread's views of the block, made at its first call
-            at = next(i for i, line in enumerate(body.lines) if line.strip() == "args.clear()")
-            body.lines.insert(at + 1, body.lines[at].replace("args.clear()", "workspace = cpu_workspace.buffers()"))
 
         out = IndentedBuffer()
         out.writeline(f"# smelt wrapper: {self.title}")
@@ -321,7 +320,7 @@ class WrapperCodegen:
             out.writeline("from smelt.runtime.extern_layout import as_planned")
         for name, device in self.devices.items():
             out.writeline(f"{name} = torch.device({str(device)!r})")
-        if self.workspace_order:
+        if self.workspace:
             self.workspace_layouts(out)
         out.writeline("")
         out.writeline("")

@@ -2,9 +2,9 @@
 
 A CPU buffer the wrapper allocates is fresh memory: glibc gives blocks of that size (megabytes, an
 activation) back to the system when a call frees them, and the next call's first write into each
-page faults it in again. On the 2-core CPU, MobileNetV3's first batch-norm kernel took 1.23 ms a
-call inside the model against 0.13 ms on the same tensors alone (scratch timing of the wrapper's
-launches; with glibc told to keep freed memory, 0.23 ms). So a CPU graph's buffers that are
+page faults it in again. On the 2-core CPU, MobileNetV3's first batch-norm kernel took 0.37-1.32 ms
+a call inside the model against 0.09-0.13 ms on the same tensors alone, and 0.19-0.23 ms in the
+call with this workspace (benchmarks/probes/cpu_kernel_times.py). So a CPU graph's buffers that are
 allocated by the wrapper, wholly theirs (scheduler/pool.py's rule) and dead before the call returns
 get an offset in one workspace of bytes, allocated once per thread (runtime/cpu_workspace.py): the
 pages stay faulted in, and a call allocates nothing for them.
