@@ -97,10 +97,11 @@ class HalideCudaLauncher(HalideLauncher):
         if device is None:
             raise HalideLaunchError(f"smelt: Halide CUDA kernel {self.name} got {type(args[0]).__name__} "
                                     f"{getattr(args[0], 'device', '')} for buffer 0: it runs on CUDA tensors")
-        if device != self.device:
-            self.launch.context, self.launch.device, self.device = primary_context(device), device, device
-        self.launch.stream = torch.cuda.current_stream(device).cuda_stream
-        super().__call__(*args)
+        with self._describing:  # the launch's stream and device are the launcher's too: one call at a time
+            if device != self.device:
+                self.launch.context, self.launch.device, self.device = primary_context(device), device, device
+            self.launch.stream = torch.cuda.current_stream(device).cuda_stream
+            super().__call__(*args)
 
     def _describe(self, k: int, tensor: torch.Tensor) -> None:
         if not isinstance(tensor, torch.Tensor) or tensor.device.index != self.device or not tensor.is_cuda:

@@ -145,7 +145,7 @@ class HalideLauncher:
             self.buffers[k].type.lanes = 1
             self.dims[k].stride = 1
         self.sizes = (ctypes.c_int32 * len(self.size_names))()
-        self._describing = threading.Lock()
+        self._describing = threading.RLock()  # re-entered by HalideCudaLauncher, which sets its stream under it
         # Halide's argument order: inputs, sizes, outputs.
         order = self._leading_arguments()
         order += [ctypes.addressof(self.buffers[k]) for k in range(self.num_inputs)]
