@@ -309,3 +309,27 @@ def test_a_half_float_head_with_a_bias_is_traced_in_eagers_rows_on_cuda():
         assert not returns_unpadded(a.float(), w.float().t(), bias.float(), 37)
     cpu = torch.empty(4, 32, dtype=torch.bfloat16)
     assert not returns_unpadded(cpu, torch.empty(37, 32, dtype=torch.bfloat16).t(), torch.empty(37, dtype=torch.bfloat16), 37)
+
+
+def test_a_training_forward_returning_its_padded_logits(device, compile_fn, assert_close, observe):
+    """The backward's sibling: a forward that only returns the head's product (the loss taken
+    outside the graph) hands the caller the padded rows' view; the gradients flowing back through it
+    are eager's."""
+    torch.manual_seed(0)
+    head = nn.Linear(16, 37).to(device)
+    h = torch.randn(2, 5, 16, device=device, requires_grad=True)
+    labels = torch.randint(0, 37, (10,), device=device)
+
+    def step(fn):
+        head.zero_grad()
+        h.grad = None
+        logits = fn(h)
+        F.cross_entropy(logits.reshape(-1, 37), labels).backward()
+        return logits, h.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()
+
+    expected = step(head)
+    actual = step(compile_fn(head))
+    assert "smelt.padded_product" in _wrappers(observe)
+    assert actual[0].stride()[-1] == 1 and actual[0].stride()[-2] == 40  # the padded rows, as in inference
+    for a, e in zip(actual, expected):
+        assert_close(a, e, atol=1e-5, rtol=1e-5)

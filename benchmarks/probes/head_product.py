@@ -18,13 +18,17 @@ import smelt  # noqa: F401  (registers smelt::padded_product)
 HEADS = (("gpt2", 50257, False), ("bert", 30522, True))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def head_arguments(doc: str, argv):
+    """The head probes' command line (--rows, --hidden), a fixed seed, and their timer (us, median)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--hidden", type=int, default=768)
-    args = parser.parse_args(argv)
     torch.manual_seed(0)
-    bench = lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3  # noqa: E731
+    return parser.parse_args(argv), lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3
+
+
+def main(argv=None) -> None:
+    args, bench = head_arguments(__doc__, argv)
     print("| head | smelt us | eager unpadded us | weight padded each call us | weight already padded us | "
           "max / rms error (smelt) | eager's |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -6,12 +6,10 @@ runs with a zero bias here, to time the kernel on its shape.
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn.functional as F
-import triton.testing
 
+from benchmarks.probes.head_product import head_arguments
 from smelt.runtime import biased_head
 
 HEADS = (("gpt2", 50257), ("bert", 30522))
@@ -21,12 +19,7 @@ CONFIGS = ((128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4), (128, 128, 64, 8, 8
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=4096)
-    parser.add_argument("--hidden", type=int, default=768)
-    args = parser.parse_args(argv)
-    torch.manual_seed(0)
-    bench = lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3  # noqa: E731
+    args, bench = head_arguments(__doc__, argv)
     original = dict(biased_head.CONFIG)
     print("| head | config (M, N, K, group, warps, stages) | unpadded rows us | padded rows us | max error |")
     print("| --- | --- | --- | --- | --- |")
