@@ -44,16 +44,14 @@ def test_language_model_head_inference(device, compile_fn, assert_close, observe
 @pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
 def test_a_product_only_returned_comes_back_in_its_padded_rows(device, compile_fn, assert_close, observe, bias, dtype):
     """Copying its padded rows out into eager's would cost a pass over the whole product: the caller
-    gets the first 37 columns of rows of 40 (Inductor returns such logits the same way). A
-    half-float head with a bias on CUDA is stored into eager's rows by runtime/biased_head.py."""
+    gets the first 37 columns of rows of 40 (Inductor returns such logits the same way)."""
     torch.manual_seed(0)
     head = nn.Linear(16, 37, bias=bias).to(device=device, dtype=dtype)
     h = torch.randn(2, 5, 16, device=device, dtype=dtype)
     with torch.no_grad():
         actual, expected = compile_fn(head)(h), head(h)
     assert_close(actual, expected, **({"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {}))
-    unpadded = bias and dtype == torch.bfloat16 and torch.device(device).type == "cuda"
-    assert actual.shape == expected.shape and actual.stride() == ((5 * 37, 37, 1) if unpadded else (5 * 40, 40, 1))
+    assert actual.shape == expected.shape and actual.stride() == (5 * 40, 40, 1)
     assert "smelt.padded_product" in _wrappers(observe)
 
 
@@ -269,46 +267,16 @@ def test_padded_product_of_every_operand_form(device, assert_close, n, layout):
             assert_close(actual, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("m, k, n", [(5, 64, 37), (130, 96, 300), (7, 40, 9)])
-def test_the_biased_head_kernel_against_linear(m, k, n):
-    """runtime/biased_head.py's kernel (what smelt::padded_product runs for a half-float head with a
-    bias on CUDA), run by Triton's interpreter on the CPU in float32 with small tiles: edges in M, N
-    and K, a weight and bias given padded or not, the result stored into unpadded rows or padded ones."""
-    from smelt.runtime import biased_head
-    from smelt.runtime.loader import load_module
-    interpreted = load_module(biased_head.__file__, interpret=True)
-    torch.manual_seed(0)
-    a, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
-    for weight, b, pad in ((w, bias, 0), (F.pad(w, [0, 0, 0, 3]), F.pad(bias, [0, 3]), 3)):
-        rows = torch.full((m, n + pad), float("nan"))
-        original = dict(interpreted.CONFIG)
-        interpreted.CONFIG.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1)
-        try:
-            interpreted.product_into(rows[:, :n], a, weight, b)
-        finally:
-            interpreted.CONFIG.clear()
-            interpreted.CONFIG.update(original)
-        torch.testing.assert_close(rows[:, :n], F.linear(a, w, bias), atol=1e-4, rtol=1e-4)
-        assert rows[:, n:].isnan().all()  # the padding columns are not written
-
-
-def test_a_half_float_head_with_a_bias_is_traced_in_eagers_rows_on_cuda():
-    """The layout the graph is planned with (the op's fake kernel) is the one its CUDA kernel
-    writes: eager's unpadded rows for a half-float weight's product plus a bias (biased_head.py),
-    padded rows otherwise. Traced with fake CUDA tensors, so it runs without a GPU."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from smelt.runtime.padded_product import returns_unpadded
-    with FakeTensorMode(allow_non_fake_inputs=False):
-        a = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
-        w = torch.empty(37, 32, device="cuda", dtype=torch.bfloat16)
-        bias = torch.empty(37, device="cuda", dtype=torch.bfloat16)
-        assert returns_unpadded(a, w.t(), bias, 37)
-        assert torch.ops.smelt.padded_product(a, w.t(), bias, 37).stride() == (37, 1)
-        assert not returns_unpadded(a, w.t(), None, 37)  # cuBLAS, into padded rows
-        assert not returns_unpadded(a.float(), w.float().t(), bias.float(), 37)
-    cpu = torch.empty(4, 32, dtype=torch.bfloat16)
-    assert not returns_unpadded(cpu, torch.empty(37, 32, dtype=torch.bfloat16).t(), torch.empty(37, dtype=torch.bfloat16), 37)
+def test_a_weight_is_padded_in_its_own_layout():
+    """A weight's transpose padded for a bias vector's product (cuBLAS's epilogue wants contiguous
+    padded rows) stays a transpose: a straight copy of the weight's rows, not a transposing one."""
+    from smelt.runtime.padded_product import _padded
+    w = torch.randn(37, 16)
+    padded = _padded(w.t(), 40)
+    assert padded.shape == (16, 40) and padded.stride() == (1, 16)
+    assert torch.equal(padded[:, :37], w.t()) and not padded[:, 37:].any()
+    row_major = _padded(w.t().contiguous(), 40)
+    assert row_major.stride() == (40, 1) and torch.equal(row_major, padded)
 
 
 def test_a_training_forward_returning_its_padded_logits(device, compile_fn, assert_close, observe):

@@ -13,16 +13,16 @@ A `b` that is a weight's transpose (`t(w)`: column-major with an aligned leading
 read in place: its first N - N % align columns in one product, straight into the padded rows, and
 its last few through a padded copy of only those, so the whole weight is never copied (GPT-2's
 77 MB a call, Inductor's way): 458 us on the H200 against 503 for cuBLAS over a weight already
-padded. A half-float weight's product plus a bias on CUDA goes through biased_head.py's kernel
-instead, into eager's unpadded rows (returns_unpadded). A `b` that comes padded is read whole; any
-other is padded here.
+padded. A product plus a bias vector on CUDA pads the whole weight instead: cuBLAS adds the bias in
+its epilogue only into a contiguous result, and the padded rows' first N columns are not one (BERT's
+head on the H200: 353 us with the weight padded each call, 505 into the strided columns, 386 through
+a TMA Triton kernel storing into eager's rows). A `b` that comes padded is read whole; any other is
+padded here.
 """
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-
-from . import biased_head
 
 ALIGN_BYTES = 16
 
@@ -37,11 +37,6 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     """(bias +) a @ b, its first `n` columns, in rows of padded_width(n) elements; a [M, K],
     b [K, N] with N = n or n padded, bias broadcastable to [M, N] (zero past n where N > n)."""
     m = a.shape[0]
-    if returns_unpadded(a, b, bias, n):
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-        if m == 0 or n == 0 or biased_head.applies(a, b.t(), bias):
-            return biased_head.product_into(out, a, b.t(), bias) if m and n else out
-        return out.copy_(F.linear(a, b.t(), bias[:n]))  # rows TMA cannot read (a misaligned view): rare
     width = padded_width(n, a.element_size())
     rows = torch.empty((m, width), dtype=a.dtype, device=a.device)
     if m == 0 or n == 0:
@@ -49,25 +44,28 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     align = max(1, ALIGN_BYTES // a.element_size())
     if b.shape[1] >= width:
         _product(a, b[:, :width], _columns(bias, 0, width), rows)
-    elif b.stride(0) == 1 and b.stride(1) % align == 0 and b.stride(1) >= b.shape[0]:
+    elif (b.stride(0) == 1 and b.stride(1) % align == 0 and b.stride(1) >= b.shape[0]
+          and not (a.is_cuda and _is_vector(bias))):
         aligned = n - n % align
         if aligned:
             _product(a, b[:, :aligned], _columns(bias, 0, aligned), rows[:, :aligned])
         if aligned < n:
-            tail = F.pad(b[:, aligned:n], [0, width - n])
-            _product(a, tail, _columns(bias, aligned, width), rows[:, aligned:])
+            _product(a, _padded(b[:, aligned:n], width - aligned), _columns(bias, aligned, width), rows[:, aligned:])
     else:
-        _product(a, F.pad(b[:, :n], [0, width - n]), _columns(bias, 0, width), rows)
+        _product(a, _padded(b[:, :n], width), _columns(bias, 0, width), rows)
     return rows[:, :n]
 
 
-def returns_unpadded(a, b, bias, n: int) -> bool:
-    """Whether the result comes in eager's unpadded rows: a half-float weight's product plus a bias
-    on CUDA, which biased_head.py's kernel stores there (cuBLAS adds a bias fast only into a
-    contiguous result, and the padded rows' first n columns are not one)."""
-    return (bias is not None and bias.dim() == 1 and a.is_cuda and a.dtype in biased_head.HALF_FLOATS
-            and b.dtype == a.dtype and bias.dtype == a.dtype and a.dim() == b.dim() == 2 and b.stride(0) == 1
-            and b.shape[1] < padded_width(n, a.element_size()))
+def _is_vector(bias) -> bool:
+    return bias is not None and bias.dim() == 1 and bias.shape[0] > 1
+
+
+def _padded(b, width: int):
+    """`b` with zero columns up to `width`, copied in its own layout: a weight's transpose stays one
+    (a straight copy of the weight's rows, not a transposing one)."""
+    if b.stride(0) == 1 and b.shape[1] > 1:
+        return F.pad(b.t(), [0, 0, 0, width - b.shape[1]]).t()
+    return F.pad(b, [0, width - b.shape[1]])
 
 
 def _product(a, b, bias, out) -> None:
@@ -88,7 +86,5 @@ def _columns(bias, start: int, end: int):
 
 @padded_product.register_fake
 def _(a, b, bias, n):
-    if returns_unpadded(a, b, bias, n):
-        return a.new_empty((a.shape[0], n))
     width = padded_width(n, a.element_size())
     return a.new_empty((a.shape[0], width))[:, :n]
