@@ -230,7 +230,9 @@ def _peak_bytes_of_call(fn, device) -> int:
 def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_close, observe, bias):
     """A head's weight is a graph input: padding it would copy the whole weight on every call (GPT-2's
     77 MB beside its logits). smelt::padded_product reads the weight itself, its aligned columns in
-    place and only the last few through a padded copy: the call's peak is the logits and little more."""
+    place and only the last few through a padded copy: the call's peak is the logits and little more.
+    With a bias on CUDA the weight is padded whole (cuBLAS adds a bias vector in its epilogue only into
+    a contiguous result): then the peak is the logits plus that copy, the price Inductor pays too."""
     torch.manual_seed(0)
     vocab, dim = 1001, 256  # float32 rows align to 4 elements: 1001 pads to 1004
     head = nn.Linear(dim, vocab, bias=bias).to(device)
@@ -241,10 +243,12 @@ def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_cl
         assert_close(actual, expected, atol=1e-4, rtol=1e-4)
         assert actual.stride()[-1] == 1 and actual.stride()[-2] == 1004  # the first 1001 columns of padded rows
         source = _wrappers(observe)
-        assert "smelt.padded_product" in source and "constant_pad_nd" not in source, source  # the weight unpadded
+        assert "smelt.padded_product" in source and "constant_pad_nd" not in source, source  # no pad in the graph
         logits = 2 * 8 * vocab * 4
         peak = _peak_bytes_of_call(lambda: compiled(h), device)
-    assert peak <= 1.4 * logits, (peak, logits)  # the weight alone is 4x the logits
+    padded_whole = bias and torch.device(device).type == "cuda"
+    copy = 1004 * dim * 4 if padded_whole else 0
+    assert peak <= 1.4 * logits + copy, (peak, logits)  # the weight alone is 4x the logits
 
 
 @pytest.mark.parametrize("n", [3, 37, 1001])
