@@ -339,6 +339,24 @@ def test_one_position_per_line_scatter_is_one_pointwise_kernel(device, lowered, 
     assert len(graph.kernel_names) == 1, graph.kernel_names
 
 
+def test_a_one_hot_read_on_both_sides_of_a_reduction_is_recomputed_not_stored(device, check, observe):
+    """Cross-entropy's backward over a padded vocabulary (BERT's MLM head): the one-hot gradient is
+    summed along its rows by one kernel and read again, padded, by the next. Each recomputes it from
+    the index; storing it wrote a float32 [4096, 30522] buffer (477 MiB at BERT's peak)."""
+    from conftest import allocated_shapes
+    x = torch.randn(6, 33, device=device)
+    target = torch.randint(0, 33, (6, 1), device=device)
+
+    def f(x, target):
+        logp = x - x.logsumexp(1, keepdim=True)
+        grad = torch.zeros_like(logp).scatter(1, target, -0.5)
+        return F.pad(grad - logp.exp() * grad.sum(1, keepdim=True), [0, 3])
+
+    check(f, x, target)
+    (graph,) = observe.compiled_graphs()
+    assert (6, 33) not in allocated_shapes(graph.wrapper_source), graph.wrapper_source
+
+
 def test_one_position_per_line_scatter_checks_its_index(device, compile_fn):
     if device != "cpu":
         pytest.skip("an out-of-bounds index stops the GPU (test_writes_into_an_empty_destination covers it)")

@@ -204,8 +204,10 @@ def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, 
         position = ops.indirect_indexing(load_index(line), size)  # checked, as the scatter's
         here = ops.eq(ops.index_expr(position, torch.int64), ops.index_expr(idx[dim], torch.int64))
         return ops.where(here, ops.to_dtype(value_fn(line), dtype), load_x(idx))
-    loops = Pointwise(x.get_device(), dtype, select, x.get_size(), g.origin | x.origins | index.origins | origins)
-    return TensorBox.of_storage(g.register_computed(loops))
+    # A loop nest, not a buffer: where kernels on both sides of a reduction read it (cross-entropy's
+    # gradient, summed and then used), each recomputes it from the index rather than storing it.
+    return TensorBox.of_storage(Pointwise(x.get_device(), dtype, select, x.get_size(),
+                                          g.origin | x.origins | index.origins | origins))
 
 
 @lowering(aten.scatter)
