@@ -149,6 +149,9 @@ class GeneratedGraph:
     # A forward's output strides where its layouts were planned (lowering/layout_plan.py), told to
     # AOTAutograd on every compile, the cached ones included; None where nothing was planned.
     output_strides: list | None = None
+    # A forward's saved values returned as their padded rows: {position among the saved values:
+    # (columns, row length)}, for its backward (layout_plan.read_padded_saved_rows).
+    padded_saved: dict = dataclasses.field(default_factory=dict)
 
     @property
     def serializable(self) -> bool:
@@ -160,7 +163,8 @@ class GeneratedGraph:
         return {"kind": self.kind, "title": self.title, "wrapper_source": self.wrapper_source,
                 "kernels": [k.to_json() for k in self.kernels], "fallback_ops": list(self.fallback_ops),
                 "constants": {name: _tensor_to_json(t) for name, t in self.objects.items()},
-                "output_strides": self.output_strides}
+                "output_strides": self.output_strides,
+                "padded_saved": [[j, *shape] for j, shape in sorted(self.padded_saved.items())]}
 
     @classmethod
     def from_json(cls, data: dict) -> GeneratedGraph:
@@ -168,7 +172,8 @@ class GeneratedGraph:
                    kernels=[GeneratedKernel.from_json(k) for k in data["kernels"]],
                    fallback_ops=list(data["fallback_ops"]),
                    objects={name: _tensor_from_json(t) for name, t in data.get("constants", {}).items()},
-                   output_strides=_strides_from_json(data.get("output_strides")))
+                   output_strides=_strides_from_json(data.get("output_strides")),
+                   padded_saved={j: (columns, width) for j, columns, width in data.get("padded_saved", [])})
 
 
 def _strides_from_json(strides: list | None) -> list | None:

@@ -17,7 +17,7 @@ from . import config as config_module
 from . import graph_cache
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
-from .lowering.layout_plan import restride_placeholders
+from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
 from .pipeline import compile_graph
 from .saved_inputs import copy_mutated_inputs_saved_for_backward, donated_saved_inputs
 from .runtime import compile_pool
@@ -58,19 +58,26 @@ def compile_settings(mode=None, options=None) -> dict:
 class _Compiler:
     """What AOTAutograd calls for each ATen graph of one Dynamo graph."""
 
-    def __init__(self, kind: str, slot: DynamoCacheSlot, settings: dict):
+    def __init__(self, kind: str, slot: DynamoCacheSlot, settings: dict, pair: dict):
         self.kind = kind
         self.slot = slot
         self.settings = settings  # torch.compile's mode and options: a backward compiled later keeps them
+        self.pair = pair  # what the forward tells its backward (the same dict in both compilers)
 
     def __call__(self, gm, example_inputs):
         if self.kind == "forward":
             copy_mutated_inputs_saved_for_backward(gm)
         if self.kind == "backward":
+            padded = self.pair.get("padded_saved")
+            if padded:  # saved values the forward returns as their padded rows
+                example_inputs = read_padded_saved_rows(gm, example_inputs, padded)
+                gm.meta["smelt_padded_saved"] = padded
             restride_placeholders(gm, example_inputs)  # saved activations in the forward's chosen layouts
             gm.meta["smelt_donated_inputs"] = donated_saved_inputs(gm)
         with config_module.override(**self.settings):
             compiled = compile_graph(gm, example_inputs, self.kind)
+        if self.kind == "forward":
+            self.pair["padded_saved"] = compiled.padded_saved
         self.slot.observe_compile(self.kind, gm, compiled)
         return compiled
 
@@ -100,11 +107,12 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         prepare_compiler()
         if graph_cache.enabled(cfg):  # where binaries are kept, workers compile them (triton_loading.build_ahead):
             compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
+    pair: dict = {}
     compiled = aot_module_simplified(
         gm, example_inputs,
-        fw_compiler=_Compiler("forward", slot, settings),
-        bw_compiler=_BackwardCompiler("backward", slot, settings),
-        inference_compiler=_Compiler("inference", slot, settings),
+        fw_compiler=_Compiler("forward", slot, settings, pair),
+        bw_compiler=_BackwardCompiler("backward", slot, settings, pair),
+        inference_compiler=_Compiler("inference", slot, settings, pair),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,

@@ -53,9 +53,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     def plan_and_generate(gm, kind, cfg, **kw) -> GeneratedGraph:
         # The layouts are planned after the cache lookup: a hit skips the re-trace. The graph is
         # keyed as traced; the plan is a function of it, the settings and the backend's Target.
-        strides = plan()
+        layout = plan()
         generated = generate_graph(gm, kind, cfg, clock=clock, **kw)
-        generated.output_strides = strides
+        if layout is not None:
+            generated.output_strides, generated.padded_saved = layout
         return generated
 
     start = time.perf_counter()
@@ -63,6 +64,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     context = f"saved from {saved_outputs_start()}" if kind == "forward" else ""
     if gm.meta.get("smelt_donated_inputs"):  # the backward may write over these (scheduler/reuse.py)
         context += f" donated {sorted(gm.meta['smelt_donated_inputs'])}"
+    if gm.meta.get("smelt_padded_saved"):  # saved values that arrive as padded rows (layout_plan.py)
+        context += f" padded {sorted(gm.meta['smelt_padded_saved'].items())}"
     generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate, context)
     clock.add("cache", time.perf_counter() - start - sum(clock.seconds.values()))
     if generated.output_strides is not None and kind == "forward":
@@ -85,10 +88,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             if not planned:  # a cache hit: the graph as traced, to be planned as it was then
                 plan()
             regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused), clock=clock)
-            regenerated.output_strides = generated.output_strides
+            regenerated.output_strides, regenerated.padded_saved = generated.output_strides, generated.padded_saved
             graph_cache.replace(generated, regenerated, cfg)
             generated = regenerated
     compiled.kind = kind
+    compiled.padded_saved = generated.padded_saved
     compiled.stage_seconds = dict(clock.seconds)
     log.debug("smelt: %s graph compiled in %s", kind, ", ".join(f"{k} {v:.3f} s" for k, v in clock.seconds.items()))
     observe.record(compiled)

@@ -305,3 +305,79 @@ def test_a_training_forward_returning_its_padded_logits(device, compile_fn, asse
     assert actual[0].stride()[-1] == 1 and actual[0].stride()[-2] == 40  # the padded rows, as in inference
     for a, e in zip(actual, expected):
         assert_close(a, e, atol=1e-5, rtol=1e-5)
+
+
+def _masked_lm_step(device, dim=16, vocab=37):
+    """BERT's MLM head and loss: a biased product over an odd vocabulary, cross-entropy with ignored
+    labels; returns the step and its eager loss and gradients."""
+    torch.manual_seed(0)
+    head = nn.Linear(dim, vocab).to(device)
+    h = torch.randn(2, 5, dim, device=device, requires_grad=True)
+    labels = torch.randint(0, vocab, (2, 5), device=device)
+    labels[0, 1] = -100
+
+    def step(fn):
+        head.zero_grad()
+        h.grad = None
+        loss = fn(h, labels)
+        loss.backward()
+        return loss.detach(), h.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()
+
+    def loss(h, labels):
+        return F.cross_entropy(head(h).view(-1, vocab), labels.view(-1))
+    return step, loss, step(loss)
+
+
+def test_a_saved_padded_product_is_saved_as_its_padded_rows(device, compile_fn, assert_close, observe):
+    """The logits the backward reads are saved as the product's padded rows (strides (40, 1) have
+    gaps, which AOTAutograd's backward does not take): no dense copy of them in the forward, and the
+    backward reads them through a slice, its padded gradient written over them."""
+    step, loss, expected = _masked_lm_step(device)
+    for actual, want in zip(step(compile_fn(loss)), expected):
+        assert_close(actual, want, atol=1e-5, rtol=1e-5)
+    from conftest import allocated_shapes
+    forward, backward = (g for g in observe.compiled_graphs() if g.kind in ("forward", "backward"))
+    assert list(forward.padded_saved.values()) == [(37, 40)]
+    assert (10, 37) not in allocated_shapes(forward.wrapper_source), forward.wrapper_source  # no copy saved
+    assert (10, 40) not in allocated_shapes(backward.wrapper_source), backward.wrapper_source  # over the saved rows
+
+
+def test_a_backward_reader_refusing_the_saved_rows_reads_a_copy(device, compile_fn, assert_close, monkeypatch,
+                                                                 observe):
+    """Where the backward's layouts cannot be traced again over the padded rows, its readers get a
+    copy of their columns in the traced layout: the gradients stay eager's."""
+    import inspect
+
+    from smelt.lowering import layout_plan
+    real, refused = layout_plan.retrace, []
+
+    def refuses_in_the_backward(gm, since):
+        if inspect.stack()[1].function == "read_padded_saved_rows":
+            since.restore(gm)
+            refused.append(gm)
+            return False
+        return real(gm, since)
+    monkeypatch.setattr(layout_plan, "retrace", refuses_in_the_backward)
+    step, loss, expected = _masked_lm_step(device)
+    for actual, want in zip(step(compile_fn(loss)), expected):
+        assert_close(actual, want, atol=1e-5, rtol=1e-5)
+    assert len(refused) == 1
+    (copy,) = refused[0].graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)
+    assert copy.meta["val"].shape == (10, 37) and copy.meta["val"].is_contiguous()
+
+
+@pytest.mark.smelt_only
+def test_a_cached_forward_tells_its_backward_of_the_padded_rows(device, compile_fn, assert_close, monkeypatch,
+                                                                  tmp_path):
+    """A forward read from the graph cache saves the padded rows as the one compiled did, and its
+    backward (compiled or read back too) reads them so."""
+    from smelt import graph_cache
+    monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path / "smelt_cache"))
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "1")
+    step, loss, expected = _masked_lm_step(device)
+    for attempt in range(2):
+        torch._dynamo.reset()
+        graph_cache.stats.clear()
+        for actual, want in zip(step(compile_fn(loss)), expected):
+            assert_close(actual, want, atol=1e-5, rtol=1e-5)
+        assert graph_cache.stats.get("aten_hit" if attempt else "aten_miss") == 2, dict(graph_cache.stats)

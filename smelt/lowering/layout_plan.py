@@ -18,7 +18,9 @@ a padded product's logits returned as the first columns of their padded rows (ma
 forward saves for its backward keeps a new dense layout: the strides are reported to AOTAutograd
 (`TracingContext.report_output_strides`), which restrides the backward's example inputs, and
 `restride_placeholders` carries them into the backward graph before it is planned in turn. A
-saved value with gaps (a padded row) is saved as a dense copy instead.
+saved value with gaps takes no such report: the first columns of padded rows are saved as the rows,
+which the backward reads through the same slice (`read_padded_saved_rows`); any other is saved as a
+dense copy.
 
 Graphs with symbolic sizes are left as traced: AOTAutograd takes a forward's reported strides
 as integers.
@@ -26,6 +28,8 @@ as integers.
 from __future__ import annotations
 
 import logging
+
+from typing import NamedTuple
 
 import torch
 import torch.fx
@@ -79,11 +83,19 @@ def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
     return True
 
 
-def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants_padded_matmuls) -> list | None:
+class LayoutPlan(NamedTuple):
+    """What a forward's plan tells the rest of the compile: the output strides to report to
+    AOTAutograd, and the saved values returned as their padded rows (`_save_padded_rows`), by
+    position among the saved values: (the columns the backward reads, the row length)."""
+    output_strides: list
+    padded_saved: dict[int, tuple[int, int]]
+
+
+def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants_padded_matmuls) -> LayoutPlan | None:
     """Channels-last convolutions where `wants_channels_last(device)` says so, and aligned matrix
     product rows (lowering/matmul_padding.py) where `wants_padded_matmuls(device)` does; `kind` is
-    "inference", "forward" or "backward". Changes `gm` in place; returns the forward's output
-    strides to report to AOTAutograd when layouts changed (None otherwise)."""
+    "inference", "forward" or "backward". Changes `gm` in place; returns the plan when layouts
+    changed (None otherwise).""" 
     if not all(_static(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")):
         if any(n.op == "call_function" and n.target in _CONVOLUTION_OPERANDS for n in gm.graph.nodes):
             log.debug("smelt: channels-last layout not planned for a graph with symbolic sizes")
@@ -100,6 +112,7 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
             copy.replace_all_uses_with(copy.args[0])
             gm.graph.erase_node(copy)
     restored = _restore_visible_outputs(gm, visible)
+    padded_saved = _save_padded_rows(gm, kind, restored)
     _make_saved_values_dense(gm, kind, visible, restored)
     if padding:
         copied = Checkpoint(gm)
@@ -109,8 +122,12 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
     log.debug("smelt: a %s graph's layouts planned: %d convolution operands copied to channels-last, "
               "%d nodes pad matrix product rows", kind, len(conversions), len(padding))
     output = gm.graph.find_nodes(op="output")[0]
-    return [tuple(v.meta["val"].stride()) if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
-            else None for v in output.args[0]]
+    start = saved_outputs_start() if padded_saved else None
+    strides = [tuple(v.meta["val"].stride()) if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
+               else None for v in output.args[0]]
+    for j in padded_saved:  # AOTAutograd keeps the backward's example input as traced (it has no room for the pad)
+        strides[start + j] = None
+    return LayoutPlan(strides, padded_saved)
 
 
 def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
@@ -166,6 +183,90 @@ def _keep_in_nchw(gm: torch.fx.GraphModule, conv: torch.fx.Node) -> None:
         conv.update_arg(position, copy)
     log.debug("smelt: %s keeps NCHW operands (oneDNN's channels-last bfloat16 kernel crashes on some "
               "strided, dilated shapes)", conv.name)
+
+
+def _save_padded_rows(gm: torch.fx.GraphModule, kind: str, restored: dict) -> dict[int, tuple[int, int]]:
+    """A forward's saved value that is the first columns of padded rows (a padded product's logits,
+    saved for cross-entropy's backward) is saved as the padded rows themselves. AOTAutograd's
+    backward takes no value with gaps, and a dense copy of the columns was a pass over the logits
+    that then stood beside the backward's padded gradient at its peak (BERT's AMP step: 238 MiB).
+    The backward reads the columns back through the same slice (`read_padded_saved_rows`). Returns
+    {position among the saved values: (columns, row length)}."""
+    start = saved_outputs_start() if kind == "forward" else None
+    if start is None:
+        return {}
+    output = gm.graph.find_nodes(op="output")[0]
+    values = list(output.args[0])
+    padded: dict[int, tuple[int, int]] = {}
+    for i in range(start, len(values)):
+        node = values[i]
+        if not isinstance(node, torch.fx.Node) or (node in restored and is_dense(restored[node].meta["val"])):
+            continue  # the copy the caller gets is saved (_make_saved_values_dense)
+        base = _padded_rows_of(node)
+        if base is not None:
+            values[i] = base
+            padded[i - start] = (node.meta["val"].shape[-1], base.meta["val"].shape[-1])
+    output.args = (tuple(values),) + tuple(output.args[1:])
+    return padded
+
+
+def _padded_rows_of(node: torch.fx.Node):
+    """The contiguous rows `node` is the first columns of (`slice(rows, -1, 0, n)`), or None."""
+    if node.target is not aten.slice.Tensor or node.kwargs:
+        return None
+    base, dim, start, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
+    val, rows = node.meta.get("val"), base.meta.get("val") if isinstance(base, torch.fx.Node) else None
+    if not (isinstance(val, torch.Tensor) and isinstance(rows, torch.Tensor) and _static(val) and _static(rows)):
+        return None
+    last = rows.dim() - 1
+    if dim not in (-1, last) or start not in (0, None) or step != 1 or not rows.is_contiguous() \
+            or tuple(rows.shape[:-1]) != tuple(val.shape[:-1]) or not 0 < val.shape[-1] < rows.shape[-1]:
+        return None
+    return base
+
+
+def read_padded_saved_rows(gm: torch.fx.GraphModule, example_inputs, padded: dict[int, tuple[int, int]]) -> list:
+    """The backward's half of `_save_padded_rows`: each saved value the forward returns as its padded
+    rows arrives so; its placeholder becomes those rows, read through a slice of their first
+    columns. Returns the example inputs with those rows in place of the values."""
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    # AOTAutograd passes the saved sizes (symbolic graphs) first, then the saved tensors.
+    first = next((k for k, p in enumerate(placeholders) if isinstance(p.meta.get("val"), torch.Tensor)), 0)
+    inputs = list(example_inputs)
+    before = Checkpoint(gm)
+    traced = {}
+    for j, (columns, width) in sorted(padded.items()):
+        node = placeholders[first + j]
+        val = node.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and _static(val) and val.is_contiguous() and val.shape[-1] == columns):
+            raise RuntimeError(f"smelt: the backward's saved input {node.name} ({getattr(val, 'shape', val)}) is not "
+                               f"the {columns} columns the forward saved as padded rows")
+        traced[node] = val
+        node.meta["val"] = inputs[first + j] = inputs[first + j].new_empty((*val.shape[:-1], width))
+        _read_columns(gm, node, placeholders[-1], columns)
+    if not retrace(gm, before):
+        # A reader whose fake kernel refuses the view: it reads a copy in the traced layout instead.
+        for node, val in traced.items():
+            view = _read_columns(gm, node, placeholders[-1], val.shape[-1])
+            view.meta["val"] = node.meta["val"][..., :val.shape[-1]]
+            with gm.graph.inserting_after(view):
+                copy = gm.graph.call_function(aten.clone.default, (view,), {"memory_format": torch.contiguous_format})
+            copy.meta["val"] = val
+            for user in list(view.users):
+                if user is not copy:
+                    user.replace_input_with(view, copy)
+    gm.recompile()
+    return inputs
+
+
+def _read_columns(gm: torch.fx.GraphModule, rows: torch.fx.Node, after: torch.fx.Node, columns: int) -> torch.fx.Node:
+    """Every reader of `rows` reads their first `columns` columns instead; returns that slice."""
+    with gm.graph.inserting_after(after):  # inputs stay first in the graph
+        view = gm.graph.call_function(aten.slice.Tensor, (rows, -1, 0, columns))
+    for user in list(rows.users):
+        if user is not view:
+            user.replace_input_with(rows, view)
+    return view
 
 
 def _make_saved_values_dense(gm: torch.fx.GraphModule, kind: str, visible: dict, restored: dict) -> None:

@@ -18,6 +18,8 @@ class CompiledGraph:
     stage_seconds: dict = dataclasses.field(default_factory=dict)  # smelt/compile_stages.py
     # The most bytes of the wrapper's own buffers alive at once (codegen/wrapper.py); None if symbolic.
     planned_peak_bytes: int | None = None
+    # A forward's saved values it returns as their padded rows (lowering/layout_plan.py).
+    padded_saved: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs
