@@ -28,7 +28,6 @@ as integers.
 from __future__ import annotations
 
 import logging
-
 from typing import NamedTuple
 
 import torch
@@ -95,7 +94,7 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
     """Channels-last convolutions where `wants_channels_last(device)` says so, and aligned matrix
     product rows (lowering/matmul_padding.py) where `wants_padded_matmuls(device)` does; `kind` is
     "inference", "forward" or "backward". Changes `gm` in place; returns the plan when layouts
-    changed (None otherwise).""" 
+    changed (None otherwise)."""
     if not all(_static(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")):
         if any(n.op == "call_function" and n.target in _CONVOLUTION_OPERANDS for n in gm.graph.nodes):
             log.debug("smelt: channels-last layout not planned for a graph with symbolic sizes")
