@@ -381,3 +381,40 @@ def test_a_cached_forward_tells_its_backward_of_the_padded_rows(device, compile_
         for actual, want in zip(step(compile_fn(loss)), expected):
             assert_close(actual, want, atol=1e-5, rtol=1e-5)
         assert graph_cache.stats.get("aten_hit" if attempt else "aten_miss") == 2, dict(graph_cache.stats)
+
+
+_ODD_VOCABULARY_HEADS = {  # vocabulary 61: every head padded to 64 (float32)
+    "roberta": lambda tf, small: tf.RobertaForMaskedLM(tf.RobertaConfig(**small, pad_token_id=1)),
+    "albert": lambda tf, small: tf.AlbertForMaskedLM(tf.AlbertConfig(**small, embedding_size=16)),
+    "distilbert": lambda tf, small: tf.DistilBertForMaskedLM(tf.DistilBertConfig(
+        vocab_size=61, dim=32, n_layers=1, n_heads=2, hidden_dim=64, dropout=0, attention_dropout=0)),
+    "t5": lambda tf, small: tf.T5ForConditionalGeneration(tf.T5Config(
+        vocab_size=61, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0,
+        decoder_start_token_id=0, pad_token_id=0)),
+    "opt": lambda tf, small: tf.OPTForCausalLM(tf.OPTConfig(
+        vocab_size=61, hidden_size=32, num_hidden_layers=1, ffn_dim=64, num_attention_heads=2,
+        max_position_embeddings=40, word_embed_proj_dim=32, dropout=0)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(_ODD_VOCABULARY_HEADS))
+def test_training_steps_save_their_padded_logits_as_rows(device, observe, family):
+    """The heads of other architectures (a bias or none, tied or not, a projection before the head,
+    an encoder-decoder): the forward saves the logits as their padded rows, and every gradient is
+    eager's."""
+    tf = pytest.importorskip("transformers")
+    import copy
+    torch.manual_seed(0)
+    small = dict(vocab_size=61, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                 max_position_embeddings=40, hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+    model = _ODD_VOCABULARY_HEADS[family](tf, small).to(device).train()
+    ids, labels = torch.randint(2, 61, (2, 16), device=device), torch.randint(0, 61, (2, 16), device=device)
+    eager, ours = copy.deepcopy(model), copy.deepcopy(model)
+    eager(input_ids=ids, labels=labels).loss.backward()
+    torch._dynamo.reset()
+    observe.reset()
+    torch.compile(lambda i, t: ours(input_ids=i, labels=t).loss, backend="smelt")(ids, labels).backward()
+    for (name, p), q in zip(eager.named_parameters(), ours.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    assert [list(g.padded_saved.values()) for g in observe.compiled_graphs() if g.kind == "forward"] == [[(61, 64)]]
