@@ -386,6 +386,7 @@ def test_a_cached_forward_tells_its_backward_of_the_padded_rows(device, compile_
 _ODD_VOCABULARY_HEADS = {  # vocabulary 61: every head padded to 64 (float32)
     "roberta": lambda tf, small: tf.RobertaForMaskedLM(tf.RobertaConfig(**small, pad_token_id=1)),
     "albert": lambda tf, small: tf.AlbertForMaskedLM(tf.AlbertConfig(**small, embedding_size=16)),
+    "electra": lambda tf, small: tf.ElectraForMaskedLM(tf.ElectraConfig(**small, embedding_size=16)),
     "distilbert": lambda tf, small: tf.DistilBertForMaskedLM(tf.DistilBertConfig(
         vocab_size=61, dim=32, n_layers=1, n_heads=2, hidden_dim=64, dropout=0, attention_dropout=0)),
     "t5": lambda tf, small: tf.T5ForConditionalGeneration(tf.T5Config(
