@@ -357,6 +357,45 @@ def test_a_one_hot_read_on_both_sides_of_a_reduction_is_recomputed_not_stored(de
     assert (6, 33) not in allocated_shapes(graph.wrapper_source), graph.wrapper_source
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("form", ["scatter_add", "sum", "sum_without_self"])
+def test_one_position_per_line_sums_are_one_pointwise_kernel(device, lowered, observe, form, dtype):
+    """A sum with one value per line (gather's backward scatter-adds into zeros) is x plus the value
+    where the index names it: fused with what reads it, eager's values (half floats rounded once)."""
+    x = (torch.randn(4, 7, 5, device=device) * 4).to(dtype)
+    idx = torch.randint(0, 7, (4, 1, 5), device=device)
+    src = (torch.randn(4, 7, 5, device=device) * 4).to(dtype)
+
+    def f(x, idx, src):
+        if form == "scatter_add":
+            summed = x.scatter_add(1, idx, src)
+        else:
+            summed = x.scatter_reduce(1, idx, src, "sum", include_self=form == "sum")
+        return summed * 2
+
+    lowered(f, x, idx, src)
+    (graph,) = observe.compiled_graphs()
+    assert len(graph.kernel_names) == 1, graph.kernel_names
+
+
+def test_gathers_backward_stores_no_scattered_gradient(device, compile_fn, assert_close, observe):
+    """-log_softmax(x).gather(1, target): the backward scatter-adds the gradient into zeros of x's
+    shape, read by the log-softmax backward's sum and then by its pointwise part: each recomputes
+    it, and the one [6, 33] buffer the backward allocates is the gradient it returns."""
+    from conftest import allocated_shapes
+    x = torch.randn(6, 33, device=device, requires_grad=True)
+    target = torch.randint(0, 33, (6, 1), device=device)
+
+    def f(x, target):
+        return -x.log_softmax(1).gather(1, target).mean()
+
+    (expected,) = torch.autograd.grad(f(x, target), x)
+    (actual,) = torch.autograd.grad(compile_fn(f)(x, target), x)
+    assert_close(actual, expected)
+    (backward,) = [g for g in observe.compiled_graphs() if g.kind == "backward"]
+    assert allocated_shapes(backward.wrapper_source).count((6, 33)) == 1, backward.wrapper_source
+
+
 def test_one_position_per_line_scatter_checks_its_index(device, compile_fn):
     if device != "cpu":
         pytest.skip("an out-of-bounds index stops the GPU (test_writes_into_an_empty_destination covers it)")

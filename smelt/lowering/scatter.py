@@ -170,8 +170,10 @@ def _scatter_common(g, x, dim, index, src, reduce, include_self=True):
         def value_fn(idx):
             return scalar_value(src, dtype)
     output_index = _along_dim(index, dim, xsize[dim] if xsize else 1, len(xsize))
-    if reduce is None and _one_position_per_line(xsize, ranges, dim):
-        return _select_at_positions(g, x, dim, index, value_fn, origins)
+    # With one value per element at most, a sum is x plus it there (gather's backward: scatter_add
+    # into zeros), and leaving x out (include_self=False) is the plain scatter.
+    if (reduce is None or (reduce == "sum" and dtype != torch.bool)) and _one_position_per_line(xsize, ranges, dim):
+        return _select_at_positions(g, x, dim, index, value_fn, origins, adds=reduce == "sum" and include_self)
     if reduce is None:
         if any(s == 0 for s in ranges):
             return TensorBox.of_storage(copy_to_new_buffer(g, x))
@@ -190,20 +192,25 @@ def _one_position_per_line(xsize, ranges, dim: int) -> bool:
     return all(sympy.simplify(a - b) == 0 for d, (a, b) in enumerate(zip(xsize, ranges)) if d != dim)
 
 
-def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, origins) -> TensorBox:
+def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, origins, adds: bool = False) -> TensorBox:
     """scatter with one position per line, as a pointwise op: each element is the scattered value
-    where the line's index names it, else x's. Nothing is stored first (a one-hot gradient of
-    [4096, 50257] floats was written whole, then scattered into, then read back)."""
+    (added to x's where `adds`) where the line's index names it, else x's. Nothing is stored first
+    (a one-hot gradient of [4096, 50257] floats was written whole, then scattered into, then read
+    back)."""
     dtype = x.get_dtype()
     load_x, load_index = x.make_loader(), index.make_loader()
     size = x.get_size()[dim]
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # rounded once, as eager's add
 
     def select(idx):
         line = list(idx)
         line[dim] = sympy.Integer(0)
         position = ops.indirect_indexing(load_index(line), size)  # checked, as the scatter's
         here = ops.eq(ops.index_expr(position, torch.int64), ops.index_expr(idx[dim], torch.int64))
-        return ops.where(here, ops.to_dtype(value_fn(line), dtype), load_x(idx))
+        value = ops.to_dtype(value_fn(line), dtype)
+        if adds:
+            value = ops.to_dtype(ops.add(ops.to_dtype(load_x(idx), work), ops.to_dtype(value, work)), dtype)
+        return ops.where(here, value, load_x(idx))
     # A loop nest, not a buffer: where kernels on both sides of a reduction read it (cross-entropy's
     # gradient, summed and then used), each recomputes it from the index rather than storing it.
     return TensorBox.of_storage(Pointwise(x.get_device(), dtype, select, x.get_size(),
