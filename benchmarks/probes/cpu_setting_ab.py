@@ -48,8 +48,8 @@ def main(argv=None) -> None:
                     times[value].append(time.perf_counter() - start)
         medians = {value: statistics.median(t) * 1e3 for value, t in times.items()}
         first = medians[values[0]]
-        print(f"{name}: " + ", ".join(f"{field}={value} {ms:.2f} ms ({first / ms:.2f}x)" for value, ms in medians.items()),
-              flush=True)
+        shown = ", ".join(f"{field}={value} {ms:.2f} ms ({first / ms:.2f}x)" for value, ms in medians.items())
+        print(f"{name}: {shown}", flush=True)
 
 
 if __name__ == "__main__":

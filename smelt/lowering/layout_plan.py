@@ -122,8 +122,9 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
               "%d nodes pad matrix product rows", kind, len(conversions), len(padding))
     output = gm.graph.find_nodes(op="output")[0]
     start = saved_outputs_start() if padded_saved else None
-    strides = [tuple(v.meta["val"].stride()) if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
-               else None for v in output.args[0]]
+    strides = [tuple(v.meta["val"].stride())
+               if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor) else None
+               for v in output.args[0]]
     for j in padded_saved:  # AOTAutograd keeps the backward's example input as traced (it has no room for the pad)
         strides[start + j] = None
     return LayoutPlan(strides, padded_saved)

@@ -192,7 +192,8 @@ def _one_position_per_line(xsize, ranges, dim: int) -> bool:
     return all(sympy.simplify(a - b) == 0 for d, (a, b) in enumerate(zip(xsize, ranges)) if d != dim)
 
 
-def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, origins, adds: bool = False) -> TensorBox:
+def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, origins,
+                         adds: bool = False) -> TensorBox:
     """scatter with one position per line, as a pointwise op: each element is the scattered value
     (added to x's where `adds`) where the line's index names it, else x's. Nothing is stored first
     (a one-hot gradient of [4096, 50257] floats was written whole, then scattered into, then read
