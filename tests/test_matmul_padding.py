@@ -419,3 +419,21 @@ def test_training_steps_save_their_padded_logits_as_rows(device, observe, family
         if p.grad is not None:
             torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     assert [list(g.padded_saved.values()) for g in observe.compiled_graphs() if g.kind == "forward"] == [[(61, 64)]]
+
+
+def test_a_saved_batched_product_is_saved_as_its_padded_rows(device, compile_fn, assert_close, observe):
+    """The 3-D sibling: attention written by hand over 37 positions, its scores (a batched product
+    padded to 40 columns) saved for the softmax's backward as their padded rows; every gradient is
+    eager's."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 37, 16, device=device, requires_grad=True) for _ in range(3))
+
+    def attention(q, k, v):
+        return (torch.bmm(q, k.transpose(1, 2)) * 0.25).softmax(-1).bmm(v).square().sum()
+
+    expected = torch.autograd.grad(attention(q, k, v), (q, k, v))
+    actual = torch.autograd.grad(compile_fn(attention)(q, k, v), (q, k, v))
+    for a, e in zip(actual, expected):
+        assert_close(a, e, atol=1e-4, rtol=1e-4)
+    (forward,) = [g for g in observe.compiled_graphs() if g.kind == "forward"]
+    assert (37, 40) in forward.padded_saved.values(), forward.padded_saved

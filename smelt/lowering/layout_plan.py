@@ -36,7 +36,7 @@ import torch.fx
 from ..saved_inputs import saved_outputs_start
 from .common import is_dense
 from .fx_retrace import Checkpoint, retrace
-from .matmul_padding import pad_matmuls, products_into_copies
+from .matmul_padding import pad_matmuls, products_into_copies, slice_arguments
 
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
@@ -214,7 +214,7 @@ def _padded_rows_of(node: torch.fx.Node):
     """The contiguous rows `node` is the first columns of (`slice(rows, -1, 0, n)`), or None."""
     if node.target is not aten.slice.Tensor or node.kwargs:
         return None
-    base, dim, start, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
+    base, dim, start, _, step = slice_arguments(node)
     val, rows = node.meta.get("val"), base.meta.get("val") if isinstance(base, torch.fx.Node) else None
     if not (isinstance(val, torch.Tensor) and isinstance(rows, torch.Tensor) and _static(val) and _static(rows)):
         return None

@@ -204,7 +204,7 @@ def products_into_copies(gm: torch.fx.GraphModule) -> bool:
             node = node.args[0]
         if not (isinstance(node, torch.fx.Node) and node.target is aten.slice.Tensor and len(node.users) == 1):
             continue
-        product, dim, start, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
+        product, dim, start, end, step = slice_arguments(node)
         if not (isinstance(product, torch.fx.Node) and product.target in (aten.mm.default, aten.addmm.default)
                 and len(product.users) == 1 and dim in (-1, 1) and start in (0, None) and isinstance(end, int)
                 and step == 1 and not node.kwargs):
@@ -225,6 +225,11 @@ def products_into_copies(gm: torch.fx.GraphModule) -> bool:
         clone.replace_all_uses_with(result)
         changed = True
     return changed
+
+
+def slice_arguments(node: torch.fx.Node) -> tuple:
+    """(input, dim, start, end, step) of an `aten.slice.Tensor` node, its defaults filled in."""
+    return (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
 
 
 def _unpadded(node, n: int):

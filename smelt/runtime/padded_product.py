@@ -15,8 +15,8 @@ its last few through a padded copy of only those, so the whole weight is never c
 77 MB a call, Inductor's way): 458 us on the H200 against 503 for cuBLAS over a weight already
 padded. A product plus a bias vector on CUDA pads the whole weight instead: cuBLAS adds the bias in
 its epilogue only into a contiguous result, and the padded rows' first N columns are not one (BERT's
-head on the H200: 353 us with the weight padded each call, 505 into the strided columns, 386 through
-a TMA Triton kernel storing into eager's rows). A `b` that comes padded is read whole; any other is
+head on the H200, `benchmarks/probes/head_product.py`: 352 us so, 505 into the strided columns, 386
+through a TMA Triton kernel storing into eager's rows). A `b` that comes padded is read whole; any other is
 padded here.
 """
 from typing import Optional
