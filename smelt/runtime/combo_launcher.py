@@ -3,10 +3,12 @@
 The work table (kind, offset of the member's row in the pointer table, block) per program depends
 only on the members' static sizes and kinds: made once per device, biggest members first so that
 the small ones fill the last wave. The pointer table holds each member's buffer addresses and
-sizes (xnumel, and rnumel for a reduction), one row per member; it is kept per
-distinct set of addresses, since an optimizer's parameters and states stay where they are from
-step to step, and built when they move (buffers the graph allocates may move every call): written
-into pinned memory and copied without waiting, so the host never stalls on the GPU's queue.
+sizes (xnumel, and rnumel for a reduction), one row per member. On the GPU it stays where it is,
+one per stream, and is written again only when the buffers moved (those the graph allocates may
+move every call; an optimizer's parameters and states stay put), by a kernel that takes its
+values as arguments (table_writer.py), in stream order before the combo kernel reads it. While a
+CUDA graph records, and where the writer does not compile, tables are copied from pinned memory
+instead, kept per distinct set of addresses; on the CPU they are host tensors.
 
 With autotuning on, the first call times the launch's candidate configs (its pointwise kinds'
 XBLOCK and num_warps) as whole launches, and the choice is cached on disk like a kernel's.
@@ -14,8 +16,11 @@ XBLOCK and num_warps) as whole launches, and the choice is cached on disk like a
 from __future__ import annotations
 
 import logging
+import threading
 
 import torch
+
+from .table_writer import table_length
 
 log = logging.getLogger("smelt.runtime")
 _data_ptr = torch.Tensor.data_ptr
@@ -24,14 +29,14 @@ MAX_TABLES = 8
 # Pinned staging buffers a launcher cycles through when its buffers move every call.
 STAGING = 4
 # What every launch of a combo kernel passes, as cuda_binary.describe gives it: its int32 work
-# table and int64 pointer table (_work_table, _pointer_table), both fresh torch allocations.
+# table and int64 pointer table (_work_table; _pointer_table or a written table), torch allocations.
 LAUNCH_DESCRIPTION = (("ptr", "torch.int32", True), ("ptr", "torch.int64", True))
 
 
 class ComboLauncher:
     def __init__(self, launcher, member_sizes: list[tuple[int, ...]], member_kinds: list[int],
                  pointers_per_kind: list[int], xblock_per_kind: list[int], written_per_kind: list[tuple[int, ...]],
-                 autotuner=None):
+                 autotuner=None, writer=None):
         self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
         self.sizes = member_sizes
         self.kinds = member_kinds
@@ -48,6 +53,9 @@ class ComboLauncher:
             self.written += [at + j for j in written_per_kind[k]]
             at += pointers_per_kind[k]
         self.autotuner = autotuner  # times the candidate configs on the first call, then dropped
+        self.writer = writer  # a table_writer.TableWriter, or None: tables copied from pinned memory
+        self.written_tables: dict = {}  # (device, stream) -> [its table, the addresses last written there]
+        self.lock = threading.Lock()  # a table's write and the launch reading it, from one thread at a time
         self.blocks = self.blocks_of(member_sizes, member_kinds, xblock_per_kind, launcher.config.XBLOCK)
         self.work: dict = {}
         self.tables: dict = {}
@@ -80,16 +88,49 @@ class ComboLauncher:
         if work is None:
             work = self.work[device] = self._work_table(device, self.blocks)
         addresses = tuple(map(_data_ptr, buffers))  # map: no generator frame per call (hundreds of buffers)
-        table = self.tables.get((device, addresses))
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            table = self.tables.get((device, addresses))
             if table is None:
                 table = self._table_while_recording(addresses, device)
             self.kept_for_graphs.append(table)  # a recording reads it on every replay: never freed
-        if table is None:
-            if len(self.tables) >= MAX_TABLES:
-                self.tables.clear()
-            table = self.tables[(device, addresses)] = self._pointer_table(addresses, device)
+        elif self.writer is not None:
+            self._launch_written(work, addresses, device)
+            return
+        else:
+            table = self.tables.get((device, addresses))
+            if table is None:
+                if len(self.tables) >= MAX_TABLES:
+                    self.tables.clear()
+                table = self.tables[(device, addresses)] = self._pointer_table(addresses, device)
         self.launcher(work, table)
+
+    def _launch_written(self, work, addresses: tuple[int, ...], device) -> None:
+        """Launches with this stream's table, written first where its buffers moved."""
+        stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
+        with self.lock:
+            held = self.written_tables.get((device, stream))
+            if held is None:
+                held = self._new_written_table(device, stream)
+                if held is None:  # no writer on this machine: tables copied from now on
+                    self.launcher(work, self._pointer_table(addresses, device))
+                    return
+            if held[1] != addresses:
+                self.writer.write(held[0], self._table_values(addresses))
+                held[1] = addresses
+            self.launcher(work, held[0])
+
+    def _new_written_table(self, device, stream) -> list | None:
+        length = table_length(self.rows[-1])
+        table = torch.zeros(length, dtype=torch.int64, device=device)
+        try:
+            self.writer.prepare(self.rows[-1], device)
+        except Exception as e:  # noqa: BLE001 - any failure to build the writer: the copied tables are always right
+            log.warning("smelt: %s copies its pointer tables: their writer did not build (%s: %s)",
+                        self.launcher.name, type(e).__name__, e)
+            self.writer = None
+            return None
+        held = self.written_tables[(device, stream)] = [table, None]
+        return held
 
     def _tune(self, buffers, device) -> None:
         """Times the candidate configs as whole launches (or reads the choice from disk) and keeps
@@ -143,14 +184,17 @@ class ComboLauncher:
         rows = torch.tensor(self.rows[:-1], dtype=torch.int64)[members]
         return torch.stack([kinds, rows, block], 1).to(torch.int32).contiguous().to(device)
 
-    def _table_rows(self, addresses: tuple[int, ...]) -> torch.Tensor:
+    def _table_values(self, addresses: tuple[int, ...]) -> list[int]:
         rows = []
         at = 0
         for sizes, count in zip(self.sizes, self.pointers):
             rows.extend(addresses[at:at + count])
             rows.extend(sizes)
             at += count
-        return torch.tensor(rows, dtype=torch.int64)
+        return rows
+
+    def _table_rows(self, addresses: tuple[int, ...]) -> torch.Tensor:
+        return torch.tensor(self._table_values(addresses), dtype=torch.int64)
 
     def _table_while_recording(self, addresses: tuple[int, ...], device) -> torch.Tensor:
         """The table for a launch a CUDA graph is recording (runtime/cuda_graphs.py): written now,

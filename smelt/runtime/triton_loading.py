@@ -16,7 +16,13 @@ from .cuda_compile_check import CAPABILITY, CudaCompileCheck
 from .kernel_binaries import KernelVariants, folder_for, variant_key
 from .launcher import TritonLauncher, appended_description, block_constants
 from .loader import load_module, source_path
+from . import table_writer
+from .table_writer import writer_for
 from .triton_cubin import compile_options
+
+# CPU tables are host tensors. The tests write them with the interpreted writer instead, to check on
+# the CPU the logic of the GPU's written tables (tests/test_combo_tables.py).
+WRITE_CPU_TABLES = False
 
 
 def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir: str, workers: int,
@@ -31,6 +37,12 @@ def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir
         job = _ahead_job(kernel, paths[kernel.name], cache_dir)
         if job is not None:
             jobs[job["folder"]] = job  # kernels alike compile once
+        if kernel.combo and not kernel.interpret:  # the writers of its pointer table
+            member_sizes, member_kinds, pointers_per_kind = kernel.combo[:3]
+            count = sum(pointers_per_kind[k] + len(sizes) for sizes, k in zip(member_sizes, member_kinds))
+            for job in table_writer.ahead_jobs(count, cache_dir, torch.cuda.get_device_capability()):
+                if not os.path.isdir(job["folder"]):
+                    jobs[job["folder"]] = job
     if jobs:
         run_jobs(list(jobs.values()), workers)
 
@@ -84,7 +96,9 @@ def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool)
         launcher = TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
                                   kernel.xnumel_arg, variants=variants, programs=programs, cuda_check=check,
                                   options=compile_options(kernel.source))
-        return ComboLauncher(launcher, *kernel.combo, autotuner=tuner)
+        writer = writer_for(cache_dir if keep_kernels else None, kernel.interpret) \
+            if not kernel.interpret or WRITE_CPU_TABLES else None
+        return ComboLauncher(launcher, *kernel.combo, autotuner=tuner, writer=writer)
     return TritonLauncher(fn, kernel.name, path, list(kernel.origins), kernel.config, kernel.interpret,
                           kernel.xnumel_arg, kernel.workspace, tuner, variants, kernel.ticket, cuda_check=check,
                           options=compile_options(kernel.source))
