@@ -445,3 +445,24 @@ def test_a_saved_batched_product_is_saved_as_its_padded_rows(device, compile_fn,
         assert_close(a, e, atol=1e-4, rtol=1e-4)
     (forward,) = [g for g in observe.compiled_graphs() if g.kind == "forward"]
     assert (37, 40) in forward.padded_saved.values(), forward.padded_saved
+
+
+@pytest.mark.parametrize("form", ["mm", "addmm", "bmm"])
+def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, compile_fn, assert_close, observe, form):
+    """b of a @ b with K = 37 along b's rows (a weight read as [K, N], as a tied head's weight in the
+    backward, or attention's values): b is read in place and the product split at K = 36, aligned,
+    plus the product over the last row; no zero-padded copy of b."""
+    from conftest import allocated_shapes
+    torch.manual_seed(0)
+    batch = (3,) if form == "bmm" else ()
+    x, w, bias = torch.randn(*batch, 10, 37, device=device), torch.randn(*batch, 37, 24, device=device), \
+        torch.randn(24, device=device)
+
+    def f(x, w, bias):
+        h = torch.tanh(x)  # written into zero-padded rows by its kernel
+        return torch.addmm(bias, h, w) if form == "addmm" else h @ w
+
+    assert_close(compile_fn(f)(x, w, bias), f(x, w, bias), atol=1e-5, rtol=1e-5)
+    source = _wrappers(observe)
+    assert (*batch, 40, 24) not in allocated_shapes(source), source
+    assert "addmm" in source or "baddbmm" in source, source

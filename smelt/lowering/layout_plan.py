@@ -105,6 +105,8 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
     padding = pad_matmuls(gm, wants_padded_matmuls)
     if not (conversions or padding) or not retrace(gm, before):
         return None
+    if padding:
+        gm.graph.eliminate_dead_code()  # products split along K leave their first form dead
     # Values made channels-last by an earlier convolution need no copy.
     for copy in conversions:
         if copy.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last):
