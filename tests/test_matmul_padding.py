@@ -450,8 +450,9 @@ def test_a_saved_batched_product_is_saved_as_its_padded_rows(device, compile_fn,
 @pytest.mark.parametrize("form", ["mm", "addmm", "bmm"])
 def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, compile_fn, assert_close, observe, form):
     """b of a @ b with K = 37 along b's rows (a weight read as [K, N], as a tied head's weight in the
-    backward, or attention's values): b is read in place and the product split at K = 36, aligned,
-    plus the product over the last row; no zero-padded copy of b."""
+    backward): b is read in place and the product split at K = 36, aligned, plus the product over
+    the last row; no zero-padded copy of b. (Split where b is bigger than the result: here 37 x 24
+    against 10 x 24.)"""
     from conftest import allocated_shapes
     torch.manual_seed(0)
     batch = (3,) if form == "bmm" else ()

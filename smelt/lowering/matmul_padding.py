@@ -8,8 +8,8 @@ out[M, N] = a[M, K] @ b[K, N] (batched or not), each dimension that is misaligne
 zeros, which change no sum:
 
 - K (the contraction), in both operands; where b holds K along its rows (a weight read as [K, N])
-  b is read in place instead: the product over K's aligned part, on a's zero-padded rows and b's
-  first rows, adds the small product over the last few rows;
+  and is bigger than the result, b is read in place instead: the product over K's aligned part, on
+  a's zero-padded rows and b's first rows, adds the small product over the last few rows;
 - M, where a is read transposed (its M is contiguous: the head's weight gradient, grad^T @ x);
   the output's first M rows are read through a view;
 - N, in b (and a bias); the output's first N columns are read through a view (strided: the
@@ -69,8 +69,9 @@ def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
         if not (pad_m or pad_k or pad_n):
             continue
         # b's K along its rows (a weight read as [K, N]): b is read in place, the contraction split
-        # at its last aligned row instead of b copied with zero rows (GPT-2's tied head: 77 MB).
-        split_k = pad_k and not pad_n and vb.stride(-2) != 1 and k >= align
+        # at its last aligned row instead of b copied with zero rows (GPT-2's tied head: 77 MB),
+        # where b is bigger than the result (the split writes and reads a second result).
+        split_k = pad_k and not pad_n and vb.stride(-2) != 1 and align <= k and m < k
         with gm.graph.inserting_before(node):
             new_a = _zero_padded(gm, a, {-2: pad_m, -1: pad_k}, padded_sources, align, inserted)
             new_b = b if split_k else _zero_padded(gm, b, {-2: pad_k, -1: pad_n}, padded_sources, align, inserted)
