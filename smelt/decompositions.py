@@ -54,7 +54,20 @@ def decomposition_table() -> dict:
     table[functional] = _running_stats_in_float32(table[functional])
     for op, inplace in ((aten.index_add.default, False), (aten.index_add_.default, True)):
         table[op] = _index_add_into_empty(table[op], inplace)
+    for op in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
+        table[op] = functools.partial(_max_pool_backward_without_input, op)
     return table
+
+
+def _max_pool_backward_without_input(op, grad, input, *args):
+    """A max pool's backward reads the gradient and the indices, never the input's values (ATen's
+    kernels, and smelt's lowering, take only its shape and layout). Given the input, the min-cut
+    partitioner counts it as needed by an op it cannot fuse, so it saves the pool's input (a
+    ReLU's output) beside the convolution output it could recompute it from: ResNet-50 saved both,
+    Inductor one. So the backward gets a zero expanded to the input's shape instead."""
+    if all(s == 0 for s in input.stride()):  # the stand-in itself: traced as the op
+        return NotImplemented
+    return op(grad, input.new_zeros(()).expand(input.shape), *args)
 
 
 def _index_add_into_empty(decomposition, inplace: bool):

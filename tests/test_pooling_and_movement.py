@@ -139,3 +139,33 @@ def test_nextafter(check, observe, dtype):
     y = torch.tensor([1.0, 2, -2, 0, 0, 3, -1, 1, -INF], dtype=dtype)
     check(lambda x, y: (torch.nextafter(x, y), torch.nextafter(x, y[1])), x, y, atol=0, rtol=0)
     _no_fallback(observe)
+
+
+@pytest.mark.parametrize("window", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=7, stride=1, padding=3)])
+def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, assert_close, window):
+    """The pool's backward reads its indices, not its input's values, so the input (a ReLU of a
+    batch norm) is recomputed from the convolution's output, as Inductor does, not saved beside it.
+    The 7x7 window at stride 1 has too many candidate windows per element to unroll: ATen's backward
+    runs, on the zero standing in for the input."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.MaxPool2d(**window)).to(device)
+    ours = copy.deepcopy(net)
+    x = torch.randn(2, 3, 12, 12, device=device)
+    w = torch.randn(8, 1, 1, device=device)  # a weighted sum: its backward needs no output
+    (net(x) * w).sum().backward()
+    torch._dynamo.reset()
+    loss = compile_fn(lambda x: (ours(x) * w).sum())(x)
+    saved, stack, seen = [], [loss.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if "CompiledFunction" in type(fn).__name__:
+            saved += [tuple(t.shape) for t in fn.saved_tensors if t.is_floating_point()]
+        stack += [f for f, _ in fn.next_functions]
+    loss.backward()
+    for p, q in zip(net.parameters(), ours.parameters()):
+        assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
+    assert saved.count((2, 8, 12, 12)) == 1, saved  # the convolution's output only
