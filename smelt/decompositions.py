@@ -59,7 +59,7 @@ def decomposition_table() -> dict:
     return table
 
 
-def _max_pool_backward_without_input(op, grad, input, *args):
+def _max_pool_backward_without_input(op, grad, input, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """A max pool's backward reads the gradient and the indices, never the input's values (ATen's
     kernels, and smelt's lowering, take only its shape and layout). Given the input, the min-cut
     partitioner counts it as needed by an op it cannot fuse, so it saves the pool's input (a
@@ -67,7 +67,50 @@ def _max_pool_backward_without_input(op, grad, input, *args):
     Inductor one. So the backward gets a zero expanded to the input's shape instead."""
     if all(s == 0 for s in input.stride()):  # the stand-in itself: traced as the op
         return NotImplemented
-    return op(grad, input.new_zeros(()).expand(input.shape), *args)
+    window = (kernel_size, stride, padding, dilation)
+    if op is aten.max_pool2d_with_indices_backward.default:
+        indices = _indices_from_offsets(_offsets_in_window(indices, input.shape[-1], *window), input.shape[-1], *window)
+    return op(grad, input.new_zeros(()).expand(input.shape), kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+
+def _pool_params(kernel_size, stride, padding, dilation):
+    pair = (lambda v: (v, v) if isinstance(v, int) else (tuple(v) * 2 if len(v) == 1 else tuple(v)))
+    kernel = pair(kernel_size)
+    return kernel, pair(stride) if stride else kernel, pair(padding), pair(dilation)
+
+
+def _window_origins(indices, stride, padding):
+    """Each output position's window's first row and column in the input (before dilation)."""
+    rows = torch.arange(indices.shape[-2], device=indices.device) * stride[0] - padding[0]
+    cols = torch.arange(indices.shape[-1], device=indices.device) * stride[1] - padding[1]
+    return rows.unsqueeze(-1), cols
+
+
+def _offsets_in_window(indices, width: int, kernel_size, stride, padding, dilation):
+    """A 2-D max pool's flat input indices (int64) as each one's place in its window, in int8 when
+    the window has at most 127 places: the partitioner then saves the pool's choice for the backward
+    in an eighth of the bytes (Inductor saves such offsets too) and the backward recomputes the
+    indices (_indices_from_offsets). The index always lies in its window, padding and ceil mode
+    included; elsewhere the indices are returned as they are."""
+    kernel, stride, padding, dilation = _pool_params(kernel_size, stride, padding, dilation)
+    if kernel[0] * kernel[1] > 127:
+        return indices
+    top, left = _window_origins(indices, stride, padding)
+    row, col = torch.div(indices, width, rounding_mode="floor"), torch.remainder(indices, width)
+    place = torch.div(row - top, dilation[0], rounding_mode="floor") * kernel[1] + \
+        torch.div(col - left, dilation[1], rounding_mode="floor")
+    return place.to(torch.int8)
+
+
+def _indices_from_offsets(offsets, width: int, kernel_size, stride, padding, dilation):
+    if offsets.dtype != torch.int8:
+        return offsets
+    kernel, stride, padding, dilation = _pool_params(kernel_size, stride, padding, dilation)
+    top, left = _window_origins(offsets, stride, padding)
+    place = offsets.to(torch.int64)
+    row = top + torch.div(place, kernel[1], rounding_mode="floor") * dilation[0]
+    col = left + torch.remainder(place, kernel[1]) * dilation[1]
+    return row * width + col
 
 
 def _index_add_into_empty(decomposition, inplace: bool):

@@ -72,6 +72,7 @@ def test_pools_3d(check, observe):
 
 @pytest.mark.parametrize("pool", [
     torch.nn.MaxPool2d(3, 2, 1), torch.nn.MaxPool2d(2), torch.nn.MaxPool2d((2, 3), (1, 2), 1, dilation=(2, 1)),
+    torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True), torch.nn.MaxPool2d((3, 2), (2, 3), (1, 0), dilation=(1, 2), ceil_mode=True),
     torch.nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), torch.nn.AvgPool2d((4, 2), (1, 3), (2, 1)),
     torch.nn.AvgPool2d(3, 2, divisor_override=4), torch.nn.MaxPool3d(2, 1, 1), torch.nn.AvgPool3d(3, 2, 1),
 ])
@@ -144,7 +145,8 @@ def test_nextafter(check, observe, dtype):
 @pytest.mark.parametrize("window", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=7, stride=1, padding=3)])
 def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, assert_close, window):
     """The pool's backward reads its indices, not its input's values, so the input (a ReLU of a
-    batch norm) is recomputed from the convolution's output, as Inductor does, not saved beside it.
+    batch norm) is recomputed from the convolution's output, as Inductor does, not saved beside it;
+    the indices are saved as int8 places in their windows.
     The 7x7 window at stride 1 has too many candidate windows per element to unroll: ATen's backward
     runs, on the zero standing in for the input."""
     torch.manual_seed(0)
@@ -163,9 +165,26 @@ def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, ass
             continue
         seen.add(fn)
         if "CompiledFunction" in type(fn).__name__:
-            saved += [tuple(t.shape) for t in fn.saved_tensors if t.is_floating_point()]
+            saved += [(tuple(t.shape), t.dtype) for t in fn.saved_tensors]
         stack += [f for f, _ in fn.next_functions]
     loss.backward()
     for p, q in zip(net.parameters(), ours.parameters()):
         assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
-    assert saved.count((2, 8, 12, 12)) == 1, saved  # the convolution's output only
+    assert saved.count(((2, 8, 12, 12), torch.float32)) == 1, saved  # the convolution's output only
+    # The pool's choice saved as each index's place in its window, in int8, not as int64 indices.
+    pooled = tuple(ours(x).shape)
+    assert (pooled, torch.int8) in saved and (pooled, torch.int64) not in saved, saved
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                    dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), dilation=(2, 1))])
+def test_max_pool_gradient_through_ties_nans_and_empty_planes(device, compile_fn, assert_close, kwargs):
+    """The backward rebuilds each index from its place in its window (saved as int8): ties, NaNs and
+    all -inf planes, whose indices are the first place of the window, route the gradient as eager's."""
+    x = _tricky(2, 3, 9, 10).to(device)
+    w = torch.randn(F.max_pool2d(x, **kwargs).shape, device=device)
+    expected, actual = x.clone().requires_grad_(), x.clone().requires_grad_()
+    (F.max_pool2d(expected, **kwargs) * w).sum().backward()
+    torch._dynamo.reset()
+    compile_fn(lambda x: (F.max_pool2d(x, **kwargs) * w).sum())(actual).backward()
+    assert_close(actual.grad, expected.grad, atol=1e-5, rtol=1e-5)
