@@ -7,6 +7,8 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+
+from .runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward)
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 aten = torch.ops.aten
@@ -60,17 +62,15 @@ def decomposition_table() -> dict:
 
 
 def _max_pool_backward_without_input(op, grad, input, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    """A max pool's backward reads the gradient and the indices, never the input's values (ATen's
-    kernels, and smelt's lowering, take only its shape and layout). Given the input, the min-cut
-    partitioner counts it as needed by an op it cannot fuse, so it saves the pool's input (a
-    ReLU's output) beside the convolution output it could recompute it from: ResNet-50 saved both,
-    Inductor one. So the backward gets a zero expanded to the input's shape instead."""
-    if all(s == 0 for s in input.stride()):  # the stand-in itself: traced as the op
-        return NotImplemented
-    window = (kernel_size, stride, padding, dilation)
-    if op is aten.max_pool2d_with_indices_backward.default:
+    """smelt::max_pool_backward (runtime/pool_backward.py): the backward without the pool's input,
+    which the partitioner would otherwise save; a 2-D pool's indices go through their places in
+    their windows, which it saves instead (_offsets_in_window)."""
+    spatial = 2 if op is aten.max_pool2d_with_indices_backward.default else 3
+    if spatial == 2:
+        window = (kernel_size, stride, padding, dilation)
         indices = _indices_from_offsets(_offsets_in_window(indices, input.shape[-1], *window), input.shape[-1], *window)
-    return op(grad, input.new_zeros(()).expand(input.shape), kernel_size, stride, padding, dilation, ceil_mode, indices)
+    return torch.ops.smelt.max_pool_backward(grad, indices, list(input.shape), list(kernel_size), list(stride),
+                                             list(padding), list(dilation), ceil_mode, spatial)
 
 
 def _pool_params(kernel_size, stride, padding, dilation):

@@ -15,6 +15,7 @@ import sympy
 import torch
 
 from ..ir import Pointwise, Reduction, StorageBox, TensorBox, ops
+from ..runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward)
 from ..symbolic import Expr, FloorDiv, contiguous_strides, flat_index, product, static_int, sympify, unflatten_index
 from .common import low_precision
 from .registry import lowering
@@ -154,12 +155,12 @@ def _expand(values, n: int, default=None):
     return values * n if len(values) == 1 else values
 
 
-def _windows(x, out_size, kernel_size, stride, padding, dilation, n: int) -> list[Window]:
+def _windows(input_size, out_size, kernel_size, stride, padding, dilation, n: int) -> list[Window]:
     kernel = _expand(kernel_size, n)
     stride = _expand(stride, n, default=kernel)
     padding = _expand(padding, n)
     dilation = _expand(dilation, n)
-    sizes = x.get_size()[-n:]
+    sizes = input_size[-n:]
     return [Window(s, o, int(k), int(st), int(p), int(d))
             for s, o, k, st, p, d in zip(sizes, out_size[-n:], kernel, stride, padding, dilation)]
 
@@ -294,7 +295,7 @@ def _multi_out_size(g):
 def max_pool_with_indices(g, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     n = 3 if g.node.target.overloadpacket is aten.max_pool3d_with_indices else 2
     size = _multi_out_size(g)
-    return _max_pool(g, x, _windows(x, size, kernel_size, stride, padding, dilation, n), size)
+    return _max_pool(g, x, _windows(x.get_size(), size, kernel_size, stride, padding, dilation, n), size)
 
 
 @lowering(aten.adaptive_max_pool2d, aten.adaptive_max_pool3d)
@@ -365,7 +366,7 @@ def avg_pool(g, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
              divisor_override=None):
     n = 3 if g.node.target.overloadpacket is aten.avg_pool3d else 2
     size = [sympify(s) for s in g.out_meta.shape]
-    return _avg_pool(g, x, _windows(x, size, kernel_size, stride, padding, 1, n), size, count_include_pad,
+    return _avg_pool(g, x, _windows(x.get_size(), size, kernel_size, stride, padding, 1, n), size, count_include_pad,
                      divisor_override)
 
 
@@ -379,8 +380,8 @@ def adaptive_avg_pool(g, x, output_size):
     return _avg_pool(g, x, windows, size)
 
 
-def _gather_backward(g, grad, x, windows: list[Window], contribution, need_reach: bool):
-    """grad_input over x's shape: each input element sums `contribution(batch, outs, h)` over the
+def _gather_backward(g, grad, input_size, windows: list[Window], contribution, need_reach: bool):
+    """grad_input over the input's shape: each input element sums `contribution(batch, outs, h)` over the
     output windows that may contain it; `contribution` returns an ops value in the accumulator dtype."""
     n = len(windows)
     dtype = g.out_meta.dtype
@@ -398,7 +399,7 @@ def _gather_backward(g, grad, x, windows: list[Window], contribution, need_reach
             total = value if total is None else ops.add(total, value)
         return ops.to_dtype(total, dtype)
     origins = g.origin | grad.origins
-    return TensorBox.of_storage(Pointwise(x.get_device(), dtype, inner_fn, x.get_size(), origins))
+    return TensorBox.of_storage(Pointwise(grad.get_device(), dtype, inner_fn, input_size, origins))
 
 
 def _too_many_candidates(g, windows: list[Window]) -> bool:
@@ -409,10 +410,13 @@ def _too_many_candidates(g, windows: list[Window]) -> bool:
     return count > UNROLL_LIMIT
 
 
-@lowering(aten.max_pool2d_with_indices_backward, aten.max_pool3d_with_indices_backward)
-def max_pool_backward(g, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    n = 3 if g.node.target.overloadpacket is aten.max_pool3d_with_indices_backward else 2
-    windows = _windows(x, grad.get_size(), kernel_size, stride, padding, dilation, n)
+@lowering(torch.ops.smelt.max_pool_backward)
+def max_pool_backward(g, grad, indices, input_size, kernel_size, stride, padding, dilation, ceil_mode, spatial_dims):
+    """The max pool's backward without its input (runtime/pool_backward.py, which decompositions.py
+    puts in place of ATen's): each input element sums the gradients of the windows that chose it."""
+    n = spatial_dims
+    input_size = [sympify(s) for s in input_size]
+    windows = _windows(input_size, grad.get_size(), kernel_size, stride, padding, dilation, n)
     if _too_many_candidates(g, windows):
         return NotImplemented
     acc = torch.float32 if low_precision(grad.get_dtype()) else grad.get_dtype()
@@ -423,13 +427,13 @@ def max_pool_backward(g, grad, x, kernel_size, stride, padding, dilation, ceil_m
         # A window that does not reach h cannot have chosen it, so no reach check is needed.
         chosen = ops.eq(load_index(batch + outs), _index(flat_index(hs, plane)))
         return ops.where(chosen, ops.to_dtype(load_grad(batch + outs), acc), ops.constant(0, acc))
-    return _gather_backward(g, grad, x, windows, contribution, need_reach=False)
+    return _gather_backward(g, grad, input_size, windows, contribution, need_reach=False)
 
 
 @lowering(aten.avg_pool2d_backward, aten.avg_pool3d_backward)
 def avg_pool_backward(g, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     n = 3 if g.node.target.overloadpacket is aten.avg_pool3d_backward else 2
-    windows = _windows(x, grad.get_size(), kernel_size, stride, padding, 1, n)
+    windows = _windows(x.get_size(), grad.get_size(), kernel_size, stride, padding, 1, n)
     if _too_many_candidates(g, windows):
         return NotImplemented
     acc = torch.float32 if low_precision(grad.get_dtype()) else grad.get_dtype()
@@ -438,4 +442,4 @@ def avg_pool_backward(g, grad, x, kernel_size, stride, padding, ceil_mode, count
     def contribution(batch, outs, hs):
         divisor = _divisor(windows, outs, count_include_pad, divisor_override, acc)
         return ops.truediv(ops.to_dtype(load_grad(batch + outs), acc), divisor)
-    return _gather_backward(g, grad, x, windows, contribution, need_reach=True)
+    return _gather_backward(g, grad, x.get_size(), windows, contribution, need_reach=True)

@@ -1,0 +1,38 @@
+"""smelt::max_pool_backward: a max pool's backward without its input (decompositions.py puts it in
+place of ATen's).
+
+ATen's max_pool{2,3}d_with_indices_backward takes the pool's input but reads only its shape and
+layout: the gradient goes where the indices say. Given the input, AOTAutograd's min-cut partitioner
+counts it as a value an op it cannot fuse needs in the backward, so it saves it (ResNet-50's stem
+ReLU, beside the convolution output it is recomputed from, where Inductor saves only the latter).
+This op takes the input's shape instead, and lays its result out as the gradient is (the pool's
+output follows its input's layout, channels-last or not). smelt lowers it (lowering/pooling.py);
+where that falls back, ATen's op runs on an uninitialized input of that shape and layout.
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _layout_of(grad: torch.Tensor) -> torch.memory_format:
+    for channels_last, rank in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
+        if grad.dim() == rank and grad.is_contiguous(memory_format=channels_last) and not grad.is_contiguous():
+            return channels_last
+    return torch.contiguous_format
+
+
+@torch.library.custom_op("smelt::max_pool_backward", mutates_args=())
+def max_pool_backward(grad: torch.Tensor, indices: torch.Tensor, input_size: list[int], kernel_size: list[int],
+                      stride: list[int], padding: list[int], dilation: list[int], ceil_mode: bool,
+                      spatial_dims: int) -> torch.Tensor:
+    """ATen's max_pool{spatial_dims}d_with_indices_backward for an input of `input_size`."""
+    input = torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
+    op = aten.max_pool2d_with_indices_backward if spatial_dims == 2 else aten.max_pool3d_with_indices_backward
+    return op(grad, input, kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+
+@max_pool_backward.register_fake
+def _(grad, indices, input_size, kernel_size, stride, padding, dilation, ceil_mode, spatial_dims):
+    return torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
