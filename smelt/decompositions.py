@@ -58,6 +58,8 @@ def decomposition_table() -> dict:
         table[op] = _index_add_into_empty(table[op], inplace)
     for op in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[op] = functools.partial(_max_pool_backward_without_input, op)
+    for op in (aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default):
+        table[op] = functools.partial(_avg_pool_backward_without_input, op)
     return table
 
 
@@ -71,6 +73,15 @@ def _max_pool_backward_without_input(op, grad, input, kernel_size, stride, paddi
         indices = _indices_from_offsets(_offsets_in_window(indices, input.shape[-1], *window), input.shape[-1], *window)
     return torch.ops.smelt.max_pool_backward(grad, indices, list(input.shape), list(kernel_size), list(stride),
                                              list(padding), list(dilation), ceil_mode, spatial)
+
+
+def _avg_pool_backward_without_input(op, grad, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                     divisor_override):
+    """smelt::avg_pool_backward: the backward without the pool's input (a convolution's output
+    was saved for its shape alone)."""
+    spatial = 2 if op is aten.avg_pool2d_backward.default else 3
+    return torch.ops.smelt.avg_pool_backward(grad, list(input.shape), list(kernel_size), list(stride), list(padding),
+                                             ceil_mode, count_include_pad, divisor_override, spatial)
 
 
 def _pool_params(kernel_size, stride, padding, dilation):

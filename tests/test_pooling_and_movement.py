@@ -142,6 +142,20 @@ def test_nextafter(check, observe, dtype):
     _no_fallback(observe)
 
 
+def _saved_by_compiled_functions(loss) -> list:
+    """(shape, dtype) of each tensor the compiled graphs behind `loss` saved for their backward."""
+    saved, stack, seen = [], [loss.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if "CompiledFunction" in type(fn).__name__:
+            saved += [(tuple(t.shape), t.dtype) for t in fn.saved_tensors]
+        stack += [f for f, _ in fn.next_functions]
+    return saved
+
+
 @pytest.mark.parametrize("window", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=7, stride=1, padding=3)])
 def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, assert_close, window):
     """The pool's backward reads its indices, not its input's values, so the input (a ReLU of a
@@ -158,15 +172,7 @@ def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, ass
     (net(x) * w).sum().backward()
     torch._dynamo.reset()
     loss = compile_fn(lambda x: (ours(x) * w).sum())(x)
-    saved, stack, seen = [], [loss.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        if "CompiledFunction" in type(fn).__name__:
-            saved += [(tuple(t.shape), t.dtype) for t in fn.saved_tensors]
-        stack += [f for f, _ in fn.next_functions]
+    saved = _saved_by_compiled_functions(loss)
     loss.backward()
     for p, q in zip(net.parameters(), ours.parameters()):
         assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
@@ -188,3 +194,23 @@ def test_max_pool_gradient_through_ties_nans_and_empty_planes(device, compile_fn
     torch._dynamo.reset()
     compile_fn(lambda x: (F.max_pool2d(x, **kwargs) * w).sum())(actual).backward()
     assert_close(actual.grad, expected.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pool", [torch.nn.AvgPool2d(3, 2, 1), torch.nn.AvgPool3d(2, 2)])
+def test_an_average_pools_input_is_not_saved_for_its_backward(device, compile_fn, assert_close, pool):
+    """The sibling: an average pool's backward needs its input's shape only, so a convolution's
+    output that feeds only the pool is not saved (the convolution's backward reads its input)."""
+    torch.manual_seed(0)
+    conv = (torch.nn.Conv2d(3, 8, 3, padding=1) if "2d" in type(pool).__name__ else
+            torch.nn.Conv3d(3, 8, 3, padding=1)).to(device)
+    x = torch.randn(2, 3, *(12,) * (2 if "2d" in type(pool).__name__ else 3), device=device)
+    ours = copy.deepcopy(conv)
+    w = torch.randn(8, *(1,) * (x.dim() - 2), device=device)
+    (pool(conv(x)) * w).sum().backward()
+    torch._dynamo.reset()
+    loss = compile_fn(lambda x: (pool(ours(x)) * w).sum())(x)
+    saved = _saved_by_compiled_functions(loss)
+    loss.backward()
+    for p, q in zip(conv.parameters(), ours.parameters()):
+        assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
+    assert (tuple(conv(x).shape), torch.float32) not in saved, saved

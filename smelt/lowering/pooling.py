@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from ..ir import Pointwise, Reduction, StorageBox, TensorBox, ops
-from ..runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward)
+from ..runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward, smelt::avg_pool_backward)
 from ..symbolic import Expr, FloorDiv, contiguous_strides, flat_index, product, static_int, sympify, unflatten_index
 from .common import low_precision
 from .registry import lowering
@@ -430,10 +430,13 @@ def max_pool_backward(g, grad, indices, input_size, kernel_size, stride, padding
     return _gather_backward(g, grad, input_size, windows, contribution, need_reach=False)
 
 
-@lowering(aten.avg_pool2d_backward, aten.avg_pool3d_backward)
-def avg_pool_backward(g, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    n = 3 if g.node.target.overloadpacket is aten.avg_pool3d_backward else 2
-    windows = _windows(x.get_size(), grad.get_size(), kernel_size, stride, padding, 1, n)
+@lowering(torch.ops.smelt.avg_pool_backward)
+def avg_pool_backward(g, grad, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                      divisor_override, spatial_dims):
+    """The average pool's backward without its input (runtime/pool_backward.py)."""
+    n = spatial_dims
+    input_size = [sympify(s) for s in input_size]
+    windows = _windows(input_size, grad.get_size(), kernel_size, stride, padding, 1, n)
     if _too_many_candidates(g, windows):
         return NotImplemented
     acc = torch.float32 if low_precision(grad.get_dtype()) else grad.get_dtype()
@@ -442,4 +445,4 @@ def avg_pool_backward(g, grad, x, kernel_size, stride, padding, ceil_mode, count
     def contribution(batch, outs, hs):
         divisor = _divisor(windows, outs, count_include_pad, divisor_override, acc)
         return ops.truediv(ops.to_dtype(load_grad(batch + outs), acc), divisor)
-    return _gather_backward(g, grad, x.get_size(), windows, contribution, need_reach=True)
+    return _gather_backward(g, grad, input_size, windows, contribution, need_reach=True)

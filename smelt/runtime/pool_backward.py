@@ -1,15 +1,17 @@
-"""smelt::max_pool_backward: a max pool's backward without its input (decompositions.py puts it in
-place of ATen's).
+"""smelt::max_pool_backward and smelt::avg_pool_backward: pools' backwards without their inputs
+(decompositions.py puts them in place of ATen's).
 
-ATen's max_pool{2,3}d_with_indices_backward takes the pool's input but reads only its shape and
-layout: the gradient goes where the indices say. Given the input, AOTAutograd's min-cut partitioner
+ATen's max_pool{2,3}d_with_indices_backward and avg_pool{2,3}d_backward take the pool's input but
+read only its shape and layout: the gradient goes where the indices say, or spreads over the window. Given the input, AOTAutograd's min-cut partitioner
 counts it as a value an op it cannot fuse needs in the backward, so it saves it (ResNet-50's stem
 ReLU, beside the convolution output it is recomputed from, where Inductor saves only the latter).
-This op takes the input's shape instead, and lays its result out as the gradient is (the pool's
+A pool after a convolution had the convolution's output saved for its shape alone. These ops take the input's shape instead, and lays its result out as the gradient is (the pool's
 output follows its input's layout, channels-last or not). smelt lowers it (lowering/pooling.py);
 where that falls back, ATen's op runs on an uninitialized input of that shape and layout.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -35,4 +37,19 @@ def max_pool_backward(grad: torch.Tensor, indices: torch.Tensor, input_size: lis
 
 @max_pool_backward.register_fake
 def _(grad, indices, input_size, kernel_size, stride, padding, dilation, ceil_mode, spatial_dims):
+    return torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
+
+
+@torch.library.custom_op("smelt::avg_pool_backward", mutates_args=())
+def avg_pool_backward(grad: torch.Tensor, input_size: list[int], kernel_size: list[int], stride: list[int],
+                      padding: list[int], ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int],
+                      spatial_dims: int) -> torch.Tensor:
+    """ATen's avg_pool{spatial_dims}d_backward for an input of `input_size`."""
+    input = torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
+    op = aten.avg_pool2d_backward if spatial_dims == 2 else aten.avg_pool3d_backward
+    return op(grad, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@avg_pool_backward.register_fake
+def _(grad, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, spatial_dims):
     return torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
