@@ -7,9 +7,9 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
-
-from .runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward)
 from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+from .runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward, smelt::avg_pool_backward)
 
 aten = torch.ops.aten
 

@@ -2,12 +2,14 @@
 (decompositions.py puts them in place of ATen's).
 
 ATen's max_pool{2,3}d_with_indices_backward and avg_pool{2,3}d_backward take the pool's input but
-read only its shape and layout: the gradient goes where the indices say, or spreads over the window. Given the input, AOTAutograd's min-cut partitioner
-counts it as a value an op it cannot fuse needs in the backward, so it saves it (ResNet-50's stem
-ReLU, beside the convolution output it is recomputed from, where Inductor saves only the latter).
-A pool after a convolution had the convolution's output saved for its shape alone. These ops take the input's shape instead, and lays its result out as the gradient is (the pool's
-output follows its input's layout, channels-last or not). smelt lowers it (lowering/pooling.py);
-where that falls back, ATen's op runs on an uninitialized input of that shape and layout.
+read only its shape and layout: the gradient goes where the indices say, or spreads over the
+window. Given the input, AOTAutograd's min-cut partitioner counts it as a value that an op it
+cannot fuse needs in the backward, so it saves it: ResNet-50's stem ReLU beside the convolution
+output it is recomputed from (Inductor saves only the latter), or a convolution's output that
+feeds only an average pool. These ops take the input's shape instead and lay their result out as
+the gradient is (a pool's output follows its input's layout, channels-last or not). smelt lowers
+them (lowering/pooling.py); where that falls back, ATen's op runs on an uninitialized input of
+that shape and layout.
 """
 from __future__ import annotations
 
