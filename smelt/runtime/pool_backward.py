@@ -20,11 +20,13 @@ import torch
 aten = torch.ops.aten
 
 
-def _layout_of(grad: torch.Tensor) -> torch.memory_format:
+def _input_like(grad: torch.Tensor, input_size: list[int]) -> torch.Tensor:
+    """An uninitialized tensor of the input's shape, laid out as `grad` is."""
+    layout = torch.contiguous_format
     for channels_last, rank in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
         if grad.dim() == rank and grad.is_contiguous(memory_format=channels_last) and not grad.is_contiguous():
-            return channels_last
-    return torch.contiguous_format
+            layout = channels_last
+    return torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=layout)
 
 
 @torch.library.custom_op("smelt::max_pool_backward", mutates_args=())
@@ -32,14 +34,13 @@ def max_pool_backward(grad: torch.Tensor, indices: torch.Tensor, input_size: lis
                       stride: list[int], padding: list[int], dilation: list[int], ceil_mode: bool,
                       spatial_dims: int) -> torch.Tensor:
     """ATen's max_pool{spatial_dims}d_with_indices_backward for an input of `input_size`."""
-    input = torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
     op = aten.max_pool2d_with_indices_backward if spatial_dims == 2 else aten.max_pool3d_with_indices_backward
-    return op(grad, input, kernel_size, stride, padding, dilation, ceil_mode, indices)
+    return op(grad, _input_like(grad, input_size), kernel_size, stride, padding, dilation, ceil_mode, indices)
 
 
 @max_pool_backward.register_fake
 def _(grad, indices, input_size, kernel_size, stride, padding, dilation, ceil_mode, spatial_dims):
-    return torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
+    return _input_like(grad, input_size)
 
 
 @torch.library.custom_op("smelt::avg_pool_backward", mutates_args=())
@@ -47,11 +48,11 @@ def avg_pool_backward(grad: torch.Tensor, input_size: list[int], kernel_size: li
                       padding: list[int], ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int],
                       spatial_dims: int) -> torch.Tensor:
     """ATen's avg_pool{spatial_dims}d_backward for an input of `input_size`."""
-    input = torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
     op = aten.avg_pool2d_backward if spatial_dims == 2 else aten.avg_pool3d_backward
-    return op(grad, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return op(grad, _input_like(grad, input_size), kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override)
 
 
 @avg_pool_backward.register_fake
 def _(grad, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, spatial_dims):
-    return torch.empty(input_size, dtype=grad.dtype, device=grad.device, memory_format=_layout_of(grad))
+    return _input_like(grad, input_size)
