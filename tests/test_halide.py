@@ -124,6 +124,17 @@ def test_transposing_store_too_narrow_for_tiles_keeps_column_strips():
     assert "_tiles" not in source and "_columns" in source
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 16, 16), (2, 16, 8, 8), (3, 5, 8, 8)])
+def test_interleaving_store_walks_chunks_of_every_row(shape):
+    """A channels-last copy of a few channels stores each row (a channel) every C elements: it walks
+    a chunk of 64 positions of every row, then the next chunk, finishing each cache line while it is
+    in L1. 3 x 5 rows of 64 positions (a chunk exactly)."""
+    x = torch.randn(*shape)
+    run_both(lambda a: (a * 2).contiguous(memory_format=torch.channels_last), x)
+    source, = last_graph().kernel_sources.values()
+    assert re.search(r"_tiles = hl.RDom\(\[\(0, 64\), \(0, \d+\), \(0, \d+\)\]", source), source
+
+
 def test_column_reduction_reads_a_row_at_a_time():
     x = torch.randn(300, 129)  # a tail of columns past the last whole vector and task
     run_both(lambda a: a.sum(0), x, rtol=1e-4, atol=1e-4)

@@ -92,6 +92,9 @@ class HalideGpuSchedule:
         """No register-tiled transposes on the GPU: its stores are tiled as any other."""
         return None
 
+    def row_chunks(self, xnumel: int, rnumel: int, interleave: int, element_size: int) -> None:
+        return None  # the GPU's blocks walk x and r as they are
+
     def output(self, func: str, domain: str, per_element: bool, along_x: bool = False) -> None:
         # along_x (a transposing store) changes nothing yet: the update is one thread an element.
         self._device_only(func)

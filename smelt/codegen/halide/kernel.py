@@ -153,7 +153,7 @@ class HalideKernel(PrintedKernel):
         # Temporaries whose value is the same for every x (a function of r and the sizes alone).
         self.same_for_every_x: set[str] = set()
         self.per_column_calls: dict[str, str] = {}  # such a temporary -> its Func's call, once held in one
-        self.tiles = None  # a transposing store's tiles (halide_schedule.TransposeTiles), set by generate_body
+        self.tiles = None  # a reordered store's TransposeTiles or RowChunks (schedule.py), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
@@ -308,7 +308,7 @@ class HalideKernel(PrintedKernel):
         clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
         stored = self.plan.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
-        if self.tiles and not clamped and self.transposes(index, RINDEX, XINDEX):
+        if self.tiles and self.tiles.transposes_loads and not clamped and self.transposes(index, RINDEX, XINDEX):
             text = self.tile_load(text).name
         if register_dtype(dtype) != dtype:
             text = self.widen(text, dtype)
@@ -330,9 +330,11 @@ class HalideKernel(PrintedKernel):
             self.tile_loads[text] = CSEVar(func_call(f"{name}[r, x]"), None, 2)
         return self.tile_loads[text]
 
-    def transposing_store(self):
-        """The tiles of a kernel whose one output is a pointwise (x, r) member stored transposed
-        (contiguous along x) over static extents; None for any other kernel."""
+    def reordered_store(self):
+        """How a kernel whose one output is a pointwise (x, r) member over static extents walks its
+        domain when the store is not contiguous along r: in tiles where it is contiguous along x
+        (a transpose), in chunks of r where it interleaves rows (a channels-last copy of a few
+        channels); None for any other kernel."""
         if self.plan.is_reduction or self.plan.has_scan:
             return None
         stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
@@ -341,9 +343,14 @@ class HalideKernel(PrintedKernel):
         sizes = self.static_extents()
         if "xnumel" not in sizes or "rnumel" not in sizes:
             return None
-        if not self.transposes(stores[0].store_index(Placement.XR, self.plan.xnumel, self.plan.rnumel), XINDEX, RINDEX):
+        index = stores[0].store_index(Placement.XR, self.plan.xnumel, self.plan.rnumel)
+        if self.transposes(index, XINDEX, RINDEX):
+            return self.schedule.transpose_tiles(sizes["xnumel"], sizes["rnumel"])
+        step = index.coeff(RINDEX)
+        if not (step.is_Integer and RINDEX not in (index - step * RINDEX).free_symbols):
             return None
-        return self.schedule.transpose_tiles(sizes["xnumel"], sizes["rnumel"])
+        return self.schedule.row_chunks(sizes["xnumel"], sizes["rnumel"], int(step),
+                                        stores[0].buffer.get_dtype().itemsize)
 
     def compute(self, node) -> CSEVar:
         if node.name in self.node_values:
@@ -465,7 +472,7 @@ class HalideKernel(PrintedKernel):
     # ------------------------------------------------------------ the module
 
     def generate_body(self) -> None:
-        self.tiles = self.transposing_store()
+        self.tiles = self.reordered_store()
         for node in self.plan.nodes:
             if node.is_extern:
                 raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")
