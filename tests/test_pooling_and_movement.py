@@ -5,6 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from smelt.tools.saved import saved_for_backward
+
 NAN, INF = float("nan"), float("inf")
 
 
@@ -144,16 +146,7 @@ def test_nextafter(check, observe, dtype):
 
 def _saved_by_compiled_functions(loss) -> list:
     """(shape, dtype) of each tensor the compiled graphs behind `loss` saved for their backward."""
-    saved, stack, seen = [], [loss.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        if "CompiledFunction" in type(fn).__name__:
-            saved += [(tuple(t.shape), t.dtype) for t in fn.saved_tensors]
-        stack += [f for f, _ in fn.next_functions]
-    return saved
+    return [(tuple(t.shape), t.dtype) for t in saved_for_backward(loss)]
 
 
 @pytest.mark.parametrize("window", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=7, stride=1, padding=3)])

@@ -14,21 +14,7 @@ import torch
 import smelt  # noqa: F401
 from smelt.tools.model_suite.spec import build_model, seeded
 from smelt.tools.model_suite.zoo import all_specs
-
-
-def saved_by(loss) -> list[tuple]:
-    """(shape, dtype, storage bytes) of each tensor the compiled graphs behind `loss` saved."""
-    saved, stack, seen = [], [loss.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        if "CompiledFunction" in type(fn).__name__:
-            saved += [(tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes())
-                      for t in fn.saved_tensors]
-        stack += [f for f, _ in fn.next_functions]
-    return saved
+from smelt.tools.saved import saved_for_backward
 
 
 def main(argv=None) -> None:
@@ -44,7 +30,8 @@ def main(argv=None) -> None:
         model = build_model(spec, args.size, 0).train()
         loss = torch.compile(functools.partial(spec.loss, model), backend=backend)(
             spec.sample(args.size, generator=seeded(0)))
-        saved = saved_by(loss)
+        saved = [(tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes())
+                 for t in saved_for_backward(loss)]
         print(f"{backend}: {len(saved)} saved, {sum(b for *_, b in saved) / 2 ** 20:.1f} MiB")
         counts = collections.Counter(saved)
         for (shape, dtype, size), n in sorted(counts.items(), key=lambda kv: -kv[0][2] * kv[1])[:args.top]:
