@@ -207,3 +207,24 @@ def test_an_average_pools_input_is_not_saved_for_its_backward(device, compile_fn
     for p, q in zip(conv.parameters(), ours.parameters()):
         assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
     assert (tuple(conv(x).shape), torch.float32) not in saved, saved
+
+
+@pytest.mark.parametrize("pool", ["max", "avg"])
+@pytest.mark.parametrize("shape,dynamic", [((0, 3, 8, 8), False), ((1, 3, 1, 1), False), ((3, 8, 9), False),
+                                           ((2, 3, 9, 11), True)])
+def test_pool_backward_edges(compile_fn, assert_close, pool, shape, dynamic):
+    """The pools' backwards without their inputs (runtime/pool_backward.py) and the int8 places at
+    the edges: an empty batch, a 1x1 plane, an unbatched input, sizes traced as symbols."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)  # takes an unbatched [C, H, W] input too
+    ours = copy.deepcopy(conv)
+    pooled = (lambda y: F.max_pool2d(y, 3, 2, 1)) if pool == "max" else (lambda y: F.avg_pool2d(y, 3, 2, 1))
+    x = torch.randn(*shape)
+
+    def loss(m, x):
+        return (pooled(torch.relu(m(x))) * 1.5).sum()
+    loss(conv, x).backward()
+    torch._dynamo.reset()
+    torch.compile(lambda x: loss(ours, x), backend="smelt", dynamic=dynamic)(x).backward()
+    for p, q in zip(conv.parameters(), ours.parameters()):
+        assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)

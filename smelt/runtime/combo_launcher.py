@@ -120,8 +120,6 @@ class ComboLauncher:
             self.launcher(work, held[0])
 
     def _new_written_table(self, device, stream) -> list | None:
-        length = table_length(self.rows[-1])
-        table = torch.zeros(length, dtype=torch.int64, device=device)
         try:
             self.writer.prepare(self.rows[-1], device)
         except Exception as e:  # noqa: BLE001 - any failure to build the writer: the copied tables are always right
@@ -129,6 +127,7 @@ class ComboLauncher:
                         self.launcher.name, type(e).__name__, e)
             self.writer = None
             return None
+        table = torch.zeros(table_length(self.rows[-1]), dtype=torch.int64, device=device)
         held = self.written_tables[(device, stream)] = [table, None]
         return held
 

@@ -3,12 +3,12 @@
 A combo kernel (codegen/triton/combo.py) reads its members' buffer addresses from a table in device
 memory, which must be written again when buffers the graph allocates move. Built on the host, a
 table took a list, pinned staging memory with its event, a fresh device tensor and a copy: in BERT's
-AMP training step 50 tables a step, 2.9 ms of host time on the H200 host, and each fresh table,
-itself an allocation, moved the next step's buffers again. A launch takes its parameters by value
+AMP training step 50 tables a step, 2.9 ms of host time on the H200 host. A launch takes its parameters by value
 when it is made, so a tiny kernel given the table's values as its arguments writes them in stream
 order, before the combo kernel reads them, into a table that stays where it is: one launch through
-the C launcher, no host memory that must outlive the call. (In that step the buffers then come back
-to the same addresses and no table is written after the first steps.)
+the C launcher, no host memory that must outlive the call. (In that step no table is written after the
+first steps: the buffers come back to the same addresses, which they did not while each call
+allocated its tables; why, not examined.)
 
 One writer per size: WIDTHS values, padded with zeros. A table longer than the widest is written
 in pieces, each into a view of the table at its offset. Kernel parameters take at most 4 KB
