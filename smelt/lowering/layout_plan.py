@@ -100,6 +100,7 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
             log.debug("smelt: channels-last layout not planned for a graph with symbolic sizes")
         return None
     visible = _visible_outputs(gm, kind)
+    traced_strides = _output_strides(gm)
     before = Checkpoint(gm)
     conversions = _convert_convolution_operands(gm, wants_channels_last)
     padding = pad_matmuls(gm, wants_padded_matmuls)
@@ -114,7 +115,7 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
             gm.graph.erase_node(copy)
     restored = _restore_visible_outputs(gm, visible)
     padded_saved = _save_padded_rows(gm, kind, restored)
-    _make_saved_values_dense(gm, kind, visible, restored)
+    _make_saved_values_dense(gm, kind, visible, restored, traced_strides)
     if padding:
         copied = Checkpoint(gm)
         if products_into_copies(gm) and retrace(gm, copied):
@@ -122,11 +123,8 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
     gm.recompile()
     log.debug("smelt: a %s graph's layouts planned: %d convolution operands copied to channels-last, "
               "%d nodes pad matrix product rows", kind, len(conversions), len(padding))
-    output = gm.graph.find_nodes(op="output")[0]
     start = saved_outputs_start() if padded_saved else None
-    strides = [tuple(v.meta["val"].stride())
-               if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor) else None
-               for v in output.args[0]]
+    strides = _output_strides(gm)
     for j in padded_saved:  # AOTAutograd keeps the backward's example input as traced (it has no room for the pad)
         strides[start + j] = None
     return LayoutPlan(strides, padded_saved)
@@ -271,16 +269,27 @@ def _read_columns(gm: torch.fx.GraphModule, rows: torch.fx.Node, after: torch.fx
     return view
 
 
-def _make_saved_values_dense(gm: torch.fx.GraphModule, kind: str, visible: dict, restored: dict) -> None:
+def _output_strides(gm: torch.fx.GraphModule) -> list:
+    return [tuple(v.meta["val"].stride())
+            if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor) else None
+            for v in gm.graph.find_nodes(op="output")[0].args[0]]
+
+
+def _make_saved_values_dense(gm: torch.fx.GraphModule, kind: str, visible: dict, restored: dict,
+                             traced_strides: list) -> None:
     """A forward's saved value whose new strides leave gaps (a padded row) is saved as a dense
-    copy: AOTAutograd restrides the backward's example input, whose storage is only dense-sized."""
+    copy: AOTAutograd restrides the backward's example input, whose storage is only dense-sized.
+    One traced with gaps and still so strided (q, k and v, views of one projection's output, as
+    SDPA saves them) keeps its example input as traced: saved as it is, not copied (a copy made
+    ViT's and GPT-2's forwards copy q, k and v at their end, beside the projection)."""
     if kind != "forward":
         return
     output = gm.graph.find_nodes(op="output")[0]
     values = list(output.args[0])
     for i, node in enumerate(values):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if i in visible or not isinstance(val, torch.Tensor) or is_dense(val):
+        if i in visible or not isinstance(val, torch.Tensor) or is_dense(val) \
+                or tuple(val.stride()) == traced_strides[i]:
             continue
         if node in restored and is_dense(restored[node].meta["val"]):
             values[i] = restored[node]  # also returned to the caller: that copy is saved

@@ -10,8 +10,10 @@ hands it the dying buffer's memory instead of a new one.
 Only where that is safe on every backend:
 - a kernel storing one result: no scan or scatter, no finisher, not a combo; in a reduction kernel,
   a value per element stored in the last pass over the rows;
-- the reused buffer loaded only by the node that writes the new one, and only at the store's own
-  index (each element is read before the same program writes it, and by no other);
+- the reused buffer loaded only at the store's own index (each element is read before the same
+  program writes it, and by no other), by the node that writes the new one or, in a reduction
+  kernel, by a member whose loads all come before the store (a softmax's max and sum over the
+  scores it is written over);
 - a buffer a kernel of this graph allocated, or a saved activation the backward owns (AOTAutograd
   donates it); never another graph input, an output, a slice of a shared storage, or an ATen result
   its op's schema lets alias an input; never a buffer an ATen call that may return a view of it
@@ -94,7 +96,8 @@ def _fits_over(src, out) -> bool:
 
 
 def _read_in_place(plan, writer, src: str) -> bool:
-    """Every load of `src` in the kernel is at the element `writer` stores."""
+    """Every load of `src` in the kernel is at the element `writer` stores, by a member that loads
+    it before that store: the writer itself or, in a reduction kernel, `_read_before_the_store`."""
     x, r = plan.xnumel, plan.rnumel
     store = writer.store_index(plan.placement[writer.name], x, r)
     found = False
@@ -102,12 +105,37 @@ def _read_in_place(plan, writer, src: str) -> bool:
         for name, index in node.reads_in_kernel(plan.placement[node.name], x, r):
             if name != src:
                 continue
-            # Read by the writer alone: its loads come before its store. Another member could be
-            # printed after the store and load the element already overwritten.
-            if node is not writer or not same(index, store):
+            if not same(index, store):
+                return False
+            # In a pointwise kernel another member could be printed after the store and load
+            # the element already overwritten.
+            if node is not writer and not (plan.is_reduction and _read_before_the_store(plan, writer, node)):
                 return False
             found = True
     return found
+
+
+def _read_before_the_store(plan, writer, node) -> bool:
+    """In a reduction kernel storing `writer` in its last pass: whether `node`'s loads of the
+    writer's elements all come before the store. A softmax over a product's scores is the case:
+    its max and sum read each score in the passes before the one writing the probabilities over
+    them. A member of an earlier pass finishes that pass over the row before the last pass starts
+    (a persistent kernel: the stored value depends on every element the reductions read); one of
+    the last pass must be an input of the writer, computed before it in that pass. Every member of
+    the last pass must be, or a later one could recompute an earlier pass's value from memory
+    already overwritten."""
+    last = plan.num_phases - 1
+    writers = {n.write_name: n for n in plan.nodes}
+    inputs, stack = set(), [writer]
+    while stack:
+        for name in stack.pop().read_names:
+            producer = writers.get(name)
+            if producer is not None and producer.name not in inputs and producer is not writer:
+                inputs.add(producer.name)
+                stack.append(producer)
+    if any(plan.phase[n.name] == last and n is not writer and n.name not in inputs for n in plan.nodes):
+        return False
+    return plan.phase[node.name] < last or node.name in inputs
 
 
 def viewed_by_aten(steps) -> set[str]:

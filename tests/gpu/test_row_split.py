@@ -48,3 +48,13 @@ def test_many_long_rows_are_looped_not_split(check, observe):
     x = torch.randn(1024, 20000, device="cuda")
     check(lambda x: torch.softmax(x, -1), x, rtol=1e-5, atol=1e-5)
     assert not _split_kernels(observe)
+
+
+@pytest.mark.parametrize("rows, cols", [(4, 65536), (1024, 20000), (64, 512)])
+def test_softmax_written_over_the_product_it_reads(rows, cols, compile_fn, assert_close, observe):
+    """The probabilities take the dying scores' memory (scheduler/reuse.py), whether the row is
+    split over programs, looped, or held whole: each element read before the program holding it writes."""
+    q, k = torch.randn(rows, 32, device="cuda"), torch.randn(32, cols, device="cuda")
+    fn = lambda q, k: torch.softmax(q @ k, dim=-1)  # noqa: E731
+    assert_close(compile_fn(fn)(q, k), fn(q, k), rtol=1e-4, atol=1e-5)
+    assert "written over" in observe.compiled_graphs()[-1].wrapper_source
