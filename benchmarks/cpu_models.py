@@ -1,6 +1,7 @@
 """Small models on the CPU (issue 23): eager, Inductor's C++ backend and smelt, fp32 inference.
 
     make bench-cpu-models                  # or: python -m benchmarks.cpu_models [--only bert,llama] [--no-compile-time]
+    python -m benchmarks.cpu_models --frozen --no-compile-time   # also smelt with SMELT_FREEZE_WEIGHTS (opt-in)
 
 Steady time: the median of 15 calls after 3, all three in one process, their calls interleaved
 (torch's threads as set: OMP_NUM_THREADS / --threads). Compile time: the first call in a fresh process, less an eager call
@@ -57,14 +58,17 @@ def inference(name: str):
 CALLS = 15
 
 
-def _steady(name: str) -> tuple[float, float, float]:
-    """Median ms of eager, Inductor and smelt, their calls interleaved one by one: this shared
-    machine's speed drifts by 10-60% within minutes, and each backend then sees the same drift."""
+def _steady(name: str, frozen: bool = False) -> list[float]:
+    """Median ms of eager, Inductor and smelt (and smelt with frozen weights), their calls
+    interleaved one by one: this shared machine's speed drifts by 10-60% within minutes, and each
+    backend then sees the same drift."""
     import statistics
     import time
     torch._dynamo.reset()
     model, inputs = build(name)
     fns = [model, torch.compile(model, backend="inductor"), torch.compile(model, backend="smelt")]
+    if frozen:
+        fns.append(torch.compile(model, backend="smelt", options={"freeze_weights": True}))
     times = [[] for _ in fns]
     with torch.no_grad():
         for fn in fns:
@@ -75,8 +79,7 @@ def _steady(name: str) -> tuple[float, float, float]:
                 start = time.perf_counter()
                 fn(*inputs)
                 kept.append(time.perf_counter() - start)
-    eager, inductor, smelt = (statistics.median(t) * 1e3 for t in times)
-    return eager, inductor, smelt
+    return [statistics.median(t) * 1e3 for t in times]
 
 
 def main(argv=None) -> None:
@@ -84,14 +87,15 @@ def main(argv=None) -> None:
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--no-compile-time", action="store_true")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--frozen", action="store_true", help="also smelt with frozen weights (SMELT_FREEZE_WEIGHTS)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     names = args.only.split(",") if args.only else list(MODELS)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    rows, ratios = [], {"eager": [], "inductor": []}
+    rows, ratios = [], {"eager": [], "inductor": [], "frozen": []}
     for name in names:
-        eager, inductor, smelt = _steady(name)
+        eager, inductor, smelt, *frozen = _steady(name, args.frozen)
         compile_cells = "| — / — | — / — "
         if not args.no_compile_time:
             from benchmarks.compile_time import cold_and_warm
@@ -100,15 +104,22 @@ def main(argv=None) -> None:
             compile_cells = f"| {fmt[0][0]} / {fmt[1][0]} | {fmt[0][1]} / {fmt[1][1]} "
         ratios["eager"].append(eager / smelt)
         ratios["inductor"].append(inductor / smelt)
+        frozen_cells = ""
+        if frozen:
+            ratios["frozen"].append(inductor / frozen[0])
+            frozen_cells = f"| {frozen[0]:.2f} | {inductor / frozen[0]:.2f}x "
         rows.append(f"| {name} ({MODELS[name]}) | {eager:.2f} | {inductor:.2f} | {smelt:.2f} | {eager / smelt:.2f}x "
-                    f"| {inductor / smelt:.2f}x {compile_cells}|")
-        print(f"{name}: eager {eager:.2f} ms, inductor {inductor:.2f} ms, smelt {smelt:.2f} ms", flush=True)
-    print("\n| model | eager ms | Inductor ms | smelt ms | smelt vs eager | smelt vs Inductor "
+                    f"| {inductor / smelt:.2f}x {frozen_cells}{compile_cells}|")
+        print(f"{name}: eager {eager:.2f} ms, inductor {inductor:.2f} ms, smelt {smelt:.2f} ms"
+              + (f", smelt with frozen weights {frozen[0]:.2f} ms" if frozen else ""), flush=True)
+    frozen_head = "| smelt, frozen weights, ms | frozen vs Inductor " if args.frozen else ""
+    print("\n| model | eager ms | Inductor ms | smelt ms | smelt vs eager | smelt vs Inductor " + frozen_head +
           "| cold compile s (Inductor / smelt) | warm compile s (Inductor / smelt) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if args.frozen else ""))
     print("\n".join(rows))
-    geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
-    print(f"\nGeometric mean: smelt {geo['eager']:.2f}x eager, {geo['inductor']:.2f}x Inductor over {len(rows)} models")
+    geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items() if v}
+    print(f"\nGeometric mean: smelt {geo['eager']:.2f}x eager, {geo['inductor']:.2f}x Inductor over {len(rows)} models"
+          + (f"; with frozen weights {geo['frozen']:.2f}x Inductor" if "frozen" in geo else ""))
 
 
 if __name__ == "__main__":

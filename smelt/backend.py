@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -17,11 +18,14 @@ from . import config as config_module
 from . import graph_cache
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
+from .lowering.frozen_weights import weight_indices
 from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
 from .pipeline import compile_graph
 from .saved_inputs import copy_mutated_inputs_saved_for_backward, donated_saved_inputs
 from .runtime import compile_pool
 from .runtime.kernel_binaries import prepare_compiler
+
+log = logging.getLogger("smelt")
 
 # Checks that return nothing: older torch (2.11) does not thread them through effect tokens, so
 # without this mark FX dead-code elimination drops them and a singular matrix passes silently.
@@ -67,6 +71,11 @@ class _Compiler:
     def __call__(self, gm, example_inputs):
         if self.kind == "forward":
             copy_mutated_inputs_saved_for_backward(gm)
+        if self.kind == "inference" and self.pair.get("weights"):
+            if len(gm.graph.find_nodes(op="placeholder")) == self.pair["num_inputs"]:
+                gm.meta["smelt_frozen_weights"] = self.pair["weights"]
+            else:  # AOTAutograd merged or split inputs: positions no longer name the weights
+                log.debug("smelt: weights not frozen: the inference graph's inputs are not Dynamo's")
         if self.kind == "backward":
             padded = self.pair.get("padded_saved")
             if padded:  # saved values the forward returns as their padded rows
@@ -100,6 +109,12 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     with config_module.override(**settings):
         cfg = config_module.current()
     slot = DynamoCacheSlot(gm, example_inputs, cfg)
+    pair: dict = {}
+    if cfg.freeze_weights and not torch.is_grad_enabled():
+        # AOTAutograd's inputs: the tensors the graph holds, then Dynamo's (DynamoCacheSlot.held).
+        pair["weights"] = [len(slot.held) + i for i in weight_indices(example_inputs)]
+        pair["num_inputs"] = slot.num_inputs
+        slot.key = None  # a cached entry would come back without its prologue
     cached = slot.lookup()
     if cached is not None:
         return cached
@@ -107,7 +122,6 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         prepare_compiler()
         if graph_cache.enabled(cfg):  # where binaries are kept, workers compile them (triton_loading.build_ahead):
             compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
-    pair: dict = {}
     compiled = aot_module_simplified(
         gm, example_inputs,
         fw_compiler=_Compiler("forward", slot, settings, pair),

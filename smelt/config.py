@@ -130,6 +130,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
+    "SMELT_FREEZE_WEIGHTS": Setting(parse_bool, False, _BOOL),
     "SMELT_PROGRESS": Setting(parse_bool, False, _BOOL),
     "SMELT_COMPILE_WORKERS": Setting(parse_positive_int, lambda: os.cpu_count() or 1, "a positive integer"),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
@@ -221,6 +222,12 @@ class Config:
     # Graphs on CUDA are recorded as CUDA graphs and replayed (runtime/cuda_graphs.py): one launch
     # per call. torch.compile(..., mode="reduce-overhead") turns it on for that compile.
     cuda_graphs: bool = _field("SMELT_CUDA_GRAPHS")
+
+    # Inference only: what a graph computes from the module's parameters and buffers alone (a
+    # convolution weight's channels-last copy, an autocast's cast of a weight) is computed once and
+    # kept, again only when a weight's storage or version counter moves (lowering/frozen_weights.py).
+    # Opt-in: a change that bypasses the version counter (`param.data.copy_(...)`) is not seen.
+    freeze_weights: bool = _field("SMELT_FREEZE_WEIGHTS")
 
     # A compile's kernels that take more than 2 s to build are counted in log lines (always) and,
     # with this on, in a bar on stderr when it is a terminal (smelt/progress.py).

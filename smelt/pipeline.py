@@ -18,6 +18,7 @@ from .errors import HalideRefusedKernel
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
 from .lowering.fx_clones import drop_redundant_clones
+from .lowering.frozen_weights import fold_weights
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import plan_layouts
 from .saved_inputs import saved_outputs_start
@@ -59,6 +60,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             generated.output_strides, generated.padded_saved = layout
         return generated
 
+    folded = None
+    if kind == "inference" and gm.meta.get("smelt_frozen_weights"):
+        # Before the cache lookup: the graph keyed is the one left after the move.
+        folded = fold_weights(gm, gm.meta["smelt_frozen_weights"], _wants(cfg, "channels_last", "channels_last_convolutions"))
     start = time.perf_counter()
     # The layout plan treats a forward's saved values apart from what the caller sees.
     context = f"saved from {saved_outputs_start()}" if kind == "forward" else ""
@@ -93,6 +98,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             generated = regenerated
     compiled.kind = kind
     compiled.padded_saved = generated.padded_saved
+    if folded is not None:
+        compiled.call = folded.wrap(compiled.call)
+        compiled.folded_weights = folded
     compiled.stage_seconds = dict(clock.seconds)
     log.debug("smelt: %s graph compiled in %s", kind, ", ".join(f"{k} {v:.3f} s" for k, v in clock.seconds.items()))
     observe.record(compiled)

@@ -159,6 +159,28 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
     return list(conversions.values())
 
 
+def channels_last_weight_copies(gm: torch.fx.GraphModule, wants, weights: set) -> list[torch.fx.Node]:
+    """For frozen weights (lowering/frozen_weights.py): the channels-last copy of each weight in
+    `weights` that `_convert_convolution_operands` leaves to ATen, made in the graph, where the
+    prologue can take it. Only for convolutions the plan makes channels-last."""
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    for conv in list(gm.graph.nodes):
+        if conv.op != "call_function" or conv.target is not aten.convolution.default or not _is_4d(conv.args[0]) \
+                or not wants(conv.args[0].meta["val"].device) or _crashes_onednn_channels_last(conv):
+            continue
+        weight = conv.args[_WEIGHT[conv.target]]
+        if weight not in weights or not _is_4d(weight) \
+                or weight.meta["val"].is_contiguous(memory_format=torch.channels_last):
+            continue
+        if weight not in copies:
+            with gm.graph.inserting_before(conv):
+                copies[weight] = gm.graph.call_function(
+                    aten.clone.default, (weight,), {"memory_format": torch.channels_last})
+            copies[weight].meta = dict(weight.meta, val=weight.meta["val"].clone(memory_format=torch.channels_last))
+        conv.update_arg(_WEIGHT[conv.target], copies[weight])
+    return list(copies.values())
+
+
 def _crashes_onednn_channels_last(conv: torch.fx.Node) -> bool:
     """A bfloat16 convolution on the CPU with a stride and a dilation both above 1: oneDNN's
     channels-last kernel dies by signal 11 on some of them (torch 2.13: 69 of 3,024 small shapes,

@@ -20,6 +20,8 @@ class CompiledGraph:
     planned_peak_bytes: int | None = None
     # A forward's saved values it returns as their padded rows (lowering/layout_plan.py).
     padded_saved: dict = dataclasses.field(default_factory=dict)
+    # With SMELT_FREEZE_WEIGHTS: the prologue computing values from weights alone (lowering/frozen_weights.py).
+    folded_weights: object = None
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs
