@@ -29,9 +29,10 @@ def _taken(source: str) -> dict[str, str]:
 
 def _chain(x, w):
     # Each softmax is a [32, 32] buffer that dies in the next product: the later ones can take the
-    # earlier ones' memory (not the product's in place: every pass of a softmax reads it).
+    # earlier ones' memory (not the product's in place: a softmax over its columns reads other
+    # elements than it writes).
     for _ in range(4):
-        x = (x @ w).softmax(-1)
+        x = (x @ w).t().softmax(-1)
     return x
 
 
@@ -49,13 +50,13 @@ def test_a_later_buffer_takes_a_dead_ones_memory(observe):
 
 def test_another_shape_of_the_same_size_takes_the_memory_through_a_view(observe):
     def f(x, w):
-        a = (x @ w).softmax(-1)  # [32, 64], dead in the next product
-        b = (a.t() @ x).softmax(-1)  # [64, 32]: the same 2048 elements
-        return b @ torch.ones(32, 2, device=x.device)
+        a = (x @ w).t().softmax(-1)  # [64, 32], dead in the next product
+        b = (a @ x).t().softmax(-1)  # [32, 64]: the same 2048 elements
+        return b @ torch.ones(64, 2, device=x.device)
     x, w = _randn(32, 32), _randn(32, 64) * 0.1
     out, graph = _compiled(f, x, w, observe=observe)
     torch.testing.assert_close(out, f(x, w), atol=1e-4, rtol=1e-4)
-    assert re.search(r"= reinterpret_tensor\(\w+, \(64, 32\), \(32, 1\)\); del \w+  # dead", graph.wrapper_source), \
+    assert re.search(r"= reinterpret_tensor\(\w+, \(32, 64\), \(64, 1\)\); del \w+  # dead", graph.wrapper_source), \
         graph.wrapper_source
 
 
@@ -65,10 +66,10 @@ def test_a_buffer_an_aten_view_reads_is_never_taken(observe, monkeypatch):
     monkeypatch.delitem(registry.LOWERINGS, torch.ops.aten.diagonal.default)  # runs through ATen: a view
 
     def f(x, w):
-        a = (x @ w).softmax(-1)
+        a = (x @ w).t().softmax(-1)  # (over the product's columns: not written over it)
         d = torch.ops.aten.diagonal.default(a)  # a view of a, read at the end
-        b = (a @ w).softmax(-1)  # a's last kernel reader; b would take a's memory once a dies
-        c = (b @ w).softmax(-1)  # could take b's
+        b = (a @ w).t().softmax(-1)  # a's last kernel reader; b would take a's memory once a dies
+        c = (b @ w).t().softmax(-1)  # could take b's
         return c @ w, d * 2
     x, w = _randn(16, 16), _randn(16, 16) * 0.1
     out, graph = _compiled(f, x, w, observe=observe)

@@ -116,3 +116,4 @@ def test_off_by_default(observe):
     with torch.no_grad(), smelt.config.override(channels_last="on"):
         torch.compile(net, backend="smelt")(x)
     assert not _folded(observe)
+

@@ -16,6 +16,7 @@ caller may write into it), as does anything reading a weight the graph writes in
 from __future__ import annotations
 
 import logging
+import weakref
 
 import torch
 import torch.fx
@@ -33,10 +34,11 @@ _VIEWS = {aten.t.default, aten.permute.default, aten.transpose.int, aten.view.de
 
 
 def weight_indices(example_inputs) -> list[int]:
-    """Positions of the Dynamo graph's inputs that are a module's parameters or buffers (Dynamo
-    marks those of the modules it inlines as static inputs)."""
+    """Positions of the Dynamo graph's inputs that are a module's parameters or buffers: Dynamo marks
+    those of the modules it inlines as unguarded static inputs (a tensor a user marks static, such as
+    a KV cache, is guarded by default: not taken)."""
     return [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and (
-        isinstance(x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None) is not None)]
+        isinstance(x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None) == "unguarded")]
 
 
 class FoldedWeights:
@@ -47,16 +49,20 @@ class FoldedWeights:
         self.indices = indices  # the weights the prologue reads, by position among the graph's inputs
         self.names = names  # the values it makes, in the order the graph takes them after its own inputs
         self.key = None
+        self.held: list[weakref.ref] = []  # the weights the values were made from
         self.values: list[torch.Tensor] = []
         self.runs = 0  # how many times the prologue ran (tests)
 
     def wrap(self, call):
         def call_with_folded_weights(args: list):
             weights = [args[i] for i in self.indices]
+            # Each weight's storage and version counter, and the tensor itself: a new tensor may
+            # land on a dead one's memory with the same version.
             key = tuple((w.untyped_storage().data_ptr(), w._version) for w in weights)
-            if key != self.key:
+            if key != self.key or any(r() is not w for r, w in zip(self.held, weights)):
                 with torch.no_grad():
                     self.values = list(self.prologue(*weights))
+                self.held = [weakref.ref(w) for w in weights]
                 self.key = key
                 self.runs += 1
             full = args + self.values
