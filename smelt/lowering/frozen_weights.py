@@ -11,7 +11,8 @@ change that goes around the version counter (`param.data.copy_(...)`) is not: he
 
 Only copies (clones, dtype casts) are moved, with the views between them: a view costs nothing
 per call, and a constant holding one would keep its base alive. A copy the graph returns stays (the
-caller may write into it), as does anything reading a weight the graph writes into.
+caller may write into it); a weight the graph writes into (a batch norm's running statistics in
+training mode) is not frozen.
 """
 from __future__ import annotations
 
@@ -75,12 +76,14 @@ def fold_weights(gm: torch.fx.GraphModule, weights: list[int], wants_channels_la
     """Moves what `gm` computes from its inputs at `weights` alone into a prologue (see the module
     docstring); `wants_channels_last(device)` as the layout plan takes it. None: nothing to move."""
     placeholders = gm.graph.find_nodes(op="placeholder")
-    frozen = {placeholders[i] for i in weights if i < len(placeholders)}
-    frozen -= _written_in_place(gm)
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    if meta is None or meta.tokens or len(meta.input_info) != len(placeholders):
+        return None  # which inputs the graph mutates is not known here: nothing is frozen
+    frozen = {placeholders[i] for i in weights if i < len(placeholders)
+              and not (meta.input_info[i].mutates_data or meta.input_info[i].mutates_metadata)}
     if not frozen:
         return None
-    if all(_static(p) for p in placeholders):  # the layout plan leaves graphs with symbolic sizes as traced
-        channels_last_weight_copies(gm, wants_channels_last, frozen)
+    channels_last_weight_copies(gm, wants_channels_last, frozen)
     output = gm.graph.find_nodes(op="output")[0]
     foldable = set(frozen)
     for node in gm.graph.nodes:
@@ -139,21 +142,3 @@ def _prologue(gm: torch.fx.GraphModule, moved: list[torch.fx.Node], frozen: set)
     graph.output(tuple(env[n] for n in moved))
     return torch.fx.GraphModule(torch.nn.Module(), graph), inputs
 
-
-def _written_in_place(gm: torch.fx.GraphModule) -> set:
-    """Placeholders some op of the graph mutates (a buffer updated in place)."""
-    written = set()
-    for node in gm.graph.nodes:
-        schema = getattr(node.target, "_schema", None)
-        if node.op == "call_function" and schema is not None and schema.is_mutable:
-            for arg, a in zip(schema.arguments, node.args):
-                if arg.alias_info is not None and arg.alias_info.is_write and isinstance(a, torch.fx.Node):
-                    written.add(a)
-    return written
-
-
-def _static(node: torch.fx.Node) -> bool:
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
-    return all(isinstance(s, int) for s in (*val.shape, *val.stride(), val.storage_offset()))
