@@ -20,6 +20,7 @@ import triton
 
 from ..artifact import CudaTwin
 from ..errors import KernelCompileError
+from . import interpreter_compat
 from .cuda_binary import describe
 from .kernel_binaries import KernelVariants, Unsupported
 from .launcher import appended_description, block_constants, error_text
@@ -59,7 +60,8 @@ class CudaCompileCheck:
 
     def _compile(self, spec: tuple) -> KernelCompileError | None:
         try:
-            self._kernel_variants().load_or_compile(spec, self.constexprs, self.twin.config.num_warps, CAPABILITY)
+            with interpreter_compat.LOCK:  # not while another thread's interpreted launch patches triton.language
+                self._kernel_variants().load_or_compile(spec, self.constexprs, self.twin.config.num_warps, CAPABILITY)
         except Unsupported:  # compiled, but launched through Triton's JIT on the GPU (scratch memory, ...)
             return None
         except Exception as e:  # on the GPU, any compile failure fails the kernel's first launch

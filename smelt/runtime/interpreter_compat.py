@@ -10,6 +10,12 @@
   later GPU compile in the process then fails inside Triton ("'value' object has no attribute
   'dtype'"), as SMELT_CHECK_CUDA_COMPILE's compiles did after any dropout. Each such call now
   restores what it patched when it returns.
+- The interpreter keeps a launch's state in the process: triton.language patched for the launch
+  and put back after it, and the program id in one global builder. Two threads launching at once
+  (a compiled graph called from threads) read each other's program ids, and their patches
+  interleaved so that one thread "restored" the other's patches for good (every later GPU compile
+  failed, "'value' object has no attribute 'data'"). Launches now take `LOCK`, one at a time, as
+  does SMELT_CHECK_CUDA_COMPILE's compile, which must not run while triton.language is patched.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import numpy as np
 
 _installed = False
 _nested = threading.local()  # .scopes: the patch scopes opened by the device function calls under way
+LOCK = threading.RLock()  # held by each interpreted launch (and GPU compile) while it runs
 
 
 def _numpy_refuses_one_element_int() -> bool:
@@ -36,6 +43,7 @@ def install() -> None:
         return
     _installed = True
     _restore_after_device_calls()
+    _one_launch_at_a_time()
     if not _numpy_refuses_one_element_int():
         return
     from triton.runtime import interpreter
@@ -77,3 +85,16 @@ def _restore_after_device_calls() -> None:
 
     interpreter._patch_lang = recording_patch_lang
     function.__call__ = restoring_call
+
+
+def _one_launch_at_a_time() -> None:
+    from triton.runtime import interpreter
+    executor = getattr(interpreter, "GridExecutor", None)
+    if executor is None:  # another interpreter layout: leave it as it is
+        return
+    launch = executor.__call__
+
+    def serialized_launch(self, *args, **kwargs):
+        with LOCK:
+            return launch(self, *args, **kwargs)
+    executor.__call__ = serialized_launch
