@@ -6,6 +6,8 @@ CUDA the caching allocator's own statistics do, under the model suite's AMP bflo
 
     python -m benchmarks.probes.train_phase_memory [--models qwen2] [--size real] [--batch 2] [--seq 128]
     python -m benchmarks.probes.train_phase_memory --device cuda   # the suite's batch and length
+    python -m benchmarks.probes.train_phase_memory --models vit --batch 4 --autocast   # CPU bf16 autocast,
+        # standing in for the suite's CUDA AMP (the CPU's autocast op lists differ a little)
 
 A whole step profiled at once gave Inductor's qwen2 456 MiB against these 600 (RESULTS 2026-11-27,
 seventh session), a difference not explained yet, so the phases are measured apart.
@@ -31,14 +33,14 @@ def cuda_allocations_of(fn) -> tuple:
     return out, torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
 
 
-def measure(name: str, size: str, batch, seq, backend: str, device: str) -> None:
-    from smelt.tools.model_suite import zoo_text
+def measure(name: str, size: str, batch, seq, backend: str, device: str, cpu_autocast: bool = False) -> None:
+    from smelt.tools.model_suite import zoo_text, zoo_vision
     from smelt.tools.model_suite.spec import autocast_for, seeded
     from smelt.tools.model_suite.timing import build_model
     from smelt.tools.model_suite.zoo import all_specs
     spec = all_specs()[name]
     if batch is not None:
-        zoo_text.BATCH[size] = batch
+        zoo_text.BATCH[size] = zoo_vision.BATCH[size] = batch
     if seq is not None:
         zoo_text.SEQ[size] = seq
     torch._dynamo.reset()
@@ -49,7 +51,8 @@ def measure(name: str, size: str, batch, seq, backend: str, device: str) -> None
     step = torch.compile(opt.step, backend=backend)
 
     def forward():
-        with autocast_for(device):
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if cpu_autocast else autocast_for(device)
+        with amp:
             return loss_fn(sample)
     for _ in range(2):  # compiled, and the optimizer's state made
         opt.zero_grad(set_to_none=True)
@@ -75,14 +78,18 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=None, help="default: 2 on the CPU, the suite's on CUDA")
     parser.add_argument("--seq", type=int, default=None, help="default: 128 on the CPU, the suite's on CUDA")
     parser.add_argument("--backends", default="smelt,inductor")
+    parser.add_argument("--autocast", action="store_true", help="on the CPU: bfloat16 autocast")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         args.batch, args.seq = args.batch or 2, args.seq or 128
     os.environ.setdefault("SMELT_GRAPH_CACHE", "0")
+    # The CPU workspace's block is allocated once and kept: a phase's call-local buffers would not show
+    # in its allocation events, where the GPU's would.
+    os.environ.setdefault("SMELT_CPU_WORKSPACE", "0")
     import smelt  # noqa: F401
     for name in args.models.split(","):
         for backend in args.backends.split(","):
-            measure(name, args.size, args.batch, args.seq, backend, args.device)
+            measure(name, args.size, args.batch, args.seq, backend, args.device, args.autocast and args.device == "cpu")
 
 
 if __name__ == "__main__":
