@@ -20,6 +20,7 @@ Fixtures exposed to tests:
 """
 
 import os
+import threading
 
 from smelt.config import default_cpu_backend  # noqa: E402
 
@@ -58,6 +59,24 @@ def inspects_triton_kernels() -> None:
         pytest.skip(f"inspects Triton kernels; the CPU backend is {os.environ['SMELT_CPU_BACKEND']}")
     if DEVICE.startswith("cuda") and os.environ.get("SMELT_CUDA_BACKEND", "triton") != "triton":
         pytest.skip(f"inspects Triton kernels; the CUDA backend is {os.environ['SMELT_CUDA_BACKEND']}")
+
+
+def failures_in_threads(work, count: int) -> list[str]:
+    """Runs work(k) for k in range(count), each in a thread of its own, all at once; returns each
+    thread's exception as text (a thread's exception is otherwise only a pytest warning)."""
+    failures: list[str] = []
+
+    def run(k):
+        try:
+            work(k)
+        except Exception as e:
+            failures.append(f"thread {k}: {type(e).__name__}: {e}"[:300])
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures
 
 
 def allocated_shapes(wrapper_source: str) -> list[tuple[int, ...]]:

@@ -1,10 +1,10 @@
 """CPU buffers that live only inside a call, placed in one block per thread kept between calls
 (scheduler/workspace.py, runtime/cpu_workspace.py)."""
 import re
-import threading
 
 import pytest
 import torch
+from conftest import failures_in_threads
 import torch.nn.functional as F
 
 import smelt
@@ -87,25 +87,14 @@ def test_threads_calling_at_once_each_get_a_block(observe, monkeypatch, launch):
         monkeypatch.setattr(halide_launcher.HalideLauncher, "_runner", lambda self, cache_dir: None)
     call = _compiled(_block, observe)
     call(*_inputs(0))  # compiled once, before the threads
-    failures = []
 
     def worker(seed):
         inputs = _inputs(seed)
         expected = _block(*inputs)
-        try:
-            for _ in range(20):
-                for got, want in zip(call(*inputs), expected):
-                    if not torch.allclose(got, want, atol=1e-5, rtol=1e-4):
-                        failures.append(seed)
-                        return
-        except Exception as e:  # a thread's exception is otherwise only a warning
-            failures.append(f"{seed}: {type(e).__name__}: {e}"[:300])
-
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        for _ in range(20):
+            for got, want in zip(call(*inputs), expected):
+                assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), "wrong values"
+    failures = failures_in_threads(worker, 4)
     assert not failures, failures
 
 

@@ -1,10 +1,10 @@
 """Triton's interpreter from several threads at once (smelt/runtime/interpreter_compat.py): it keeps a
 launch's program id and its patches of triton.language in the process, so launches take turns."""
 import os
-import threading
 
 import pytest
 import torch
+from conftest import failures_in_threads
 
 pytestmark = pytest.mark.skipif(os.environ.get("SMELT_CPU_BACKEND") != "triton",
                                 reason="runs CPU kernels in Triton's interpreter")
@@ -19,22 +19,11 @@ def test_threads_launching_interpreted_kernels_at_once(compile_fn):
         return torch.softmax(x * 1.5, -1) + x.sum(0)  # two kernels, each over several programs
     compiled = compile_fn(fn)
     compiled(torch.randn(64, 96))  # compiled before the threads
-    failures = []
 
     def worker(seed):
         x = torch.randn(64, 96, generator=torch.Generator().manual_seed(seed))
-        try:
-            for _ in range(6):
-                if not torch.allclose(compiled(x), fn(x), atol=1e-5, rtol=1e-5):
-                    failures.append(f"thread {seed}: wrong values")
-                    return
-        except Exception as e:  # an interpreter left in another launch's state
-            failures.append(f"thread {seed}: {type(e).__name__}: {e}"[:300])
-
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        for _ in range(6):
+            assert torch.allclose(compiled(x), fn(x), atol=1e-5, rtol=1e-5), "wrong values"
+    failures = failures_in_threads(worker, 4)  # an interpreter left in another launch's state raises
     assert not failures, failures
     assert {name: getattr(tl, name) for name in patched_names} == before  # nothing left patched

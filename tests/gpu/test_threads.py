@@ -2,11 +2,11 @@
 descriptions gave wrong answers on the CPU that way: tests/test_cpu_workspace.py): kernels whose
 launchers keep state between calls (combo kernels' pointer tables, a finisher's counter), each
 thread on its own stream, against eager."""
-import threading
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import failures_in_threads
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -28,28 +28,18 @@ def test_threads_on_their_own_streams_get_their_own_answers():
 
     compiled(*inputs(0))  # compiled once, before the threads
     torch.cuda.synchronize()
-    failures = []
 
-    def worker(seed):
+    def worker(k):
+        seed = k + 1
         args = inputs(seed)
         expected = _program(*args)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())  # the inputs and the expected values
-        try:
-            with torch.cuda.stream(stream):
-                for _ in range(30):
-                    got = compiled(*args)
-                    stream.synchronize()
-                    if not torch.allclose(got[0], expected[0], atol=1e-3, rtol=1e-3) or not all(
-                            torch.allclose(a, b, atol=1e-3, rtol=1e-3) for a, b in zip(got[1], expected[1])):
-                        failures.append(seed)
-                        return
-        except Exception as e:  # a thread's exception is otherwise only a warning
-            failures.append(f"{seed}: {type(e).__name__}: {e}"[:300])
-
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(1, 5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        with torch.cuda.stream(stream):
+            for _ in range(30):
+                got = compiled(*args)
+                stream.synchronize()
+                assert torch.allclose(got[0], expected[0], atol=1e-3, rtol=1e-3) and all(
+                    torch.allclose(a, b, atol=1e-3, rtol=1e-3) for a, b in zip(got[1], expected[1])), "wrong values"
+    failures = failures_in_threads(worker, 4)
     assert not failures, failures
