@@ -97,33 +97,32 @@ def _fits_over(src, out) -> bool:
 
 def _read_in_place(plan, writer, src: str) -> bool:
     """Every load of `src` in the kernel is at the element `writer` stores, by a member that loads
-    it before that store: the writer itself or, in a reduction kernel, `_read_before_the_store`."""
+    it before that store: the writer itself or, in a reduction kernel, one `_read_before_the_store`
+    names. (In a pointwise kernel another member could be printed after the store and load the
+    element already overwritten.)"""
     x, r = plan.xnumel, plan.rnumel
     store = writer.store_index(plan.placement[writer.name], x, r)
+    before = _read_before_the_store(plan, writer) if plan.is_reduction else set()
     found = False
     for node in plan.nodes:
         for name, index in node.reads_in_kernel(plan.placement[node.name], x, r):
             if name != src:
                 continue
-            if not same(index, store):
-                return False
-            # In a pointwise kernel another member could be printed after the store and load
-            # the element already overwritten.
-            if node is not writer and not (plan.is_reduction and _read_before_the_store(plan, writer, node)):
+            if not same(index, store) or (node is not writer and node.name not in before):
                 return False
             found = True
     return found
 
 
-def _read_before_the_store(plan, writer, node) -> bool:
-    """In a reduction kernel storing `writer` in its last pass: whether `node`'s loads of the
+def _read_before_the_store(plan, writer) -> set[str]:
+    """In a reduction kernel storing `writer` in its last pass: the members whose loads of the
     writer's elements all come before the store. A softmax over a product's scores is the case:
     its max and sum read each score in the passes before the one writing the probabilities over
     them. A member of an earlier pass finishes that pass over the row before the last pass starts
     (a persistent kernel: the stored value depends on every element the reductions read); one of
     the last pass must be an input of the writer, computed before it in that pass. Every member of
     the last pass must be, or a later one could recompute an earlier pass's value from memory
-    already overwritten."""
+    already overwritten: then none is named."""
     last = plan.num_phases - 1
     writers = {n.write_name: n for n in plan.nodes}
     inputs, stack = set(), [writer]
@@ -134,8 +133,8 @@ def _read_before_the_store(plan, writer, node) -> bool:
                 inputs.add(producer.name)
                 stack.append(producer)
     if any(plan.phase[n.name] == last and n is not writer and n.name not in inputs for n in plan.nodes):
-        return False
-    return plan.phase[node.name] < last or node.name in inputs
+        return set()
+    return inputs | {n.name for n in plan.nodes if plan.phase[n.name] < last}
 
 
 def viewed_by_aten(steps) -> set[str]:
