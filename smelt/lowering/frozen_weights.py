@@ -9,7 +9,7 @@ first call and again only when a weight it reads has moved (another storage) or 
 place (its version counter), so an optimizer step under `no_grad` or `load_state_dict` is seen. A
 change that goes around the version counter (`param.data.copy_(...)`) is not: hence opt-in.
 
-Only copies (clones, dtype casts) are moved, with the views between them: a view costs nothing
+Only copies that convert (a dtype, a device, strides) are moved, with the views between them: a view costs nothing
 per call, and a constant holding one would keep its base alive. A copy the graph returns stays (the
 caller may write into it); a weight the graph writes into (a batch norm's running statistics in
 training mode) is not frozen.
@@ -95,7 +95,7 @@ def fold_weights(gm: torch.fx.GraphModule, weights: list[int], wants_channels_la
     def read_by_graph(node) -> bool:  # after the move: by a node left in the graph, or through a view left there
         return any(u not in foldable or (u.target in _VIEWS and read_by_graph(u)) for u in node.users)
     moved = [n for n in gm.graph.nodes if n in foldable and n not in frozen and n.target in _COPIES
-             and read_by_graph(n)]
+             and read_by_graph(n) and _converts(n)]
     if not moved:
         return None
     prologue, inputs = _prologue(gm, moved, frozen)
@@ -114,6 +114,16 @@ def fold_weights(gm: torch.fx.GraphModule, weights: list[int], wants_channels_la
     log.debug("smelt: %d values computed from weights alone move to a prologue (%s)", len(moved),
               ", ".join(str(n.target) for n in moved[:4]))
     return FoldedWeights(prologue, [index_of[p] for p in inputs], names)
+
+
+def _converts(copy: torch.fx.Node) -> bool:
+    """Whether a copy changes its input's dtype, device or strides: one that does not (a batch norm's
+    statistics cast to the dtype they have) is fused into its reader's kernel at no cost, and moved
+    would only add an input to check on every call."""
+    val, source = copy.meta.get("val"), copy.args[0].meta.get("val")
+    if not (isinstance(val, torch.Tensor) and isinstance(source, torch.Tensor)):
+        return True
+    return (val.dtype, val.device, val.stride()) != (source.dtype, source.device, source.stride())
 
 
 def _returned(node: torch.fx.Node, output: torch.fx.Node) -> bool:
