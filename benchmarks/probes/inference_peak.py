@@ -5,8 +5,8 @@ smelt's call-local buffers are counted as the GPU counts them.
 
     python -m benchmarks.probes.inference_peak t5_encoder --mode infer_bf16 --batch 2 --seq 512 --sdpa-math
 
---sdpa-math runs SDPA's math backend, as CUDA does when its fused kernels refuse an input (T5's position
-bias, whose last dimension has stride 8).
+--sdpa-math runs SDPA's math backend, as the H200 ran T5's attention (its traced graph held the math path,
+likely for T5's position-bias mask, whose last dimension has stride 8).
 """
 from __future__ import annotations
 
