@@ -117,3 +117,36 @@ def test_off_by_default(observe):
         torch.compile(net, backend="smelt")(x)
     assert not _folded(observe)
 
+
+
+
+def test_an_autocast_convolution_weight_is_cast_and_made_channels_last_once(observe, assert_close):
+    torch.manual_seed(0)
+    conv, x = nn.Conv2d(3, 4, 3), torch.randn(2, 3, 8, 8)
+    compiled = _frozen(conv, observe, channels_last="on")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(2):
+            assert_close(compiled(x), conv(x))  # bfloat16: to 1e-2
+    (folded,) = _folded(observe)
+    assert folded.runs == 1 and any("clone" in name for name in folded.names), folded.names
+    graph = observe.compiled_graphs()[-1]
+    weight = [line for line in graph.wrapper_source.splitlines() if "convolution(" in line]
+    assert weight and "folded_clone" in weight[0], weight
+
+
+def test_symbolic_sizes_and_a_shared_weight(observe, assert_close):
+    # Sizes that vary: the layout plan leaves such graphs as traced, so no channels-last weight copy is
+    # made (an NCHW input would then be converted in every convolution); a cast still moves. One weight
+    # read by two layers is one input.
+    torch.manual_seed(0)
+    conv, lin = nn.Conv2d(3, 4, 3), nn.Linear(6, 6)
+
+    def fn(x, y):
+        return conv(x).sum((2, 3)), lin(lin(y))
+    compiled = _frozen(fn, observe, channels_last="on")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for n in (5, 7, 9):
+            x, y = torch.randn(2, 3, n, n), torch.randn(n, 6)
+            assert_close(compiled(x, y), fn(x, y))  # bfloat16: to 1e-2
+    symbolic = observe.compiled_graphs()[-1].folded_weights  # compiled again once sizes varied
+    assert symbolic is not None and symbolic.names and not any("clone" in n for n in symbolic.names), symbolic

@@ -83,14 +83,12 @@ def fold_weights(gm: torch.fx.GraphModule, weights: list[int], wants_channels_la
               and not (meta.input_info[i].mutates_data or meta.input_info[i].mutates_metadata)}
     if not frozen:
         return None
-    channels_last_weight_copies(gm, wants_channels_last, frozen)
     output = gm.graph.find_nodes(op="output")[0]
-    foldable = set(frozen)
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in (_COPIES | _VIEWS) and node.all_input_nodes \
-                and all(a in foldable for a in node.all_input_nodes) \
-                and not (node.target in _COPIES and _returned(node, output)):
-            foldable.add(node)
+    foldable = _foldable(gm, frozen, output)
+    # A convolution weight the graph reads as it is, or casts first (autocast), gets its channels-last
+    # copy here, where it can move too.
+    if channels_last_weight_copies(gm, wants_channels_last, foldable):
+        foldable = _foldable(gm, frozen, output)
 
     def read_by_graph(node) -> bool:  # after the move: by a node left in the graph, or through a view left there
         return any(u not in foldable or (u.target in _VIEWS and read_by_graph(u)) for u in node.users)
@@ -114,6 +112,18 @@ def fold_weights(gm: torch.fx.GraphModule, weights: list[int], wants_channels_la
     log.debug("smelt: %d values computed from weights alone move to a prologue (%s)", len(moved),
               ", ".join(str(n.target) for n in moved[:4]))
     return FoldedWeights(prologue, [index_of[p] for p in inputs], names)
+
+
+def _foldable(gm: torch.fx.GraphModule, frozen: set, output: torch.fx.Node) -> set:
+    """The frozen inputs and the copies and views computed from them alone (a copy the graph returns
+    excepted)."""
+    foldable = set(frozen)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (_COPIES | _VIEWS) and node.all_input_nodes \
+                and all(a in foldable for a in node.all_input_nodes) \
+                and not (node.target in _COPIES and _returned(node, output)):
+            foldable.add(node)
+    return foldable
 
 
 def _converts(copy: torch.fx.Node) -> bool:

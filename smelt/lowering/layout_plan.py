@@ -160,9 +160,10 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
 
 
 def channels_last_weight_copies(gm: torch.fx.GraphModule, wants, weights: set) -> list[torch.fx.Node]:
-    """For frozen weights (lowering/frozen_weights.py): the channels-last copy of each weight in
-    `weights` that `_convert_convolution_operands` leaves to ATen, made in the graph, where the
-    prologue can take it. Only for convolutions the plan makes channels-last (none where sizes are
+    """For frozen weights (lowering/frozen_weights.py): the channels-last copy of each convolution
+    weight in `weights` (computed from weights alone: a parameter, or its autocast cast, which
+    `_convert_convolution_operands` would leave to ATen or to the cast's kernel), made in the
+    graph, where the prologue can take it. Only for convolutions the plan makes channels-last (none where sizes are
     symbolic: the plan leaves those graphs as traced)."""
     if not all(_static(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")):
         return []
