@@ -72,7 +72,7 @@ class _Compiler:
         if self.kind == "forward":
             copy_mutated_inputs_saved_for_backward(gm)
         if self.kind == "inference" and self.pair.get("weights"):
-            if len(gm.graph.find_nodes(op="placeholder")) == self.pair["num_inputs"]:
+            if len(gm.graph.find_nodes(op="placeholder")) == self.slot.num_inputs:
                 gm.meta["smelt_frozen_weights"] = self.pair["weights"]
             else:  # AOTAutograd merged or split inputs: positions no longer name the weights
                 log.debug("smelt: weights not frozen: the inference graph's inputs are not Dynamo's")
@@ -113,8 +113,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     if cfg.freeze_weights and not torch.is_grad_enabled():
         # AOTAutograd's inputs: the tensors the graph holds, then Dynamo's (DynamoCacheSlot.held).
         pair["weights"] = [len(slot.held) + i for i in weight_indices(example_inputs)]
-        pair["num_inputs"] = slot.num_inputs
-        slot.key = None  # a cached entry would come back without its prologue
+        if pair["weights"]:
+            slot.key = None  # a cached entry would come back without its prologue
     cached = slot.lookup()
     if cached is not None:
         return cached
