@@ -13,11 +13,13 @@ A `b` that is a weight's transpose (`t(w)`: column-major with an aligned leading
 read in place: its first N - N % align columns in one product, straight into the padded rows, and
 its last few through a padded copy of only those, so the whole weight is never copied (GPT-2's
 77 MB a call, Inductor's way): 458 us on the H200 against 503 for cuBLAS over a weight already
-padded. A product plus a bias vector on CUDA pads the whole weight instead: cuBLAS adds the bias in
-its epilogue only into a contiguous result, and the padded rows' first N columns are not one (BERT's
-head on the H200, `benchmarks/probes/head_product.py`: 352 us so, 505 into the strided columns, 386
-through a TMA Triton kernel storing into eager's rows). A `b` that comes padded is read whole; any other is
-padded here.
+padded. A product plus a bias vector on CUDA is where cuBLAS is no help: it adds the bias in its
+epilogue only into a contiguous result, which the padded rows' first N columns are not (BERT's head on
+the H200, `benchmarks/probes/head_product.py`: 505 us into the strided columns; 352 with the whole
+weight padded on every call, Inductor's way, whose 47 MB copy stood beside the logits at an inference
+call's peak: 1.16x eager's). A half-float one goes through biased_head.py's TMA kernel into eager's
+unpadded rows (386 us, the weight read in place, the peak eager's: returns_unpadded); any other pads
+the whole weight. A `b` that comes padded is read whole; any other is padded here.
 """
 from typing import Optional
 
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 ALIGN_BYTES = 16
+HALF_FLOATS = (torch.float16, torch.bfloat16)
 
 
 def padded_width(n: int, element_size: int) -> int:
@@ -37,6 +40,14 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     """(bias +) a @ b, its first `n` columns, in rows of padded_width(n) elements; a [M, K],
     b [K, N] with N = n or n padded, bias broadcastable to [M, N] (zero past n where N > n)."""
     m = a.shape[0]
+    if returns_unpadded(a, b, bias, n):
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+        if m == 0 or n == 0:
+            return out
+        from . import biased_head  # Triton, imported only where it runs
+        if biased_head.applies(a, b.t(), bias):
+            return biased_head.product_into(out, a, b.t(), bias)
+        return out.copy_(F.linear(a, b.t(), bias[:n]))  # rows TMA cannot read (a misaligned view): rare
     width = padded_width(n, a.element_size())
     rows = torch.empty((m, width), dtype=a.dtype, device=a.device)
     if m == 0 or n == 0:
@@ -54,6 +65,14 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     else:
         _product(a, _padded(b[:, :n], width), _columns(bias, 0, width), rows)
     return rows[:, :n]
+
+
+def returns_unpadded(a, b, bias, n: int) -> bool:
+    """Whether the result comes in eager's unpadded rows: a half-float weight's product plus a bias
+    vector on CUDA, which biased_head.py's kernel stores there."""
+    return (_is_vector(bias) and a.is_cuda and a.dtype in HALF_FLOATS and b.dtype == a.dtype
+            and bias.dtype == a.dtype and a.dim() == b.dim() == 2 and b.stride(0) == 1
+            and b.shape[1] < padded_width(n, a.element_size()))
 
 
 def _is_vector(bias) -> bool:
@@ -86,5 +105,7 @@ def _columns(bias, start: int, end: int):
 
 @padded_product.register_fake
 def _(a, b, bias, n):
+    if returns_unpadded(a, b, bias, n):
+        return a.new_empty((a.shape[0], n))
     width = padded_width(n, a.element_size())
     return a.new_empty((a.shape[0], width))[:, :n]
