@@ -124,6 +124,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
     "SMELT_COMBO_KERNELS": Setting(parse_bool, True, _BOOL),
     "SMELT_BUFFER_POOL": Setting(parse_bool, True, _BOOL),
+    "SMELT_MEMORY_ORDER": Setting(parse_bool, True, _BOOL),
     "SMELT_CPU_WORKSPACE": Setting(parse_bool, True, _BOOL),
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -196,6 +197,10 @@ class Config:
     # A buffer takes the memory of a dead one of its size instead of allocating (scheduler/pool.py);
     # off: every buffer is allocated, as to compare host times.
     buffer_pool: bool = _field("SMELT_BUFFER_POOL")
+
+    # A step that frees more than it allocates runs as soon as its inputs are ready, where that
+    # lowers the graph's peak (scheduler/memory_order.py); off: the traced graph's order.
+    memory_order: bool = _field("SMELT_MEMORY_ORDER")
 
     # A CPU graph's buffers that live only inside a call get places in one block per thread, kept
     # between calls (scheduler/workspace.py); off: each is allocated (and its pages faulted in) per call.

@@ -26,6 +26,7 @@ from .runtime import halide_threads
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
+from .scheduler.memory_order import order_for_memory
 from .scheduler.combo import combine, is_merge_key
 from .target import H100, Target, switched_on
 from .scheduler.finishers import attach_finishers, finisher_plan
@@ -155,6 +156,9 @@ def _backend_of(cfg, step) -> backends.Backend:
 def _schedule(graph, cfg, halide_refused):
     """Fusion as the scheduler made it, then finishers and shared launches as the backends allow."""
     sched = make_schedule(graph)
+    outputs = {o.name for o in graph.outputs if o.name is not None}
+    if cfg.memory_order:
+        sched.steps = order_for_memory(sched.steps, outputs, graph)
     ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused))
 
     def backend_of(step) -> backends.Backend:
@@ -163,7 +167,6 @@ def _schedule(graph, cfg, halide_refused):
     def finishes(step) -> bool:
         return backend_of(step).finishes_reductions(step, ctx)
 
-    outputs = {o.name for o in graph.outputs if o.name is not None}
     # A reduction whose last program can finish the small reductions of its results after it takes
     # them into its launch. Such a pair stays out of shared launches, unless alike pairs (a split
     # norm per tensor) fill two: fewer launches than one per pair.

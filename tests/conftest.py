@@ -260,3 +260,40 @@ def kernel_count_fixture(observe):
 @pytest.fixture
 def counting_backend():
     return torch._dynamo.testing.CompileCounterWithBackend(BACKEND)
+
+
+def peak_bytes_of_call(fn, device, setup=None) -> int:
+    """The most bytes the device's allocator held during one call of `fn`, over what it held before
+    (CUDA: max_memory_allocated; CPU: torch.profiler's allocation events, summed in order). With
+    `setup`, fn(setup()) is called: on the CPU setup runs under the profiler too, which sees a block
+    freed only if it saw it allocated (a forward's saved values, freed by the backward)."""
+    if torch.device(device).type == "cuda":
+        state = setup() if setup is not None else None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn(state) if setup is not None else fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+    marker = 123457  # bytes: an allocation of this size marks where fn begins
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        state = setup() if setup is not None else None
+        torch.empty(marker, dtype=torch.uint8)
+        fn(state) if setup is not None else fn()
+    sizes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            sizes.append((node.start_time_ns, node.typed[1].alloc_size))
+        stack.extend(node.children)
+    sizes.sort(key=lambda s: s[0])
+    first = next(at for at, size in sizes if size == marker)
+    current = base = peak = 0
+    for at, size in sizes:
+        current += size
+        if at <= first:
+            base = current
+        peak = max(peak, current - base)
+    return peak

@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import smelt.config
+from conftest import peak_bytes_of_call
 from smelt.lowering import matmul_padding
 from smelt.runtime.padded_product import padded_width
 
@@ -202,33 +203,6 @@ def test_language_models_of_an_odd_vocabulary(device, assert_close, observe, fam
             torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
 
 
-def _peak_bytes_of_call(fn, device) -> int:
-    """The most bytes the device's allocator held during one call of `fn`, over what it held before
-    (CUDA: max_memory_allocated; CPU: torch.profiler's allocation events, summed in order)."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    sizes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            sizes.append((node.start_time_ns, node.typed[1].alloc_size))
-        stack.extend(node.children)
-    current = peak = 0
-    for _, size in sorted(sizes, key=lambda s: s[0]):
-        current += size
-        peak = max(peak, current)
-    return peak
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
 def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_close, observe, bias, dtype):
@@ -253,7 +227,7 @@ def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_cl
         source = _wrappers(observe)
         assert "smelt.padded_product" in source and "constant_pad_nd" not in source, source  # no pad in the graph
         logits = 2 * 8 * vocab * h.element_size()
-        peak = _peak_bytes_of_call(lambda: compiled(h), device)
+        peak = peak_bytes_of_call(lambda: compiled(h), device)
     if dtype == torch.bfloat16 and not cuda:
         return  # the CPU's bfloat16 product packs its operands in buffers of its own (3x these logits)
     copy = 1004 * dim * 4 if bias and cuda and dtype == torch.float32 else 0

@@ -1,12 +1,15 @@
 """Kernels run where their inputs die, not later: outputs computed in program order
-(lowering/graph.py) and combo members that move back only where memory cannot grow
-(scheduler/combo.py). Qwen2's AMP backward held every bfloat16 weight gradient and norm input
+(lowering/graph.py), combo members that move back only where memory cannot grow
+(scheduler/combo.py), and steps that free more than they allocate run as soon as they can
+(scheduler/memory_order.py). Qwen2's AMP backward held every bfloat16 weight gradient and norm input
 until its last kernel, which made all their float32 casts and column sums at once."""
+import os
+
 import pytest
 import torch
 
 import smelt
-from conftest import DEVICE, inspects_triton_kernels
+from conftest import DEVICE, inspects_triton_kernels, peak_bytes_of_call
 
 pytestmark = pytest.mark.smelt_only
 
@@ -77,3 +80,81 @@ def test_a_combo_member_moves_back_where_the_peak_allows(observe):
     inspects_triton_kernels()
     launches = [line.strip() for line in graph.wrapper_source.splitlines() if line.strip().startswith("triton_")]
     assert len(launches) == 3 and launches[0].startswith("triton_combo"), launches  # both scalings in one
+
+
+class _Mlp(torch.nn.Module):
+    """A transformer's MLP with its residual: the backward's products over the hidden layer are
+    the input gradient (a fresh [tokens, 4 x dim] buffer) and the weight gradient (after which the
+    saved activation, [tokens, 4 x dim] too, dies)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim)
+        self.fc1, self.fc2 = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
+
+
+def _backward_graph(model, x, observe, monkeypatch, memory_order: bool):
+    """The compiled step's gradients, its backward graph, and the most bytes its backward held over
+    what it began with (the saved values it frees counted down)."""
+    torch._dynamo.reset()
+    observe.reset()
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    model.zero_grad()
+    with smelt.config.override(memory_order=memory_order):
+        compiled = torch.compile(model, backend="smelt")
+        compiled(x).square().sum().backward()  # compiles both graphs
+        model.zero_grad()
+        peak = peak_bytes_of_call(lambda loss: loss.backward(), x.device, setup=lambda: compiled(x).square().sum())
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    return grads, observe.compiled_graphs()[-1], peak
+
+
+def _product_lines(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if "torch.mm(" in line or "torch.addmm(" in line]
+
+
+def test_a_weight_gradient_runs_before_the_input_gradient_to_free_its_saved_input(observe, monkeypatch):
+    """The saved GELU output dies with the weight gradient's product: run first, it is freed before
+    the input gradient's buffer of its size is allocated (ViT-Base's AMP training step held both, one
+    37 MiB block above Inductor's peak). The gradients stay eager's."""
+    torch.manual_seed(0)
+    model = _Mlp(64).to(DEVICE)
+    x = torch.randn(8, 256, 64, device=DEVICE)  # [2048, 256] float32 hidden layer: 2 MiB
+    model(x).square().sum().backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    grads, graph, peak = _backward_graph(model, x, observe, monkeypatch, memory_order=True)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected[name], atol=1e-3, rtol=1e-4)
+    _, traced, traced_peak = _backward_graph(model, x, observe, monkeypatch, memory_order=False)
+    # fc2's products read the incoming gradient: the traced order has its input gradient first.
+    first, reordered = _product_lines(traced.wrapper_source)[0], _product_lines(graph.wrapper_source)[0]
+    assert "primals" in first and "primals" not in reordered, (first, reordered)
+    if DEVICE == "cpu" and os.environ.get("SMELT_CPU_BACKEND") == "triton":
+        return  # Triton's interpreter copies each launch's arguments: its copies set the peak
+    hidden = 2048 * 256 * 4  # the traced order's peak holds two of these beside the saved values
+    assert peak <= traced_peak - hidden // 4, (peak, traced_peak)  # the next peak comes later, lower
+
+
+def _reads_then_overwrites(a, x, w):
+    big = x @ w  # 4 MiB, dead once summed
+    before = a[:512] * 3  # reads a's old value: another size than the sum, so another kernel
+    a.copy_(big[0] + big[-1])  # frees 4 MiB and allocates nothing: the order would run it first if it could
+    return before
+
+
+def test_a_write_into_an_input_waits_for_the_reads_of_its_old_value(observe, monkeypatch):
+    """The reorder keeps each step after the steps before it that read what it writes."""
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    torch.manual_seed(0)
+    a, x, w = (torch.randn(1024, device=DEVICE), torch.randn(1024, 1024, device=DEVICE),
+               torch.randn(1024, 1024, device=DEVICE))
+    expected_a = a.clone()
+    expected = _reads_then_overwrites(expected_a, x, w)
+    torch._dynamo.reset()
+    observe.reset()
+    got = torch.compile(_reads_then_overwrites, backend="smelt")(a, x, w)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(a, expected_a, atol=1e-2, rtol=1e-4)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 from typing import Callable, Hashable
 
-from ..ir.extern import returns_fresh_buffer
 from ..symbolic import static_int
 from .schedule import Step, plan_frees
 
@@ -107,7 +106,7 @@ def combine(steps: list[Step], key_of: Callable[[Step], tuple[Hashable, Hashable
                 windows = open_windows.setdefault(key, [])
                 windows.append(_Window(position, kind, index))
                 del windows[:-MAX_OPEN]
-            if step.is_extern and _orders_everything(step):
+            if step.is_extern and orders_everything(step):
                 open_windows.clear()
         # The step now runs at `position`: a later step that joins a window at or before it
         # moves ahead of it, one that joins a later window does not.
@@ -176,7 +175,7 @@ class _LiveBytes:
     def _live(self, steps: list[Step], graph) -> list[int] | None:
         live = [0] * (len(steps) + 1)
         spans = [(0, name) for name in graph.donated_inputs]
-        spans += [(k, name) for k, step in enumerate(steps) for name in _made(step)]
+        spans += [(k, name) for k, step in enumerate(steps) for name in step.allocated()]
         spans = [(start, name) for start, name in spans if name in self.sizes]  # a multi-result call: its parts
         self.counted = {name for _, name in spans}
         for start, name in spans:
@@ -193,7 +192,7 @@ class _LiveBytes:
 
     def move_back(self, index: int, step: Step, origin: int) -> bool:
         """Whether `step` may run at the place of the step at `origin`; if so, the figures move with it."""
-        sizes = [self.sizes.get(name) for name in _made(step)]
+        sizes = [self.sizes.get(name) for name in step.allocated()]
         allocated = None if None in sizes else sum(sizes)
         if allocated is not None and allocated <= MOVE_BYTES:
             return True
@@ -213,16 +212,6 @@ class _LiveBytes:
         return True
 
 
-def _made(step: Step) -> list[str]:
-    """The buffers a step allocates: a kernel's stores (not writes into inputs or kept inputs), an
-    ATen call's fresh result."""
-    if step.is_extern:
-        node = step.group.nodes[0]
-        return [node.write_name] if node.buffer.binds_name and returns_fresh_buffer(node.buffer) else []
-    return [n.write_name for n in step.nodes if n.write_name == n.name and n.write_name in step.stored
-            and n.write_name not in step.kept_in_input]
-
-
 class _Accesses:
     """The names a step reads and writes, and the shared storages it writes slices of."""
 
@@ -232,7 +221,7 @@ class _Accesses:
         self.fills = {n.fills for n in step.nodes if n.fills is not None}
 
 
-def _orders_everything(step: Step) -> bool:
+def orders_everything(step: Step) -> bool:
     """An ATen call with effects beyond its output (an assert, .item(), a custom op) stays between
     the kernels before and after it."""
     buffer = step.group.nodes[0].buffer

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from ..ir.extern import returns_fresh_buffer
 from ..ir.scalars import DynamicScalar
 from .fusion import FusedGroup, can_fuse
 from .kernel_plan import KernelPlan, plan_kernel
@@ -37,6 +38,15 @@ class Step:
         """The kernel's plan (placements, phases, tiling), made once, when first asked for: after
         memory planning has fixed `stored`. Every backend prints the step from it."""
         return plan_kernel(self.group, list(self.stored), self.kept_in_input, self.target)
+
+    def allocated(self) -> list[str]:
+        """The buffers this step allocates: a kernel's stores (not writes into inputs or kept
+        inputs), an ATen call's fresh result."""
+        if self.is_extern:
+            node = self.group.nodes[0]
+            return [node.write_name] if node.buffer.binds_name and returns_fresh_buffer(node.buffer) else []
+        return [n.write_name for n in self.nodes if n.write_name == n.name and n.write_name in self.stored
+                and n.write_name not in self.kept_in_input]
 
     @property
     def nodes(self) -> list:
