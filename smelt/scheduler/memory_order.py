@@ -23,6 +23,7 @@ between the steps around them. A view an ATen call returns counts as its inputs.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 
 from ..ir.extern import returns_fresh_buffer
@@ -88,7 +89,7 @@ class _MemoryOrder:
             preds = {last_writer[name] for name in reads | writes if name in last_writer}
             for name in writes:
                 preds.update(readers_since.get(name, ()))
-            if _is_barrier(step):
+            if _is_barrier(step, nodes):
                 preds.update(since_barrier)
                 since_barrier = []
                 barrier = k
@@ -118,15 +119,21 @@ class _MemoryOrder:
         for reads in self.reads:
             for name in reads:
                 readers_left[name] = readers_left.get(name, 0) + 1
+        # Only a step that could free enough, were it the last reader of all it reads, is ever a candidate.
+        could_free = [sum(self.sizes.get(name, 0) for name in self.reads[k] if name not in self.outputs)
+                      - self._allocates(k) >= MIN_FREED_BYTES for k in range(n)]
         ready = [k for k in range(n) if not waiting[k]]
         heapq.heapify(ready)
+        candidates = sorted(k for k in ready if could_free[k])
         order: list[int] = []
         while ready:
             first = ready[0]
-            pick = next((k for k in sorted(ready) if self._allocates(k) <= self._allocates(first)
+            pick = next((k for k in candidates if self._allocates(k) <= self._allocates(first)
                          and self._frees(k, readers_left) >= MIN_FREED_BYTES), first)
             ready.remove(pick)
             heapq.heapify(ready)
+            if could_free[pick]:
+                candidates.remove(pick)
             order.append(pick)
             for name in self.reads[pick]:
                 readers_left[name] -= 1
@@ -134,6 +141,8 @@ class _MemoryOrder:
                 waiting[s] -= 1
                 if not waiting[s]:
                     heapq.heappush(ready, s)
+                    if could_free[s]:
+                        bisect.insort(candidates, s)
         assert len(order) == n, "smelt: the steps' dependencies have a cycle"
         return order
 
@@ -169,6 +178,6 @@ class _MemoryOrder:
         return peak, held
 
 
-def _is_barrier(step: Step) -> bool:
+def _is_barrier(step: Step, nodes: list) -> bool:
     return (step.is_extern and orders_everything(step)) or any(
-        getattr(n.buffer, "has_side_effects", False) for n in step.nodes)
+        getattr(n.buffer, "has_side_effects", False) for n in nodes)
