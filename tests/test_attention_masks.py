@@ -1,0 +1,72 @@
+"""SDPA's mask made dense along its last dimension before AOTAutograd traces it
+(lowering/attention_masks.py): on CUDA a strided mask sends SDPA down its math path."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt  # noqa: F401
+from conftest import DEVICE
+from smelt.lowering.attention_masks import dense_attention_masks
+
+
+def _attention_with_a_permuted_bias(q, k, v, bias):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.permute(0, 3, 1, 2))  # T5's position bias
+
+
+def _dynamo_graph(fn, *args):
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    torch._dynamo.reset()
+    torch.compile(fn, backend=capture)(*args)
+    return graphs[0]
+
+
+@pytest.mark.parametrize("by_keyword", [True, False])
+def test_a_strided_mask_is_copied_dense(by_keyword):
+    """The pass itself, on a graph captured on the CPU and told the CPU is a device it applies to."""
+    def positional(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, bias.permute(0, 3, 1, 2))
+    fn = _attention_with_a_permuted_bias if by_keyword else positional
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
+    bias = torch.randn(1, 16, 16, 4)
+    gm = _dynamo_graph(fn, q, k, v, bias)
+    assert dense_attention_masks(gm, devices=("cpu",)) == 1
+    assert "contiguous" in gm.code
+    given = {"q": q, "k": k, "v": v, "bias": bias}  # Dynamo orders the inputs by first use
+    inputs = [given[n.name.removeprefix("l_").removesuffix("_")] for n in gm.graph.find_nodes(op="placeholder")]
+    torch.testing.assert_close(gm(*inputs)[0], fn(q, k, v, bias))
+    assert dense_attention_masks(gm, devices=("cpu",)) == 0  # already dense
+
+
+def test_masks_left_alone():
+    """A dense mask, a boolean one (its kernels take any), and a mask on a device the pass leaves."""
+    q = torch.randn(2, 4, 16, 8)
+
+    def dense_and_boolean(q, bias, keep):
+        return (F.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+                + F.scaled_dot_product_attention(q, q, q, attn_mask=keep.transpose(-1, -2)))
+    gm = _dynamo_graph(dense_and_boolean, q, torch.randn(1, 4, 16, 16), torch.rand(16, 16) > 0.2)
+    assert dense_attention_masks(gm, devices=("cpu",)) == 0
+    gm = _dynamo_graph(_attention_with_a_permuted_bias, q, q, q, torch.randn(1, 16, 16, 4))
+    assert dense_attention_masks(gm) == 0  # CUDA only by default: the CPU's flash kernel takes strided masks
+
+
+def test_t5_like_attention_matches_eager_with_its_gradients(device, compile_fn, assert_close):
+    """Through smelt, forward and backward, the bias learned (T5's relative position embedding)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, device=device, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, 16, 16, 4, device=device, requires_grad=True)
+    expected = _attention_with_a_permuted_bias(q, k, v, bias)
+    expected.square().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v, bias)]
+    for t in (q, k, v, bias):
+        t.grad = None
+    actual = compile_fn(_attention_with_a_permuted_bias)(q, k, v, bias)
+    actual.square().sum().backward()
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    for t, want in zip((q, k, v, bias), grads):
+        assert_close(t.grad, want, atol=1e-4, rtol=1e-4)
