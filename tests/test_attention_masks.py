@@ -42,15 +42,18 @@ def test_a_strided_mask_is_copied_dense(by_keyword):
     assert dense_attention_masks(gm, devices=("cpu",)) == 0  # already dense
 
 
-def test_masks_left_alone():
-    """A dense mask, a boolean one (its kernels take any), and a mask on a device the pass leaves."""
+def test_masks_left_alone_and_a_boolean_one_copied():
+    """Dense masks are left as they are, and a mask on a device the pass leaves; a transposed
+    boolean mask is copied too (the stride check does not look at the dtype)."""
     q = torch.randn(2, 4, 16, 8)
 
     def dense_and_boolean(q, bias, keep):
         return (F.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+                + F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
                 + F.scaled_dot_product_attention(q, q, q, attn_mask=keep.transpose(-1, -2)))
-    gm = _dynamo_graph(dense_and_boolean, q, torch.randn(1, 4, 16, 16), torch.rand(16, 16) > 0.2)
-    assert dense_attention_masks(gm, devices=("cpu",)) == 0
+    keep = torch.rand(16, 16) > 0.2
+    gm = _dynamo_graph(dense_and_boolean, q, torch.randn(1, 4, 16, 16), keep)
+    assert dense_attention_masks(gm, devices=("cpu",)) == 1
     gm = _dynamo_graph(_attention_with_a_permuted_bias, q, q, q, torch.randn(1, 16, 16, 4))
     assert dense_attention_masks(gm) == 0  # CUDA only by default: the CPU's flash kernel takes strided masks
 

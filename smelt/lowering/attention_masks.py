@@ -7,8 +7,8 @@ Otherwise the call is traced as the math path, which materializes the scores and
 float32: [batch, heads, queries, keys] twice. T5 builds its position bias as a permute of an
 embedding (last-dimension stride = heads), so every T5 attention ran that way (its bf16 inference
 peak held both 64 MiB tensors on the H200, fourteenth session). A copy of the mask with that
-dimension dense costs at most one such tensor, in the mask's dtype, and lets the memory-efficient
-kernel run, which reads the mask and writes no scores. Eager runs the math path on the same call:
+dimension dense costs at most one such tensor, in the mask's dtype (a boolean mask, one byte an
+element), and lets the memory-efficient kernel run, which reads the mask and writes no scores. Eager runs the math path on the same call:
 the results differ by the kernels' rounding, not by what they compute.
 
 This runs on the Dynamo graph, before AOTAutograd, so a training graph's backward is the kernel's.
@@ -23,16 +23,15 @@ _MASK_POSITION = 3  # scaled_dot_product_attention(query, key, value, attn_mask,
 
 
 def dense_attention_masks(gm: torch.fx.GraphModule, devices=("cuda",)) -> int:
-    """Gives each SDPA call on `devices` whose floating-point mask has a strided last dimension a
-    contiguous copy of it instead. Returns how many it changed."""
+    """Gives each SDPA call on `devices` whose mask (additive or boolean) has a strided last
+    dimension a contiguous copy of it instead. Returns how many it changed."""
     changed = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _SDPA:
             continue
         mask = node.kwargs.get("attn_mask", node.args[_MASK_POSITION] if len(node.args) > _MASK_POSITION else None)
         value = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) else None
-        if not (isinstance(value, torch.Tensor) and value.device.type in devices and value.dtype.is_floating_point
-                and value.dim() >= 1 and value.shape[-1] > 1 and value.stride(-1) != 1):
+        if not (isinstance(value, torch.Tensor) and value.device.type in devices and value.dim() >= 1 and value.shape[-1] > 1 and value.stride(-1) != 1):
             continue
         with gm.graph.inserting_before(node):
             dense = gm.graph.call_method("contiguous", (mask,))
