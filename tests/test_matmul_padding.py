@@ -293,7 +293,8 @@ def test_a_half_float_head_with_a_bias_is_traced_in_eagers_rows_on_cuda():
         assert not returns_unpadded(a, w.t(), None, 37)  # cuBLAS, into padded rows
         assert not returns_unpadded(a.float(), w.float().t(), bias.float(), 37)
     cpu = torch.empty(4, 32, dtype=torch.bfloat16)
-    assert not returns_unpadded(cpu, torch.empty(37, 32, dtype=torch.bfloat16).t(), torch.empty(37, dtype=torch.bfloat16), 37)
+    cpu_weight, cpu_bias = torch.empty(37, 32, dtype=torch.bfloat16), torch.empty(37, dtype=torch.bfloat16)
+    assert not returns_unpadded(cpu, cpu_weight.t(), cpu_bias, 37)
 
 
 def test_a_weight_is_padded_in_its_own_layout():

@@ -8,8 +8,9 @@ float32: [batch, heads, queries, keys] twice. T5 builds its position bias as a p
 embedding (last-dimension stride = heads), so every T5 attention ran that way (its bf16 inference
 peak held both 64 MiB tensors on the H200, fourteenth session). A copy of the mask with that
 dimension dense costs at most one such tensor, in the mask's dtype (a boolean mask, one byte an
-element), and lets the memory-efficient kernel run, which reads the mask and writes no scores. Eager runs the math path on the same call:
-the results differ by the kernels' rounding, not by what they compute.
+element), and lets the memory-efficient kernel run, which reads the mask and writes no scores.
+Eager runs the math path on the same call: the results differ by the kernels' rounding, not by
+what they compute.
 
 This runs on the Dynamo graph, before AOTAutograd, so a training graph's backward is the kernel's.
 """
@@ -31,7 +32,8 @@ def dense_attention_masks(gm: torch.fx.GraphModule, devices=("cuda",)) -> int:
             continue
         mask = node.kwargs.get("attn_mask", node.args[_MASK_POSITION] if len(node.args) > _MASK_POSITION else None)
         value = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) else None
-        if not (isinstance(value, torch.Tensor) and value.device.type in devices and value.dim() >= 1 and value.shape[-1] > 1 and value.stride(-1) != 1):
+        if not (isinstance(value, torch.Tensor) and value.device.type in devices and value.dim() >= 1
+                and value.shape[-1] > 1 and value.stride(-1) != 1):
             continue
         with gm.graph.inserting_before(node):
             dense = gm.graph.call_method("contiguous", (mask,))

@@ -55,8 +55,9 @@ def applies(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> bool:
     (16-byte aligned), a contiguous bias of one row."""
     def tma_readable(t):
         return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
-    return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) and w.dtype == a.dtype == bias.dtype and a.dim() == w.dim() == 2
-            and bias.dim() == 1 and bias.stride(0) == 1 and tma_readable(a) and tma_readable(w))
+    return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) and w.dtype == a.dtype == bias.dtype
+            and a.dim() == w.dim() == 2 and bias.dim() == 1 and bias.stride(0) == 1
+            and tma_readable(a) and tma_readable(w))
 
 
 def product_into(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
