@@ -20,11 +20,11 @@ import os
 
 import torch
 
-from .cpu_peak_memory import allocations_of
 
 
 def cuda_allocations_of(fn) -> tuple:
-    """allocations_of's figures from the CUDA caching allocator's statistics."""
+    """(fn's result, the peak over the level before the call, bytes left allocated), from the
+    CUDA caching allocator's statistics."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -59,15 +59,52 @@ def measure(name: str, size: str, batch, seq, backend: str, device: str, cpu_aut
         forward().backward()
         step()
     opt.zero_grad(set_to_none=True)
-    measured = cuda_allocations_of if torch.device(device).type == "cuda" else allocations_of
-    loss, forward_peak, forward_net = measured(forward)
-    _, backward_peak, backward_net = measured(loss.backward)
-    _, step_peak, _ = measured(step)
+    if torch.device(device).type == "cuda":
+        loss, forward_peak, forward_net = cuda_allocations_of(forward)
+        _, backward_peak, backward_net = cuda_allocations_of(loss.backward)
+        _, step_peak, _ = cuda_allocations_of(step)
+    else:
+        (forward_peak, forward_net), (backward_peak, backward_net), (step_peak, _) = cpu_phases(
+            [forward, lambda loss: loss.backward(), lambda _: step()])
     mib = 2 ** 20
     total = max(forward_peak, forward_net + backward_peak, forward_net + backward_net + step_peak)
     print(f"{name} {backend}: forward peak {forward_peak / mib:.1f} MiB (leaves {forward_net / mib:.1f}), "
           f"backward peak {backward_peak / mib:.1f} (leaves {backward_net / mib:.1f}), step peak "
           f"{step_peak / mib:.1f}; the step's peak {total / mib:.1f} MiB", flush=True)
+
+
+def cpu_phases(phases) -> list[tuple[int, int]]:
+    """(peak over the level at its start, bytes it leaves) of each phase, run one after another
+    (each given the last one's result) under one profiler: the profiler reports a block's free only
+    if it saw the block allocated, so a backward profiled alone would not see the saved activations
+    it frees. An allocation of a size no model makes marks where each phase begins."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+    marker = 123457
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = None
+        for k, phase in enumerate(phases):
+            torch.empty(marker + k, dtype=torch.uint8)
+            result = phase() if k == 0 else phase(result)
+        torch.empty(marker + len(phases), dtype=torch.uint8)
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            events.append((node.start_time_ns, node.typed[1].alloc_size))
+        stack.extend(node.children)
+    figures, current, start, peak, phase = [], 0, 0, 0, -1
+    for _, size in sorted(events):
+        if marker <= size <= marker + len(phases):
+            if phase >= 0:
+                figures.append((peak - start, current - start))
+            phase, start, peak = size - marker, current, current
+            continue
+        if marker <= -size <= marker + len(phases):
+            continue  # a marker freed
+        current += size
+        peak = max(peak, current)
+    return figures
 
 
 def main(argv=None) -> None:
