@@ -14,10 +14,11 @@ from conftest import DEVICE, inspects_triton_kernels, peak_bytes_of_call
 pytestmark = pytest.mark.smelt_only
 
 
-def _compiled(fn, *args, observe):
+def _compiled(fn, *args, observe, memory_order=True):
     torch._dynamo.reset()
     observe.reset()
-    out = torch.compile(fn, backend="smelt")(*args)
+    with smelt.config.override(memory_order=memory_order):
+        out = torch.compile(fn, backend="smelt")(*args)
     return out, observe.compiled_graphs()[-1]
 
 
@@ -51,7 +52,8 @@ def _fills_around_a_temporary(x):
 
 def test_a_combo_member_does_not_move_back_to_allocate_earlier(observe, monkeypatch):
     x = torch.randn(512, 512, device=DEVICE)
-    out, graph = _compiled(_fills_around_a_temporary, x, observe=observe)
+    # memory_order.py would hold the output-only fills back itself: the combo's own rule is tested
+    out, graph = _compiled(_fills_around_a_temporary, x, observe=observe, memory_order=False)
     for got, want in zip(out, _fills_around_a_temporary(x)):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-4)
     inspects_triton_kernels()
@@ -59,7 +61,7 @@ def test_a_combo_member_does_not_move_back_to_allocate_earlier(observe, monkeypa
     assert graph.planned_peak_bytes <= 2 * fill + 64  # the second fill after the temporary has died
     monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
     monkeypatch.setattr(smelt.scheduler.combo, "MOVE_BYTES", 1 << 40)
-    _, moved = _compiled(_fills_around_a_temporary, x, observe=observe)
+    _, moved = _compiled(_fills_around_a_temporary, x, observe=observe, memory_order=False)
     assert moved.planned_peak_bytes >= 2 * fill + temporary  # the test fails without the rule
 
 
@@ -74,7 +76,7 @@ def _scaled_weights_then_a_temporary(x, w1, w2):
 def test_a_combo_member_moves_back_where_the_peak_allows(observe):
     x, w1, w2 = torch.randn(512, 512, device=DEVICE), torch.randn(1 << 19, device=DEVICE), \
         torch.randn(1 << 19, device=DEVICE)
-    out, graph = _compiled(_scaled_weights_then_a_temporary, x, w1, w2, observe=observe)
+    out, graph = _compiled(_scaled_weights_then_a_temporary, x, w1, w2, observe=observe, memory_order=False)
     for got, want in zip(out, _scaled_weights_then_a_temporary(x, w1, w2)):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-4)
     inspects_triton_kernels()
@@ -158,3 +160,37 @@ def test_a_write_into_an_input_waits_for_the_reads_of_its_old_value(observe, mon
     got = torch.compile(_reads_then_overwrites, backend="smelt")(a, x, w)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(a, expected_a, atol=1e-2, rtol=1e-4)
+
+
+class _PooledHead(torch.nn.Module):
+    """Tokens through a wide layer, pooled, then a classifier: the backward starts with the
+    classifier's weight gradient (4 MiB, read by nothing but the output) and then works through
+    the wide layer's gradients (8 MiB temporaries)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = torch.nn.Linear(64, 512), torch.nn.Linear(512, 2048)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.gelu(self.body(x)).mean(1))
+
+
+def test_a_weight_gradient_only_the_output_reads_waits_until_memory_is_lower(observe, monkeypatch):
+    """Held back to the end of the backward, the classifier's weight gradient is not alive beside
+    the wide layer's temporaries (EfficientNet's classifier beside a convolution's backward)."""
+    torch.manual_seed(0)
+    model = _PooledHead().to(DEVICE)
+    x = torch.randn(8, 512, 64, device=DEVICE)
+    model(x).square().sum().backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    grads, graph, peak = _backward_graph(model, x, observe, monkeypatch, memory_order=True)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected[name], atol=1e-3, rtol=1e-4)
+    _, traced, traced_peak = _backward_graph(model, x, observe, monkeypatch, memory_order=False)
+    def head_before_body(source):  # where the two weight gradients' products are planned
+        return source.index("(2048, 512,)") < source.index("(512, 64,)")
+    assert head_before_body(traced.wrapper_source) and not head_before_body(graph.wrapper_source)
+    if DEVICE == "cpu" and os.environ.get("SMELT_CPU_BACKEND") == "triton":
+        return  # Triton's interpreter copies each launch's arguments: its copies set the peak
+    head_gradient = 2048 * 512 * 4
+    assert peak <= traced_peak - head_gradient // 2, (peak, traced_peak)

@@ -11,10 +11,15 @@ So the steps are listed again: the earliest ready step in the original order run
 ready step would free more bytes than it allocates (it is the last reader of a saved activation or
 buffer, and its results are smaller) and allocates no more than that earliest one: while it runs,
 its inputs and results are alive together, so it must not hold more then than the step it goes
-ahead of. The new order is kept only if it holds fewer bytes summed over the steps and no more at
-once (buffers alive from their writer to their last reader, donated inputs from the start; the
-estimate does not see a kernel writing over a dying input, so the peak a move lowers may not show
-in it: the MLP's activation gradient is written over its saved pre-activation).
+ahead of. A second listing also holds back steps whose results only the output (or other held-back
+steps) reads and that allocate more than they free: a classifier's float32 weight gradient made at
+the backward's start stood beside EfficientNet's convolution backward at its peak (4.9 MiB over
+Inductor's, on the CPU), and GPT-2's step held its head's gradient through the whole backward.
+Of the listings, the one holding the fewest bytes summed over the steps is kept, if it holds fewer
+than the traced order and no more at once (buffers alive from their writer to their last reader,
+donated inputs from the start; the estimate does not see a kernel writing over a dying input, so
+the peak a move lowers may not show in it: the MLP's activation gradient is written over its saved
+pre-activation; nor an ATen call's own scratch, EfficientNet's peak).
 
 A step runs after every step before it that it depends on in the original order: one that writes
 what it reads (or reads or writes what it writes, for writes into inputs and scatters), slices of
@@ -36,17 +41,19 @@ MIN_FREED_BYTES = 1 << 20
 
 
 def order_for_memory(steps: list[Step], outputs: set[str], graph) -> list[Step]:
-    """The steps in an order that holds fewer bytes at no higher estimated peak, their memory
-    planned again; or `steps` as they are."""
+    """The steps in the order, of two listings, that holds the fewest bytes at no higher estimated
+    peak, their memory planned again; or `steps` as they are."""
     if len(steps) < 3 or any(s.combo or s.finishers for s in steps):
         return steps
     order = _MemoryOrder(steps, outputs, graph)
     if order.sizes is None:
         return steps  # a symbolic size: no figure to compare
-    new = order.greedy()
-    (peak, held), (traced_peak, traced_held) = order.live(new), order.live(range(len(steps)))
-    if new == list(range(len(steps))) or peak > traced_peak or held >= traced_held:
+    traced_peak, traced_held = order.live(range(len(steps)))
+    kept = [(held, new) for new in (order.greedy(hold_back=False), order.greedy(hold_back=True))
+            for peak, held in [order.live(new)] if peak <= traced_peak and held < traced_held]
+    if not kept:
         return steps
+    new = min(kept)[1]
     reordered = [steps[k] for k in new]
     for step in reordered:
         step.stored, step.frees, step.kept_in_input = [], [], {}
@@ -61,6 +68,7 @@ class _MemoryOrder:
         self.aliases: dict[str, set[str]] = {}  # a view an ATen call returns -> the memory it shows
         self.reads: list[set[str]] = []
         self.preds: list[set[int]] = []
+        self.pure: list[bool] = []  # writes nothing but its own results, and is no barrier
         self._dependencies()
         self.outputs = self._expand(outputs)
         self.made = [step.allocated() for step in steps]
@@ -107,9 +115,12 @@ class _MemoryOrder:
                 self.aliases[node.write_name] = reads
             self.reads.append(reads)
             self.preds.append(preds)
+            self.pure.append(all(n.write_name == n.name and n.fills is None for n in nodes)
+                             and not _is_barrier(step, nodes))
 
-    def greedy(self) -> list[int]:
+    def greedy(self, hold_back: bool) -> list[int]:
         n = len(self.steps)
+        held = self._held() if hold_back else [False] * n
         waiting = [len(p) for p in self.preds]
         successors: list[list[int]] = [[] for _ in range(n)]
         for k, preds in enumerate(self.preds):
@@ -127,7 +138,7 @@ class _MemoryOrder:
         candidates = sorted(k for k in ready if could_free[k])
         order: list[int] = []
         while ready:
-            first = ready[0]
+            first = next((k for k in sorted(ready) if not held[k]), ready[0]) if hold_back else ready[0]
             pick = next((k for k in candidates if self._allocates(k) <= self._allocates(first)
                          and self._frees(k, readers_left) >= MIN_FREED_BYTES), first)
             ready.remove(pick)
@@ -145,6 +156,28 @@ class _MemoryOrder:
                         bisect.insort(candidates, s)
         assert len(order) == n, "smelt: the steps' dependencies have a cycle"
         return order
+
+    def _held(self) -> list[bool]:
+        """Steps worth running as late as their dependencies allow: ones whose results only the
+        output or other such steps read, that allocate at least MIN_FREED_BYTES more than they free
+        where the traced order runs them (a weight gradient's float32 cast, and its product where
+        the inputs are small), and that write nothing else."""
+        n = len(self.steps)
+        last_reader: dict[str, int] = {}
+        readers: dict[str, list[int]] = {}
+        for k, reads in enumerate(self.reads):
+            for name in reads:
+                last_reader[name] = k
+                readers.setdefault(name, []).append(k)
+        held = [False] * n
+        for k in reversed(range(n)):
+            if not (self.made[k] and self.pure[k]):
+                continue
+            freed = sum(self.sizes.get(name, 0) for name in self.reads[k]
+                        if last_reader.get(name) == k and name not in self.outputs)
+            held[k] = (self._allocates(k) - freed >= MIN_FREED_BYTES
+                       and all(held[j] for name in self.made[k] for j in readers.get(name, ())))
+        return held
 
     def _allocates(self, k: int) -> int:
         return sum(self.sizes.get(name, 0) for name in self.made[k])
