@@ -28,6 +28,7 @@ import copy
 from typing import Callable, Hashable
 
 from ..symbolic import static_int
+from .live_bytes import buffer_sizes, live_bytes
 from .schedule import Step, plan_frees
 
 # Members per launch at most: the pointer table grows with them, nothing else does.
@@ -159,36 +160,23 @@ class _LiveBytes:
     kept up to date as steps move back, and the peak they must stay under."""
 
     def __init__(self, steps: list[Step], outputs: set[str], graph):
-        layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
-        layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
-        self.sizes = {name: layout.allocated_bytes() for name, layout in layouts.items()}
+        self.sizes = buffer_sizes(graph)
         self.last_reader: dict[str, int] = {}
-        for k, step in enumerate(steps):
-            for node in step.nodes:
-                for name in node.read_names:
-                    self.last_reader[name] = k
+        reads = [set().union(*(node.read_names for node in step.nodes)) for step in steps]
+        for k, names in enumerate(reads):
+            for name in names:
+                self.last_reader[name] = k
         self.outputs = outputs
+        allocations = [step.allocated() for step in steps]
+        # what the figures count: memory the graph allocates or owns (a multi-result call: its parts)
+        self.counted = {name for made in allocations for name in made if name in self.sizes}
+        self.counted |= {name for name in graph.donated_inputs if name in self.sizes}
         self.peak = 0
-        self.counted: set[str] = set()  # what the figures count: memory the graph allocates or owns
-        self.live = self._live(steps, graph)
-
-    def _live(self, steps: list[Step], graph) -> list[int] | None:
-        live = [0] * (len(steps) + 1)
-        spans = [(0, name) for name in graph.donated_inputs]
-        spans += [(k, name) for k, step in enumerate(steps) for name in step.allocated()]
-        spans = [(start, name) for start, name in spans if name in self.sizes]  # a multi-result call: its parts
-        self.counted = {name for _, name in spans}
-        for start, name in spans:
-            size = self.sizes[name]
-            if size is None:
-                return None  # a symbolic size: no figure to compare against
-            end = len(steps) - 1 if name in self.outputs else max(self.last_reader.get(name, start), start)
-            live[start] += size
-            live[end + 1] -= size
-        for k in range(1, len(live)):
-            live[k] += live[k - 1]
-        self.peak = max(live)
-        return live[:-1]
+        self.live = None
+        if all(self.sizes[name] is not None for name in self.counted):  # else no figure to compare against
+            self.live = live_bytes(allocations, reads, {n: self.sizes[n] for n in self.counted},
+                                   graph.donated_inputs, outputs)
+            self.peak = max(self.live, default=0)
 
     def move_back(self, index: int, step: Step, origin: int) -> bool:
         """Whether `step` may run at the place of the step at `origin`; if so, the figures move with it."""

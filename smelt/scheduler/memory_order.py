@@ -33,6 +33,7 @@ import heapq
 
 from ..ir.extern import returns_fresh_buffer
 from .combo import orders_everything
+from .live_bytes import buffer_sizes, live_bytes
 from .schedule import Step, plan_memory
 
 # A step moves ahead of the original order only to free at least this many bytes more than it
@@ -73,9 +74,8 @@ class _MemoryOrder:
         self.outputs = self._expand(outputs)
         self.made = [step.allocated() for step in steps]
         counted = set(graph.donated_inputs) | {name for made in self.made for name in made}
-        layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
-        layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
-        sizes = {name: layouts[name].allocated_bytes() for name in counted if name in layouts}
+        every = buffer_sizes(graph)
+        sizes = {name: every[name] for name in counted if name in every}
         self.sizes = None if None in sizes.values() else sizes
         self.donated = [name for name in graph.donated_inputs if name in sizes]
 
@@ -189,26 +189,11 @@ class _MemoryOrder:
         return freed - self._allocates(k)
 
     def live(self, order) -> tuple[int, int]:
-        """The most bytes alive at once, and their sum over the steps, buffers alive from their
-        writer to their last reader."""
+        """The most bytes alive at once, and their sum over the steps (live_bytes.py)."""
         order = list(order)
-        start = {name: 0 for name in self.donated}
-        end: dict[str, int] = {}
-        for position, k in enumerate(order):
-            for name in self.made[k]:
-                start.setdefault(name, position)
-            for name in self.reads[k]:
-                end[name] = position
-        live = [0] * (len(order) + 1)
-        for name, first in start.items():
-            last = len(order) - 1 if name in self.outputs else max(end.get(name, first), first)
-            live[first] += self.sizes.get(name, 0)
-            live[last + 1] -= self.sizes.get(name, 0)
-        peak = current = held = 0
-        for change in live:
-            current += change
-            peak, held = max(peak, current), held + current
-        return peak, held
+        live = live_bytes([self.made[k] for k in order], [self.reads[k] for k in order], self.sizes,
+                          self.donated, self.outputs)
+        return max(live, default=0), sum(live)
 
 
 def _is_barrier(step: Step, nodes: list) -> bool:
