@@ -114,6 +114,18 @@ def _backward_graph(model, x, observe, monkeypatch, memory_order: bool):
     return grads, observe.compiled_graphs()[-1], peak
 
 
+def _reordered_and_traced(model, x, observe, monkeypatch):
+    """(backward graph, backward peak) with the reorder and without it; the reordered step's
+    gradients checked against eager's."""
+    model(x).square().sum().backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    grads, graph, peak = _backward_graph(model, x, observe, monkeypatch, memory_order=True)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected[name], atol=1e-3, rtol=1e-4)
+    _, traced, traced_peak = _backward_graph(model, x, observe, monkeypatch, memory_order=False)
+    return (graph, peak), (traced, traced_peak)
+
+
 def _product_lines(source: str) -> list[str]:
     return [line.strip() for line in source.splitlines() if "torch.mm(" in line or "torch.addmm(" in line]
 
@@ -123,14 +135,8 @@ def test_a_weight_gradient_runs_before_the_input_gradient_to_free_its_saved_inpu
     the input gradient's buffer of its size is allocated (ViT-Base's AMP training step held both, one
     37 MiB block above Inductor's peak). The gradients stay eager's."""
     torch.manual_seed(0)
-    model = _Mlp(64).to(DEVICE)
     x = torch.randn(8, 256, 64, device=DEVICE)  # [2048, 256] float32 hidden layer: 2 MiB
-    model(x).square().sum().backward()
-    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
-    grads, graph, peak = _backward_graph(model, x, observe, monkeypatch, memory_order=True)
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, expected[name], atol=1e-3, rtol=1e-4)
-    _, traced, traced_peak = _backward_graph(model, x, observe, monkeypatch, memory_order=False)
+    (graph, peak), (traced, traced_peak) = _reordered_and_traced(_Mlp(64).to(DEVICE), x, observe, monkeypatch)
     # fc2's products read the incoming gradient: the traced order has its input gradient first.
     first, reordered = _product_lines(traced.wrapper_source)[0], _product_lines(graph.wrapper_source)[0]
     assert "primals" in first and "primals" not in reordered, (first, reordered)
@@ -179,14 +185,9 @@ def test_a_weight_gradient_only_the_output_reads_waits_until_memory_is_lower(obs
     """Held back to the end of the backward, the classifier's weight gradient is not alive beside
     the wide layer's temporaries (EfficientNet's classifier beside a convolution's backward)."""
     torch.manual_seed(0)
-    model = _PooledHead().to(DEVICE)
     x = torch.randn(8, 512, 64, device=DEVICE)
-    model(x).square().sum().backward()
-    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
-    grads, graph, peak = _backward_graph(model, x, observe, monkeypatch, memory_order=True)
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, expected[name], atol=1e-3, rtol=1e-4)
-    _, traced, traced_peak = _backward_graph(model, x, observe, monkeypatch, memory_order=False)
+    (graph, peak), (traced, traced_peak) = _reordered_and_traced(_PooledHead().to(DEVICE), x, observe, monkeypatch)
+
     def head_before_body(source):  # where the two weight gradients' products are planned
         return source.index("(2048, 512,)") < source.index("(512, 64,)")
     assert head_before_body(traced.wrapper_source) and not head_before_body(graph.wrapper_source)
