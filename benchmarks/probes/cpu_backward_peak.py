@@ -24,8 +24,9 @@ def main(argv=None) -> None:
     parser.add_argument("--no-autocast", action="store_true")
     parser.add_argument("--top", type=int, default=10)
     args = parser.parse_args(argv)
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
+
+    from .cpu_peak_memory import allocation_events
 
     import smelt  # noqa: F401
     from smelt.tools.model_suite import zoo_text, zoo_vision
@@ -49,17 +50,13 @@ def main(argv=None) -> None:
         loss = forward()
         torch.empty(MARKER, dtype=torch.uint8)
         loss.backward()
-    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            frames, parent = [], node.parent
-            while parent is not None and len(frames) < 2:
-                frames.append(parent.name)
-                parent = parent.parent
-            events.append((node.start_time_ns, node.typed[1].alloc_size, node.typed[1].ptr, " / ".join(frames)))
-        stack.extend(node.children)
-    events.sort()
+    events = []
+    for at, size, ptr, node in allocation_events(prof):
+        frames, parent = [], node.parent
+        while parent is not None and len(frames) < 2:
+            frames.append(parent.name)
+            parent = parent.parent
+        events.append((at, size, ptr, " / ".join(frames)))
     begin = next(k for k, event in enumerate(events) if event[1] == MARKER)
     live: dict[int, tuple[int, str, int]] = {}
     current = 0

@@ -158,23 +158,28 @@ def profiled_peak(fn) -> int:
     return allocations_of(fn)[1]
 
 
+def allocation_events(prof) -> list[tuple]:
+    """(time ns, bytes, pointer, profiler node) of every allocation (bytes > 0) and free (< 0) a
+    torch.profiler session with profile_memory=True recorded, in time order."""
+    from torch._C._profiler import _EventType
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            events.append((node.start_time_ns, node.typed[1].alloc_size, node.typed[1].ptr, node))
+        stack.extend(node.children)
+    return sorted(events, key=lambda e: (e[0], e[1]))
+
+
 def allocations_of(fn) -> tuple:
     """(fn's result, the allocator's peak over its level before the call, bytes left allocated),
     from torch.profiler's allocation events. Frees of memory allocated before the call are not
     among them (the profiler drops them)."""
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
-    allocations = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            allocations.append((node.start_time_ns, node.typed[1].alloc_size))
-        stack.extend(node.children)
     current = peak = 0
-    for _, size in sorted(allocations, key=lambda a: a[0]):
+    for _, size, _, _ in allocation_events(prof):
         current += size
         peak = max(peak, current)
     return out, peak, current

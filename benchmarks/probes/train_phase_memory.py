@@ -78,8 +78,9 @@ def cpu_phases(phases) -> list[tuple[int, int]]:
     (each given the last one's result) under one profiler: the profiler reports a block's free only
     if it saw the block allocated, so a backward profiled alone would not see the saved activations
     it frees. An allocation of a size no model makes marks where each phase begins."""
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
+
+    from .cpu_peak_memory import allocation_events
     marker = 123457
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = None
@@ -87,14 +88,8 @@ def cpu_phases(phases) -> list[tuple[int, int]]:
             torch.empty(marker + k, dtype=torch.uint8)
             result = phase() if k == 0 else phase(result)
         torch.empty(marker + len(phases), dtype=torch.uint8)
-    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            events.append((node.start_time_ns, node.typed[1].alloc_size))
-        stack.extend(node.children)
     figures, current, start, peak, phase = [], 0, 0, 0, -1
-    for _, size in sorted(events):
+    for _, size, _, _ in allocation_events(prof):
         if marker <= size <= marker + len(phases):
             if phase >= 0:
                 figures.append((peak - start, current - start))
