@@ -147,6 +147,49 @@ def test_a_sum_read_by_two_reductions_is_recomputed_not_stored(device, compile_f
     assert allocated_shapes(graph.wrapper_source).count((64, 32)) == 1, graph.wrapper_source  # the output
 
 
+def test_a_norm_gradient_of_many_loads_read_twice_is_recomputed_not_stored(device, compile_fn, assert_close, observe):
+    # A ViT's last norm's input gradient (the class token's gradient scattered over the tokens):
+    # 6 loads and 9 ops; read by its bfloat16 cast for a product and by the residual's sum much
+    # later. Stored, the float32 buffer stood at the H200's training peak (18 MiB); its readers
+    # recompute it from what they load anyway. The op limit counts arithmetic, not loads.
+    B, T, D = 4, 9, 32
+    dy = torch.randn(B, D, device=device)
+    w = torch.randn(D, device=device)
+    xhat = torch.randn(B, T, D, device=device)
+    rstd = torch.rand(B, T, 1, device=device) + 0.5
+    r = torch.randn(B, T, D, device=device)
+    W = torch.randn(D, 16, device=device, dtype=torch.bfloat16)
+
+    def fn(dy, w, xhat, rstd, r, W):
+        first = (torch.arange(T, device=dy.device) == 0)[None, :, None]
+        g = torch.where(first, dy[:, None, :], 0.0) * w
+        s1 = g.sum(-1, keepdim=True)
+        s2 = (g * xhat).sum(-1, keepdim=True)
+        dx = rstd * (g * D - s1 - xhat * s2) / D
+        return dx.to(torch.bfloat16) @ W, (dx + r).sum(0)
+
+    _compile_and_check(compile_fn, assert_close, fn, dy, w, xhat, rstd, r, W, atol=2e-2, rtol=2e-2)
+    (graph,) = observe.compiled_graphs()
+    assert allocated_shapes(graph.wrapper_source).count((B, T, D)) <= 1, graph.wrapper_source  # the cast
+
+
+def test_a_value_two_products_read_is_stored_once(device, compile_fn, assert_close, observe):
+    # A value each reader would recompute, read by two ATen products (a gradient by grad @ W and
+    # grad^T @ x): each product asks for memory, and recomputed, each got a copy of its own
+    # (BERT's padded logits gradient twice over, 238 MiB more at its AMP training peak).
+    g0 = torch.randn(24, 40, device=device)
+    w, x = torch.randn(40, 8, device=device), torch.randn(24, 8, device=device)
+
+    def fn(g0, w, x):
+        g = g0 * 2 + 1
+        return g @ w, g.t() @ x, g.sum(0)
+
+    _compile_and_check(compile_fn, assert_close, fn, g0, w, x, atol=1e-4, rtol=1e-4)
+    (graph,) = observe.compiled_graphs()
+    shapes = allocated_shapes(graph.wrapper_source)
+    assert shapes.count((24, 40)) + shapes.count((40, 24)) == 1, graph.wrapper_source
+
+
 def test_a_narrowing_cast_read_twice_is_stored(device, compile_fn, assert_close, observe):
     # The other side of the rule: a bfloat16 copy of a float32 value is cheaper to read back (2
     # bytes) than to recompute from its input (4).

@@ -77,12 +77,15 @@ class TextHandler:
 
     def __init__(self):
         self.lines: list[str] = []
+        self._names: dict[str, str] = {}  # a long subexpression's text -> its name, given once
 
     def _named(self, text: str) -> str:
         if len(text) <= self.NAME_ABOVE:
             return text
-        self.lines.append(f"t{len(self.lines)} = {text}")
-        return f"t{len(self.lines) - 1}"
+        if text not in self._names:
+            self._names[text] = f"t{len(self.lines)}"
+            self.lines.append(f"{self._names[text]} = {text}")
+        return self._names[text]
 
     def render(self, value) -> str:
         return "; ".join(self.lines + [str(value)])
@@ -135,22 +138,33 @@ def is_indirect(symbol) -> bool:
 
 
 class OpCounter(TextHandler):
-    """Counts the ops and loads a loop body runs (values a body reuses count each time)."""
+    """Counts the ops and loads a loop body runs: `ops` counts a value the body reuses each time
+    it is used (an inlined value read twice), `distinct_ops` once, as a kernel computes it (the code
+    generators name each value once)."""
 
     def __init__(self):
         super().__init__()
         self.ops = 0
+        self._seen: set[str] = set()
+
+    @property
+    def distinct_ops(self) -> int:
+        return len(self._seen)
+
+    def _count(self, text: str) -> None:
+        self.ops += 1
+        self._seen.add(text)
 
     def __getattr__(self, name: str):
         op = super().__getattr__(name)
 
         def counted(*args):
-            self.ops += 1
+            self._count(f"{name}({', '.join(map(str, args))})")
             return op(*args)
         return counted
 
     def load(self, name, index):
-        self.ops += 1
+        self._count(f"{name}[{index}]")
         return super().load(name, index)
 
 
