@@ -58,3 +58,17 @@ def test_softmax_written_over_the_product_it_reads(rows, cols, compile_fn, asser
     fn = lambda q, k: torch.softmax(q @ k, dim=-1)  # noqa: E731
     assert_close(compile_fn(fn)(q, k), fn(q, k), rtol=1e-4, atol=1e-5)
     assert "written over" in observe.compiled_graphs()[-1].wrapper_source
+
+
+@pytest.mark.parametrize("rows, cols", [(4, 65536), (1024, 20000), (64, 768)])
+def test_norm_rows_and_statistics_written_over_the_sum_they_read(rows, cols, compile_fn, assert_close, observe):
+    """A training norm stores its rows and, beside them, each row's mean and inverse deviation; the
+    rows take the dying sum's memory however the row is walked (split, looped, whole): the
+    statistics come from passes that end before the last pass writes."""
+    x, w, b = torch.randn(rows, 32, device="cuda"), torch.randn(32, cols, device="cuda"), torch.randn(cols, device="cuda")
+
+    def fn(x, w, b):
+        return torch.native_layer_norm(x @ w + b, [cols], None, None, 1e-5)
+    for got, expected in zip(compile_fn(fn)(x, w, b), fn(x, w, b)):
+        assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert "written over" in observe.compiled_graphs()[-1].wrapper_source

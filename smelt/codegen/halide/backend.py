@@ -21,6 +21,7 @@ MAX_STORAGE_ELEMENTS = 2 ** 31 - 1
 class HalideBackend:
     name = "halide"
     devices = frozenset({"cpu", "cuda"})
+    reuses_beside_row_results = False  # a reduction may be scheduled inside another output's loop
     def interprets(self, device_type: str) -> bool:
         return False
 
