@@ -34,8 +34,8 @@ from .placement import Placement
 
 def plan_reuse(steps, outputs: set[str], graph, beside_row_results=lambda step: False) -> dict[str, str]:
     """{buffer a kernel stores: the dying buffer whose memory it takes}. `beside_row_results(step)`:
-    whether the step's backend lets a reduction kernel do so while it also stores results of its
-    earlier passes (Backend.reuses_beside_row_results)."""
+    whether the step's backend lets a reduction kernel do so while it also stores values per row or
+    of its earlier passes (Backend.reuses_beside_row_results)."""
     buffers = {b.name: b for b in graph.buffers}
     owned = {name for s in steps if not s.is_extern and not s.combo for name in s.stored}  # wrapper-allocated
     owned |= {s.group.nodes[0].write_name for s in steps if s.is_extern and returns_fresh_buffer(s.group.nodes[0].buffer)}
@@ -50,8 +50,9 @@ def plan_reuse(steps, outputs: set[str], graph, beside_row_results=lambda step: 
     reuses: dict[str, str] = {}
     taken: set[str] = set()
     for step in steps:
-        # One stored result: a second one (a float64 copy beside a value) may be printed after the
-        # first's store, and Halide recomputes an inlined value there, loading the reused buffer again.
+        # One stored result, or per-row ones beside it where the backend allows: a second value per
+        # element (a float64 copy beside a value) may be printed after the first's store, and Halide
+        # recomputes an inlined value there, loading the reused buffer again.
         if step.is_extern or step.combo or step.finishers or not step.stored:
             continue
         plan = step.plan
