@@ -190,6 +190,21 @@ def test_a_value_two_products_read_is_stored_once(device, compile_fn, assert_clo
     assert shapes.count((24, 40)) + shapes.count((40, 24)) == 1, graph.wrapper_source
 
 
+def test_a_softmax_row_step_two_products_read_is_stored_once(device, compile_fn, assert_close, observe):
+    # The sibling through the softmax rule: a row's shifted exponent, which the softmax's kernels
+    # recompute, read by two products as well (attention normalized after its product).
+    s, v, w = torch.randn(24, 40, device=device), torch.randn(40, 8, device=device), torch.randn(24, 8, device=device)
+
+    def fn(s, v, w):
+        p = (s - s.amax(-1, keepdim=True)).exp()
+        return (p @ v) / p.sum(-1, keepdim=True), p.t() @ w
+
+    _compile_and_check(compile_fn, assert_close, fn, s, v, w, atol=1e-4, rtol=1e-4)
+    (graph,) = observe.compiled_graphs()
+    shapes = allocated_shapes(graph.wrapper_source)
+    assert shapes.count((24, 40)) + shapes.count((40, 24)) == 1, graph.wrapper_source
+
+
 def test_a_narrowing_cast_read_twice_is_stored(device, compile_fn, assert_close, observe):
     # The other side of the rule: a bfloat16 copy of a float32 value is cheaper to read back (2
     # bytes) than to recompute from its input (4).

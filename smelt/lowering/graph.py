@@ -202,7 +202,8 @@ _METADATA_READERS = frozenset(
 def _maybe_realize(graph: IRGraph, node, value):
     """Realize a loop nest read by several users, so that it is computed once and fused, not
     recomputed; unless recomputing it costs less (a softmax row step, a one-element value, one
-    `_cheaper_recomputed` accepts), which then stays a loop nest for good. A view read several
+    `_cheaper_recomputed` accepts) and at most one ATen call reads it, which then stays a loop nest
+    for good. A view read several
     times may realize its base (`_realize_read_views_base`). A user reading only its size (a
     cross-entropy backward's full_like(log_probs)) does not count."""
     readers = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
@@ -212,8 +213,11 @@ def _maybe_realize(graph: IRGraph, node, value):
         loops = value.data.data
         if not isinstance(loops, Loops):
             return
-        if graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops) \
-                or _cheaper_recomputed(graph, node, loops):
+        # Each ATen call reading a value its readers recompute gets a copy of its own (a padded
+        # gradient's two products: BERT's logits gradient twice over): stored once instead.
+        shared = sum(_reads_memory(reader) for reader in _readers_through_views(node)) > 1
+        if not shared and (graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops)
+                           or _cheaper_recomputed(graph, node, loops)):
             value.data.keep_recomputed()  # its readers recompute it; a later op asking for memory gets a copy
         else:
             realize_in_traced_order(graph, value.data, node)
@@ -247,8 +251,6 @@ def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
     size = loops.get_size()
     if any(_spans_more_than(reader, product(size)) for reader in readers):
         return False
-    if sum(_reads_memory(reader) for reader in readers) > 1:
-        return False  # each ATen call would get a copy of its own (a padded gradient's two products)
     reads = ReadsHandler()
     index = loops.index_vars()
     try:
