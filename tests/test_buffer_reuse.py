@@ -290,8 +290,8 @@ def test_a_norm_storing_its_statistics_writes_over_the_residual_sum(observe, mon
     """A training forward's last norm: the residual stream's sum (dying in it) normalized, its mean
     and inverse deviation stored beside the rows for the backward. On Triton the rows take the
     dying stream's memory (ViT-Base's training forward peaked there, 18 MiB over Inductor's on the
-    H200); Halide may schedule a statistic inside the rows' loop, reloading the stream, so it does
-    not. Both match eager."""
+    H200); Halide computes each output in a loop of its own, recomputing inlined values from the
+    inputs, so it does not. Both match eager."""
     monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", row_limit)
     torch.manual_seed(0)
     x, w, b, head = torch.randn(24, 64), torch.randn(64, 96), torch.randn(24, 96), torch.randn(96, 4)

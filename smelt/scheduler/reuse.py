@@ -10,8 +10,9 @@ hands it the dying buffer's memory instead of a new one.
 Only where that is safe on every backend:
 - a kernel storing one result: no scan or scatter, no finisher, not a combo; in a reduction kernel,
   a value per element stored in the last pass over the rows; beside it, where the backend allows
-  (Triton: a pass's results are final when it ends; Halide may compute a reduction inside another
-  output's loop, reloading the input), values per row or of earlier passes (a final norm's
+  (Triton: a pass's results are final when it ends; Halide computes each output in a loop of its
+  own, recomputing inlined values from the inputs, perhaps after the rows overwrote them), values per
+  row or of earlier passes (a final norm's
   statistics beside its normalized rows, written over the residual stream that dies in it: 18 MiB
   of ViT-Base's AMP training peak on the H200);
 - the reused buffer loaded only at the store's own index (each element is read before the same
