@@ -209,6 +209,17 @@ def test_a_convolution_with_bias_that_onednn_crashes_on_in_channels_last(device,
               atol=1e-5, rtol=1e-5)
 
 
+def test_a_strided_weight_kept_nchw_for_onednn_is_copied_with_its_value(device, check):
+    """CPU fuzz seed 2204, program 101: a strided bfloat16 weight needing a gradient, under a
+    convolution kept in NCHW; its contiguous copy reached lowering with no traced value (no other
+    layout change, so the plan traced nothing again)."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 1, 1, device=device, dtype=torch.bfloat16)
+    w = torch.randn(3, 2, 1, 1, device=device, dtype=torch.bfloat16).transpose(0, 1).requires_grad_()
+    check(lambda x, w: torch.nn.functional.conv2d(x, w, None, stride=2, padding=1, dilation=2, groups=2), x, w,
+          atol=1e-2, rtol=1e-2)
+
+
 ONEDNN_CRASH = """
 import torch, torch.nn as nn, smelt
 torch.manual_seed(0)

@@ -206,7 +206,11 @@ def _keep_in_nchw(gm: torch.fx.GraphModule, conv: torch.fx.Node) -> None:
             continue
         with gm.graph.inserting_before(conv):
             copy = gm.graph.call_function(aten.clone.default, (operand,), {"memory_format": torch.contiguous_format})
+        # Its value here: with no other layout change the plan traces nothing again (CPU fuzz seed
+        # 2204: a strided weight's copy reached lowering with none).
+        copy.meta = dict(operand.meta, val=operand.meta["val"].clone(memory_format=torch.contiguous_format))
         conv.update_arg(position, copy)
+    gm.recompile()
     log.debug("smelt: %s keeps NCHW operands (oneDNN's channels-last bfloat16 kernel crashes on some "
               "strided, dilated shapes)", conv.name)
 
