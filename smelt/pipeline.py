@@ -181,8 +181,7 @@ def _schedule(graph, cfg, halide_refused):
         sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
-        sched.reuses = plan_reuse(sched.steps, outputs, graph,
-                                  lambda step: backend_of(step).reuses_beside_row_results)
+        sched.reuses = plan_reuse(sched.steps, outputs, graph)
     if cfg.cpu_workspace:
         sched.workspace = plan_workspace(sched.steps, sched.reuses, graph)
     if cfg.buffer_pool:

@@ -46,10 +46,6 @@ class GraphContext:
 class Backend(Protocol):
     name: str
     devices: frozenset[str]  # device types it prints kernels for
-    # Whether a reduction kernel may write its rows over a dying input while it also stores values
-    # per row or of its earlier passes (scheduler/reuse.py): true where a pass's results are final
-    # when it ends and no later code loads the input for them again.
-    reuses_beside_row_results: bool
 
     def interprets(self, device_type: str) -> bool:
         """Whether its kernels for this device run through an interpreter (slow; for testing)."""

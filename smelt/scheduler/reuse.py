@@ -9,12 +9,13 @@ hands it the dying buffer's memory instead of a new one.
 
 Only where that is safe on every backend:
 - a kernel storing one result: no scan or scatter, no finisher, not a combo; in a reduction kernel,
-  a value per element stored in the last pass over the rows; beside it, where the backend allows
-  (Triton: a pass's results are final when it ends; Halide computes each output in a loop of its
-  own, recomputing inlined values from the inputs, perhaps after the rows overwrote them), values per
-  row or of earlier passes (a final norm's
-  statistics beside its normalized rows, written over the residual stream that dies in it: 18 MiB
-  of ViT-Base's AMP training peak on the H200);
+  a value per element stored in the last pass over the rows, beside which it may store values per
+  row (a final norm's statistics beside its normalized rows, written over the residual stream that
+  dies in it: 18 MiB of ViT-Base's AMP training peak on the H200). Per-row values come from
+  reductions finished before the last pass writes (Triton's passes; Halide stages every reduction
+  of a kernel with several outputs at the root, before any output's loop) and load no element of
+  the rows; a second value per element could (Halide computes each output in a loop of its own,
+  recomputing inlined values from the inputs, perhaps after the rows overwrote them);
 - the reused buffer loaded only at the store's own index (each element is read before the same
   program writes it, and by no other), by the node that writes the new one or, in a reduction
   kernel, by a member whose loads all come before the store (a softmax's max and sum over the
@@ -33,10 +34,8 @@ from .nodes import same
 from .placement import Placement
 
 
-def plan_reuse(steps, outputs: set[str], graph, beside_row_results=lambda step: False) -> dict[str, str]:
-    """{buffer a kernel stores: the dying buffer whose memory it takes}. `beside_row_results(step)`:
-    whether the step's backend lets a reduction kernel do so while it also stores values per row or
-    of its earlier passes (Backend.reuses_beside_row_results)."""
+def plan_reuse(steps, outputs: set[str], graph) -> dict[str, str]:
+    """{buffer a kernel stores: the dying buffer whose memory it takes}."""
     buffers = {b.name: b for b in graph.buffers}
     owned = {name for s in steps if not s.is_extern and not s.combo for name in s.stored}  # wrapper-allocated
     owned |= {s.group.nodes[0].write_name for s in steps if s.is_extern and returns_fresh_buffer(s.group.nodes[0].buffer)}
@@ -51,15 +50,15 @@ def plan_reuse(steps, outputs: set[str], graph, beside_row_results=lambda step: 
     reuses: dict[str, str] = {}
     taken: set[str] = set()
     for step in steps:
-        # One stored result, or per-row ones beside it where the backend allows: a second value per
-        # element (a float64 copy beside a value) may be printed after the first's store, and Halide
-        # recomputes an inlined value there, loading the reused buffer again.
+        # One stored result, or per-row ones beside it: a second value per element (a float64 copy
+        # beside a value) may be printed after the first's store, and Halide recomputes an inlined
+        # value there, loading the reused buffer again.
         if step.is_extern or step.combo or step.finishers or not step.stored:
             continue
         plan = step.plan
         if any(n.is_scan or n.is_scatter for n in plan.nodes):
             continue
-        if len(step.stored) > 1 and not (plan.is_reduction and beside_row_results(step)):
+        if len(step.stored) > 1 and not plan.is_reduction:
             continue
         for out in step.stored:
             writer = plan.writer_of(out)
@@ -90,18 +89,12 @@ def _stored_in_the_last_pass(plan, writer) -> bool:
 
 
 def _others_per_row(plan, out: str, stored: list[str]) -> bool:
-    """Every result the kernel stores besides `out` is computed in a pass before the last, or is a
-    value per row of the last (a norm's statistics beside its normalized rows): from reductions
-    finished, or loads made, before the last pass writes over anything. (A per-row value loads no
-    element at the store's index, which `_read_in_place` requires of every load of the buffer.)"""
-    last = plan.num_phases - 1
+    """Every result a reduction kernel stores besides `out` is one value per row (a reduction, or a
+    value computed from reductions: a norm's mean and inverse deviation). None loads an element of
+    the rows: `_read_in_place` requires every load of the reused buffer at the store's index."""
     for name in stored:
-        if name == out:
-            continue
         writer = plan.writer_of(name)
-        if writer is None:
-            return False
-        if plan.phase[writer.name] == last and plan.placement[writer.name] != Placement.X:
+        if name != out and (writer is None or plan.placement[writer.name] not in (Placement.X, Placement.REDUCTION)):
             return False
     return True
 

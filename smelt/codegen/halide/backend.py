@@ -21,7 +21,6 @@ MAX_STORAGE_ELEMENTS = 2 ** 31 - 1
 class HalideBackend:
     name = "halide"
     devices = frozenset({"cpu", "cuda"})
-    reuses_beside_row_results = False  # each output is a loop of its own, recomputing inlined values from inputs
     def interprets(self, device_type: str) -> bool:
         return False
 

@@ -13,7 +13,6 @@ from .survey import survey
 
 class ReferenceBackend:
     name = "reference"
-    reuses_beside_row_results = False
     devices = frozenset({"cpu"})  # nothing in it is CPU-only, but it has been run on no GPU yet
     def interprets(self, device_type: str) -> bool:
         return False

@@ -23,7 +23,6 @@ log = logging.getLogger("smelt")
 class TritonBackend:
     name = "triton"
     devices = frozenset({"cpu", "cuda"})
-    reuses_beside_row_results = True  # a pass's reductions are stored from registers as it ends
     def interprets(self, device_type: str) -> bool:
         return device_type == "cpu"
 
