@@ -91,7 +91,10 @@ def _stored_in_the_last_pass(plan, writer) -> bool:
 def _others_per_row(plan, out: str, stored: list[str]) -> bool:
     """Every result a reduction kernel stores besides `out` is one value per row (a reduction, or a
     value computed from reductions: a norm's mean and inverse deviation). None loads an element of
-    the rows: `_read_in_place` requires every load of the reused buffer at the store's index."""
+    the rows: `_read_in_place` requires every load of the reused buffer at the store's index, and
+    the stored rows are values per element (`_stored_in_the_last_pass`), whose index moves along the
+    row where a per-row value's cannot (a norm over rows of one element places every member per row,
+    and takes no memory)."""
     for name in stored:
         writer = plan.writer_of(name)
         if name != out and (writer is None or plan.placement[writer.name] not in (Placement.X, Placement.REDUCTION)):
