@@ -173,6 +173,23 @@ def test_a_norm_gradient_of_many_loads_read_twice_is_recomputed_not_stored(devic
     assert allocated_shapes(graph.wrapper_source).count((B, T, D)) <= 1, graph.wrapper_source  # the cast
 
 
+def test_the_op_counter_counts_a_reused_value_once_as_distinct():
+    """A kernel computes a repeated subexpression once: `distinct_ops` counts it so (the recompute
+    rule's limit), `ops` each time the body uses it."""
+    from smelt.ir.ops import OpCounter, ops, use_handler
+    counter = OpCounter()
+    with use_handler(counter):
+        x = ops.load("x", "i")
+        e = ops.exp(x)
+        ops.add(ops.mul(e, e), ops.exp(x))
+    assert (counter.ops, counter.distinct_ops) == (5, 4)
+    long = OpCounter()  # texts past TextHandler.NAME_ABOVE get names: one per distinct text
+    with use_handler(long):
+        y = ops.load("a_buffer_with_a_long_name", "i0 + 4096*i1 + 1048576*i2")
+        ops.add(ops.exp(ops.sin(y)), ops.exp(ops.sin(y)))
+    assert (long.ops, long.distinct_ops) == (6, 4)
+
+
 def test_a_value_two_products_read_is_stored_once(device, compile_fn, assert_close, observe):
     # A value each reader would recompute, read by two ATen products (a gradient by grad @ W and
     # grad^T @ x): each product asks for memory, and recomputed, each got a copy of its own

@@ -151,21 +151,20 @@ class OpCounter(TextHandler):
     def distinct_ops(self) -> int:
         return len(self._seen)
 
-    def _count(self, text: str) -> None:
+    def _count(self, value: str) -> str:
         self.ops += 1
-        self._seen.add(text)
+        self._seen.add(value)  # a value's text, or the one name a long text gets: equal for equal values
+        return value
 
     def __getattr__(self, name: str):
         op = super().__getattr__(name)
 
         def counted(*args):
-            self._count(f"{name}({', '.join(map(str, args))})")
-            return op(*args)
+            return self._count(op(*args))
         return counted
 
     def load(self, name, index):
-        self._count(f"{name}[{index}]")
-        return super().load(name, index)
+        return self._count(super().load(name, index))
 
 
 class ReadsHandler(OpCounter):
