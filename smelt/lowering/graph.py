@@ -146,10 +146,10 @@ def _mixes_devices(args, kwargs) -> bool:
     visit(tuple(kwargs.values()))
     if len({b.get_device() for b in boxes}) < 2:
         return False  # the common case: no body needs tracing
-    return len({b.get_device() for b in boxes if _reads_memory(b)}) > 1
+    return len({b.get_device() for b in boxes if _loads_a_buffer(b)}) > 1
 
 
-def _reads_memory(box: TensorBox) -> bool:
+def _loads_a_buffer(box: TensorBox) -> bool:
     handler = ReadsHandler()
     with use_handler(handler):
         box.make_loader()([index_var(f"i{k}") for k in range(len(box.get_size()))])
