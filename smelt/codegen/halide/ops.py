@@ -61,7 +61,7 @@ def literal(value, dtype: torch.dtype) -> str:
 FLOAT_UNARY = {
     "exp": "exp({0})", "log": "log({0})", "sqrt": "hl.sqrt({0})", "sin": "hl.sin({0})", "cos": "hl.cos({0})",
     "tan": "hl.tan({0})", "asin": "hl.asin({0})", "acos": "hl.acos({0})", "atan": "hl.atan({0})",
-    "sinh": "hl.sinh({0})", "cosh": "hl.cosh({0})", "tanh": "hl.tanh({0})", "asinh": "hl.asinh({0})",
+    "sinh": "hl.sinh({0})", "cosh": "hl.cosh({0})", "tanh": "tanh({0}, {at})", "asinh": "hl.asinh({0})",
     "acosh": "hl.acosh({0})", "atanh": "hl.atanh({0})", "erf": "erf({0}, {at})", "erfc": "erfc({0}, {at})",
     "floor": "hl.floor({0})", "ceil": "hl.ceil({0})", "trunc": "hl.trunc({0})", "round": "hl.round({0})",
     "abs": "hl.abs({0})", "reciprocal": "1 / {0}", "rsqrt": "1 / hl.sqrt({0})",
