@@ -19,6 +19,7 @@ from . import graph_cache
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
+from .lowering.handwritten_attention import handwritten_attention_to_sdpa
 from .lowering.frozen_weights import weight_indices
 from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
 from .pipeline import compile_graph
@@ -123,6 +124,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         prepare_compiler()
         if graph_cache.enabled(cfg):  # where binaries are kept, workers compile them (triton_loading.build_ahead):
             compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
+    if cfg.attention_rewrite:
+        handwritten_attention_to_sdpa(gm)
     dense_attention_masks(gm)
     compiled = aot_module_simplified(
         gm, example_inputs,

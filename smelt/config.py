@@ -122,6 +122,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
     "SMELT_HALIDE_OPENMP": Setting(parse_bool, True, _BOOL),
     "SMELT_GEMM_EPILOGUES": Setting(parse_bool, True, _BOOL),
+    "SMELT_ATTENTION_REWRITE": Setting(parse_bool, True, _BOOL),
     "SMELT_COMBO_KERNELS": Setting(parse_bool, True, _BOOL),
     "SMELT_BUFFER_POOL": Setting(parse_bool, True, _BOOL),
     "SMELT_MEMORY_ORDER": Setting(parse_bool, True, _BOOL),
@@ -209,6 +210,10 @@ class Config:
     # A linear layer's GELU (tanh) or ReLU applied by cuBLASLt's epilogue on CUDA half floats
     # (lowering/gemm_epilogue.py); SMELT_GEMM_EPILOGUES=0: a pointwise kernel applies it.
     gemm_epilogues: bool = _field("SMELT_GEMM_EPILOGUES")
+
+    # Attention written by hand (softmax(q @ k^T * scale + mask) @ v) runs as one SDPA call
+    # (lowering/handwritten_attention.py); off: as the ops it is written in.
+    attention_rewrite: bool = _field("SMELT_ATTENTION_REWRITE")
 
     # Convolution nets in channels-last memory (lowering/layout_plan.py): "auto" where the backend's
     # Target runs convolutions faster so (cuDNN on CUDA), "on" everywhere, "off" never.

@@ -1,0 +1,202 @@
+"""Attention written by hand runs as one SDPA call (lowering/handwritten_attention.py): each form a
+model writes it in is found, the values and gradients are eager's, and a chain that is not plain
+attention (its probabilities read elsewhere, dropout that drops, a masked_fill) is left as written."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt.backend
+import smelt.config
+from smelt.lowering.handwritten_attention import handwritten_attention_to_sdpa
+
+
+@pytest.fixture
+def rewrites(monkeypatch):
+    """How many chains each compile rewrote."""
+    counts = []
+    real = smelt.backend.handwritten_attention_to_sdpa
+
+    def counting(gm):
+        counts.append(real(gm))
+        return counts[-1]
+    monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", counting)
+    return counts
+
+
+def _qkv(device, dtype=torch.float32, batch=(2, 3), queries=8, keys=8, dim=16, grad=False):
+    torch.manual_seed(0)
+    q = torch.randn(*batch, queries, dim, device=device, dtype=dtype)
+    k = torch.randn(*batch, keys, dim, device=device, dtype=dtype)
+    v = torch.randn(*batch, keys, dim, device=device, dtype=dtype)
+    return [t.requires_grad_(grad) for t in (q, k, v)]
+
+
+def _padding_mask(device, dtype, keys=8):
+    """ALBERT's: 0 where a key is kept, the dtype's lowest value where it is padding."""
+    keep = torch.ones(2, 1, 1, keys, dtype=torch.bool, device=device)
+    keep[1, ..., keys - 3:] = False
+    return torch.where(keep, torch.zeros((), dtype=dtype, device=device), torch.finfo(dtype).min)
+
+
+def albert(q, k, v, mask):  # transformers' eager_attention_forward
+    w = torch.matmul(q, k.transpose(2, 3)) * q.size(-1) ** -0.5
+    w = w + mask
+    w = F.softmax(w, dim=-1)
+    w = F.dropout(w, p=0.1, training=False)
+    return torch.matmul(w, v)
+
+
+def divided_methods(q, k, v, mask):  # older BERT code: a division, methods, `@`
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return (mask + scores).softmax(-1) @ v
+
+
+def float32_softmax(q, k, v, mask):  # Llama's eager form: the softmax in float32, cast back
+    w = torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask
+    w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(w, v)
+
+
+def unscaled_unmasked(q, k, v, mask):
+    return torch.softmax(torch.matmul(q, k.transpose(-2, -1)), dim=-1).matmul(v) + mask.sum()
+
+
+def three_dimensional(q, k, v, mask):  # bmm over folded heads, k given already transposed
+    q, k_t, v = q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2).contiguous(), v.flatten(0, 1)
+    return torch.bmm(F.softmax(torch.bmm(q, k_t) * 0.3, dim=-1), v)
+
+
+FORMS = [albert, divided_methods, float32_softmax, unscaled_unmasked, three_dimensional]
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__)
+def test_each_form_runs_as_one_sdpa_call_with_eagers_values(device, compile_fn, assert_close, rewrites, form):
+    q, k, v = _qkv(device)
+    mask = _padding_mask(device, q.dtype)
+    assert_close(compile_fn(form)(q, k, v, mask), form(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == [1]
+
+
+@pytest.mark.parametrize("form", [albert, float32_softmax], ids=lambda f: f.__name__)
+def test_bfloat16_attention_agrees_to_its_precision(device, compile_fn, assert_close, rewrites, form):
+    q, k, v = _qkv(device, torch.bfloat16)
+    mask = _padding_mask(device, q.dtype)
+    expected = form(*(t.double() for t in (q, k, v)), mask.double())
+    assert_close(compile_fn(form)(q, k, v, mask).double(), expected, atol=2e-2, rtol=2e-2)
+    assert rewrites == [1]
+
+
+@pytest.mark.parametrize("form", [albert, divided_methods, three_dimensional], ids=lambda f: f.__name__)
+def test_training_gradients_are_eagers(device, compile_fn, assert_close, rewrites, form):
+    """The rewrite happens before AOTAutograd: the backward is SDPA's."""
+    q, k, v = _qkv(device, grad=True)
+    mask = _padding_mask(device, q.dtype)
+    (form(q, k, v, mask) ** 2).sum().backward()
+    expected = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (compile_fn(form)(q, k, v, mask) ** 2).sum().backward()
+    for t, want in zip((q, k, v), expected):
+        assert_close(t.grad, want, atol=1e-4, rtol=1e-4)
+    assert rewrites == [1]
+
+
+def probabilities_returned(q, k, v, mask):  # output_attentions=True: the probabilities are a result
+    w = F.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask, dim=-1)
+    return torch.matmul(w, v), w
+
+
+def dropout_that_drops(q, k, v, mask):
+    w = F.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask, dim=-1)
+    return torch.matmul(F.dropout(w, p=0.5, training=True), v)
+
+
+def masked_fill(q, k, v, mask):  # a row masked whole is NaN in eager: not every SDPA kernel says so
+    w = torch.matmul(q, k.transpose(2, 3)).masked_fill(mask < 0, float("-inf"))
+    return torch.matmul(F.softmax(w, dim=-1), v)
+
+
+def softmax_over_queries(q, k, v, mask):
+    return torch.matmul(F.softmax(torch.matmul(q, k.transpose(2, 3)) + mask, dim=-2), v)
+
+
+def broadcast_keys(q, k, v, mask):  # matmul broadcasts batch dimensions; SDPA is not asked to
+    return torch.matmul(F.softmax(torch.matmul(q, k[:1].transpose(2, 3)), dim=-1), v[:1])
+
+
+def scores_read_twice(q, k, v, mask):
+    s = torch.matmul(q, k.transpose(2, 3))
+    return torch.matmul(F.softmax(s, dim=-1), v), s.amax()
+
+
+@pytest.mark.parametrize("form", [probabilities_returned, masked_fill, softmax_over_queries, broadcast_keys,
+                                  scores_read_twice], ids=lambda f: f.__name__)
+def test_chains_that_are_not_plain_attention_are_left_as_written(device, compile_fn, assert_close, rewrites, form):
+    q, k, v = _qkv(device)
+    mask = _padding_mask(device, q.dtype)
+    assert_close(compile_fn(form)(q, k, v, mask), form(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == [0]
+
+
+def test_dropout_that_drops_is_left_as_written(device, rewrites):
+    q, k, v = _qkv(device)
+    torch.compile(dropout_that_drops, backend="smelt")(q, k, v, _padding_mask(device, q.dtype))
+    assert rewrites == [0]
+
+
+def test_the_setting_turns_it_off(device, compile_fn, assert_close, rewrites):
+    q, k, v = _qkv(device)
+    mask = _padding_mask(device, q.dtype)
+    with smelt.config.override(attention_rewrite=False):
+        assert_close(compile_fn(albert)(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == []
+
+
+def test_the_dynamo_graph_holds_one_sdpa_call_and_no_softmax(device):
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return gm
+    q, k, v = _qkv(device)
+    mask = _padding_mask(device, q.dtype)
+    torch.compile(albert, backend=capture, fullgraph=True)(q, k, v, mask)
+    ((gm, inputs),) = graphs
+    assert handwritten_attention_to_sdpa(gm) == 1
+    targets = [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert F.scaled_dot_product_attention in targets
+    assert not {F.softmax, torch.matmul, "transpose", F.dropout} & set(targets), targets
+    torch.testing.assert_close(gm(*inputs)[0], albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_albert_from_transformers(device, assert_close, rewrites):
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = tf.AlbertConfig(vocab_size=64, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                             embedding_size=16, num_hidden_layers=2, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0)
+    config._attn_implementation = "eager"
+    model = tf.AlbertForMaskedLM(config).to(device).eval()
+    ids = torch.randint(0, 64, (2, 12), device=device)
+    attention_mask = torch.ones(2, 12, dtype=torch.long, device=device)
+    attention_mask[1, 9:] = 0
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=attention_mask).logits
+        actual = torch.compile(lambda i, a: model(input_ids=i, attention_mask=a).logits, backend="smelt")(
+            ids, attention_mask)
+    assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    assert rewrites == [2]  # one layer's weights used twice: two attentions
+
+
+def test_a_dynamic_sequence_length_compiles_once_and_is_rewritten(device, assert_close, rewrites):
+    f = torch.compile(albert, backend="smelt")
+    for keys in (8, 12, 17):
+        q, k, v = _qkv(device, queries=keys, keys=keys)
+        mask = _padding_mask(device, q.dtype, keys=keys)
+        for t in (q, k, v):
+            torch._dynamo.mark_dynamic(t, 2)
+        torch._dynamo.mark_dynamic(mask, 3)
+        assert_close(f(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == [1]
