@@ -43,6 +43,27 @@ def test_an_output_is_computed_where_the_program_computes_it(observe, monkeypatc
     assert deferred.planned_peak_bytes >= 3 * product  # the test fails without the change
 
 
+def _products_summed_one_at_a_time(a, b, c, d, e):
+    # A weight shared by several layers: its gradient is summed one layer at a time, each partial
+    # sum read only after the next layer's product (ALBERT's backward).
+    total = a @ b + a @ c
+    total = total + a @ d
+    total = total + a @ e
+    return total.relu()
+
+
+def test_a_sum_read_after_later_products_is_stored_where_it_is_computed(observe, monkeypatch):
+    a, b, c, d, e = (torch.randn(128, 128, device=DEVICE) for _ in range(5))
+    out, graph = _compiled(_products_summed_one_at_a_time, a, b, c, d, e, observe=observe)
+    torch.testing.assert_close(out, _products_summed_one_at_a_time(a, b, c, d, e), atol=1e-3, rtol=1e-4)
+    product = 128 * 128 * 4
+    assert graph.planned_peak_bytes <= 3 * product  # a partial sum and the next product, not every product
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    monkeypatch.setattr(smelt.lowering.graph, "_realize_before_a_distant_reader", lambda *a: None)
+    _, lazy = _compiled(_products_summed_one_at_a_time, a, b, c, d, e, observe=observe)
+    assert lazy.planned_peak_bytes >= 4 * product  # the test fails without the rule: all four alive
+
+
 def _fills_around_a_temporary(x):
     first = torch.zeros(1 << 19, device=x.device)  # 2 MiB each: larger than combo.MOVE_BYTES
     total = (x @ x).relu().sum()  # a 1 MiB temporary between the two fills

@@ -4,7 +4,7 @@ if it saw the block allocated), and at the backward's highest point the probe pr
 that the forward made, those the backward made, and the backward's largest live blocks with the op
 that allocated each (its two innermost profiler frames) and the allocation's number in the backward.
 
-    python -m benchmarks.probes.cpu_backward_peak efficientnet --backend smelt [--batch 4] [--no-autocast]
+    python -m benchmarks.probes.cpu_backward_peak efficientnet --backend smelt [--batch 4] [--seq 128] [--no-autocast]
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def main(argv=None) -> None:
     parser.add_argument("model")
     parser.add_argument("--backend", default="smelt")
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=None, help="a language model's length (default: the suite's)")
     parser.add_argument("--no-autocast", action="store_true")
     parser.add_argument("--top", type=int, default=10)
     args = parser.parse_args(argv)
@@ -35,6 +36,8 @@ def main(argv=None) -> None:
     from smelt.tools.model_suite.zoo import all_specs
     spec = all_specs()[args.model]
     zoo_text.BATCH["real"] = zoo_vision.BATCH["real"] = args.batch
+    if args.seq:
+        zoo_text.SEQ["real"] = args.seq
     model = build_model(spec, "real", 0).train()
     sample = spec.sample("real", generator=seeded(0))
     loss_fn = torch.compile(functools.partial(spec.loss, model), backend=args.backend)

@@ -33,6 +33,7 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
     graph = IRGraph(gm, config, target_for, compile_subgraph)
     graph.softmax_rows = SoftmaxRows(gm)
     env: dict[torch.fx.Node, Any] = {}
+    distances = ReaderDistances(gm)
 
     def lookup_env(a):
         return env[a] if isinstance(a, torch.fx.Node) else a
@@ -53,6 +54,7 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
             env[node] = _lower_call(graph, node, args, kwargs)
             _maybe_realize(graph, node, env[node])
             _realize_output_in_place(graph, node, env[node])
+            _realize_before_a_distant_reader(graph, node, env, distances)
         elif node.op == "output":
             (results,) = node.args
             graph.node = None
@@ -318,6 +320,76 @@ def _spans_more_than(node, numel) -> bool:
     values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
     return any(isinstance(v, torch.Tensor) and sympy.expand(sympify(v.numel()) - numel).is_positive is True
                for v in values)
+
+
+class ReaderDistances:
+    """Positions in an FX graph, and how many ATen calls (each allocating its result) run between two
+    of them."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.position, self._aten_before, count = {}, [], 0
+        for k, node in enumerate(gm.graph.nodes):
+            self.position[node] = k
+            self._aten_before.append(count)
+            count += node.op == "call_function" and _reads_memory(node)
+
+    def aten_calls_between(self, first, last) -> int:
+        """ATen calls strictly after `first` and before `last`."""
+        a, b = self.position[first] + 1, self.position[last]
+        return self._aten_before[b] - self._aten_before[a] if b > a else 0
+
+
+def _base_node(node):
+    while isinstance(getattr(node, "target", None), torch._ops.OpOverload) and node.target.is_view and node.args:
+        node = node.args[0]
+    return node
+
+
+def _lazy(value) -> bool:
+    data = getattr(value, "data", None)
+    while isinstance(data, View):
+        data = data.data
+    return isinstance(data, StorageBox) and isinstance(data.data, Loops) and not data.is_realized()
+
+
+def _realize_before_a_distant_reader(graph: IRGraph, node, env, distances: ReaderDistances):
+    """A pointwise value its one reader reads only after other ATen calls is stored where the program
+    computes it when that frees more than it holds: left lazy, it keeps every buffer it reads alive
+    until then. A weight shared by several layers (ALBERT) gets its gradient summed one layer at a
+    time, each sum read by the next layer's, far later: lazy, the whole sum waited for the last
+    layer, holding every layer's [768, 3072] product (CPU training peak 1.45x Inductor's)."""
+    value = env[node]
+    if not isinstance(value, TensorBox) or not isinstance(value.data, StorageBox) or not _lazy(value):
+        return
+    if type(value.data.data) is not Pointwise:
+        return
+    readers = _readers_through_views(node)
+    if len(readers) != 1 or readers[0].op == "output" or not distances.aten_calls_between(node, readers[0]):
+        return
+    meta = node.meta.get("val")
+    if not isinstance(meta, torch.Tensor):
+        return
+    numel = sympify(meta.numel())
+    here = distances.position[node]
+    leaves, stack, seen = set(), list(node.all_input_nodes), set()
+    while stack:  # the buffers the lazy value reads: through lazy inputs down to stored ones
+        a = stack.pop()
+        if a in seen or a not in env:
+            continue
+        seen.add(a)
+        if _lazy(env[a]):
+            stack += a.all_input_nodes
+        else:
+            leaves.add(_base_node(a))
+    dying = 0
+    for leaf in leaves:
+        v = leaf.meta.get("val")
+        if not isinstance(v, torch.Tensor) or sympy.expand(sympify(v.numel()) - numel) != 0:
+            continue  # a broadcast value or a scalar: not what it holds alive
+        if all(distances.position[r] <= here for r in _readers_through_views(leaf)):
+            dying += sympify(v.numel()) * v.dtype.itemsize
+    if sympy.expand(dying - numel * meta.dtype.itemsize).is_positive is True:
+        realize_as_traced(graph, value, node)
 
 
 def _realize_output_in_place(graph: IRGraph, node, value):
