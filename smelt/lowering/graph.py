@@ -218,6 +218,9 @@ def _maybe_realize(graph: IRGraph, node, value):
         # Each ATen call reading a value its readers recompute gets a copy of its own (a padded
         # gradient's two products: BERT's logits gradient twice over): stored once instead.
         shared = sum(_reads_memory(reader) for reader in _readers_through_views(node)) > 1
+        # (A value recomputed by a reader far later holds what it reads alive until then: no more
+        # bytes than it would store, by `_cheaper_recomputed`'s byte rule; a softmax row step reads
+        # one input of its size. `_realize_before_a_distant_reader` covers one reader.)
         if not shared and (graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops)
                            or _cheaper_recomputed(graph, node, loops)):
             value.data.keep_recomputed()  # its readers recompute it; a later op asking for memory gets a copy
