@@ -200,3 +200,12 @@ def test_a_dynamic_sequence_length_compiles_once_and_is_rewritten(device, assert
         torch._dynamo.mark_dynamic(mask, 3)
         assert_close(f(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
     assert rewrites == [1]
+
+
+@pytest.mark.parametrize("queries,keys", [(1, 8), (8, 1), (4, 0), (0, 4)])
+def test_one_or_no_queries_or_keys(device, compile_fn, assert_close, rewrites, queries, keys):
+    """A decode step's one query, one key, and none: eager's values (zeros over no keys)."""
+    q, k, v = _qkv(device, queries=queries, keys=keys)
+    mask = torch.zeros(2, 1, 1, keys, device=device)
+    assert_close(compile_fn(albert)(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == [1]
