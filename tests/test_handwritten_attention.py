@@ -126,13 +126,18 @@ def broadcast_keys(q, k, v, mask):  # matmul broadcasts batch dimensions; SDPA i
     return torch.matmul(F.softmax(torch.matmul(q, k[:1].transpose(2, 3)), dim=-1), v[:1])
 
 
+def scores_doubled(q, k, v, mask):  # an add of the scores to themselves is not a mask
+    s = torch.matmul(q, k.transpose(2, 3))
+    return torch.matmul(F.softmax(s + s, dim=-1), v)
+
+
 def scores_read_twice(q, k, v, mask):
     s = torch.matmul(q, k.transpose(2, 3))
     return torch.matmul(F.softmax(s, dim=-1), v), s.amax()
 
 
 @pytest.mark.parametrize("form", [probabilities_returned, masked_fill, softmax_over_queries, broadcast_keys,
-                                  scores_read_twice], ids=lambda f: f.__name__)
+                                  scores_read_twice, scores_doubled], ids=lambda f: f.__name__)
 def test_chains_that_are_not_plain_attention_are_left_as_written(device, compile_fn, assert_close, rewrites, form):
     q, k, v = _qkv(device)
     mask = _padding_mask(device, q.dtype)

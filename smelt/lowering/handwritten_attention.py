@@ -91,6 +91,8 @@ def _mask(node, scores) -> torch.fx.Node | None:
     if not _is(node, (operator.add, torch.add), ("add", "__add__", "__radd__")) or len(node.args) != 2 or node.kwargs:
         return None
     mask = node.args[1] if node.args[0] is scores else node.args[0]
+    if mask is scores:  # scores + scores: no mask, twice the scores
+        return None
     m, s = _value(mask), _value(scores)
     if not (isinstance(m, torch.Tensor) and m.dtype == s.dtype and m.device == s.device and m.dim() <= s.dim()):
         return None
