@@ -20,7 +20,7 @@ from .common import layout_of
 from .extern_calls import extern_call, fallback
 from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
-from .traced_layout import realize_as_traced, realize_in_traced_order, realize_view_base
+from .traced_layout import realize_as_traced, realize_in_traced_order, realize_view_base, view_base_node
 
 log = logging.getLogger("smelt.lowering")
 
@@ -342,12 +342,6 @@ class ReaderDistances:
         return self._aten_before[b] - self._aten_before[a] if b > a else 0
 
 
-def _base_node(node):
-    while isinstance(getattr(node, "target", None), torch._ops.OpOverload) and node.target.is_view and node.args:
-        node = node.args[0]
-    return node
-
-
 def _lazy(value) -> bool:
     data = getattr(value, "data", None)
     while isinstance(data, View):
@@ -383,7 +377,7 @@ def _realize_before_a_distant_reader(graph: IRGraph, node, env, distances: Reade
         if _lazy(env[a]):
             stack += a.all_input_nodes
         else:
-            leaves.add(_base_node(a))
+            leaves.add(view_base_node(a))
     dying = 0
     for leaf in leaves:
         v = leaf.meta.get("val")

@@ -77,15 +77,21 @@ def _realize_dense(graph, data: StorageBox, dense: list | None):
     return buffer
 
 
-def _eager_base(node: torch.fx.Node) -> torch.Tensor | None:
-    """The value (eager's strides) of the tensor output `node` is a view of, walking ATen view ops
-    (the traced values do not keep their bases)."""
-    base = None
+def view_base_node(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose tensor output `node` is a view of, walking ATen view ops; `node` itself when
+    it is no view."""
     while isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload) \
             and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node):
         node = node.args[0]
-        base = node.meta.get("val")
-    return base if isinstance(base, torch.Tensor) else None
+    return node
+
+
+def _eager_base(node: torch.fx.Node) -> torch.Tensor | None:
+    """The value (eager's strides) of the tensor output `node` is a view of (the traced values do
+    not keep their bases)."""
+    base = view_base_node(node)
+    value = base.meta.get("val") if base is not node else None
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _realize_base(graph, node, base_meta: torch.Tensor) -> None:
