@@ -214,3 +214,17 @@ def test_one_or_no_queries_or_keys(device, compile_fn, assert_close, rewrites, q
     mask = torch.zeros(2, 1, 1, keys, device=device)
     assert_close(compile_fn(albert)(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
     assert rewrites == [1]
+
+
+def test_a_learned_additive_bias_gets_eagers_gradient(device, compile_fn, assert_close, rewrites):
+    """A position bias the model learns (T5-like), added to the scores: SDPA's backward gives its gradient."""
+    q, k, v = _qkv(device, grad=True)
+    bias = torch.randn(1, 3, 8, 8, device=device, requires_grad=True)
+    albert(q, k, v, bias).square().sum().backward()
+    expected = [t.grad.clone() for t in (q, k, v, bias)]
+    for t in (q, k, v, bias):
+        t.grad = None
+    compile_fn(albert)(q, k, v, bias).square().sum().backward()
+    for t, want in zip((q, k, v, bias), expected):
+        assert_close(t.grad, want, atol=1e-4, rtol=1e-4)
+    assert rewrites == [1]
