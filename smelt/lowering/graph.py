@@ -208,8 +208,8 @@ def _maybe_realize(graph: IRGraph, node, value):
     for good. A view read several
     times may realize its base (`_realize_read_views_base`). A user reading only its size (a
     cross-entropy backward's full_like(log_probs)) does not count."""
-    readers = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
-    if not isinstance(value, TensorBox) or readers <= 1:
+    users = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
+    if not isinstance(value, TensorBox) or users <= 1:
         return
     if isinstance(value.data, StorageBox):
         loops = value.data.data
@@ -217,12 +217,13 @@ def _maybe_realize(graph: IRGraph, node, value):
             return
         # Each ATen call reading a value its readers recompute gets a copy of its own (a padded
         # gradient's two products: BERT's logits gradient twice over): stored once instead.
-        shared = sum(_reads_memory(reader) for reader in _readers_through_views(node)) > 1
+        readers = _readers_through_views(node)
+        shared = sum(_reads_memory(reader) for reader in readers) > 1
         # (A value recomputed by a reader far later holds what it reads alive until then: no more
         # bytes than it would store, by `_cheaper_recomputed`'s byte rule; a softmax row step reads
         # one input of its size. `_realize_before_a_distant_reader` covers one reader.)
         if not shared and (graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops)
-                           or _cheaper_recomputed(graph, node, loops)):
+                           or _cheaper_recomputed(graph, loops, readers)):
             value.data.keep_recomputed()  # its readers recompute it; a later op asking for memory gets a copy
         else:
             realize_in_traced_order(graph, value.data, node)
@@ -241,14 +242,13 @@ def recomputes_dtype(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
-def _cheaper_recomputed(graph: IRGraph, node, loops: Loops) -> bool:
+def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list) -> bool:
     """Whether each reader recomputing a pointwise value moves fewer bytes than storing it once and
     reading it back: it loads no more bytes per element, at full size, than it would store (a
     norm backward's float32 sum of two bfloat16 gradients, which a separate weight-gradient
     column sum read back: 16 MB written and read per Qwen2 norm), in a few ops, and no reader
     broadcasts it (each would recompute every element many times). Readers fused into one kernel
-    compute it once either way."""
-    readers = _readers_through_views(node)
+    compute it once either way. `readers`: the nodes reading it, through views."""
     if type(loops) is not Pointwise or any(reader.op == "output" for reader in readers):
         return False  # the output stores it anyway
     if not recomputes_dtype(loops.get_dtype()):

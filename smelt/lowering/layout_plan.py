@@ -200,6 +200,7 @@ def _crashes_onednn_channels_last(conv: torch.fx.Node) -> bool:
 def _keep_in_nchw(gm: torch.fx.GraphModule, conv: torch.fx.Node) -> None:
     """NCHW operands for `conv`, whatever layout the plan gives their producers (each copied to
     contiguous memory unless it is a graph input already so)."""
+    copied = False
     for position in _CONVOLUTION_OPERANDS[conv.target]:
         operand = conv.args[position]
         if not _is_4d(operand) or (operand.op == "placeholder" and operand.meta["val"].is_contiguous()):
@@ -210,7 +211,9 @@ def _keep_in_nchw(gm: torch.fx.GraphModule, conv: torch.fx.Node) -> None:
         # 2204: a strided weight's copy reached lowering with none).
         copy.meta = dict(operand.meta, val=operand.meta["val"].clone(memory_format=torch.contiguous_format))
         conv.update_arg(position, copy)
-    gm.recompile()
+        copied = True
+    if copied:
+        gm.recompile()
     log.debug("smelt: %s keeps NCHW operands (oneDNN's channels-last bfloat16 kernel crashes on some "
               "strided, dilated shapes)", conv.name)
 
