@@ -64,6 +64,18 @@ def test_a_sum_read_after_later_products_is_stored_where_it_is_computed(observe,
     assert lazy.planned_peak_bytes >= 4 * product  # the test fails without the rule: all four alive
 
 
+def _inputs_summed_and_read_after_a_product(a, b, w):
+    total = a + b  # reads only the caller's tensors, which no kernel of the graph frees
+    return total * (w @ w)
+
+
+def test_a_sum_of_the_callers_tensors_stays_fused_into_its_distant_reader(observe):
+    a, b, w = (torch.randn(128, 128, device=DEVICE) for _ in range(3))
+    out, graph = _compiled(_inputs_summed_and_read_after_a_product, a, b, w, observe=observe)
+    torch.testing.assert_close(out, _inputs_summed_and_read_after_a_product(a, b, w), atol=1e-3, rtol=1e-4)
+    assert len(graph.kernel_names) == 1, graph.kernel_names  # stored, it would free nothing and cost a kernel
+
+
 def _fills_around_a_temporary(x):
     first = torch.zeros(1 << 19, device=x.device)  # 2 MiB each: larger than combo.MOVE_BYTES
     total = (x @ x).relu().sum()  # a 1 MiB temporary between the two fills

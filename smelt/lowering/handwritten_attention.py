@@ -1,6 +1,6 @@
 """Attention written out by hand, `softmax(q @ k^T * scale + mask) @ v`, run as one SDPA call.
 
-Models with an "eager" attention (ALBERT, DeBERTa, older code) compute the scores, their softmax
+Models with an "eager" attention (ALBERT, older code) compute the scores, their softmax
 and the product with v as separate ops: [batch, heads, queries, keys] is written and read three or
 four times, and a training graph saves it for the backward. PyTorch's flash and memory-efficient
 kernels compute the same thing a block of keys at a time and never write the scores. This pass
@@ -18,7 +18,8 @@ The chain, each link read by nothing but the next:
 
 Dropout that drops is left alone: SDPA's random stream is not eager's, so results could not be
 compared. So is a masked_fill of the scores: a row masked whole is NaN in eager and not in every
-SDPA kernel. The kernels round differently from eager's ops (SDPA keeps the scores in float32
+SDPA kernel (DeBERTa's attention, a masked_fill with the scale on k and views between the links,
+stays as written). The kernels round differently from eager's ops (SDPA keeps the scores in float32
 where eager rounds them to bf16): the results agree to the dtype's precision, not bit for bit.
 """
 from __future__ import annotations
