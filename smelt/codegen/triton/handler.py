@@ -204,6 +204,17 @@ class TritonOps:
                 if reg != torch.float32:  # literals alone are float32 (or int32) in Triton
                     text += f".to({triton_type(reg)})"
                 return self.k.emit(text, x.dtype, rank)
+            operand = self._operand(x)
+            if _is_literal(x.name):  # libdevice calls take tensors (the interpreter's nearbyint(1.0) raised)
+                operand = f"tl.full([], {x.name}, {triton_type(register_dtype(x.dtype))})"
+            if name == "neg" and x.dtype.is_floating_point:
+                # Triton before 3.7 spells `-x` as `0 - x`, which gives +0 for +0; a product by -1 flips
+                # the sign bit of every value, zero included (atan2(-x, y) and copysign read it).
+                reg = register_dtype(x.dtype)
+                text = f"{operand} * {literal(-1, reg)}"
+                if reg != torch.float32:  # a float literal is float32 in Triton
+                    text = f"({text}).to({triton_type(reg)})"
+                return computed(self.k.emit(text, x.dtype, rank), name)
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
             if register_dtype(x.dtype) == torch.float32 and name in FLOAT32_UNARY:
                 table = FLOAT32_UNARY
@@ -211,9 +222,6 @@ class TritonOps:
             if template is None:
                 raise NotImplementedError(f"smelt: op {name} on {x.dtype} has no Triton form")
             dtype = torch.bool if name in PREDICATE_OPS else x.dtype
-            operand = self._operand(x)
-            if _is_literal(x.name):  # libdevice calls take tensors (the interpreter's nearbyint(1.0) raised)
-                operand = f"tl.full([], {x.name}, {triton_type(register_dtype(x.dtype))})"
             return computed(self.k.emit(template.format(operand), dtype, rank), name)
         a, b = args
         dtype = torch.promote_types(a.dtype, b.dtype)

@@ -77,11 +77,11 @@ FLOAT32_UNARY = {
 
 INT_UNARY = {
     "abs": "tl.abs({0})", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}", "round": "{0}",
-    "isnan": "{0} != {0}", "isinf": "{0} != {0}",
+    "isnan": "{0} != {0}", "isinf": "{0} != {0}", "neg": "-{0}",
 }
 
 COMMON_UNARY = {
-    "neg": "-{0}", "relu": "tl.where({0} < 0, 0, {0})",
+    "relu": "tl.where({0} < 0, 0, {0})",
 }
 
 INFIX = {
