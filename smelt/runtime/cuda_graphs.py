@@ -16,8 +16,10 @@ back after the replay.
 Outputs live in the recording's memory pool and are handed out as new tensors over that memory. A
 recording replays only when nothing outside it still holds the outputs of its last replay (the use
 count of their storages), so no replay overwrites a value still in use: then another recording is
-made, up to MAX_RECORDINGS per sizes, and past that the call runs without a graph. An output that
-is an input, or a view of one, is rebuilt over the caller's input.
+made, up to MAX_HELD for one caller (the same in-place inputs), and past that the call runs without
+a graph. A graph that each layer of a model calls has a recording per layer (their parameters differ),
+up to MAX_RECORDINGS per sizes. An output that is an input, or a view of one, is rebuilt over the
+caller's input.
 
 A graph with CPU tensors or a host read of a device value (.item(), nonzero's length) runs without a
 graph, as does one whose recording fails; each says why once in the log.
@@ -31,7 +33,8 @@ import torch
 
 log = logging.getLogger("smelt.runtime")
 
-MAX_RECORDINGS = 4  # per graph and sizes: calls whose earlier outputs are all still held
+MAX_HELD = 4  # recordings of one caller whose earlier outputs are all still held
+MAX_RECORDINGS = 64  # per graph and sizes, over all callers (a graph each layer of a model calls)
 MAX_SIZES = 16  # distinct sizes recorded per graph; past it, new sizes run without a graph
 
 
@@ -174,6 +177,8 @@ class _Sizes:
 class GraphedCall:
     """The boxed call AOTAutograd makes, through CUDA graph recordings (see the module docstring)."""
 
+    recording_type = _Recording
+
     def __init__(self, call, name: str, size_key, mutated_inputs, blockers):
         self.call = call
         self.name = name
@@ -185,6 +190,7 @@ class GraphedCall:
         self.said: set[str] = set()
         self.stream = None
         self.replays = 0  # for tests and the report: calls served by a replay
+        self.recorded = 0  # recordings made, released ones included
 
     def __call__(self, args: list):
         if self.blocked is not None:
@@ -196,7 +202,7 @@ class GraphedCall:
             if len(self.sizes) >= MAX_SIZES:
                 self._say(f"runs without a CUDA graph at new sizes: {MAX_SIZES} sizes recorded already")
                 return self.call(args)
-            if any(isinstance(a, torch.Tensor) and not a.is_cuda for a in args):
+            if not self._all_on_device(args):
                 self.blocked = "an input is not a CUDA tensor"
                 return self(args)
             self.sizes[key] = _Sizes([a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args])
@@ -205,23 +211,35 @@ class GraphedCall:
             if recording.fits(args):
                 self.replays += 1
                 return recording.replay(args)
-        # Recordings reading an input in place that is now elsewhere will not fit again.
+        # A recording whose in-place inputs differ only in the caller's own tensors (neither parameters
+        # nor recordings' outputs) was this caller's: those tensors move from call to call, so they are
+        # copied from now on. One differing in a parameter or a recording's output serves another
+        # caller (one graph called by each layer of a model) and is kept for it.
         for recording in list(sizes.recordings):
             moved = recording.moved_inputs(args)
-            if moved:
-                self.copied_always.update(p for p in moved if not isinstance(args[p], torch.nn.Parameter))
+            if moved and all(self._callers_own(args[p]) for p in moved):
+                self.copied_always.update(moved)
                 sizes.recordings.remove(recording)
                 recording.release()
-        if len(sizes.recordings) >= MAX_RECORDINGS:
-            self._say(f"ran without a CUDA graph: the outputs of its last {MAX_RECORDINGS} replays are still "
+        held = sum(1 for r in sizes.recordings if not r.moved_inputs(args))
+        if held >= MAX_HELD:
+            self._say(f"ran without a CUDA graph: the outputs of its last {MAX_HELD} replays are still "
                       f"held (keep a copy, out.clone(), to let it replay)")
+            return self.call(args)
+        if len(sizes.recordings) >= MAX_RECORDINGS:
+            self._say(f"ran without a CUDA graph for a new caller: {MAX_RECORDINGS} recordings at these sizes")
             return self.call(args)
         recording = self._record(args, sizes)
         if recording is None:
             return self.call(args)
         sizes.recordings.append(recording)
+        self.recorded += 1
         self.replays += 1
         return recording.replay(args)
+
+    @staticmethod
+    def _callers_own(tensor) -> bool:
+        return not isinstance(tensor, torch.nn.Parameter) and not _is_recorded_output(tensor)
 
     def _say(self, what: str) -> None:
         if what not in self.said:
@@ -253,20 +271,29 @@ class GraphedCall:
         return (isinstance(tensor, torch.nn.Parameter) or _is_recorded_output(tensor)
                 or sizes.warm_pointers[position] == tensor.data_ptr())
 
+    @staticmethod
+    def _all_on_device(args) -> bool:
+        return all(a.is_cuda for a in args if isinstance(a, torch.Tensor))
+
+    def _capture(self, static_args: list, device):
+        """The CUDA graph of one call over static_args, and that call's outputs (in its pool)."""
+        graph = torch.cuda.CUDAGraph()
+        stream = self._recording_stream(device)
+        stream.wait_stream(torch.cuda.current_stream())  # the copies into the static inputs
+        # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
+        # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
+        # itself still fail, and graphs that read device values on the host never record.
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
+            outputs = self.call(static_args)
+        torch.cuda.synchronize()  # those tables are written before the first replay
+        return graph, outputs
+
     def _record(self, args: list, sizes: _Sizes) -> _Recording | None:
         inputs = [_Input(p, a, self._reads_in_place(p, a, sizes)) if isinstance(a, torch.Tensor) else None
                   for p, a in enumerate(args)]
         static_args = [i.static if i is not None else a for i, a in zip(inputs, args)]
-        graph = torch.cuda.CUDAGraph()
-        stream = self._recording_stream(self._device(args))
-        stream.wait_stream(torch.cuda.current_stream())  # the copies into the static inputs
         try:
-            # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
-            # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
-            # itself still fail, and graphs that read device values on the host never record.
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
-                outputs = self.call(static_args)
-            torch.cuda.synchronize()  # those tables are written before the first replay
+            graph, outputs = self._capture(static_args, self._device(args))
         except Exception as e:  # an op that syncs with the host, or one a graph cannot hold
             self.blocked = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             self._say(f"runs without a CUDA graph: {self.blocked}")
@@ -290,7 +317,7 @@ class GraphedCall:
         for i in inputs:
             if i is not None and i.in_place:
                 i.static = None  # see _Input: the caller's tensor is not kept
-        recording = _Recording(graph, inputs, described)
+        recording = self.recording_type(graph, inputs, described)
         recording.written_back = [i for i in recording.copied if i.position in self.mutated]
         log.debug("smelt: %s recorded a CUDA graph: %d inputs read in place, %d copied, %d written back",
                   self.name, len(recording.in_place), len(recording.copied), len(recording.written_back))

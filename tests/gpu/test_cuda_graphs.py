@@ -188,3 +188,43 @@ def test_host_reads_run_without_a_graph(caplog):
     finally:
         torch._dynamo.config.capture_dynamic_output_shape_ops = False
     assert "without a CUDA graph: a size depends on the data" in caplog.text
+
+
+class _BrokenBlock(torch.nn.Module):
+    """A layer whose forward breaks the graph: every layer calls the same two compiled graphs, each
+    with its own parameters (Whisper's layers under transformers do)."""
+
+    def __init__(self, dim=64):
+        super().__init__()
+        self.fc = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        y = torch.tanh(self.fc(x))
+        torch._dynamo.graph_break()
+        return x + y * 2
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_a_graph_each_layer_calls_keeps_a_recording_per_layer(training):
+    torch.manual_seed(0)
+    eager_model = torch.nn.Sequential(*[_BrokenBlock() for _ in range(4)]).to(CUDA)
+    model = torch.nn.Sequential(*[_BrokenBlock() for _ in range(4)]).to(CUDA)
+    model.load_state_dict(eager_model.state_dict())
+    compiled = graphed(model)
+    recorded = []
+    for step in range(5):
+        x = torch.randn(8, 64, device=CUDA)
+        with torch.set_grad_enabled(training):
+            out, expected = compiled(x), eager_model(x)
+            torch.testing.assert_close(out, expected, **TOL)
+            if training:
+                out.sum().backward()
+                expected.sum().backward()
+        recorded.append(sum(g.call.recorded for g in smelt.observe.compiled_graphs()))
+    if training:
+        for p, q in zip(eager_model.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, **TOL)
+    # Each layer's recordings are made by the second step and replayed after (they were dropped and
+    # made again at every call when another layer's call missed them: Whisper's training step 46 ms
+    # with graphs against 23 without, on the H200).
+    assert recorded[2] == recorded[4], recorded

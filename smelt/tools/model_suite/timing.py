@@ -53,6 +53,8 @@ def case_callable(spec, mode, size, device, seed, backend, compile_mode=None):
         loss_fn, step = compiled(functools.partial(spec.loss, model)), compiled(opt.step)
 
         def train_step():
+            if compile_mode is not None:  # Inductor's graph trees: a new step, the last one's outputs are done
+                torch.compiler.cudagraph_mark_step_begin()
             opt.zero_grad(set_to_none=True)
             with autocast_for(device):
                 loss = loss_fn(sample)

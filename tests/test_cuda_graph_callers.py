@@ -1,0 +1,97 @@
+"""Which recording a CUDA-graphed call replays, and when it records (runtime/cuda_graphs.py), on the
+CPU: the capture is a stand-in that reruns the call, so the bookkeeping around it (in-place inputs,
+held outputs, one graph called by several layers) is tested without a GPU. tests/gpu/test_cuda_graphs.py
+runs the same rules through real CUDA graphs."""
+import torch
+
+from smelt.runtime.cuda_graphs import MAX_HELD, GraphedCall, _Recording
+
+
+class _Rerun:
+    """A graph stand-in: a replay calls the graph's function again."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def replay(self):
+        pass
+
+
+class _RerunRecording(_Recording):
+    def replay(self, args):
+        fresh = self.graph.call(list(args))
+        for (kind, *rest), value in zip(self.outputs, fresh):
+            if kind == "pool":
+                rest[0].copy_(value)  # where a CUDA graph's replay writes its outputs
+        return super().replay(args)
+
+
+class _CpuGraphedCall(GraphedCall):
+    recording_type = _RerunRecording
+
+    @staticmethod
+    def _all_on_device(args) -> bool:
+        return True
+
+    def _warm_up(self, args):
+        return self.call(args)
+
+    def _capture(self, static_args, device):
+        return _Rerun(self.call), self.call(static_args)
+
+
+def _layer(args):
+    weight, x = args
+    args.clear()  # a boxed call owns its argument list
+    with torch.no_grad():  # as AOTAutograd's compiled calls run: no autograd graph holds the inputs
+        return (torch.tanh(x @ weight) + x,)
+
+
+def _graphed():
+    return _CpuGraphedCall(_layer, "layer", lambda args: tuple(a.shape for a in args), (), ())
+
+
+def _weights(n, dim=8):
+    return [torch.nn.Parameter(torch.randn(dim, dim) / dim) for _ in range(n)]
+
+
+def test_one_graph_called_by_each_layer_replays_a_recording_per_layer():
+    call, weights = _graphed(), _weights(4)
+    recorded = []
+    for step in range(5):
+        x = torch.randn(3, 8)
+        h, expected = x, x
+        for w in weights:
+            (h,) = call([w, h])
+            expected = torch.tanh(expected @ w) + expected
+        torch.testing.assert_close(h, expected)
+        del h
+        recorded.append(call.recorded)
+    # Each layer's recording is kept for it: made in the first two steps, replayed after (every call
+    # dropped the other layers' recordings and made its own again: Whisper's training on the H200).
+    assert recorded[1] == recorded[4], recorded
+    assert sum(len(s.recordings) for s in call.sizes.values()) == 4
+
+
+def test_a_callers_input_that_moves_is_copied_from_then_on():
+    call, (w,) = _graphed(), _weights(1)
+    first = torch.randn(3, 8)
+    call([w, first])  # warm-up
+    (out,) = call([w, first])  # recorded, reading `first` in place: it was there on the warm-up too
+    del out
+    for _ in range(4):
+        x = torch.randn(3, 8)
+        (out,) = call([w, x])
+        torch.testing.assert_close(out, torch.tanh(x @ w) + x)
+        del out
+    assert call.copied_always == {1}
+    assert sum(len(s.recordings) for s in call.sizes.values()) == 1
+
+
+def test_held_outputs_are_never_overwritten_and_recordings_stop_at_the_limit():
+    call, (w,) = _graphed(), _weights(1)
+    inputs = [torch.randn(3, 8) for _ in range(MAX_HELD + 3)]
+    outputs = [call([w, x])[0] for x in inputs]  # all held
+    for x, out in zip(inputs, outputs):
+        torch.testing.assert_close(out, torch.tanh(x @ w) + x)
+    assert call.recorded == MAX_HELD
