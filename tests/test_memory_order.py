@@ -228,3 +228,48 @@ def test_a_weight_gradient_only_the_output_reads_waits_until_memory_is_lower(obs
         return  # Triton's interpreter copies each launch's arguments: its copies set the peak
     head_gradient = 2048 * 512 * 4
     assert peak <= traced_peak - head_gradient // 2, (peak, traced_peak)
+
+
+class _TiedHead(torch.nn.Module):
+    """Tokens embedded, through a wide layer, pooled, then a head tied to the embedding: the backward
+    starts with the head's weight gradient (4 MiB), which only its sum with the embedding's gradient
+    reads, at the backward's end, and then works through the wide layer's gradients (8 MiB)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(2048, 512)
+        self.body, self.back = torch.nn.Linear(512, 1024), torch.nn.Linear(1024, 512)
+
+    def forward(self, ids):
+        h = self.back(torch.nn.functional.gelu(self.body(self.embed(ids))))
+        return h.mean(1) @ self.embed.weight.t()
+
+
+def test_a_tied_heads_weight_gradient_waits_for_the_sum_at_the_end(observe, monkeypatch):
+    """Its reader leads only to the output: held back with it, the head's gradient is not alive
+    beside the wide layer's temporaries (Whisper's CPU training peak 475.0 -> 439.4 MiB)."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 2048, (8, 256), device=DEVICE)
+    (graph, peak), (traced, traced_peak) = _reordered_and_traced(_TiedHead().to(DEVICE), ids, observe, monkeypatch)
+
+    def head_before_body(source):  # where the head's and the wide layer's weight gradients are planned
+        return source.index("(2048, 512,)") < source.index("(1024, 512,)")
+    assert head_before_body(traced.wrapper_source) and not head_before_body(graph.wrapper_source)
+    if DEVICE == "cpu" and os.environ.get("SMELT_CPU_BACKEND") == "triton":
+        return  # Triton's interpreter copies each launch's arguments: its copies set the peak
+    head_gradient = 2048 * 512 * 4
+    assert peak <= traced_peak - head_gradient // 2, (peak, traced_peak)
+
+
+def test_the_estimate_counts_a_result_written_over_its_dying_input_in_that_inputs_memory():
+    from smelt.scheduler.live_bytes import live_bytes
+    sizes = {"a": 100, "b": 100, "c": 50, "d": 100}
+    made, reads = [["a"], ["b"], ["c"]], [[], ["a"], ["b"]]
+    assert live_bytes(made, reads, sizes, [], set()) == [100, 200, 150]
+    # b over a (read last there), c over b (so over a's memory): one block of 100 bytes throughout.
+    over = [[], [("b", ["a"])], [("c", ["b"])]]
+    assert live_bytes(made, reads, sizes, [], set(), over) == [100, 100, 100]
+    # a read again later is not dying where b is made: b takes memory of its own, c still goes over b.
+    made, reads = made + [["d"]], reads + [["a", "c"]]
+    assert live_bytes(made, reads, sizes, [], {"d"}) == [100, 200, 250, 250]
+    assert live_bytes(made, reads, sizes, [], {"d"}, over + [[]]) == [100, 200, 200, 300]

@@ -14,12 +14,17 @@ its inputs and results are alive together, so it must not hold more then than th
 ahead of. A second listing also holds back steps whose results only the output (or other held-back
 steps) reads and that allocate more than they free: a classifier's float32 weight gradient made at
 the backward's start stood beside EfficientNet's convolution backward at its peak (4.9 MiB over
-Inductor's, on the CPU), and GPT-2's step held its head's gradient through the whole backward.
-Of the listings, the one holding the fewest bytes summed over the steps is kept, if it holds fewer
-than the traced order and no more at once (buffers alive from their writer to their last reader,
-donated inputs from the start; the estimate does not see a kernel writing over a dying input, so
-the peak a move lowers may not show in it: the MLP's activation gradient is written over its saved
-pre-activation; nor an ATen call's own scratch, EfficientNet's peak).
+Inductor's, on the CPU), and GPT-2's step held its head's gradient through the whole backward. A
+third holds back also steps whose readers only lead to the output: Whisper's tied head's weight
+gradient, read by the sum with the embedding's gradient at the backward's end (its CPU training
+peak 475.0 -> 439.4 MiB, Inductor's 443.3).
+
+Of the first two listings, the one holding the fewest bytes summed over the steps is kept, if it
+holds fewer than the traced order and no more at once; the third replaces it only where its peak is
+lower (holding back more for bytes summed alone raised DistilBERT's CPU training peak 10%). The
+estimate: buffers alive from their writer to their last reader, donated inputs from the start, and a
+kernel's result written over an input dying in it taking no memory of its own where reuse.py's rule
+roughly allows it. An ATen call's own scratch is not seen (EfficientNet's peak).
 
 A step runs after every step before it that it depends on in the original order: one that writes
 what it reads (or reads or writes what it writes, for writes into inputs and scatters), slices of
@@ -42,19 +47,24 @@ MIN_FREED_BYTES = 1 << 20
 
 
 def order_for_memory(steps: list[Step], outputs: set[str], graph) -> list[Step]:
-    """The steps in the order, of two listings, that holds the fewest bytes at no higher estimated
-    peak, their memory planned again; or `steps` as they are."""
+    """The steps in the order of the listing chosen by the estimate (see the module docstring),
+    their memory planned again; or `steps` as they are."""
     if len(steps) < 3 or any(s.combo or s.finishers for s in steps):
         return steps
     order = _MemoryOrder(steps, outputs, graph)
     if order.sizes is None:
         return steps  # a symbolic size: no figure to compare
     traced_peak, traced_held = order.live(range(len(steps)))
-    kept = [(held, new) for new in (order.greedy(hold_back=False), order.greedy(hold_back=True))
+    kept = [(held, new) for new in (order.greedy(None), order.greedy(order.held(False)))
             for peak, held in [order.live(new)] if peak <= traced_peak and held < traced_held]
-    if not kept:
+    new = min(kept)[1] if kept else None
+    # The third listing moves more (whole chains to the backward's end): only for a lower peak.
+    through = order.greedy(order.held(True))
+    bar = order.live(new)[0] if new is not None else traced_peak
+    if order.live(through)[0] + MIN_FREED_BYTES <= bar:
+        new = through
+    if new is None:
         return steps
-    new = min(kept)[1]
     reordered = [steps[k] for k in new]
     for step in reordered:
         step.stored, step.frees, step.kept_in_input = [], [], {}
@@ -78,6 +88,28 @@ class _MemoryOrder:
         sizes = {name: every[name] for name in counted if name in every}
         self.sizes = None if None in sizes.values() else sizes
         self.donated = [name for name in graph.donated_inputs if name in sizes]
+        if self.sizes is not None:
+            self.over_inputs = self._over_inputs(graph)
+
+    def _over_inputs(self, graph) -> list[list[tuple[str, list[str]]]]:
+        """Per step, its result and the inputs it might be written over (reuse.py's rule, roughly:
+        a kernel storing one result, or one beside per-row values; an input of the same element type
+        that a kernel or a fresh ATen result allocated, or a donated one, that no ATen view reads)."""
+        dtypes = {b.name: b.layout.dtype for b in graph.buffers if getattr(b, "layout", None) is not None}
+        dtypes.update({name: v.layout.dtype for name, v in graph.inputs if hasattr(v, "layout")})
+        owned = {name for made in self.made for name in made} | set(self.donated)
+        owned -= {name for shown in self.aliases.values() for name in shown}
+        pairs = []
+        for k, step in enumerate(self.steps):
+            sized = sorted((self.sizes.get(name, 0), name) for name in self.made[k])
+            if step.is_extern or not sized or sum(size for size, _ in sized[:-1]) * 16 > sized[-1][0]:
+                pairs.append([])
+                continue
+            result = sized[-1][1]
+            inputs = [name for name in sorted(self.reads[k]) if name in owned and name != result
+                      and name in self.sizes and dtypes.get(name) == dtypes.get(result)]
+            pairs.append([(result, inputs)] if inputs else [])
+        return pairs
 
     def _expand(self, names) -> set[str]:
         found = set(names)
@@ -118,9 +150,12 @@ class _MemoryOrder:
             self.pure.append(all(n.write_name == n.name and n.fills is None for n in nodes)
                              and not _is_barrier(step, nodes))
 
-    def greedy(self, hold_back: bool) -> list[int]:
+    def greedy(self, held: list[bool] | None) -> list[int]:
+        """The earliest ready step next, but for one freeing more than it allocates, and, given
+        `held`, for those steps, run as late as their readers allow."""
         n = len(self.steps)
-        held = self._held() if hold_back else [False] * n
+        hold_back = held is not None
+        held = held or [False] * n
         waiting = [len(p) for p in self.preds]
         successors: list[list[int]] = [[] for _ in range(n)]
         for k, preds in enumerate(self.preds):
@@ -157,12 +192,15 @@ class _MemoryOrder:
         assert len(order) == n, "smelt: the steps' dependencies have a cycle"
         return order
 
-    def _held(self) -> list[bool]:
+    def held(self, through_readers: bool) -> list[bool]:
         """Steps worth running as late as their dependencies allow: ones whose results only the
         output or other such steps read, that allocate at least MIN_FREED_BYTES more than they free
         where the traced order runs them (a weight gradient's float32 cast, and its product where
-        the inputs are small), and that write nothing else."""
+        the inputs are small), and that write nothing else. through_readers: also ones whose
+        readers lead only to the output (a tied head's weight gradient, which the embedding's
+        gradient is added to at the backward's end: Whisper's)."""
         n = len(self.steps)
+        toward_output = self._toward_output() if through_readers else [False] * n
         last_reader: dict[str, int] = {}
         readers: dict[str, list[int]] = {}
         for k, reads in enumerate(self.reads):
@@ -176,8 +214,21 @@ class _MemoryOrder:
             freed = sum(self.sizes.get(name, 0) for name in self.reads[k]
                         if last_reader.get(name) == k and name not in self.outputs)
             held[k] = (self._allocates(k) - freed >= MIN_FREED_BYTES
-                       and all(held[j] for name in self.made[k] for j in readers.get(name, ())))
+                       and all(held[j] or toward_output[j] for name in self.made[k] for j in readers.get(name, ())))
         return held
+
+    def _toward_output(self) -> list[bool]:
+        """Steps writing nothing but results that are outputs or read only by such steps."""
+        readers: dict[str, list[int]] = {}
+        for k, reads in enumerate(self.reads):
+            for name in reads:
+                readers.setdefault(name, []).append(k)
+        found = [False] * len(self.steps)
+        for k in reversed(range(len(self.steps))):
+            found[k] = bool(self.made[k]) and self.pure[k] and all(
+                name in self.outputs or (readers.get(name) and all(found[j] for j in readers[name]))
+                for name in self.made[k])
+        return found
 
     def _allocates(self, k: int) -> int:
         return sum(self.sizes.get(name, 0) for name in self.made[k])
@@ -192,7 +243,7 @@ class _MemoryOrder:
         """The most bytes alive at once, and their sum over the steps (live_bytes.py)."""
         order = list(order)
         live = live_bytes([self.made[k] for k in order], [self.reads[k] for k in order], self.sizes,
-                          self.donated, self.outputs)
+                          self.donated, self.outputs, [self.over_inputs[k] for k in order])
         return max(live, default=0), sum(live)
 
 
