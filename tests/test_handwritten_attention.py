@@ -228,3 +228,109 @@ def test_a_learned_additive_bias_gets_eagers_gradient(device, compile_fn, assert
     for t, want in zip((q, k, v, bias), expected):
         assert_close(t.grad, want, atol=1e-4, rtol=1e-4)
     assert rewrites == [1]
+
+
+def _key_mask(device, batch=2, keys=8, whole_row=False):
+    """DeBERTa's: True where a query may see a key, [batch, 1, queries, keys]; padding keys are
+    masked and, with whole_row, one padded query's row too (all its keys)."""
+    keep = torch.ones(batch, 1, keys, keys, dtype=torch.bool, device=device)
+    keep[1, ..., keys - 3:] = False
+    if whole_row:
+        keep[1, :, keys - 1, :] = False
+    return keep
+
+
+def deberta(q, k, v, bias, keep):  # transformers' DisentangledSelfAttention, heads folded for bmm
+    heads, dim = q.shape[1], q.shape[-1]
+    q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)
+    scale = torch.sqrt(torch.tensor(dim, dtype=torch.float) * 3)
+    scores = torch.bmm(q, k.transpose(-1, -2) / scale.to(dtype=q.dtype))
+    scores = scores + bias.flatten(0, 1)
+    scores = scores.view(-1, heads, scores.size(-2), scores.size(-1))
+    scores = scores.masked_fill(~keep, torch.finfo(q.dtype).min)
+    probs = F.dropout(F.softmax(scores, dim=-1), p=0.1, training=False)
+    return torch.bmm(probs.view(-1, probs.size(-2), probs.size(-1)), v)
+
+
+def filled_only(q, k, v, bias, keep):  # a masked_fill of the lowest value, nothing added
+    scores = torch.matmul(q, k.transpose(-1, -2)) * 0.25
+    return F.softmax(scores.masked_fill(~keep, torch.finfo(q.dtype).min), dim=-1) @ v
+
+
+@pytest.mark.parametrize("form", [deberta, filled_only], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("whole_row", [False, True], ids=["padded_keys", "a_row_masked_whole"])
+def test_a_masked_fill_of_the_lowest_value_runs_as_an_additive_mask(device, compile_fn, assert_close, rewrites,
+                                                                     form, whole_row):
+    """Values and gradients (the bias's too) are eager's; a row masked whole is uniform, as in eager."""
+    q, k, v = _qkv(device, grad=True)
+    bias = torch.randn(2, 3, 8, 8, device=device, requires_grad=True)
+    keep = _key_mask(device, whole_row=whole_row)
+    expected = form(q, k, v, bias, keep)
+    (expected ** 2).sum().backward()
+    want = [t.grad.clone() for t in (q, k, v, bias)] if form is deberta else [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v, bias):
+        t.grad = None
+    actual = compile_fn(form)(q, k, v, bias, keep)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    (actual ** 2).sum().backward()
+    for t, w in zip((q, k, v, bias), want):
+        assert_close(t.grad, w, atol=1e-4, rtol=1e-4)
+    assert rewrites == [1]
+
+
+def filled_with_other_values(q, k, v, bias, keep):
+    scores = torch.matmul(q, k.transpose(-1, -2))
+    a = F.softmax(scores.masked_fill(~keep, -1e4), dim=-1) @ v  # not the lowest value: a score of its own
+    b = F.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v  # a row masked whole would be NaN
+    return a + b
+
+
+def filled_before_the_bias(q, k, v, bias, keep):  # the bias added to the filled scores: not a mask
+    scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill(~keep, torch.finfo(q.dtype).min)
+    return F.softmax(scores + bias, dim=-1) @ v
+
+
+@pytest.mark.parametrize("form", [filled_with_other_values, filled_before_the_bias], ids=lambda f: f.__name__)
+def test_other_masked_fills_are_left_as_written(device, compile_fn, assert_close, rewrites, form):
+    q, k, v = _qkv(device)
+    bias, keep = torch.randn(2, 3, 8, 8, device=device), _key_mask(device)
+    assert_close(compile_fn(form)(q, k, v, bias, keep), form(q, k, v, bias, keep), atol=1e-5, rtol=1e-5)
+    assert rewrites == [0]
+
+
+def test_a_half_precision_fill_is_left_as_written(device, rewrites):
+    """float16's lowest value plus a score can round to -inf: a row masked whole would be NaN."""
+    q, k, v = _qkv(device, dtype=torch.float16)
+    bias, keep = torch.randn(2, 3, 8, 8, device=device, dtype=torch.float16), _key_mask(device)
+    torch.compile(deberta, backend="smelt")(q, k, v, bias, keep)
+    assert rewrites == [0]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_deberta_v2_from_transformers(device, assert_close, rewrites, training):
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = tf.DebertaV2Config(vocab_size=64, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                num_hidden_layers=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8,
+                                max_relative_positions=-1, position_biased_input=False, norm_rel_ebd="layer_norm",
+                                share_att_key=True)
+    config._attn_implementation = "eager"
+    model = tf.DebertaV2ForMaskedLM(config).to(device).train(training)
+    ids = torch.randint(0, 64, (2, 12), device=device)
+    attention_mask = torch.ones(2, 12, dtype=torch.long, device=device)
+    attention_mask[1, 9:] = 0
+    compiled = torch.compile(lambda i, a: model(input_ids=i, attention_mask=a).logits, backend="smelt")
+    with torch.set_grad_enabled(training):
+        expected = model(input_ids=ids, attention_mask=attention_mask).logits
+        actual = compiled(ids, attention_mask)
+        assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    if training:
+        expected.sum().backward()
+        want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        actual.sum().backward()
+        for n, p in model.named_parameters():
+            if n in want:
+                assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4)
+    assert rewrites == [2]

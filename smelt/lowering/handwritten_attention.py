@@ -9,21 +9,32 @@ kernel's too.
 
 The chain, each link read by nothing but the next:
 
-    scores = matmul(q, transpose(k, -2, -1))     (or k already transposed)
+    scores = matmul(q, transpose(k, -2, -1))     (or k already transposed, or so divided by a scale)
     scores = scores * c  |  scores / c           (optional; c a number)
     scores = scores + mask                       (optional; mask of the scores' dtype, broadcast to them)
+    scores = scores.view(batch, heads, q, k)     (optional: heads folded into the batch for bmm)
+    scores = scores.masked_fill(m, lowest)       (optional; the dtype's lowest value, float32 and wider
+                                                  or bfloat16)
     probs  = softmax(scores, dim=-1)             (optionally in float32, cast back to q's dtype)
     probs  = dropout(probs, p, training)         (only as a no-op: p == 0 or not training)
+    probs  = probs.view(batch * heads, q, k)     (with the view above)
     out    = matmul(probs, v)
 
+The masked_fill becomes an additive mask: a score plus the dtype's lowest value is that value (its
+spacing there, 2^104 in float32, is larger than any score), so a row masked whole stays uniform as in
+eager, where -inf would make it NaN (a fill with -inf or another value is left as written). A row
+filled whole gets a mask of zeros and a zeroed query instead: eager's values and gradients, which
+SDPA's backward would not give it (its probabilities rebuilt from a rounded log-sum-exp). That
+is DeBERTa's attention, with its relative-position bias as the added mask and its scale on k.
+
 Dropout that drops is left alone: SDPA's random stream is not eager's, so results could not be
-compared. So is a masked_fill of the scores: a row masked whole is NaN in eager and not in every
-SDPA kernel (DeBERTa's attention, a masked_fill with the scale on k and views between the links,
-stays as written). The kernels round differently from eager's ops (SDPA keeps the scores in float32
+compared. The kernels round differently from eager's ops (SDPA keeps the scores in float32
 where eager rounds them to bf16): the results agree to the dtype's precision, not bit for bit.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
 import logging
 import operator
@@ -31,6 +42,7 @@ import operator
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 
 log = logging.getLogger("smelt.lowering")
 
@@ -119,6 +131,32 @@ def _softmax_output(node, scores, dtype) -> torch.fx.Node | None:
     return node if _value(node).dtype == dtype else None
 
 
+def _folded_to_heads(node, scores) -> bool:
+    """Whether `node` views `scores` ([batch, q, k]) as [..., q, k] of static sizes."""
+    if not _is(node, (torch.reshape,), ("view", "reshape")) or node.args[0] is not scores:
+        return False
+    shape, before = _value(node).shape, _value(scores).shape
+    return (all(isinstance(n, int) for n in shape) and len(shape) > len(before)
+            and shape[-2:] == before[-2:] and shape[:-2].numel() == before[:-2].numel())
+
+
+def _fill(node, scores):
+    """(mask, value) where `node` is scores.masked_fill(mask, the dtype's lowest value), or None."""
+    if not _is(node, (torch.masked_fill,), ("masked_fill",)):
+        return None
+    args = _bind(lambda input, mask, value: None, node)
+    dtype = _value(scores).dtype
+    if not args or args["input"] is not scores or dtype not in (torch.float32, torch.bfloat16, torch.float64):
+        return None
+    m = _value(args["mask"])
+    if not (_number(args["value"]) and args["value"] == torch.finfo(dtype).min and isinstance(m, torch.Tensor)
+            and m.dtype == torch.bool and m.device == _value(scores).device and m.dim() <= _value(scores).dim()):
+        return None
+    if torch.broadcast_shapes(m.shape, _value(scores).shape) != _value(scores).shape:
+        return None
+    return args["mask"], args["value"]
+
+
 def _inactive_dropout(node, probs) -> bool:
     if not _is(node, (F.dropout,)):
         return False
@@ -126,9 +164,20 @@ def _inactive_dropout(node, probs) -> bool:
     return bool(args) and args.get("input") is probs and (args.get("p", 0.5) == 0 or not args.get("training", True))
 
 
-def _match(product: torch.fx.Node):
-    """(q, k^T, v, mask, scale, chain) of the attention whose scores `product` computes, where
-    chain lists its nodes from `product` to the product with v; or None."""
+@dataclasses.dataclass
+class _Attention:
+    q: torch.fx.Node
+    k_t: torch.fx.Node
+    v: torch.fx.Node
+    mask: torch.fx.Node | None  # added to the scores
+    fill: tuple | None  # (mask, value) of a masked_fill
+    scale: float | None
+    heads: torch.Size | None  # the scores' shape where they are viewed with their heads unfolded
+    chain: list  # from the product to the product with v
+
+
+def _match(product: torch.fx.Node) -> _Attention | None:
+    """The attention whose scores `product` computes, or None."""
     if not _is(product, _MATMULS, _MATMUL_METHODS) or len(product.args) != 2 or product.kwargs:
         return None
     q, k_t = product.args
@@ -137,7 +186,7 @@ def _match(product: torch.fx.Node):
         return None
     if qv.dtype not in _SDPA_DTYPES or ktv.dtype != qv.dtype or qv.shape[:-2] != ktv.shape[:-2]:
         return None
-    chain, scale, mask = [product], None, None
+    chain, scale, mask, fill, heads = [product], None, None, None, None
     nxt = _only_user(product)
     if nxt is not None and (factor := _scale(nxt, chain[-1])) is not None:
         scale = factor
@@ -145,6 +194,16 @@ def _match(product: torch.fx.Node):
         nxt = _only_user(nxt)
     if nxt is not None and (found := _mask(nxt, chain[-1])) is not None:
         mask = found
+        chain.append(nxt)
+        nxt = _only_user(nxt)
+    if nxt is not None and _folded_to_heads(nxt, chain[-1]):
+        if mask is not None and _value(mask).shape != sv.shape:
+            return None  # a broadcast mask would need its own unfolding
+        heads = _value(nxt).shape
+        chain.append(nxt)
+        nxt = _only_user(nxt)
+    if nxt is not None and (found := _fill(nxt, chain[-1])) is not None:
+        fill = found
         chain.append(nxt)
         nxt = _only_user(nxt)
     probs = _softmax_output(nxt, chain[-1], qv.dtype) if nxt is not None else None
@@ -155,13 +214,33 @@ def _match(product: torch.fx.Node):
     if nxt is not None and _inactive_dropout(nxt, probs):
         chain.append(nxt)
         nxt = _only_user(nxt)
+    if heads is not None:  # folded back for the product with v
+        if not (_is(nxt, (torch.reshape,), ("view", "reshape")) and nxt.args[0] is chain[-1]
+                and _value(nxt).shape == sv.shape):
+            return None
+        chain.append(nxt)
+        nxt = _only_user(nxt)
     if not (_is(nxt, _MATMULS, _MATMUL_METHODS) and len(nxt.args) == 2 and nxt.args[0] is chain[-1] and not nxt.kwargs):
         return None
     v = nxt.args[1]
     vv = _value(v)
     if not isinstance(vv, torch.Tensor) or vv.dtype != qv.dtype or vv.shape[:-1] != ktv.shape[:-2] + ktv.shape[-1:]:
         return None
-    return q, k_t, v, mask, scale, chain + [nxt]
+    return _Attention(q, k_t, v, mask, fill, scale, heads, chain + [nxt])
+
+
+def _call(gm, target, *args, **kwargs) -> torch.fx.Node:
+    """A new node calling `target` (a method by name), its example value computed from its inputs'."""
+    method = isinstance(target, str)
+    node = (gm.graph.call_method if method else gm.graph.call_function)(target, args, kwargs)
+    values = [_value(a) if isinstance(a, torch.fx.Node) else a for a in args]
+    kw = {key: _value(a) if isinstance(a, torch.fx.Node) else a for key, a in kwargs.items()}
+    # Under the example values' fake mode: an op that makes a tensor of its own (SDPA over no keys)
+    # must make a fake one.
+    fake_mode = next((v.fake_mode for v in [*values, *kw.values()] if isinstance(v, FakeTensor)), None)
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        node.meta["example_value"] = getattr(values[0], target)(*values[1:], **kw) if method else target(*values, **kw)
+    return node
 
 
 def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
@@ -172,17 +251,36 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
         found = _match(node) if node not in erased else None
         if found is None:
             continue
-        q, k_t, v, mask, scale, chain = found
+        chain, k_t = found.chain, found.k_t
         out = chain[-1]
         with gm.graph.inserting_before(out):
             k = _transposed_last_two(k_t)
             if k is None:
-                k = gm.graph.call_function(torch.transpose, (k_t, -2, -1))
-                k.meta["example_value"] = _value(k_t).transpose(-2, -1)
-            sdpa = gm.graph.call_function(F.scaled_dot_product_attention, (q, k, v),
-                                          {"attn_mask": mask, "scale": 1.0 if scale is None else scale})
-        sdpa.meta.update(out.meta)
-        out.replace_all_uses_with(sdpa)
+                k = _call(gm, torch.transpose, k_t, -2, -1)
+            q, v, mask = found.q, found.v, found.mask
+            if found.heads is not None:  # SDPA over [batch, heads, ...]: its kernels take four dimensions
+                lead = tuple(found.heads[:-2])
+                q, k, v = (_call(gm, torch.reshape, t, lead + tuple(_value(t).shape[-2:])) for t in (q, k, v))
+                if mask is not None:
+                    mask = _call(gm, torch.reshape, mask, tuple(found.heads))
+            if found.fill is not None:
+                where, value = found.fill
+                # A query whose keys are all filled has constant scores: a uniform softmax that passes q
+                # and k no gradient. SDPA's backward rebuilds its probabilities from a log-sum-exp that
+                # rounds to the lowest value there (each 1, not 1/keys): its mask is 0 on such a row
+                # and its query zeroed (the same values; no gradient through it).
+                dtype = _value(q).dtype
+                kept = _call(gm, "to", _call(gm, torch.any, _call(gm, torch.logical_not, where), -1, keepdim=True), dtype)
+                q = _call(gm, operator.mul, q, kept)
+                fill_value = _call(gm, operator.mul, kept, value)
+                mask = _call(gm, torch.where, where, fill_value, 0.0 if mask is None else mask)
+            sdpa = _call(gm, F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
+                         scale=1.0 if found.scale is None else found.scale)
+            result = sdpa
+            if found.heads is not None:
+                result = _call(gm, torch.reshape, sdpa, tuple(_value(out).shape))
+        result.meta.update(out.meta)
+        out.replace_all_uses_with(result)
         if k_t.op != "placeholder" and k_t.users.keys() == {node}:
             chain.insert(0, k_t)
         for dead in reversed(chain):  # each link's one user was the next
