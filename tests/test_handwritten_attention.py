@@ -334,3 +334,27 @@ def test_deberta_v2_from_transformers(device, assert_close, rewrites, training):
             if n in want:
                 assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4)
     assert rewrites == [2]
+
+
+def test_an_entry_with_no_key_gets_eagers_values_and_v_gradient(device, compile_fn, assert_close, rewrites):
+    """An additive mask at the lowest value on every key of an entry: eager's scores round to that value,
+    its softmax is uniform, and SDPA's backward (its probabilities rebuilt from a log-sum-exp rounded
+    the same way, each 1) gave v keys-times eager's gradient. The entry's query is zeroed instead: eager's
+    values and v's gradient; q and k get none from it (eager's are the exact-arithmetic derivative at
+    the rounded probabilities, of scores that no longer depend on q)."""
+    q, k, v = _qkv(device, grad=True)
+    mask = torch.zeros(2, 1, 1, 8, device=device)
+    mask[1] = torch.finfo(torch.float32).min
+    expected = albert(q, k, v, mask)
+    (expected ** 2).sum().backward()
+    want = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    actual = compile_fn(albert)(q, k, v, mask)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    (actual ** 2).sum().backward()
+    assert_close(v.grad, want[2], atol=1e-4, rtol=1e-4)
+    for t, w in zip((q, k), want):
+        assert_close(t.grad[0], w[0], atol=1e-4, rtol=1e-4)
+        assert torch.count_nonzero(t.grad[1]) == 0
+    assert rewrites == [1]

@@ -49,6 +49,9 @@ log = logging.getLogger("smelt.lowering")
 _MATMULS = {torch.matmul, operator.matmul, torch.bmm}
 _MATMUL_METHODS = {"matmul", "bmm", "__matmul__"}
 _SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Where a score plus the dtype's lowest value is that value (float16's spacing there is 32: it
+# rounds to -inf instead).
+_SATURATING = (torch.bfloat16, torch.float32, torch.float64)
 
 
 def _is(node, functions=(), methods=()) -> bool:
@@ -146,7 +149,7 @@ def _fill(node, scores):
         return None
     args = _bind(lambda input, mask, value: None, node)
     dtype = _value(scores).dtype
-    if not args or args["input"] is not scores or dtype not in (torch.float32, torch.bfloat16, torch.float64):
+    if not args or args["input"] is not scores or dtype not in _SATURATING:
         return None
     m = _value(args["mask"])
     if not (_number(args["value"]) and args["value"] == torch.finfo(dtype).min and isinstance(m, torch.Tensor)
@@ -266,7 +269,7 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
             if found.fill is not None:
                 where, value = found.fill
                 # A query whose keys are all filled has constant scores: a uniform softmax that passes q
-                # and k no gradient. SDPA's backward rebuilds its probabilities from a log-sum-exp that
+                # and k no gradient (a fill's backward passes none). SDPA's backward rebuilds its probabilities from a log-sum-exp that
                 # rounds to the lowest value there (each 1, not 1/keys): its mask is 0 on such a row
                 # and its query zeroed (the same values; no gradient through it).
                 dtype = _value(q).dtype
@@ -274,6 +277,13 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
                 q = _call(gm, operator.mul, q, kept)
                 fill_value = _call(gm, operator.mul, kept, value)
                 mask = _call(gm, torch.where, where, fill_value, 0.0 if mask is None else mask)
+            elif mask is not None and _value(mask).dtype in _SATURATING:
+                # The same for a row the added mask holds at the lowest value throughout (an entry
+                # with no key): its scores round to that value, eager's softmax is uniform.
+                dtype = _value(q).dtype
+                kept = _call(gm, torch.any, _call(gm, operator.ne, mask, torch.finfo(dtype).min), -1, keepdim=True)
+                q = _call(gm, operator.mul, q, _call(gm, "to", kept, dtype))
+                mask = _call(gm, torch.where, kept, mask, 0.0)
             sdpa = _call(gm, F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
                          scale=1.0 if found.scale is None else found.scale)
             result = sdpa
