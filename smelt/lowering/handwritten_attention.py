@@ -24,7 +24,10 @@ The masked_fill becomes an additive mask: a score plus the dtype's lowest value 
 spacing there, 2^104 in float32, is larger than any score), so a row masked whole stays uniform as in
 eager, where -inf would make it NaN (a fill with -inf or another value is left as written). A row
 filled whole gets a mask of zeros and a zeroed query instead: eager's values and gradients, which
-SDPA's backward would not give it (its probabilities rebuilt from a rounded log-sum-exp). That
+SDPA's backward would not give it (its probabilities rebuilt from a rounded log-sum-exp, each 1).
+So does a row an added mask holds at the lowest value throughout (an entry with no key): eager's
+values and v's gradient; q and k get none from it, where eager's backward differentiates scores
+that rounding made constant. That
 is DeBERTa's attention, with its relative-position bias as the added mask and its scale on k.
 
 Dropout that drops is left alone: SDPA's random stream is not eager's, so results could not be
@@ -269,9 +272,10 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
             if found.fill is not None:
                 where, value = found.fill
                 # A query whose keys are all filled has constant scores: a uniform softmax that passes q
-                # and k no gradient (a fill's backward passes none). SDPA's backward rebuilds its probabilities from a log-sum-exp that
-                # rounds to the lowest value there (each 1, not 1/keys): its mask is 0 on such a row
-                # and its query zeroed (the same values; no gradient through it).
+                # and k no gradient (a fill's backward passes none). SDPA's backward rebuilds its
+                # probabilities from a log-sum-exp that rounds to the lowest value there (each 1, not
+                # 1/keys): its mask is 0 on such a row and its query zeroed (the same values; no
+                # gradient through it).
                 dtype = _value(q).dtype
                 kept = _call(gm, "to", _call(gm, torch.any, _call(gm, torch.logical_not, where), -1, keepdim=True), dtype)
                 q = _call(gm, operator.mul, q, kept)
