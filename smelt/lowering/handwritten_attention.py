@@ -137,13 +137,15 @@ def _softmax_output(node, scores, dtype) -> torch.fx.Node | None:
     return node if _value(node).dtype == dtype else None
 
 
-def _folded_to_heads(node, scores) -> bool:
-    """Whether `node` views `scores` ([batch, q, k]) as [..., q, k] of static sizes."""
+def _heads_unfolded(node, scores) -> torch.Size | None:
+    """The shape `node` views `scores` ([batch, q, k]) as, [..., q, k] of static sizes, or None."""
     if not _is(node, (torch.reshape,), ("view", "reshape")) or node.args[0] is not scores:
-        return False
+        return None
     shape, before = _value(node).shape, _value(scores).shape
-    return (all(isinstance(n, int) for n in shape) and len(shape) > len(before)
-            and shape[-2:] == before[-2:] and shape[:-2].numel() == before[:-2].numel())
+    if (all(isinstance(n, int) for n in shape) and len(shape) > len(before)
+            and shape[-2:] == before[-2:] and shape[:-2].numel() == before[:-2].numel()):
+        return shape
+    return None
 
 
 def _fill(node, scores):
@@ -163,11 +165,23 @@ def _fill(node, scores):
     return args["mask"], args["value"]
 
 
-def _inactive_dropout(node, probs) -> bool:
+def _inactive_dropout(node, probs) -> bool | None:
+    """True where `node` is a dropout of `probs` that drops nothing, else None."""
     if not _is(node, (F.dropout,)):
-        return False
+        return None
     args = _bind(F.dropout, node)
-    return bool(args) and args.get("input") is probs and (args.get("p", 0.5) == 0 or not args.get("training", True))
+    inactive = bool(args) and args.get("input") is probs and (args.get("p", 0.5) == 0 or not args.get("training", True))
+    return True if inactive else None
+
+
+def _optional_link(chain: list, nxt, look):
+    """(look(nxt, chain[-1]), the node after nxt) with nxt appended to chain where that finds
+    something; (None, nxt) where it does not."""
+    found = look(nxt, chain[-1]) if nxt is not None else None
+    if found is None:
+        return None, nxt
+    chain.append(nxt)
+    return found, _only_user(nxt)
 
 
 @dataclasses.dataclass
@@ -192,34 +206,18 @@ def _match(product: torch.fx.Node) -> _Attention | None:
         return None
     if qv.dtype not in _SDPA_DTYPES or ktv.dtype != qv.dtype or qv.shape[:-2] != ktv.shape[:-2]:
         return None
-    chain, scale, mask, fill, heads = [product], None, None, None, None
-    nxt = _only_user(product)
-    if nxt is not None and (factor := _scale(nxt, chain[-1])) is not None:
-        scale = factor
-        chain.append(nxt)
-        nxt = _only_user(nxt)
-    if nxt is not None and (found := _mask(nxt, chain[-1])) is not None:
-        mask = found
-        chain.append(nxt)
-        nxt = _only_user(nxt)
-    if nxt is not None and _folded_to_heads(nxt, chain[-1]):
-        if mask is not None and _value(mask).shape != sv.shape:
-            return None  # a broadcast mask would need its own unfolding
-        heads = _value(nxt).shape
-        chain.append(nxt)
-        nxt = _only_user(nxt)
-    if nxt is not None and (found := _fill(nxt, chain[-1])) is not None:
-        fill = found
-        chain.append(nxt)
-        nxt = _only_user(nxt)
+    chain = [product]
+    scale, nxt = _optional_link(chain, _only_user(product), _scale)
+    mask, nxt = _optional_link(chain, nxt, _mask)
+    heads, nxt = _optional_link(chain, nxt, _heads_unfolded)
+    if heads is not None and mask is not None and _value(mask).shape != sv.shape:
+        return None  # a broadcast mask would need its own unfolding
+    fill, nxt = _optional_link(chain, nxt, _fill)
     probs = _softmax_output(nxt, chain[-1], qv.dtype) if nxt is not None else None
     if probs is None:
         return None
     chain += [nxt] if probs is nxt else [nxt, probs]
-    nxt = _only_user(probs)
-    if nxt is not None and _inactive_dropout(nxt, probs):
-        chain.append(nxt)
-        nxt = _only_user(nxt)
+    _, nxt = _optional_link(chain, _only_user(probs), _inactive_dropout)
     if heads is not None:  # folded back for the product with v
         if not (_is(nxt, (torch.reshape,), ("view", "reshape")) and nxt.args[0] is chain[-1]
                 and _value(nxt).shape == sv.shape):

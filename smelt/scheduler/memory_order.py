@@ -55,12 +55,11 @@ def order_for_memory(steps: list[Step], outputs: set[str], graph) -> list[Step]:
     if order.sizes is None:
         return steps  # a symbolic size: no figure to compare
     traced_peak, traced_held = order.live(range(len(steps)))
-    kept = [(held, new) for new in (order.greedy(None), order.greedy(order.held(False)))
+    kept = [(held, peak, new) for new in (order.greedy(None), order.greedy(order.held(False)))
             for peak, held in [order.live(new)] if peak <= traced_peak and held < traced_held]
-    new = min(kept)[1] if kept else None
+    _, bar, new = min(kept, key=lambda kept_one: kept_one[0]) if kept else (None, traced_peak, None)
     # The third listing moves more (whole chains to the backward's end): only for a lower peak.
     through = order.greedy(order.held(True))
-    bar = order.live(new)[0] if new is not None else traced_peak
     if order.live(through)[0] + MIN_FREED_BYTES <= bar:
         new = through
     if new is None:
