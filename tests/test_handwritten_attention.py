@@ -207,6 +207,23 @@ def test_a_dynamic_sequence_length_compiles_once_and_is_rewritten(device, assert
     assert rewrites == [1]
 
 
+def test_a_chain_sdpa_fails_to_trace_is_left_as_written(device, assert_close, rewrites, monkeypatch):
+    """An SDPA call whose example value cannot be computed (on CUDA before the Python dispatcher: a
+    mask of symbolic length) leaves the chain as written, not a failed compile."""
+    import smelt.lowering.handwritten_attention as attention
+    real = attention._call
+
+    def failing_sdpa(gm, target, *args, **kwargs):
+        if target is F.scaled_dot_product_attention:
+            raise RuntimeError("SymIntArrayRef expected to contain only concrete integers")
+        return real(gm, target, *args, **kwargs)
+    monkeypatch.setattr(attention, "_call", failing_sdpa)
+    q, k, v = _qkv(device)
+    mask = _padding_mask(device, q.dtype)
+    assert_close(torch.compile(albert, backend="smelt")(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == [0]
+
+
 @pytest.mark.parametrize("queries,keys", [(1, 8), (8, 1), (4, 0), (0, 4)])
 def test_one_or_no_queries_or_keys(device, compile_fn, assert_close, rewrites, queries, keys):
     """A decode step's one query, one key, and none: eager's values (zeros over no keys)."""

@@ -45,6 +45,7 @@ import operator
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor
 
 log = logging.getLogger("smelt.lowering")
@@ -239,10 +240,11 @@ def _call(gm, target, *args, **kwargs) -> torch.fx.Node:
     node = (gm.graph.call_method if method else gm.graph.call_function)(target, args, kwargs)
     values = [_value(a) if isinstance(a, torch.fx.Node) else a for a in args]
     kw = {key: _value(a) if isinstance(a, torch.fx.Node) else a for key, a in kwargs.items()}
-    # Under the example values' fake mode: an op that makes a tensor of its own (SDPA over no keys)
-    # must make a fake one.
+    # Under the example values' fake mode (an op that makes a tensor of its own, SDPA over no keys,
+    # must make a fake one) and the Python dispatcher, as Dynamo traces: CUDA's SDPA pads a mask of
+    # symbolic length, which only the Python kernels take.
     fake_mode = next((v.fake_mode for v in [*values, *kw.values()] if isinstance(v, FakeTensor)), None)
-    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+    with fake_mode if fake_mode is not None else contextlib.nullcontext(), enable_python_dispatcher():
         node.meta["example_value"] = getattr(values[0], target)(*values[1:], **kw) if method else target(*values, **kw)
     return node
 
@@ -257,40 +259,15 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
             continue
         chain, k_t = found.chain, found.k_t
         out = chain[-1]
-        with gm.graph.inserting_before(out):
-            k = _transposed_last_two(k_t)
-            if k is None:
-                k = _call(gm, torch.transpose, k_t, -2, -1)
-            q, v, mask = found.q, found.v, found.mask
-            if found.heads is not None:  # SDPA over [batch, heads, ...]: its kernels take four dimensions
-                lead = tuple(found.heads[:-2])
-                q, k, v = (_call(gm, torch.reshape, t, lead + tuple(_value(t).shape[-2:])) for t in (q, k, v))
-                if mask is not None:
-                    mask = _call(gm, torch.reshape, mask, tuple(found.heads))
-            if found.fill is not None:
-                where, value = found.fill
-                # A query whose keys are all filled has constant scores: a uniform softmax that passes q
-                # and k no gradient (a fill's backward passes none). SDPA's backward rebuilds its
-                # probabilities from a log-sum-exp that rounds to the lowest value there (each 1, not
-                # 1/keys): its mask is 0 on such a row and its query zeroed (the same values; no
-                # gradient through it).
-                dtype = _value(q).dtype
-                kept = _call(gm, "to", _call(gm, torch.any, _call(gm, torch.logical_not, where), -1, keepdim=True), dtype)
-                q = _call(gm, operator.mul, q, kept)
-                fill_value = _call(gm, operator.mul, kept, value)
-                mask = _call(gm, torch.where, where, fill_value, 0.0 if mask is None else mask)
-            elif mask is not None and _value(mask).dtype in _SATURATING:
-                # The same for a row the added mask holds at the lowest value throughout (an entry
-                # with no key): its scores round to that value, eager's softmax is uniform.
-                dtype = _value(q).dtype
-                kept = _call(gm, torch.any, _call(gm, operator.ne, mask, torch.finfo(dtype).min), -1, keepdim=True)
-                q = _call(gm, operator.mul, q, _call(gm, "to", kept, dtype))
-                mask = _call(gm, torch.where, kept, mask, 0.0)
-            sdpa = _call(gm, F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
-                         scale=1.0 if found.scale is None else found.scale)
-            result = sdpa
-            if found.heads is not None:
-                result = _call(gm, torch.reshape, sdpa, tuple(_value(out).shape))
+        before = set(gm.graph.nodes)
+        try:
+            result = _sdpa_nodes(gm, found)
+        except Exception as e:  # a chain SDPA cannot trace (an example value it fails on) stays as written
+            for new in reversed([n for n in gm.graph.nodes if n not in before]):
+                gm.graph.erase_node(new)
+            log.debug("smelt: attention written by hand at %s left as written: SDPA over its inputs "
+                      "failed to trace (%s: %s)", node.name, type(e).__name__, e)
+            continue
         result.meta.update(out.meta)
         out.replace_all_uses_with(result)
         if k_t.op != "placeholder" and k_t.users.keys() == {node}:
@@ -303,3 +280,44 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
     if rewritten:
         gm.recompile()
     return rewritten
+
+
+def _sdpa_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
+    """New nodes computing `found`'s chain as one SDPA call, before its last link; returns the
+    node of its result."""
+    out, k_t = found.chain[-1], found.k_t
+    with gm.graph.inserting_before(out):
+        k = _transposed_last_two(k_t)
+        if k is None:
+            k = _call(gm, torch.transpose, k_t, -2, -1)
+        q, v, mask = found.q, found.v, found.mask
+        if found.heads is not None:  # SDPA over [batch, heads, ...]: its kernels take four dimensions
+            lead = tuple(found.heads[:-2])
+            q, k, v = (_call(gm, torch.reshape, t, lead + tuple(_value(t).shape[-2:])) for t in (q, k, v))
+            if mask is not None:
+                mask = _call(gm, torch.reshape, mask, tuple(found.heads))
+        if found.fill is not None:
+            where, value = found.fill
+            # A query whose keys are all filled has constant scores: a uniform softmax that passes q
+            # and k no gradient (a fill's backward passes none). SDPA's backward rebuilds its
+            # probabilities from a log-sum-exp that rounds to the lowest value there (each 1, not
+            # 1/keys): its mask is 0 on such a row and its query zeroed (the same values; no
+            # gradient through it).
+            dtype = _value(q).dtype
+            kept = _call(gm, "to", _call(gm, torch.any, _call(gm, torch.logical_not, where), -1, keepdim=True), dtype)
+            q = _call(gm, operator.mul, q, kept)
+            fill_value = _call(gm, operator.mul, kept, value)
+            mask = _call(gm, torch.where, where, fill_value, 0.0 if mask is None else mask)
+        elif mask is not None and _value(mask).dtype in _SATURATING:
+            # The same for a row the added mask holds at the lowest value throughout (an entry
+            # with no key): its scores round to that value, eager's softmax is uniform.
+            dtype = _value(q).dtype
+            kept = _call(gm, torch.any, _call(gm, operator.ne, mask, torch.finfo(dtype).min), -1, keepdim=True)
+            q = _call(gm, operator.mul, q, _call(gm, "to", kept, dtype))
+            mask = _call(gm, torch.where, kept, mask, 0.0)
+        sdpa = _call(gm, F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
+                     scale=1.0 if found.scale is None else found.scale)
+        result = sdpa
+        if found.heads is not None:
+            result = _call(gm, torch.reshape, sdpa, tuple(_value(out).shape))
+    return result
