@@ -1,0 +1,105 @@
+"""Random hand-written attention chains against eager (lowering/handwritten_attention.py): values and
+gradients of q, k, v and a learned mask or bias, over the forms of tests/test_handwritten_attention.py,
+sizes down to one query or key, and masks of every broadcast shape (padding, random, learned, fills).
+
+    python -m benchmarks.probes.attention_rewrite_fuzz [SEED] [COUNT]
+
+Prints a line per case (FAIL past 1e-4), then how many differed.
+"""
+import os
+import random
+import sys
+
+import torch
+
+import smelt  # noqa: F401
+import smelt.backend
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
+from test_handwritten_attention import (albert, deberta, divided_methods, filled_only,  # noqa: E402
+                                        float32_softmax, three_dimensional)
+
+counts = []
+real = smelt.backend.handwritten_attention_to_sdpa
+def counting(gm):
+    counts.append(real(gm)); return counts[-1]
+smelt.backend.handwritten_attention_to_sdpa = counting
+
+def scale_on_q(q, k, v, mask):  # scale applied to q before the product
+    q = q * (q.shape[-1] ** -0.5)
+    return torch.softmax(q @ k.transpose(-2, -1) + mask, dim=-1) @ v
+
+def scale_div_after_mask(q, k, v, mask):  # mask added, then scaled: not SDPA's order
+    return torch.softmax((q @ k.transpose(-2, -1) + mask) / 3.0, dim=-1) @ v
+
+ADDITIVE = [albert, divided_methods, float32_softmax, scale_on_q, scale_div_after_mask]
+FILLED = [deberta, filled_only]
+
+def case(rng, seed):
+    torch.manual_seed(seed)
+    b, h = rng.choice([1, 2, 3]), rng.choice([1, 2, 4])
+    qn, kn, d = rng.choice([1, 3, 8, 17]), rng.choice([1, 5, 8, 16]), rng.choice([4, 8, 16, 32])
+    kind = rng.choice(["additive", "additive", "filled", "three_d"])
+    q = torch.randn(b, h, qn, d, requires_grad=True)
+    k = torch.randn(b, h, kn, d, requires_grad=True)
+    v = torch.randn(b, h, kn, d, requires_grad=True)
+    leaves = [q, k, v]
+    if kind == "additive":
+        form = rng.choice(ADDITIVE)
+        shape = rng.choice([(b, 1, 1, kn), (b, 1, qn, kn), (1, h, qn, kn), (b, h, qn, kn)])
+        how = rng.choice(["padding", "random", "learned", "zeros"])
+        if how == "padding":
+            keep = torch.rand(shape) > 0.3
+            keep[..., 0] = True  # every entry keeps a key (no-key entries: a documented deviation)
+            mask = torch.where(keep, 0.0, torch.finfo(torch.float32).min)
+        elif how == "random":
+            mask = torch.randn(shape) * 3
+        elif how == "learned":
+            mask = torch.randn(shape, requires_grad=True); leaves.append(mask)
+        else:
+            mask = torch.zeros(shape)
+        args = (q, k, v, mask)
+        name = f"{form.__name__}/{how}{list(shape)}"
+    elif kind == "filled":
+        form = rng.choice(FILLED)
+        bias = torch.randn(b, h, qn, kn, requires_grad=form is deberta)
+        if form is deberta: leaves.append(bias)
+        keep = torch.rand(rng.choice([(b, 1, qn, kn), (b, 1, 1, kn), (b, h, qn, kn)])) > rng.choice([0.2, 0.5, 0.9])
+        args = (q, k, v, bias, keep)
+        name = f"{form.__name__}/keep{list(keep.shape)} kept {keep.float().mean():.2f}"
+    else:
+        form = three_dimensional
+        args = (q, k, v, torch.zeros(()))
+        name = "three_dimensional"
+    return form, args, leaves, name + f" b{b} h{h} q{qn} k{kn} d{d}"
+
+def check(form, args, leaves):
+    counts.clear()
+    torch._dynamo.reset()
+    expected = form(*args)
+    g = torch.randn_like(expected)
+    want = torch.autograd.grad(expected, leaves, g, allow_unused=True)
+    actual = torch.compile(form, backend="smelt")(*args)
+    got = torch.autograd.grad(actual, leaves, g, allow_unused=True)
+    errs = [(actual - expected).abs().max().item()]
+    for a, w in zip(got, want):
+        if w is None and a is None: continue
+        a = torch.zeros_like(w) if a is None else a
+        w = torch.zeros_like(a) if w is None else w
+        errs.append(((a - w).abs().max() / (1 + w.abs().max())).item())
+    return errs, list(counts)
+
+rng = random.Random(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+bad = 0
+for i in range(n):
+    form, args, leaves, name = case(rng, i)
+    try:
+        errs, rw = check(form, args, leaves)
+    except Exception as e:
+        print(f"ERROR {i} {name}: {type(e).__name__}: {str(e)[:200]}"); bad += 1; continue
+    worst = max(errs)
+    flag = "FAIL" if worst > 1e-4 or any(e != e for e in errs) else "ok"
+    if flag != "ok": bad += 1
+    print(f"{flag} {i} {name} rewrites={rw} errs={[f'{e:.1e}' for e in errs]}", flush=True)
+print(f"{bad} bad of {n}")

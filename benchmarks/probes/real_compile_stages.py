@@ -1,0 +1,35 @@
+"""A model-suite case's first and second calls in this process and smelt's compile stages
+(smelt/compile_stages.py), at the suite's real sizes: where a long cold compile goes.
+
+    python -m benchmarks.probes.real_compile_stages [smelt|eager|inductor] [--model deberta_v2]
+        [--mode infer_fp32] [--device cpu]
+"""
+import argparse
+import time
+
+import smelt  # noqa: F401
+from smelt import compile_stages
+from smelt.tools.model_suite.timing import case_callable
+from smelt.tools.model_suite.zoo import all_specs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("backend", nargs="?", default="smelt")
+    parser.add_argument("--model", default="deberta_v2")
+    parser.add_argument("--mode", default="infer_fp32")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    fn = case_callable(all_specs()[args.model], args.mode, "real", args.device, 0, args.backend)
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    fn()
+    second = time.perf_counter() - start
+    stages = {k: round(v, 2) for k, v in compile_stages.totals.items()}
+    print(f"{args.backend}: first call {first:.1f} s, second {second:.2f} s; stages {stages}")
+
+
+if __name__ == "__main__":
+    main()
