@@ -2,6 +2,7 @@
 model writes it in is found, the values and gradients are eager's, and a chain that is not plain
 attention (its probabilities read elsewhere, dropout that drops, a masked_fill) is left as written."""
 import math
+import random
 
 import pytest
 import torch
@@ -384,7 +385,6 @@ def _scale_on_q(q, k, v, mask):  # the scale applied to q before the product
 def _random_case(seed: int, device):
     """A random chain (form, sizes down to one query or key, a mask of any broadcast shape: padding,
     random, learned, or a fill keeping a random share of keys) and the tensors it takes."""
-    import random
     rng = random.Random(seed)
     torch.manual_seed(seed)
     b, h = rng.choice([1, 2, 3]), rng.choice([1, 2, 4])
