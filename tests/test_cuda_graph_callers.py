@@ -36,7 +36,7 @@ class _CpuGraphedCall(GraphedCall):
     def _warm_up(self, args):
         return self.call(args)
 
-    def _capture(self, static_args, device):
+    def _capture(self, static_args, device, shared):
         return _Rerun(self.call), self.call(static_args)
 
 
@@ -95,3 +95,24 @@ def test_held_outputs_are_never_overwritten_and_recordings_stop_at_the_limit():
     for x, out in zip(inputs, outputs):
         torch.testing.assert_close(out, torch.tanh(x @ w) + x)
     assert call.recorded == MAX_HELD
+
+
+def test_a_loop_that_keeps_the_last_result_gets_recordings_that_no_other_writes():
+    """Recordings share one pool: a replay writes memory a later recording's outputs may occupy. A
+    loop that keeps its last result while it calls again (out = model(x) at a script's top level)
+    holds the later graph's outputs when the earlier graph runs: the earlier one must not replay its
+    shared recording then, and its next recording gets a pool of its own (not one recording a call)."""
+    first, second, (w1, w2) = _graphed(), _graphed(), _weights(2)
+    out = None
+    for step in range(8):
+        x = torch.randn(3, 8)
+        (h,) = first([w1, x])
+        (out,) = second([w2, h])  # the last step's `out` was held through this step's first call
+        del h
+        expected = torch.tanh(x @ w1) + x
+        torch.testing.assert_close(out, torch.tanh(expected @ w2) + expected)
+        if step == 5:
+            made = first.recorded + second.recorded
+    recordings = [r for call in (first, second) for s in call.sizes.values() for r in s.recordings]
+    assert first.recorded + second.recorded == made, "a recording every call"
+    assert any(not r.shared for r in recordings), "the first graph's later recording shares the pool"

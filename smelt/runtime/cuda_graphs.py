@@ -13,9 +13,17 @@ tensor is at each such address (so the memory it reads is that caller's, live); 
 copied from then on, by a new recording. An input the graph writes into, when it is copied, is copied
 back after the replay.
 
-Outputs live in the recording's memory pool and are handed out as new tensors over that memory. A
-recording replays only when nothing outside it still holds the outputs of its last replay (the use
-count of their storages), so no replay overwrites a value still in use: then another recording is
+Memory. Every recording on a device records into one shared memory pool, as CUDA graphs captured
+in sequence may: a recording keeps its outputs' memory for good, and the memory its other buffers
+used (free again once it is captured) is taken by the recordings made after it. Outputs are handed
+out as new tensors over the recording's memory. So a replay writes memory that a later recording's
+outputs may occupy: a recording replays only when no recording made after it has outputs held
+outside it (the use count of their storages), nor have its own last ones, so no replay overwrites a
+value still in use. A recording refused so is made again, after them (the first calls record out
+of order: a layer warms up while the next records its recording). Refused so a second time, the
+outputs are held across calls (a loop's last result): the later recording is retired, and its graph
+at those sizes records into pools of its own from then on, which no other recording writes; as does
+a caller whose own last outputs are held. Otherwise another recording is
 made, up to MAX_HELD for one caller (the same in-place inputs), and past that the call runs without
 a graph. A graph that each layer of a model calls has a recording per layer (their parameters differ),
 up to MAX_RECORDINGS per sizes. An output that is an input, or a view of one, is rebuilt over the
@@ -26,6 +34,7 @@ graph, as does one whose recording fails; each says why once in the log.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import weakref
 
@@ -66,6 +75,35 @@ def _is_recorded_output(tensor: torch.Tensor) -> bool:
     return owner is not None and owner() is not None
 
 
+_capture_order = itertools.count()  # recordings in the order they were made (into the shared pool)
+_pools: dict[int, object] = {}  # the shared pool's handle, per device index
+# Recordings in the shared pool whose last replay's outputs may still be held outside them (each
+# replay adds its own; the check drops those found free): the ones a replay of an earlier recording
+# must wait for. Held strongly: a released recording stays until its outputs are free.
+_handed_out: dict[int, _Recording] = {}
+
+
+def _shared_pool(device: torch.device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _pools:
+        _pools[index] = torch.cuda.graph_pool_handle()
+    return _pools[index]
+
+
+def _later_outputs_held(recording: _Recording) -> list[_Recording]:
+    """The recordings made after `recording` whose outputs are held outside them: memory a replay of
+    `recording` may write (they took it once `recording`'s capture was done with it)."""
+    held = []
+    for key, other in list(_handed_out.items()):
+        if other.free():
+            del _handed_out[key]
+            if other.graph is None:  # released: its outputs were kept only while held
+                other.outputs = None
+        elif other.order > recording.order:
+            held.append(other)
+    return held
+
+
 class _Input:
     """How a recording gets input `position`: in place (it must be at `pointer`), or copied into
     `buffer` (through `view` when its elements overlap, as an expanded tensor's do)."""
@@ -75,6 +113,9 @@ class _Input:
         self.in_place = in_place
         self.pointer = tensor.data_ptr()
         self.storage_offset = tensor.storage_offset()
+        # The recording whose output it is, if one is: a recording reading a released one's outputs
+        # in place replays no more (see _Recording.stale).
+        self.source = _recorded_storages.get(_storage_key(tensor)) if in_place else None
         if in_place:
             # Not kept alive: a replay needs the caller's tensor at this address, which is then
             # what the recording reads; holding it would keep its owner's memory busy (a gradient
@@ -107,13 +148,19 @@ class _Input:
 
 
 class _Recording:
-    def __init__(self, graph, inputs: list, outputs: list):
+    def __init__(self, graph, inputs: list, outputs: list, shared: bool = True):
         self.graph = graph
+        self.shared = shared  # recorded into the shared pool (else into one of its own)
+        self.refusal = None  # why its last fit failed: "moved", "held" (its outputs), "later" (another's)
+        self.recorded_again = False  # made in place of one refused so
+        self.home: _Sizes | None = None  # its graph's state at its sizes (set by the caller)
+        self.retired = False  # its outputs outlived a call of an earlier recording: replays no more
         self.inputs = inputs  # _Input per tensor argument, None for the others
         self.in_place = [(i.position, i.pointer) for i in inputs if i is not None and i.in_place]
         self.copied = [i for i in inputs if i is not None and not i.in_place]
         self.written_back: list = []  # copied inputs the graph writes into (set by the caller)
         self.outputs = outputs  # per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v)
+        self.order = next(_capture_order)
         # Our own references to each output storage, to tell whether anyone else holds one.
         self.watched: list[tuple[int, int]] = []
         for kind, *rest in outputs:
@@ -128,14 +175,45 @@ class _Recording:
 
     def fits(self, args) -> bool:
         """Whether these arguments can replay it: its in-place inputs where they were recorded, and
-        nothing outside it holding its last outputs."""
+        nothing outside it holding its last outputs (nor a later recording's: see the module's
+        docstring)."""
+        self.refusal = None
+        if self.retired:
+            self.refusal = "retired"
+            return False
         for position, pointer in self.in_place:
             if args[position].data_ptr() != pointer:
+                self.refusal = "moved"
                 return False
-        return self.free()
+        if not self.free():
+            self.refusal = "held"
+            return False
+        later = _later_outputs_held(self) if self.shared else []
+        if later:
+            # This one is recorded again after them. Refused so a second time, the outputs are held
+            # across calls of earlier graphs (a loop's last result), not just recorded out of order:
+            # their graph records into pools of its own from now on.
+            if self.recorded_again:
+                for other in later:
+                    other.retired = True
+                    if other.home is not None:
+                        other.home.private = True
+            self.refusal = "later"
+            return False
+        return True
 
     def free(self) -> bool:
         return all(_use_count(c) <= n for c, n in self.watched)
+
+    def stale(self) -> bool:
+        """Whether it reads in place the outputs of a recording since released: memory no caller of
+        it will hold again."""
+        for i in self.inputs or ():
+            if i is not None and i.source is not None:
+                source = i.source()
+                if source is None or source.graph is None:
+                    return True
+        return False
 
     def moved_inputs(self, args) -> list[int]:
         return [p for p, pointer in self.in_place if args[p].data_ptr() != pointer]
@@ -157,13 +235,19 @@ class _Recording:
             else:
                 results.append(rest[0])
         args.clear()
+        if self.shared and self.watched:
+            _handed_out[id(self)] = self
         return tuple(results)
 
     def release(self) -> None:
         for kind, *rest in self.outputs:
             if kind == "pool":
                 _recorded_storages.pop(_storage_key(rest[0]), None)
-        self.graph = self.outputs = self.inputs = self.copied = self.written_back = None
+        self.graph = self.inputs = self.copied = self.written_back = None
+        if id(self) in _handed_out and not self.free():
+            return  # its outputs, still held: the recordings made before it wait for them
+        _handed_out.pop(id(self), None)
+        self.outputs = None
 
 
 class _Sizes:
@@ -172,6 +256,7 @@ class _Sizes:
     def __init__(self, pointers: list):
         self.warm_pointers = pointers  # each argument's data pointer on the warm-up call
         self.recordings: list[_Recording] = []
+        self.private = False  # its recordings' outputs were held across calls of earlier ones
 
 
 class GraphedCall:
@@ -217,8 +302,10 @@ class GraphedCall:
         # caller (one graph called by each layer of a model) and is kept for it.
         for recording in list(sizes.recordings):
             moved = recording.moved_inputs(args)
-            if moved and all(self._callers_own(args[p]) for p in moved):
-                self.copied_always.update(moved)
+            own = moved and all(self._callers_own(args[p]) for p in moved)
+            if own or recording.retired or recording.stale():
+                if own:
+                    self.copied_always.update(moved)
                 sizes.recordings.remove(recording)
                 recording.release()
         held = sum(1 for r in sizes.recordings if not r.moved_inputs(args))
@@ -229,9 +316,21 @@ class GraphedCall:
         if len(sizes.recordings) >= MAX_RECORDINGS:
             self._say(f"ran without a CUDA graph for a new caller: {MAX_RECORDINGS} recordings at these sizes")
             return self.call(args)
-        recording = self._record(args, sizes)
+        # A caller whose own last outputs are held (a loop that keeps its last result while it calls
+        # again) records into a pool of its own: a shared one made now would be refused on the next
+        # call, for these outputs' successors. One refused for a later recording's held outputs is
+        # recorded again, after them.
+        held_own = any(r.refusal == "held" for r in sizes.recordings)
+        later = [r for r in sizes.recordings if r.refusal == "later"]
+        shared = not sizes.private and not held_own
+        for r in later:
+            sizes.recordings.remove(r)
+            r.release()
+        recording = self._record(args, sizes, shared)
         if recording is None:
             return self.call(args)
+        recording.recorded_again = bool(later)
+        recording.home = sizes
         sizes.recordings.append(recording)
         self.recorded += 1
         self.replays += 1
@@ -275,25 +374,26 @@ class GraphedCall:
     def _all_on_device(args) -> bool:
         return all(a.is_cuda for a in args if isinstance(a, torch.Tensor))
 
-    def _capture(self, static_args: list, device):
-        """The CUDA graph of one call over static_args, and that call's outputs (in its pool)."""
+    def _capture(self, static_args: list, device, shared: bool):
+        """The CUDA graph of one call over static_args, and that call's outputs (in the shared pool,
+        or a pool of its own)."""
         graph = torch.cuda.CUDAGraph()
         stream = self._recording_stream(device)
         stream.wait_stream(torch.cuda.current_stream())  # the copies into the static inputs
         # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
         # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
         # itself still fail, and graphs that read device values on the host never record.
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
+        with torch.cuda.graph(graph, pool=_shared_pool(device) if shared else None, stream=stream, capture_error_mode="relaxed"):
             outputs = self.call(static_args)
         torch.cuda.synchronize()  # those tables are written before the first replay
         return graph, outputs
 
-    def _record(self, args: list, sizes: _Sizes) -> _Recording | None:
+    def _record(self, args: list, sizes: _Sizes, shared: bool) -> _Recording | None:
         inputs = [_Input(p, a, self._reads_in_place(p, a, sizes)) if isinstance(a, torch.Tensor) else None
                   for p, a in enumerate(args)]
         static_args = [i.static if i is not None else a for i, a in zip(inputs, args)]
         try:
-            graph, outputs = self._capture(static_args, self._device(args))
+            graph, outputs = self._capture(static_args, self._device(args), shared)
         except Exception as e:  # an op that syncs with the host, or one a graph cannot hold
             self.blocked = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             self._say(f"runs without a CUDA graph: {self.blocked}")
@@ -317,8 +417,9 @@ class GraphedCall:
         for i in inputs:
             if i is not None and i.in_place:
                 i.static = None  # see _Input: the caller's tensor is not kept
-        recording = self.recording_type(graph, inputs, described)
+        recording = self.recording_type(graph, inputs, described, shared)
         recording.written_back = [i for i in recording.copied if i.position in self.mutated]
-        log.debug("smelt: %s recorded a CUDA graph: %d inputs read in place, %d copied, %d written back",
-                  self.name, len(recording.in_place), len(recording.copied), len(recording.written_back))
+        log.debug("smelt: %s recorded a CUDA graph (%s): %d inputs read in place, %d copied, %d written back",
+                  self.name, "shared pool" if shared else "a pool of its own", len(recording.in_place),
+                  len(recording.copied), len(recording.written_back))
         return recording
