@@ -83,11 +83,39 @@ _pools: dict[int, object] = {}  # the shared pool's handle, per device index
 _handed_out: dict[int, _Recording] = {}
 
 
+_streams: dict[int, torch.cuda.Stream] = {}  # the recording stream, per device index
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+_anchors: dict[int, torch.cuda.CUDAGraph] = {}
+
+
 def _shared_pool(device: torch.device):
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     if index not in _pools:
-        _pools[index] = torch.cuda.graph_pool_handle()
+        handle = torch.cuda.graph_pool_handle()
+        # A pool whose every graph is gone cannot take a capture again (the allocator asserts on
+        # its id): a one-kernel graph, kept for the process, holds it open.
+        anchor = torch.cuda.CUDAGraph()
+        stream = _shared_stream(device)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(anchor, pool=handle, stream=stream):
+            torch.zeros(1, device=torch.device("cuda", index))
+        _pools[index], _anchors[index] = handle, anchor
     return _pools[index]
+
+
+def _shared_stream(device: torch.device) -> torch.cuda.Stream:
+    """One recording stream per device: the caching allocator hands a freed block only to
+    allocations on the stream that freed it, so captures on streams of their own share nothing
+    of their pool (Whisper's peak with graphs fell only 2.45x -> 2.34x eager's so)."""
+    index = _index(device)
+    if index not in _streams:
+        _streams[index] = torch.cuda.Stream(index)
+    return _streams[index]
 
 
 def _later_outputs_held(recording: _Recording) -> list[_Recording]:
@@ -273,7 +301,6 @@ class GraphedCall:
         self.sizes: dict = {}
         self.copied_always: set[int] = set()  # inputs seen at a new address: never read in place
         self.said: set[str] = set()
-        self.stream = None
         self.replays = 0  # for tests and the report: calls served by a replay
         self.recorded = 0  # recordings made, released ones included
 
@@ -345,10 +372,9 @@ class GraphedCall:
             self.said.add(what)
             log.warning("smelt: %s %s", self.name, what)
 
-    def _recording_stream(self, device) -> torch.cuda.Stream:
-        if self.stream is None:
-            self.stream = torch.cuda.Stream(device)
-        return self.stream
+    @staticmethod
+    def _recording_stream(device) -> torch.cuda.Stream:
+        return _shared_stream(device)
 
     def _device(self, args):
         for a in args:
