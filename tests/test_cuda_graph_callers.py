@@ -116,3 +116,64 @@ def test_a_loop_that_keeps_the_last_result_gets_recordings_that_no_other_writes(
     recordings = [r for call in (first, second) for s in call.sizes.values() for r in s.recordings]
     assert first.recorded + second.recorded == made, "a recording every call"
     assert any(not r.shared for r in recordings), "the first graph's later recording shares the pool"
+
+
+def _residual(args):
+    x, y = args
+    args.clear()
+    return (x + y * 2,)
+
+
+def test_layers_of_two_graphs_in_a_loop_keeping_its_result_settle_and_share_the_pool():
+    """tests/gpu's per-layer test on the CPU: each layer calls a graph with its parameters, then one
+    without (the rest of the layer, past a graph break), and the loop holds its last result while it
+    calls again. The first steps record out of order (a layer warms up while the next records), and
+    each recording made again moves its outputs, so the layers after it record again too: settled by
+    the fifth step (the GPU's count too). Only the graph whose result the loop holds gets pools of its
+    own: a recording refused for another's held output that is its own input (data flow) no longer
+    retires that one (each layer's graph went private so)."""
+    first, weights = _graphed(), _weights(4)
+    second = _CpuGraphedCall(_residual, "rest", lambda args: tuple(a.shape for a in args), (), ())
+    out, recorded = None, []
+    for step in range(7):
+        x = torch.randn(3, 8)
+        h, expected = x, x
+        for w in weights:
+            (y,) = first([w, h])
+            (h,) = second([h, y])
+            del y
+            expected = expected + 2 * (torch.tanh(expected @ w) + expected)
+        out = h  # the last step's result was held through this step
+        del h
+        torch.testing.assert_close(out, expected)
+        recorded.append(first.recorded + second.recorded)
+    assert recorded[4] == recorded[6], recorded
+    assert all(r.shared for s in first.sizes.values() for r in s.recordings)
+    assert not any(r.shared for s in second.sizes.values() for r in s.recordings)
+
+
+def test_a_later_recordings_output_passed_in_is_data_flow_not_a_held_result():
+    """An earlier recording refused a second time for a later one's held output retires the later one
+    (a loop's kept result) unless that output is an argument of this call: then the producer ran
+    after it in this call's own chain (on the GPU a producer recorded again lands at its old address,
+    so the consumer's in-place check passes), and retiring it would put a layer's graph into pools of
+    its own for good."""
+    from smelt.runtime import cuda_graphs
+
+    def recording(output):
+        made = _Recording(_Rerun(None), [], [("pool", output)])
+        made.recorded_again = True
+        return made
+
+    consumer = recording(torch.zeros(4))
+    producer_output = torch.zeros(4)
+    producer = recording(producer_output)
+    cuda_graphs._handed_out[id(producer)] = producer
+    held = producer_output.view(-1)  # held outside the recording, as a caller's argument is
+    try:
+        assert not consumer.fits([held]) and consumer.refusal == "later"
+        assert not producer.retired
+        assert not consumer.fits([torch.zeros(4)])
+        assert producer.retired
+    finally:
+        cuda_graphs._handed_out.pop(id(producer), None)

@@ -221,14 +221,22 @@ class _Recording:
             # This one is recorded again after them. Refused so a second time, the outputs are held
             # across calls of earlier graphs (a loop's last result), not just recorded out of order:
             # their graph records into pools of its own from now on.
+            # An output passed to this call is data flow (this one recorded before its producer),
+            # which recording again after it puts in order: only holders of others are retired.
             if self.recorded_again:
+                passed = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
                 for other in later:
+                    if other.holds_any(passed):
+                        continue
                     other.retired = True
                     if other.home is not None:
                         other.home.private = True
             self.refusal = "later"
             return False
         return True
+
+    def holds_any(self, storage_keys: set[int]) -> bool:
+        return any(kind == "pool" and _storage_key(rest[0]) in storage_keys for kind, *rest in self.outputs or ())
 
     def free(self) -> bool:
         return all(_use_count(c) <= n for c, n in self.watched)

@@ -212,7 +212,7 @@ def test_a_graph_each_layer_calls_keeps_a_recording_per_layer(training):
     model.load_state_dict(eager_model.state_dict())
     compiled = graphed(model)
     recorded = []
-    for step in range(5):
+    for step in range(7):
         x = torch.randn(8, 64, device=CUDA)
         with torch.set_grad_enabled(training):
             out, expected = compiled(x), eager_model(x)
@@ -224,10 +224,11 @@ def test_a_graph_each_layer_calls_keeps_a_recording_per_layer(training):
     if training:
         for p, q in zip(eager_model.parameters(), model.parameters()):
             torch.testing.assert_close(q.grad, p.grad, **TOL)
-    # Each layer's recordings are made by the second step and replayed after (they were dropped and
-    # made again at every call when another layer's call missed them: Whisper's training step 46 ms
-    # with graphs against 23 without, on the H200).
-    assert recorded[2] == recorded[4], recorded
+    # Each layer's recordings are kept and replayed (they were dropped and made again at every call
+    # when another layer's call missed them: Whisper's training step 46 ms with graphs against 23
+    # without, on the H200). In one shared pool the first steps record again what was recorded out
+    # of order, and the layers after each (tests/test_cuda_graph_callers.py): settled by the fifth.
+    assert recorded[4] == recorded[6], recorded
 
 
 def test_a_later_graphs_held_output_is_not_overwritten_by_an_earlier_replay():
