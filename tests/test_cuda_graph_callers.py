@@ -177,3 +177,25 @@ def test_a_later_recordings_output_passed_in_is_data_flow_not_a_held_result():
         assert producer.retired
     finally:
         cuda_graphs._handed_out.pop(id(producer), None)
+
+
+def test_a_recordings_output_is_read_in_place_where_a_callers_tensor_once_moved():
+    """A position where a caller's own tensor moved is copied from then on, but a recording's output
+    passed there later is read in place: it stays where it is from call to call (a warm-up's outputs
+    marked the positions of Whisper's backward graphs, which then copied 1 GiB of saved activations
+    a step on the H200)."""
+    producer, consumer, (w1, w2) = _graphed(), _graphed(), _weights(2)
+    first = torch.randn(3, 8)
+    for x in (first, first, torch.randn(3, 8)):  # read in place (where it was on the warm-up), then moved
+        consumer([w2, x])
+    assert consumer.copied_always == {1}
+    for _ in range(3):
+        x = torch.randn(3, 8)
+        (h,) = producer([w1, x])
+        (out,) = consumer([w2, h])
+        del h
+        expected = torch.tanh(x @ w1) + x
+        torch.testing.assert_close(out, torch.tanh(expected @ w2) + expected)
+    recordings = [r for s in consumer.sizes.values() for r in s.recordings]
+    assert any(r.in_place == [(0, w2.data_ptr()), (1, r.inputs[1].pointer)] for r in recordings)
+    assert all(not r.copied for r in recordings if (1, r.inputs[1].pointer) in r.in_place)

@@ -105,3 +105,17 @@ def test_each_case_line_carries_its_ratios():
     line = report.summary(timed)
     assert "vs eager 2.50x" in line and "vs Inductor 1.25x" in line and "0.95x" in line and "30.0 / 50.0" in line, line
     assert report.summary(CaseResult("gpt2", "train", "tiny", "cpu", "pass")) == ""
+
+
+def test_cuda_graph_columns_compare_reserved_memory():
+    # Under CUDA graphs a recording's memory is its pool's and Inductor's replays hand out outputs the
+    # allocator does not count as allocated: the graph columns compare the reserved peaks.
+    from smelt.tools.model_suite import report
+    from smelt.tools.model_suite.runner import CaseResult
+    timed = CaseResult("whisper", "train", "real", "cuda", "pass", timings={
+        "ms": {"eager": 30.0, "inductor": 20.0, "smelt": 20.0, "inductor-ro": 10.0, "smelt-ro": 12.5},
+        "compile_s": {"smelt": 30.0, "inductor": 50.0},
+        "peak_bytes": {"eager": 400, "inductor": 400, "smelt": 400, "inductor-ro": 100, "smelt-ro": 800},
+        "peak_reserved": {"eager": 500, "inductor": 500, "smelt": 500, "inductor-ro": 1000, "smelt-ro": 800}})
+    row = report.markdown([timed]).splitlines()[2].split(" | ")
+    assert row[8:12] == ["2.40x", "0.80x", "1.60x", "0.80x"], row

@@ -2,9 +2,11 @@
 wall time of each of a few steps, then per compiled graph its replays, recordings made, recordings
 kept per sizes and why it ran without a graph, if it did. Whisper's AMP training step on the H200
 re-recorded its per-layer graphs at every call (16 recordings a step, 46 ms a step against 23
-without graphs), which this showed.
+without graphs), which this showed. With --memory, each step's peak and what stays allocated after
+it, against eager's step, and per graph the bytes its kept recordings hold: their outputs (kept for
+good) and the inputs they copy in (where the peak with graphs goes).
 
-    python -m benchmarks.probes.cuda_graph_recordings whisper --mode train [--steps 8]
+    python -m benchmarks.probes.cuda_graph_recordings whisper --mode train [--steps 8] [--memory]
 """
 from __future__ import annotations
 
@@ -24,7 +26,16 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("--mode", default="train")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--backend", default="smelt", help="smelt, or inductor for its reduce-overhead steps")
     args = parser.parse_args()
+    spec = all_specs()[args.model]
+    if args.memory:
+        eager = case_callable(spec, args.mode, "real", "cuda", 0, None, None)
+        eager()
+        _step_memory("eager", eager)
+        del eager
+        torch.cuda.empty_cache()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     calls = []
     made = cuda_graphs.GraphedCall.__init__
@@ -33,16 +44,58 @@ def main() -> None:
         made(self, *a, **kw)
         calls.append(self)
     cuda_graphs.GraphedCall.__init__ = remembered
-    step = case_callable(all_specs()[args.model], args.mode, "real", "cuda", 0, "smelt", "reduce-overhead")
+    step = case_callable(spec, args.mode, "real", "cuda", 0, args.backend, "reduce-overhead")
     for i in range(args.steps):
+        if args.memory:
+            _step_memory(f"step {i}", step)
+            continue
         start = time.perf_counter()
         step()
         torch.cuda.synchronize()
         print(f"step {i}: {1e3 * (time.perf_counter() - start):.1f} ms", flush=True)
+    totals = [0, 0]
     for call in calls:
         kept = {str(key): len(sizes.recordings) for key, sizes in call.sizes.items()}
+        recordings = [r for sizes in call.sizes.values() for r in sizes.recordings]
+        outputs, copied = _held_bytes(recordings)
+        totals[0] += outputs
+        totals[1] += copied
+        private = sum(not r.shared for r in recordings)
         print(f"{call.name}: {call.replays} replays, {call.recorded} recordings made, kept {kept}"
+              + (f" ({private} in pools of their own)" if private else "")
+              + (f", outputs {outputs / MIB:.1f} MiB, copied inputs {copied / MIB:.1f} MiB" if args.memory else "")
               + (f", without a graph: {call.blocked}" if call.blocked else ""))
+    if args.memory:
+        print(f"kept recordings hold {totals[0] / MIB:.1f} MiB of outputs, {totals[1] / MIB:.1f} MiB of copied inputs; "
+              f"released ones still held: {len(cuda_graphs._handed_out)}; reserved {torch.cuda.memory_reserved() / MIB:.1f} MiB")
+
+
+MIB = 2 ** 20
+
+
+def _step_memory(label, step) -> None:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    print(f"{label}: {1e3 * (time.perf_counter() - start):.1f} ms, allocated before {before / MIB:.1f} MiB, "
+          f"peak {torch.cuda.max_memory_allocated() / MIB:.1f} (+{(torch.cuda.max_memory_allocated() - before) / MIB:.1f}), "
+          f"after {torch.cuda.memory_allocated() / MIB:.1f} MiB; reserved peak {torch.cuda.max_memory_reserved() / MIB:.1f} MiB",
+          flush=True)
+
+
+def _held_bytes(recordings) -> tuple[int, int]:
+    """Bytes of the recordings' outputs (each storage once) and of the inputs they copy in."""
+    outputs, seen = 0, set()
+    for r in recordings:
+        for kind, *rest in r.outputs or ():
+            if kind == "pool" and rest[0].untyped_storage().data_ptr() not in seen:
+                seen.add(rest[0].untyped_storage().data_ptr())
+                outputs += rest[0].untyped_storage().nbytes()
+    copied = sum(i.static.untyped_storage().nbytes() for r in recordings for i in r.copied or ())
+    return outputs, copied
 
 
 if __name__ == "__main__":

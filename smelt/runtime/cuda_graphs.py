@@ -307,7 +307,7 @@ class GraphedCall:
         self.mutated = frozenset(mutated_inputs)
         self.blocked = "; ".join(blockers) or None
         self.sizes: dict = {}
-        self.copied_always: set[int] = set()  # inputs seen at a new address: never read in place
+        self.copied_always: set[int] = set()  # positions where a caller's own tensor moved: copied
         self.said: set[str] = set()
         self.replays = 0  # for tests and the report: calls served by a replay
         self.recorded = 0  # recordings made, released ones included
@@ -399,10 +399,12 @@ class GraphedCall:
         return results
 
     def _reads_in_place(self, position: int, tensor: torch.Tensor, sizes: _Sizes) -> bool:
-        if position in self.copied_always:
-            return False
-        return (isinstance(tensor, torch.nn.Parameter) or _is_recorded_output(tensor)
-                or sizes.warm_pointers[position] == tensor.data_ptr())
+        # A parameter or a recording's output stays where it is from call to call: read in place even
+        # at a position where a caller's own tensor once moved (a warm-up's or a released recording's
+        # output there marked it: Whisper's backward graphs copied 1 GiB of saved activations so).
+        if isinstance(tensor, torch.nn.Parameter) or _is_recorded_output(tensor):
+            return True
+        return position not in self.copied_always and sizes.warm_pointers[position] == tensor.data_ptr()
 
     @staticmethod
     def _all_on_device(args) -> bool:

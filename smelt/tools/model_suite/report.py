@@ -25,12 +25,13 @@ def markdown(results) -> str:
     graphed = any("smelt-ro" in (r.timings or {}).get("ms", {}) for r in results)
     lines = ["| model | mode | result | speedup vs eager | speedup vs Inductor | compile s (smelt / Inductor) "
              "| peak memory vs eager | peak memory vs Inductor |"
-             + (" CUDA graphs: smelt vs eager | CUDA graphs: smelt vs Inductor | CUDA graphs: peak memory vs eager |"
-                if graphed else "") + " note |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- | --- |" if graphed else "") + " --- |"]
+             + (" CUDA graphs: smelt vs eager | CUDA graphs: smelt vs Inductor | CUDA graphs: peak reserved vs eager "
+                "| CUDA graphs: peak reserved vs Inductor |" if graphed else "") + " note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- | --- | --- |" if graphed else "") + " --- |"]
     for r in results:
         t = r.timings or {}
         ms, comp, peak = t.get("ms", {}), t.get("compile_s", {}), t.get("peak_bytes", {})
+        reserved = t.get("peak_reserved", {})
         compile_cell = (f"{comp['smelt']:.1f} / {comp['inductor']:.1f}" if comp.get("smelt") and comp.get("inductor")
                         else (f"{comp['smelt']:.1f}" if comp.get("smelt") else "-"))
         note = (r.failures[0] if r.failures else (r.notes[0] if r.notes else "")).replace("|", "\\|").replace("\n", " ")
@@ -38,7 +39,8 @@ def markdown(results) -> str:
                      f"{_ratio(ms.get('inductor'), ms.get('smelt'))} | {compile_cell} | "
                      f"{_ratio(peak.get('smelt'), peak.get('eager'))} | {_ratio(peak.get('smelt'), peak.get('inductor'))} | "
                      + (f"{_ratio(ms.get('eager'), ms.get('smelt-ro'))} | {_ratio(ms.get('inductor-ro'), ms.get('smelt-ro'))} | "
-                        f"{_ratio(peak.get('smelt-ro'), peak.get('eager'))} | " if graphed else "")
+                        f"{_ratio(reserved.get('smelt-ro'), reserved.get('eager'))} | "
+                        f"{_ratio(reserved.get('smelt-ro'), reserved.get('inductor-ro'))} | " if graphed else "")
                      + f"{note[:160]} |")
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
     lines.append("")

@@ -93,7 +93,9 @@ def case_callable(spec, mode, size, device, seed, backend, compile_mode=None):
 
 
 def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, cuda_graphs=False) -> dict:
-    result = {"ms": {}, "compile_s": {}, "peak_bytes": {}}
+    # peak_reserved: the caching allocator's reserved bytes, which CUDA graphs are compared by (a
+    # recording's memory is the pool's; Inductor's replays hand out outputs the allocator does not count).
+    result = {"ms": {}, "compile_s": {}, "peak_bytes": {}, "peak_reserved": {}}
     cuda = torch.device(device).type == "cuda"
     names = BACKENDS + (GRAPHED if cuda_graphs and cuda else ())
     for name in names:
@@ -106,8 +108,9 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
         graphed = name.endswith("-ro")
         _sync(device)
         if cuda and graphed:  # the recordings' memory stays: their peak counts from before the first call
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
+            base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
         t0 = time.perf_counter()
         fn()
         _sync(device)
@@ -118,11 +121,13 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
             result["compile_s"][name] = time.perf_counter() - t0
         if cuda:
             if not graphed:
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
+                base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
             fn()
             _sync(device)
             result["peak_bytes"][name] = torch.cuda.max_memory_allocated() - base
+            result["peak_reserved"][name] = torch.cuda.max_memory_reserved() - base_reserved
         result["ms"][name] = _steady_ms(fn, device, cpu_calls)
         del fn
         if cuda:
