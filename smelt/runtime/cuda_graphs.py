@@ -10,8 +10,9 @@ Inputs. A recording reads some inputs where they are (parameters, another record
 any input found at the same address on the call that warmed up and the one that recorded) and copies
 the others into buffers of its own before each replay. A recording replays only for a caller whose
 tensor is at each such address (so the memory it reads is that caller's, live); one found elsewhere is
-copied from then on, by a new recording. An input the graph writes into, when it is copied, is copied
-back after the replay.
+copied from then on, by a new recording (a caller's own tensor: a parameter or a recording's output
+at that position later is still read in place). An input the graph writes into, when it is copied, is
+copied back after the replay.
 
 Memory. Every recording on a device records into one shared memory pool, as CUDA graphs captured
 in sequence may: a recording keeps its outputs' memory for good, and the memory its other buffers
@@ -21,13 +22,13 @@ outputs may occupy: a recording replays only when no recording made after it has
 outside it (the use count of their storages), nor have its own last ones, so no replay overwrites a
 value still in use. A recording refused so is made again, after them (the first calls record out
 of order: a layer warms up while the next records its recording). Refused so a second time, the
-outputs are held across calls (a loop's last result): the later recording is retired, and its graph
-at those sizes records into pools of its own from then on, which no other recording writes; as does
-a caller whose own last outputs are held. Otherwise another recording is
-made, up to MAX_HELD for one caller (the same in-place inputs), and past that the call runs without
-a graph. A graph that each layer of a model calls has a recording per layer (their parameters differ),
-up to MAX_RECORDINGS per sizes. An output that is an input, or a view of one, is rebuilt over the
-caller's input.
+outputs are held across calls (a loop's last result; not when they are this call's arguments, which
+is data flow): the later recording is retired, and its graph at those sizes records into pools of its
+own from then on, which no other recording writes; as does a caller whose own last outputs are held.
+Otherwise another recording is made, up to MAX_HELD for one caller (the same in-place inputs), and
+past that the call runs without a graph. A graph that each layer of a model calls has a recording per
+layer (their parameters differ), up to MAX_RECORDINGS per sizes. An output that is an input, or a
+view of one, is rebuilt over the caller's input.
 
 A graph with CPU tensors or a host read of a device value (.item(), nonzero's length) runs without a
 graph, as does one whose recording fails; each says why once in the log.
