@@ -77,21 +77,18 @@ def _is_recorded_output(tensor: torch.Tensor) -> bool:
 
 
 _capture_order = itertools.count()  # recordings in the order they were made (into the shared pool)
-_pools: dict[int, object] = {}  # the shared pool's handle, per device index
 # Recordings in the shared pool whose last replay's outputs may still be held outside them (each
 # replay adds its own; the check drops those found free): the ones a replay of an earlier recording
 # must wait for. Held strongly: a released recording stays until its outputs are free.
 _handed_out: dict[int, _Recording] = {}
-
-
-_streams: dict[int, torch.cuda.Stream] = {}  # the recording stream, per device index
+# Per device index: the shared pool's handle, the graph that keeps it open, the recording stream.
+_pools: dict[int, object] = {}
+_anchors: dict[int, torch.cuda.CUDAGraph] = {}
+_streams: dict[int, torch.cuda.Stream] = {}
 
 
 def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
-
-
-_anchors: dict[int, torch.cuda.CUDAGraph] = {}
 
 
 def _shared_pool(device: torch.device):
@@ -221,9 +218,9 @@ class _Recording:
         if later:
             # This one is recorded again after them. Refused so a second time, the outputs are held
             # across calls of earlier graphs (a loop's last result), not just recorded out of order:
-            # their graph records into pools of its own from now on.
-            # An output passed to this call is data flow (this one recorded before its producer),
-            # which recording again after it puts in order: only holders of others are retired.
+            # their graph records into pools of its own from now on. Not so for an output passed to
+            # this call: that is data flow (this one was recorded before its producer), which
+            # recording this one again after the producer puts in order.
             if self.recorded_again:
                 passed = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
                 for other in later:
