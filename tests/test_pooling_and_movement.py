@@ -64,6 +64,21 @@ def test_adaptive_pools(check, observe, size):
     _no_fallback(observe)
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_a_pool_over_a_value_realized_after_it_runs_after_that_value(check, training):
+    """The pool's window reads its input's buffer when its body is traced, and the stack it pools
+    became a buffer only after the pool did (as a returned or saved value): the pool's kernel ran
+    first, reading a buffer not yet written (a crash, or garbage where the buffer existed). The
+    scheduler now orders steps by what they read (fuzzer, seed 2603 program 61)."""
+    a = torch.randn(8, 2, 1, requires_grad=training)
+    b = torch.randn(8, 2, 1)
+
+    def fn(a, b):
+        stacked = torch.stack([a, b], 0)
+        return F.adaptive_max_pool2d(stacked, (2, 1)), stacked
+    check(fn, a, b)
+
+
 def test_pools_3d(check, observe):
     x = _tricky(2, 3, 5, 6, 7)
     check(lambda x: (F.max_pool3d(x, 3, 1, 1, return_indices=True), F.max_pool3d(x, 2, ceil_mode=True),

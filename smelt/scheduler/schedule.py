@@ -1,6 +1,8 @@
 """From an IR graph to an ordered list of steps: dead code dropped, loop nests fused, memory planned."""
 from __future__ import annotations
 
+import heapq
+
 import dataclasses
 import functools
 
@@ -92,6 +94,7 @@ class Schedule:
 def schedule(graph) -> Schedule:
     nodes = [SchedulerNode(b, k) for k, b in enumerate(graph.buffers)]
     _add_scalar_reads(nodes)
+    nodes = in_dependency_order(nodes)
     outputs = {o.name for o in graph.outputs if o.name is not None}
     nodes = drop_dead(nodes, outputs)
     groups = fuse(nodes)
@@ -111,6 +114,57 @@ def _add_scalar_reads(nodes: list[SchedulerNode]) -> None:
         for symbol in node.mentioned_symbols() & binders.keys():
             if binders[symbol] != node.name:
                 node.read_names = node.read_names | {binders[symbol]}
+
+
+def in_dependency_order(nodes: list[SchedulerNode]) -> list[SchedulerNode]:
+    """The nodes in program order, but each after the buffers it reads.
+
+    Buffers are registered as they are realized, and a loop body that makes its input's loader when
+    it is traced (a max pool's window) reads that input's buffer even when the input was realized
+    after it (a pooled stack also returned: the pool's kernel ran before the stack was written).
+    A reader waits for the node that makes what it reads, and for the writes into it placed before
+    the reader; a write into an existing buffer (a scatter, an input updated in place) stays after
+    the readers placed before it, which want the old contents. Raises on a cycle: no order is right.
+    """
+    made_by: dict[str, int] = {}  # name -> the node that makes it (its first writer)
+    writes: dict[str, list[int]] = {}  # name -> nodes that write it, in program order
+    for i, node in enumerate(nodes):
+        for name in {node.name, node.write_name, node.fills} - {None}:
+            made_by.setdefault(name, i)
+            writes.setdefault(name, []).append(i)
+    after: list[set[int]] = [set() for _ in nodes]  # node -> the nodes it must follow
+    for i, node in enumerate(nodes):
+        for name in node.read_names:
+            if name in made_by:
+                after[i].add(made_by[name])
+            for w in writes.get(name, ())[1:]:  # writes into it after it is made
+                (after[i] if w < i else after[w]).add(w if w < i else i)
+    for i in range(len(nodes)):
+        after[i].discard(i)
+    if all(j < i for i in range(len(nodes)) for j in after[i]):
+        return nodes  # already in order: the usual case
+    waiting = [len(a) for a in after]
+    followers: list[list[int]] = [[] for _ in nodes]
+    for i, a in enumerate(after):
+        for j in a:
+            followers[j].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in followers[i]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                heapq.heappush(ready, k)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name for i in range(len(nodes)) if waiting[i]]
+        raise RuntimeError(f"smelt: no order of the graph's steps lets each read what it needs: {', '.join(stuck[:8])}")
+    ordered = [nodes[i] for i in order]
+    for position, node in enumerate(ordered):  # fusion and codegen take a member's position as its turn
+        node.position = position
+    return ordered
 
 
 def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNode]:

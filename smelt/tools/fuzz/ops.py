@@ -472,9 +472,67 @@ def movement(b: Builder) -> bool:
     return b.emit("movement", "{out} = " + r.choice(forms), exact=a in b.exact, a=a)
 
 
+def vision(b: Builder) -> bool:
+    """The resampling, pooling and padding of convolution nets and their heads (segmentation decoders,
+    detection necks), on a 4-D float tensor; a form eager rejects for these sizes is dropped."""
+    r = b.r
+    a = b.operand(lambda u: u.is_floating_point() and u.dim() == 4, dtype=b.float_dtype,
+                  shape=(r.randint(1, 3), r.choice((1, 3, 4, 8)), r.randint(2, 9), r.randint(2, 9)))
+    if a is None:
+        return False
+    _, c, h, w = b.t(a).shape
+    size = (r.randint(1, 2 * h + 1), r.randint(1, 2 * w + 1))
+    pooled = (r.randint(1, max(h, 1)), r.randint(1, max(w, 1)))
+    pads = tuple(r.randint(0, 2) for _ in range(4))
+    corners = r.random() < 0.5
+    forms = [f"F.interpolate({{a}}, size={size}, mode='bilinear', align_corners={corners})",
+             f"F.interpolate({{a}}, size={size}, mode='bicubic', align_corners={corners})",
+             f"F.interpolate({{a}}, size={size}, mode='nearest-exact')",
+             f"F.interpolate({{a}}, scale_factor={r.choice((0.5, 1.5, 2.0))}, mode='nearest')",
+             f"F.adaptive_avg_pool2d({{a}}, {pooled})", f"F.adaptive_max_pool2d({{a}}, {pooled})",
+             "F.avg_pool2d({a}, 3, 2, 1, count_include_pad=False)",
+             f"F.avg_pool2d({{a}}, 2, divisor_override={r.randint(1, 5)})",
+             f"F.max_pool2d({{a}}, 3, {r.randint(1, 2)}, 1, dilation={r.randint(1, 2)}, ceil_mode={corners})",
+             f"F.pad({{a}}, {pads}, mode='{r.choice(('reflect', 'replicate', 'circular'))}')",
+             "F.pixel_shuffle({a}, 2)", "F.pixel_unshuffle({a}, 2)",
+             f"F.unfold({{a}}, 2, padding={r.randint(0, 1)}, stride={r.randint(1, 2)})",
+             "F.hardswish({a}) * F.hardsigmoid({a})", "F.mish({a})"]
+    exact = {"F.pixel_shuffle({a}, 2)", "F.pixel_unshuffle({a}, 2)"}
+    form = r.choice(forms)
+    return b.emit("vision", "{out} = " + form, exact=a in b.exact and (form in exact or "replicate" in form
+                                                                      or "reflect" in form or "circular" in form), a=a)
+
+
+def loss(b: Builder) -> bool:
+    """Training losses over logits (rows of classes) or scores, as their mean: cross entropy with label
+    smoothing and an ignored class, weighted NLL, BCE with logits, smooth L1, KL divergence."""
+    r = b.r
+    a = b.operand(lambda u: u.is_floating_point() and u.dim() == 2 and u.shape[0] > 0 and u.shape[1] > 0,
+                  dtype=b.float_dtype, shape=(r.randint(1, 6), r.randint(2, 7)))
+    if a is None:
+        return False
+    n, c = b.t(a).shape
+    choice = r.randrange(5)
+    if choice in (0, 1):
+        target = b.index((n,), c)
+        if choice == 0:
+            return b.emit("loss", "{out} = F.cross_entropy({a}, {t}, label_smoothing=%.2f, ignore_index=%d)"
+                          % (r.choice((0.0, 0.1, 0.3)), r.randrange(c)), a=a, t=target)
+        weight = b.new_input((c,), b.t(a).dtype, kind="positive", grad=False)
+        return b.emit("loss", "{out} = F.nll_loss(F.log_softmax({a}, -1), {t}, weight={w})", a=a, t=target, w=weight)
+    other = b.new_input((n, c), b.t(a).dtype, grad=choice != 2)
+    if choice == 2:
+        return b.emit("loss", "{out} = F.binary_cross_entropy_with_logits({a}, torch.sigmoid({o}))", a=a, o=other)
+    if choice == 3:
+        return b.emit("loss", "{out} = F.smooth_l1_loss({a}, {o}, beta=%.1f)" % r.choice((0.5, 1.0)), a=a, o=other)
+    return b.emit("loss", "{out} = F.kl_div(F.log_softmax({a}, -1), F.softmax({o}, -1), reduction='batchmean')",
+                  a=a, o=other)
+
+
 FAMILIES = {
     "unary": (unary, 3), "binary": (binary, 4), "scalar": (scalar, 2), "reduction": (reduction, 3),
     "view": (view, 3), "inplace": (inplace, 2), "indexing": (indexing, 2), "scatter": (scatter, 2),
     "cat": (cat, 1.5), "matmul": (matmul, 1), "conv": (conv, 0.7), "norm": (norm, 1.2), "softmax": (softmax, 1),
-    "scan": (scan, 1), "attention": (attention, 0.5), "movement": (movement, 1),
+    "scan": (scan, 1), "attention": (attention, 0.5), "movement": (movement, 1), "vision": (vision, 0.7),
+    "loss": (loss, 0.5),
 }
