@@ -126,19 +126,25 @@ def in_dependency_order(nodes: list[SchedulerNode]) -> list[SchedulerNode]:
     the reader; a write into an existing buffer (a scatter, an input updated in place) stays after
     the readers placed before it, which want the old contents. Raises on a cycle: no order is right.
     """
-    made_by: dict[str, int] = {}  # name -> the node that makes it (its first writer)
-    writes: dict[str, list[int]] = {}  # name -> nodes that write it, in program order
+    made_by: dict[str, int] = {}  # buffer name -> the node that makes it
+    writes: dict[str, list[int]] = {}  # an existing buffer (an input, a shared storage) -> nodes writing into it
     for i, node in enumerate(nodes):
-        for name in {node.name, node.write_name, node.fills} - {None}:
-            made_by.setdefault(name, i)
-            writes.setdefault(name, []).append(i)
+        made_by[node.name] = i
+        for target in {node.write_name if node.write_name != node.name else None, node.fills} - {None}:
+            writes.setdefault(target, []).append(i)
     after: list[set[int]] = [set() for _ in nodes]  # node -> the nodes it must follow
     for i, node in enumerate(nodes):
         for name in node.read_names:
             if name in made_by:
                 after[i].add(made_by[name])
-            for w in writes.get(name, ())[1:]:  # writes into it after it is made
-                (after[i] if w < i else after[w]).add(w if w < i else i)
+            for w in writes.get(name, ()):
+                if w < i:
+                    after[i].add(w)
+                else:  # a write placed after this reader: the reader wants the contents before it
+                    after[w].add(i)
+    for targets in writes.values():  # writes into one buffer keep their order
+        for earlier, later in zip(targets, targets[1:]):
+            after[later].add(earlier)
     for i in range(len(nodes)):
         after[i].discard(i)
     if all(j < i for i in range(len(nodes)) for j in after[i]):
