@@ -271,3 +271,30 @@ def test_the_estimate_counts_a_result_written_over_its_dying_input_in_that_input
     made, reads = made + [["d"]], reads + [["a", "c"]]
     assert live_bytes(made, reads, sizes, [], {"d"}) == [100, 200, 250, 250]
     assert live_bytes(made, reads, sizes, [], {"d"}, over + [[]]) == [100, 200, 200, 300]
+
+
+def test_steps_are_ordered_by_what_they_read():
+    """scheduler.schedule.in_dependency_order on stand-in steps: a reader registered before the
+    buffer it reads moves after it; a write into an input stays after the readers of its old value
+    placed before it, and before those placed after it; writes into one buffer keep their order."""
+    from types import SimpleNamespace
+
+    from smelt.scheduler.schedule import in_dependency_order
+
+    def step(name, reads=(), writes=None, fills=None):
+        return SimpleNamespace(name=name, write_name=writes or name, fills=fills, read_names=set(reads), position=None)
+    nodes = [step("pool", reads={"stack"}),  # registered before what it reads
+             step("old_reader", reads={"arg0"}),
+             step("stack", reads={"arg1"}),
+             step("update", reads={"arg0"}, writes="arg0"),  # the input written in place
+             step("new_reader", reads={"arg0"}),
+             step("fill_a", fills="cat"), step("fill_b", fills="cat"), step("cat_reader", reads={"cat"})]
+    for k, n in enumerate(nodes):
+        n.position = k
+    order = [n.name for n in in_dependency_order(nodes)]
+    assert order == ["old_reader", "stack", "pool", "update", "new_reader", "fill_a", "fill_b", "cat_reader"], order
+    assert [n.position for n in in_dependency_order(nodes)] == list(range(len(nodes)))
+    in_order = [step("a"), step("b", reads={"a"})]
+    for k, n in enumerate(in_order):
+        n.position = k
+    assert in_dependency_order(in_order) == in_order
