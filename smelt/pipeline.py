@@ -76,7 +76,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     clock.add("cache", time.perf_counter() - start - sum(clock.seconds.values()))
     if generated.output_strides is not None and kind == "forward":
         _report_output_strides(generated.output_strides)
-    refused: set[str] = set()
+    plain: set[str] = set()  # refused once: generated again in a plainer form
+    refused: set[str] = set()  # refused twice: generated in Triton
     while True:
         try:
             halide_threads.wanted = cfg.halide_openmp  # read when the process first loads a Halide kernel
@@ -89,11 +90,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             # that kernel runs in Triton instead, and the cache keeps the graph that compiled.
             if e.kernel in refused:
                 raise
-            refused.add(e.kernel)
-            log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
+            if e.kernel in plain:
+                refused.add(e.kernel)
+                log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
+            else:  # Halide 21's bounds inference fails on some Funcs over r alone (a weighted NLL's backward)
+                plain.add(e.kernel)
+                log.debug("smelt: %s is generated again without per-column Funcs: %s", e.kernel, e)
             if not planned:  # a cache hit: the graph as traced, to be planned as it was then
                 plan()
-            regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused), clock=clock)
+            regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused),
+                                         halide_plain=frozenset(plain), clock=clock)
             regenerated.output_strides, regenerated.padded_saved = generated.output_strides, generated.padded_saved
             graph_cache.replace(generated, regenerated, cfg)
             generated = regenerated
@@ -134,9 +140,10 @@ def _report_output_strides(strides: list) -> None:
         context.output_strides.extend(strides)
 
 
-def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=frozenset(),
+def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=frozenset(), halide_plain=frozenset(),
                    clock: StageClock | None = None) -> GeneratedGraph:
-    """`halide_refused`: names of kernels Halide did not compile before, generated in Triton instead."""
+    """`halide_refused`: names of kernels Halide did not compile before, generated in Triton instead;
+    `halide_plain`: kernels it refused once, generated again in a plainer form."""
     clock = clock or StageClock()
     graph_id = next(_graph_ids)
     with clock.stage("lower"):
@@ -144,7 +151,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
             fuse_gemm_epilogues(gm)
         graph = lower_graph(gm, cfg, _target_for(cfg), compile_graph)
     with clock.stage("schedule"):
-        sched, ctx = _schedule(graph, cfg, halide_refused)
+        sched, ctx = _schedule(graph, cfg, halide_refused, halide_plain)
     with clock.stage("codegen"):
         return _generate(gm, kind, cfg, graph, sched, ctx, graph_id)
 
@@ -153,13 +160,13 @@ def _backend_of(cfg, step) -> backends.Backend:
     return backends.for_device(cfg, backends.step_device(step))
 
 
-def _schedule(graph, cfg, halide_refused):
+def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
     """Fusion as the scheduler made it, then finishers and shared launches as the backends allow."""
     sched = make_schedule(graph)
     outputs = {o.name for o in graph.outputs if o.name is not None}
     if cfg.memory_order:
         sched.steps = order_for_memory(sched.steps, outputs, graph)
-    ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused))
+    ctx = backends.GraphContext(graph, cfg, sched.steps, frozenset(halide_refused), frozenset(halide_plain))
 
     def backend_of(step) -> backends.Backend:
         return _backend_of(cfg, step)

@@ -560,6 +560,27 @@ def test_a_kernel_halide_refuses_runs_in_triton_and_the_cache_keeps_that_graph(t
     assert len(refusals) == before  # the graph with the Triton kernel, from the cache
 
 
+def test_a_kernel_halide_refuses_once_is_generated_again_without_per_column_funcs(caplog, monkeypatch):
+    """Halide 21's bounds inference fails on a weighted NLL loss's backward ("Can't do arithmetic on
+    opaque pointer types: neg_inf"), through the Func holding the class weight per column: the
+    kernel is generated again with that value inline and runs in Halide, not Triton's interpreter."""
+    import torch.nn.functional as F
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")  # the refusal happens at compile time, not on a cache hit
+    fn = lambda x, t: F.nll_loss(F.log_softmax(x, -1), t, weight=torch.linspace(0.5, 2, 5))  # noqa: E731
+    x, t = torch.randn(6, 5), torch.randint(0, 5, (6,))
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with caplog.at_level("DEBUG", logger="smelt"):
+        out = compiled(fn)(a, t)
+        out.backward()
+    expected = fn(b, t)
+    expected.backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(a.grad, b.grad)
+    assert "runs in Triton instead of Halide" not in caplog.text
+    assert "generated again without per-column Funcs" in caplog.text  # the path this test is for
+    assert all(k.startswith("halide") for g in smelt.observe.compiled_graphs() for k in g.kernel_names)
+
+
 def test_halides_not_of_a_non_bool_error_is_avoided():
     # Halide 21 refuses select(c, 0, select(c, 1, y) + F[x]) with F updated ("argument of Not is not
     # a bool"); the fuzzer's program (Halide #4) that led there runs, its kernel in Triton

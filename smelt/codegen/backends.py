@@ -30,11 +30,13 @@ class KernelUnsupported(SmeltError, NotImplementedError):
 @dataclasses.dataclass
 class GraphContext:
     """What every kernel of one graph is printed against. `memo`: per-graph state a backend keeps
-    (Triton's combo bodies); `refused`: kernels a backend's own compiler rejected before, by name."""
+    (Triton's combo bodies); `refused`: kernels a backend's own compiler rejected before, by name;
+    `plain`: kernels it rejected once, printed again in a plainer form (Halide: no per-column Funcs)."""
     graph: "IRGraph"
     cfg: Any
     steps: list
     refused: frozenset = frozenset()
+    plain: frozenset = frozenset()
     memo: dict = dataclasses.field(default_factory=dict)
 
     def remember(self, key: str, make: Callable[[], Any]) -> Any:

@@ -134,8 +134,10 @@ def halide_kernel_name(plan: KernelPlan, index: int) -> str:
 class HalideKernel(PrintedKernel):
     """Generates one pipeline by running each member's loop body under HalideOps."""
 
-    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule):
+    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule, per_column_funcs=True):
         super().__init__(plan, graph)
+        # False: values the same for every x stay inline (Halide's compiler refused the kernel with them once)
+        self.per_column_funcs = per_column_funcs
         self.inputs: dict[str, str] = {}  # buffer -> ImageParam name
         self.outputs: dict[str, str] = {}  # buffer -> output Func name
         self.sizes: list[str] = []
@@ -232,7 +234,7 @@ class HalideKernel(PrintedKernel):
         batch norm's 1/sqrt(var + eps) over rows of C, in an NHWC kernel) read from a Func over r
         computed once per call, not once per row (MobileNetV3's costliest NHWC batch norm on 2 cores:
         1550 -> 614 us). GPU schedules have no such Func (their kernels are memory-bound)."""
-        if self.in_update or not hasattr(self.schedule, "per_column"):
+        if self.in_update or not self.per_column_funcs or not hasattr(self.schedule, "per_column"):
             return expr
         for name in dict.fromkeys(reads):
             var = self.temporaries.get(name)
