@@ -31,11 +31,11 @@ def cuda_sources(monkeypatch, tmp_path):
     original = halide_backend.generate_halide_kernel
     found = {}
 
-    def also_for_cuda(step, graph, index, gpu=False):
-        kernel = original(step, graph, index, True)
+    def also_for_cuda(step, graph, index, gpu=False, **options):
+        kernel = original(step, graph, index, True, **options)
         library, _, _ = halide_cuda_compile.kernel_library(kernel.name, kernel.source, str(tmp_path), H100)
         found[kernel.name] = (kernel.source, library)
-        return original(step, graph, index, gpu)
+        return original(step, graph, index, gpu, **options)
 
     monkeypatch.setattr(halide_backend, "generate_halide_kernel", also_for_cuda)
     torch._dynamo.reset()
