@@ -90,12 +90,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             # that kernel runs in Triton instead, and the cache keeps the graph that compiled.
             if e.kernel in refused:
                 raise
-            if e.kernel in plain:
-                refused.add(e.kernel)
-                log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
-            else:  # Halide 21's bounds inference fails on some Funcs over r alone (a weighted NLL's backward)
+            # Halide 21's bounds inference fails on some Funcs over r alone (a weighted NLL's backward):
+            # a kernel holding one is generated again without them before it goes to Triton.
+            if e.kernel not in plain and any(k.name == e.kernel and "_per_column" in k.source for k in generated.kernels):
                 plain.add(e.kernel)
                 log.debug("smelt: %s is generated again without per-column Funcs: %s", e.kernel, e)
+            else:
+                refused.add(e.kernel)
+                log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
             if not planned:  # a cache hit: the graph as traced, to be planned as it was then
                 plan()
             regenerated = generate_graph(gm, kind, cfg, halide_refused=frozenset(refused),
