@@ -1,15 +1,21 @@
 """Ops real vision, audio and mixture-of-experts models use, beyond the fuzzer's families: each case's
-values and gradients under smelt against eager's (1e-4), one compile per case, on the CPU backend that
+values and gradients under smelt against eager's, one compile per case, on the CPU backend that
 SMELT_CPU_BACKEND names.
 
     python -m benchmarks.probes.real_model_ops [SEED] [case,case,...]
-"""
-import random, sys, traceback
-import torch, torch.nn.functional as F
-import smelt  # noqa
 
-torch.manual_seed(0)
-random.seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+Each case is judged by the fuzzer's accuracy rule (smelt.tools.fuzz.runner.check_fn): against eager
+and a float64 run of the same function, values and input gradients.
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import smelt  # noqa: F401
+from smelt.tools.fuzz.runner import check_fn
+
+torch.manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)  # the cases' random inputs
 
 def img(n=2, c=3, h=9, w=11, cl=False):
     x = torch.randn(n, c, h, w)
@@ -91,34 +97,19 @@ CASES = {
  "expand_copy_strided": lambda: (lambda x: x.t().contiguous().view(-1)[::3], [torch.randn(6, 5)]),
 }
 
-bad = []
-for name, make in CASES.items():
-    if len(sys.argv) > 2 and name not in sys.argv[2].split(","):
-        continue
-    fn, inputs = make()
-    try:
-        expected = fn(*inputs)
-    except Exception as e:
-        print(f"{name}: eager raised {type(e).__name__}"); continue
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="smelt")
-    try:
-        args = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
-        eargs = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
-        out, eout = compiled(*args), fn(*eargs)
-        torch.testing.assert_close(out, eout, rtol=1e-4, atol=1e-4, equal_nan=True)
-        if eout.requires_grad:
-            g = torch.randn_like(eout)
-            gs = torch.autograd.grad(out, [a for a in args if a.requires_grad], g, allow_unused=True)
-            egs = torch.autograd.grad(eout, [a for a in eargs if a.requires_grad], g, allow_unused=True)
-            for a, b in zip(gs, egs):
-                if b is None:
-                    assert a is None or not a.abs().sum(), "grad where eager has none"
-                    continue
-                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, equal_nan=True)
-        print(f"{name}: ok", flush=True)
-    except Exception as e:
-        msg = str(e).strip().splitlines()
-        print(f"{name}: FAIL {type(e).__name__}: {' | '.join(msg[:4])[:400]}", flush=True)
-        bad.append(name)
-print("failed:", bad)
+def main() -> None:
+    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else list(CASES)
+    failed = []
+    for name in wanted:
+        fn, inputs = CASES[name]()
+        inputs = [t.requires_grad_(t.is_floating_point()) for t in inputs]
+        # The fuzzer's judge: smelt against eager and a float64 run, values and input gradients.
+        problems = check_fn(lambda *args: (fn(*args),), inputs, backward=True)
+        print(f"{name}: {'ok' if not problems else 'FAIL ' + problems[0][:300]}", flush=True)
+        if problems:
+            failed.append(name)
+    print("failed:", failed)
+
+
+if __name__ == "__main__":
+    main()
