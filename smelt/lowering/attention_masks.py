@@ -13,11 +13,18 @@ Eager runs the math path on the same call: the results differ by the kernels' ro
 what they compute.
 
 This runs on the Dynamo graph, before AOTAutograd, so a training graph's backward is the kernel's.
+A call whose output the program writes in place is left as it is (written_in_place.py).
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.fx
+
+from .written_in_place import written_in_place
+
+log = logging.getLogger("smelt.lowering")
 
 _SDPA = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
 _MASK_POSITION = 3  # scaled_dot_product_attention(query, key, value, attn_mask, ...)
@@ -34,6 +41,9 @@ def dense_attention_masks(gm: torch.fx.GraphModule, devices=("cuda",)) -> int:
         value = mask.meta.get("example_value") if isinstance(mask, torch.fx.Node) else None
         if not (isinstance(value, torch.Tensor) and value.device.type in devices and value.dim() >= 1
                 and value.shape[-1] > 1 and value.stride(-1) != 1):
+            continue
+        if written_in_place(node):  # the fused kernel would save the output the program writes
+            log.debug("smelt: SDPA at %s keeps its strided mask: its output is written in place", node.name)
             continue
         with gm.graph.inserting_before(node):
             dense = gm.graph.call_method("contiguous", (mask,))

@@ -48,6 +48,8 @@ import torch.nn.functional as F
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor
 
+from .written_in_place import written_in_place
+
 log = logging.getLogger("smelt.lowering")
 
 _MATMULS = {torch.matmul, operator.matmul, torch.bmm}
@@ -259,6 +261,10 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
             continue
         chain, k_t = found.chain, found.k_t
         out = chain[-1]
+        if written_in_place(out):  # SDPA's fused kernels save the output the program writes
+            log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
+                      node.name)
+            continue
         before = set(gm.graph.nodes)
         try:
             result = _sdpa_nodes(gm, found)
