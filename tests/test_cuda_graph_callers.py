@@ -2,19 +2,73 @@
 CPU: the capture is a stand-in that reruns the call, so the bookkeeping around it (in-place inputs,
 held outputs, one graph called by several layers) is tested without a GPU. tests/gpu/test_cuda_graphs.py
 runs the same rules through real CUDA graphs."""
+import pytest
 import torch
 
 from smelt.runtime.cuda_graphs import MAX_HELD, GraphedCall, _Recording
+from smelt.runtime.graph_pool import SharedPool
+
+BLOCK = 64  # the stand-in allocator's rounding
+
+
+class _ArenaView:
+    """The caching allocator's view of one pool, over a CPU arena: a capture's allocations take the
+    first free range, as the allocator reuses a pool's free blocks, so a replay writing memory that a
+    held output occupies shows in that output's values."""
+
+    def __init__(self, size=1 << 16):
+        self.whole = torch.frombuffer(bytearray(size), dtype=torch.uint8)
+        self.base = self.whole.data_ptr()
+        self.allocated: dict[int, int] = {}  # pointer -> bytes
+        self.high = 0  # the highest byte ever allocated: the pool's size
+
+    def allocate(self, nbytes: int) -> int:
+        nbytes = max(BLOCK, -(-nbytes // BLOCK) * BLOCK)
+        at = self.base
+        for pointer, n in sorted(self.allocated.items()):
+            if pointer - at >= nbytes:
+                break
+            at = max(at, pointer + n)
+        assert at + nbytes <= self.base + self.whole.numel(), "arena full"
+        self.allocated[at] = nbytes
+        self.high = max(self.high, at + nbytes - self.base)
+        return at
+
+    def tensor(self, pointer: int, like: torch.Tensor) -> torch.Tensor:
+        """A tensor over the arena at `pointer` (its storage owning nothing, as the pool's are)."""
+        storage = torch._C._construct_storage_from_data_pointer(pointer, torch.device("cpu"),
+                                                                self.allocated.get(pointer, BLOCK))
+        return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape, like.stride())
+
+    def checkpoint(self):
+        return dict(self.allocated)
+
+    def restore(self, state) -> None:
+        if any(pointer not in state for pointer in self.allocated):
+            raise RuntimeError("a block allocated now is free in the checkpoint")
+        self.allocated = dict(state)
+
+    def free(self, pointer: int) -> None:
+        del self.allocated[pointer]
+
+    def release(self, storage) -> None:
+        self.free(storage.data_ptr())
+
+    def live_blocks_are(self, pointers) -> bool:
+        return set(self.allocated) == set(pointers)
 
 
 class _Rerun:
-    """A graph stand-in: a replay calls the graph's function again."""
+    """A graph stand-in: a replay scribbles over the scratch memory its capture used, then the
+    recording calls the graph's function again."""
 
-    def __init__(self, call):
+    def __init__(self, call, scratch=None):
         self.call = call
+        self.scratch = scratch
 
     def replay(self):
-        pass
+        if self.scratch is not None:
+            self.scratch.fill_(0xFF)  # NaN in every float
 
 
 class _RerunRecording(_Recording):
@@ -36,8 +90,38 @@ class _CpuGraphedCall(GraphedCall):
     def _warm_up(self, args):
         return self.call(args)
 
-    def _capture(self, static_args, device, shared):
-        return _Rerun(self.call), self.call(static_args)
+    @staticmethod
+    def _shared_pool(device):
+        global _pool
+        if _pool is None or not _pool.usable:
+            _pool = SharedPool(_ArenaView())
+        return _pool
+
+    def _capture(self, static_args, device, pool):
+        inputs = {a.untyped_storage().data_ptr() for a in static_args if isinstance(a, torch.Tensor)}
+        outputs = self.call(list(static_args))
+        if pool is None:  # a pool of its own: memory no other recording takes
+            return _Rerun(self.call), outputs
+        placed = []
+        for out in outputs:
+            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in inputs:
+                out = pool.view.tensor(pool.view.allocate(out.nbytes), out.contiguous()).copy_(out)
+            placed.append(out)
+        # Memory the capture used and gave back when it ended: every replay writes it.
+        scratch = pool.view.tensor(pool.view.allocate(BLOCK), torch.empty(BLOCK, dtype=torch.uint8))
+        pool.view.free(scratch.data_ptr())
+        return _Rerun(self.call, scratch), tuple(placed)
+
+
+_pool = None
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pool():
+    global _pool
+    _pool = None
+    yield
+    _pool = None
 
 
 def _layer(args):
@@ -61,6 +145,7 @@ def test_one_graph_called_by_each_layer_replays_a_recording_per_layer():
     for step in range(5):
         x = torch.randn(3, 8)
         h, expected = x, x
+        replays = call.replays
         for w in weights:
             (h,) = call([w, h])
             expected = torch.tanh(expected @ w) + expected
@@ -70,7 +155,8 @@ def test_one_graph_called_by_each_layer_replays_a_recording_per_layer():
     # Each layer's recording is kept for it: made in the first two steps, replayed after (every call
     # dropped the other layers' recordings and made its own again: Whisper's training on the H200).
     assert recorded[1] == recorded[4], recorded
-    assert sum(len(s.recordings) for s in call.sizes.values()) == 4
+    assert call.replays - replays == 4
+    assert recorded[4] <= 2 * 4, "recordings made out of order in the first steps, one a layer at most"
 
 
 def test_a_callers_input_that_moves_is_copied_from_then_on():
@@ -97,11 +183,13 @@ def test_held_outputs_are_never_overwritten_and_recordings_stop_at_the_limit():
     assert call.recorded == MAX_HELD
 
 
-def test_a_loop_that_keeps_the_last_result_gets_recordings_that_no_other_writes():
-    """Recordings share one pool: a replay writes memory a later recording's outputs may occupy. A
+def test_a_loop_that_keeps_the_last_result_settles_with_its_values_kept():
+    """Recordings share one pool: a replay writes memory another recording's outputs may occupy. A
     loop that keeps its last result while it calls again (out = model(x) at a script's top level)
-    holds the later graph's outputs when the earlier graph runs: the earlier one must not replay its
-    shared recording then, and its next recording gets a pool of its own (not one recording a call)."""
+    holds the later graph's outputs when the earlier graph runs: the earlier one must not replay a
+    recording whose capture had that memory free. It records once more with them held, and from then
+    on the graphs' recordings alternate in the shared pool (not one recording a call; each such graph
+    got pools of its own before outputs' memory was reused)."""
     first, second, (w1, w2) = _graphed(), _graphed(), _weights(2)
     out = None
     for step in range(8):
@@ -115,7 +203,7 @@ def test_a_loop_that_keeps_the_last_result_gets_recordings_that_no_other_writes(
             made = first.recorded + second.recorded
     recordings = [r for call in (first, second) for s in call.sizes.values() for r in s.recordings]
     assert first.recorded + second.recorded == made, "a recording every call"
-    assert any(not r.shared for r in recordings), "the first graph's later recording shares the pool"
+    assert all(r.shared for r in recordings)
 
 
 def _residual(args):
@@ -129,9 +217,7 @@ def test_layers_of_two_graphs_in_a_loop_keeping_its_result_settle_and_share_the_
     without (the rest of the layer, past a graph break), and the loop holds its last result while it
     calls again. The first steps record out of order (a layer warms up while the next records), and
     each recording made again moves its outputs, so the layers after it record again too: settled by
-    the fifth step (the GPU's count too). Only the graph whose result the loop holds gets pools of its
-    own: a recording refused for another's held output that is its own input (data flow) no longer
-    retires that one (each layer's graph went private so)."""
+    the fifth step (the GPU's count too), every recording in the shared pool."""
     first, weights = _graphed(), _weights(4)
     second = _CpuGraphedCall(_residual, "rest", lambda args: tuple(a.shape for a in args), (), ())
     out, recorded = None, []
@@ -148,35 +234,7 @@ def test_layers_of_two_graphs_in_a_loop_keeping_its_result_settle_and_share_the_
         torch.testing.assert_close(out, expected)
         recorded.append(first.recorded + second.recorded)
     assert recorded[4] == recorded[6], recorded
-    assert all(r.shared for s in first.sizes.values() for r in s.recordings)
-    assert not any(r.shared for s in second.sizes.values() for r in s.recordings)
-
-
-def test_a_later_recordings_output_passed_in_is_data_flow_not_a_held_result():
-    """An earlier recording refused a second time for a later one's held output retires the later one
-    (a loop's kept result) unless that output is an argument of this call: then the producer ran
-    after it in this call's own chain (on the GPU a producer recorded again lands at its old address,
-    so the consumer's in-place check passes), and retiring it would put a layer's graph into pools of
-    its own for good."""
-    from smelt.runtime import cuda_graphs
-
-    def recording(output):
-        made = _Recording(_Rerun(None), [], [("pool", output)])
-        made.recorded_again = True
-        return made
-
-    consumer = recording(torch.zeros(4))
-    producer_output = torch.zeros(4)
-    producer = recording(producer_output)
-    cuda_graphs._handed_out[id(producer)] = producer
-    held = producer_output.view(-1)  # held outside the recording, as a caller's argument is
-    try:
-        assert not consumer.fits([held]) and consumer.refusal == "later"
-        assert not producer.retired
-        assert not consumer.fits([torch.zeros(4)])
-        assert producer.retired
-    finally:
-        cuda_graphs._handed_out.pop(id(producer), None)
+    assert all(r.shared for call in (first, second) for s in call.sizes.values() for r in s.recordings)
 
 
 def test_a_recordings_output_is_read_in_place_where_a_callers_tensor_once_moved():
@@ -199,3 +257,103 @@ def test_a_recordings_output_is_read_in_place_where_a_callers_tensor_once_moved(
     recordings = [r for s in consumer.sizes.values() for r in s.recordings]
     assert any(r.in_place == [(0, w2.data_ptr()), (1, r.inputs[1].pointer)] for r in recordings)
     assert all(not r.copied for r in recordings if (1, r.inputs[1].pointer) in r.in_place)
+
+
+def _forward(args):
+    weight, x = args
+    args.clear()
+    with torch.no_grad():
+        pre = x @ weight
+        return (torch.tanh(pre), pre)  # the activation, and what the backward saves
+
+
+def _backward(args):
+    weight, pre, grad = args
+    args.clear()
+    with torch.no_grad():
+        return ((grad * (1 - torch.tanh(pre) ** 2)) @ weight.T,)
+
+
+def test_a_training_steps_backward_outputs_take_the_memory_of_consumed_activations():
+    """Each layer's forward and backward are graphs; the backward consumes what its forward saved.
+    An output's memory goes back to the pool once it is dead, so a later capture takes it: the pool
+    ends smaller than all the step's outputs together (each recording kept its outputs for good
+    before: the activations, held between steps too, and every backward output beside them)."""
+    layers = 4
+    forward, backward, weights = _graphed(), _graphed(), _weights(layers)
+    backward.size_key = lambda args: tuple(a.shape for a in args)
+    forward.call, backward.call = _forward, _backward
+    for step in range(6):
+        x = torch.randn(3, 8)
+        h, saved, expected_saved = x, [], []
+        for w in weights:
+            expected_saved.append(h.detach() @ w.detach())  # no autograd graph holding h
+            h, pre = forward([w, h])
+            saved.append(pre)
+        grad, expected = torch.ones(3, 8), torch.ones(3, 8)
+        for w, pre, exact in zip(reversed(weights), reversed(saved), reversed(expected_saved)):
+            torch.testing.assert_close(pre, exact)
+            (grad,) = backward([w, pre, grad])
+            expected = (expected * (1 - torch.tanh(exact) ** 2)) @ w.detach().T
+            torch.testing.assert_close(grad, expected)
+        del saved, pre, h
+    outputs = 2 * layers + layers  # the forwards' activations and saved values, the backwards' gradients
+    each = -(-grad.nbytes // BLOCK) * BLOCK
+    assert _pool.view.high < outputs * each, (_pool.view.high, outputs * each)
+    assert forward.replays > 2 * layers and backward.replays > 2 * layers
+
+
+def test_a_replay_never_writes_an_output_held_in_memory_its_capture_had_free():
+    """A capture takes a dead output's memory. The recording that made that output must not replay
+    while the later one's output is held there, nor the later one while the first's is: each
+    replay checks that every held output of the pool was held at its capture."""
+    first, second, (w1, w2) = _graphed(), _graphed(), _weights(2)
+    x = torch.randn(3, 8)
+    for _ in range(2):  # warm-up, then recorded: the first's output dead before the second captures
+        (a,) = first([w1, x])
+        del a
+        (b,) = second([w2, x])
+        del b
+    (b,) = second([w2, x])  # held while the first runs again: the first's memory may hold it
+    (a,) = first([w1, x])
+    torch.testing.assert_close(b, torch.tanh(x @ w2) + x)
+    torch.testing.assert_close(a, torch.tanh(x @ w1) + x)
+    (b2,) = second([w2, x])  # and the other way round
+    torch.testing.assert_close(a, torch.tanh(x @ w1) + x)
+    torch.testing.assert_close(b2, torch.tanh(x @ w2) + x)
+
+
+def _bias_backward(args):  # a graph each layer's backward calls with no parameter of its own
+    (grad,) = args
+    args.clear()
+    with torch.no_grad():
+        return (grad * 2,)
+
+
+def test_a_backward_each_layer_calls_while_earlier_gradients_are_held_settles_in_the_shared_pool():
+    """Autograd keeps each layer's weight gradient (param.grad) while the layers below run their
+    backward, so one graph every layer's backward calls (here without parameters: one in-place
+    input set) meets a different set of held outputs at each layer. It gets a recording per layer,
+    all in the shared pool, settled after the first steps (a recording refused twice for others'
+    held outputs once sent their graphs to pools of their own, for good)."""
+    layers = 4
+    forward, scale, backward, weights = _graphed(), _graphed(), _graphed(), _weights(layers)
+    forward.call, scale.call, backward.call = _forward, _bias_backward, _backward
+    made = []
+    for step in range(6):
+        h, saved = torch.randn(3, 8), []
+        for w in weights:
+            h, pre = forward([w, h])
+            saved.append(pre)
+        grad, expected, grads = torch.ones(3, 8), torch.ones(3, 8), []
+        for w, pre in zip(reversed(weights), reversed(saved)):
+            exact = pre.clone()
+            (doubled,) = scale([grad])
+            (grad,) = backward([w, pre, doubled])
+            grads.append(grad)  # held to the step's end, as param.grad is
+            expected = (2 * expected * (1 - torch.tanh(exact) ** 2)) @ w.detach().T
+            torch.testing.assert_close(grad, expected)
+        del saved, pre, h, doubled, grads
+        made.append(forward.recorded + scale.recorded + backward.recorded)
+    assert made[2] == made[5], made
+    assert all(r.shared for call in (forward, scale, backward) for s in call.sizes.values() for r in s.recordings)

@@ -3,8 +3,9 @@ wall time of each of a few steps, then per compiled graph its replays, recording
 kept per sizes and why it ran without a graph, if it did. Whisper's AMP training step on the H200
 re-recorded its per-layer graphs at every call (16 recordings a step, 46 ms a step against 23
 without graphs), which this showed. With --memory, each step's peak and what stays allocated after
-it, against eager's step, and per graph the bytes its kept recordings hold: their outputs (kept for
-good) and the inputs they copy in (where the peak with graphs goes).
+it, against eager's step, and per graph the bytes of its kept recordings' outputs (their memory goes
+back to the shared pool when they die: runtime/graph_pool.py) and of the inputs they copy in. A
+recording's outputs are not the allocator's: compare reserved memory.
 
     python -m benchmarks.probes.cuda_graph_recordings whisper --mode train [--steps 8] [--memory]
 """
@@ -17,6 +18,7 @@ import time
 import torch
 
 import smelt.runtime.cuda_graphs as cuda_graphs
+import smelt.runtime.graph_pool as graph_pool
 from smelt.tools.model_suite.timing import case_callable
 from smelt.tools.model_suite.zoo import all_specs
 
@@ -67,7 +69,9 @@ def main() -> None:
               + (f", without a graph: {call.blocked}" if call.blocked else ""))
     if args.memory:
         print(f"kept recordings hold {totals[0] / MIB:.1f} MiB of outputs, {totals[1] / MIB:.1f} MiB of copied inputs; "
-              f"released ones still held: {len(cuda_graphs._handed_out)}; reserved {torch.cuda.memory_reserved() / MIB:.1f} MiB")
+              f"recordings whose outputs may be held: {sum(len(p.handed_out) for p in cuda_graphs._pools.values())}; "
+              f"pools retired: {len(graph_pool.retirements)} {graph_pool.retirements[:3]}; "
+              f"reserved {torch.cuda.memory_reserved() / MIB:.1f} MiB")
 
 
 MIB = 2 ** 20

@@ -14,42 +14,40 @@ copied from then on, by a new recording (a caller's own tensor: a parameter or a
 at that position later is still read in place). An input the graph writes into, when it is copied, is
 copied back after the replay.
 
-Memory. Every recording on a device records into one shared memory pool, as CUDA graphs captured
-in sequence may: a recording keeps its outputs' memory for good, and the memory its other buffers
-used (free again once it is captured) is taken by the recordings made after it. Outputs are handed
-out as new tensors over the recording's memory. So a replay writes memory that a later recording's
-outputs may occupy: a recording replays only when no recording made after it has outputs held
-outside it (the use count of their storages), nor have its own last ones, so no replay overwrites a
-value still in use. A recording refused so is made again, after them (the first calls record out
-of order: a layer warms up while the next records its recording). Refused so a second time, the
-outputs are held across calls (a loop's last result; not when they are this call's arguments, which
-is data flow): the later recording is retired, and its graph at those sizes records into pools of its
-own from then on, which no other recording writes; as does a caller whose own last outputs are held.
-Otherwise another recording is made, up to MAX_HELD for one caller (the same in-place inputs), and
-past that the call runs without a graph. A graph that each layer of a model calls has a recording per
-layer (their parameters differ), up to MAX_RECORDINGS per sizes. An output that is an input, or a
-view of one, is rebuilt over the caller's input.
+Memory. Every recording on a device records into one shared memory pool (runtime/graph_pool.py):
+an output's memory goes back to the pool once the output is dead, for the next capture to take, and a
+recording replays only when every output of the pool held now was held at its capture, and none of
+its own is (so no replay overwrites a value still in use). A recording refused so is kept, and
+another is made where the outputs held now are kept off: a graph called at several points of a step
+(each layer's backward, with the gradients of the layers before it held) gets one recording per
+point, and the first steps, which record out of order (a layer warms up while the next records),
+leave recordings that are dropped once MAX_RECORDINGS are made, the longest unused first. A graph
+each layer of a model calls has a recording per layer (their parameters differ). Where the last
+MAX_HELD recordings' outputs are all still held (a caller keeping every result), the call runs
+without a graph. An output that is an input, or a view of one, is rebuilt over the caller's input.
 
 A graph with CPU tensors or a host read of a device value (.item(), nonzero's length) runs without a
 graph, as does one whose recording fails; each says why once in the log.
 """
 from __future__ import annotations
 
+import collections
+import functools
 import itertools
 import logging
 import weakref
 
 import torch
 
+from smelt.runtime.graph_pool import Block, CudaAllocatorView, PoolUnusable, SharedPool, use_count
+
 log = logging.getLogger("smelt.runtime")
 
-MAX_HELD = 4  # recordings of one caller whose earlier outputs are all still held
-MAX_RECORDINGS = 64  # per graph and sizes, over all callers (a graph each layer of a model calls)
+MAX_HELD = 4  # recordings at one sizes whose last outputs are all still held
+# Per graph and sizes: a graph each layer of a model calls has a recording per layer, and one called
+# at several points of a step (each layer's backward) one per set of outputs held there.
+MAX_RECORDINGS = 256
 MAX_SIZES = 16  # distinct sizes recorded per graph; past it, new sizes run without a graph
-
-
-def _use_count(storage_cdata: int) -> int:
-    return torch._C._storage_Use_Count(storage_cdata)
 
 
 def _dense(tensor: torch.Tensor) -> bool:
@@ -66,44 +64,48 @@ def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
 
-# Storages of outputs of recordings (their data pointers), each with its recording: a graph reading
-# one of a live recording reads it in place.
+# Output storages of recordings (their StorageImpl), each with its recording: a graph reading one of a
+# live recording reads it in place.
 _recorded_storages: dict[int, weakref.ref] = {}
 
 
-def _is_recorded_output(tensor: torch.Tensor) -> bool:
-    owner = _recorded_storages.get(_storage_key(tensor))
-    return owner is not None and owner() is not None
+def _recorded_source(tensor: torch.Tensor):
+    owner = _recorded_storages.get(tensor.untyped_storage()._cdata)
+    return owner if owner is not None and owner() is not None else None
 
 
-_capture_order = itertools.count()  # recordings in the order they were made (into the shared pool)
-# Recordings in the shared pool whose last replay's outputs may still be held outside them (each
-# replay adds its own; the check drops those found free): the ones a replay of an earlier recording
-# must wait for. Held strongly: a released recording stays until its outputs are free.
-_handed_out: dict[int, _Recording] = {}
-# Per device index: the shared pool's handle, the graph that keeps it open, the recording stream.
-_pools: dict[int, object] = {}
-_anchors: dict[int, torch.cuda.CUDAGraph] = {}
+_capture_order = itertools.count()  # recordings in the order they were made
+# Per device index: the shared pool (a new one where the last became unusable), the recording stream.
+_pools: dict[int, SharedPool] = {}
 _streams: dict[int, torch.cuda.Stream] = {}
+_shared_pools_work = True  # false once a new pool could not be reset for a capture
+
+
+@functools.cache
+def _storage_object_refs() -> int:
+    """References a storage's Python object adds to its use count (it is kept with the storage)."""
+    tensor = torch.empty(1)
+    return use_count(tensor.untyped_storage()._cdata) - 1
 
 
 def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-def _shared_pool(device: torch.device):
+def _shared_pool(device: torch.device) -> SharedPool:
     index = _index(device)
-    if index not in _pools:
+    pool = _pools.get(index)
+    if pool is None or not pool.usable:
         handle = torch.cuda.graph_pool_handle()
         # A pool whose every graph is gone cannot take a capture again (the allocator asserts on
-        # its id): a one-kernel graph, kept for the process, holds it open.
+        # its id): a one-kernel graph, kept with the pool, holds it open.
         anchor = torch.cuda.CUDAGraph()
         stream = _shared_stream(device)
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.graph(anchor, pool=handle, stream=stream):
             torch.zeros(1, device=torch.device("cuda", index))
-        _pools[index], _anchors[index] = handle, anchor
-    return _pools[index]
+        pool = _pools[index] = SharedPool(CudaAllocatorView(index, handle), handle, anchor)
+    return pool
 
 
 def _shared_stream(device: torch.device) -> torch.cuda.Stream:
@@ -114,20 +116,6 @@ def _shared_stream(device: torch.device) -> torch.cuda.Stream:
     if index not in _streams:
         _streams[index] = torch.cuda.Stream(index)
     return _streams[index]
-
-
-def _later_outputs_held(recording: _Recording) -> list[_Recording]:
-    """The recordings made after `recording` whose outputs are held outside them: memory a replay of
-    `recording` may write (they took it once `recording`'s capture was done with it)."""
-    held = []
-    for key, other in list(_handed_out.items()):
-        if other.free():
-            del _handed_out[key]
-            if other.graph is None:  # released: its outputs were kept only while held
-                other.outputs = None
-        elif other.order > recording.order:
-            held.append(other)
-    return held
 
 
 class _Input:
@@ -141,7 +129,7 @@ class _Input:
         self.storage_offset = tensor.storage_offset()
         # The recording whose output it is, if one is: a recording reading a released one's outputs
         # in place replays no more (see _Recording.stale).
-        self.source = _recorded_storages.get(_storage_key(tensor)) if in_place else None
+        self.source = _recorded_source(tensor) if in_place else None
         if in_place:
             # Not kept alive: a replay needs the caller's tensor at this address, which is then
             # what the recording reads; holding it would keep its owner's memory busy (a gradient
@@ -174,39 +162,43 @@ class _Input:
 
 
 class _Recording:
-    def __init__(self, graph, inputs: list, outputs: list, shared: bool = True):
+    def __init__(self, graph, inputs: list, outputs: list, pool: SharedPool | None = None,
+                 checkpoint=None, avoided: frozenset[Block] = frozenset()):
         self.graph = graph
-        self.shared = shared  # recorded into the shared pool (else into one of its own)
+        self.pool = pool  # the shared pool it was recorded into (else one of its own)
+        self.shared = pool is not None
+        self.checkpoint = checkpoint  # the pool's allocator state after its capture, and its blocks
+        self.avoided = avoided  # blocks of outputs held at its capture: its replays never write them
         self.refusal = None  # why its last fit failed: "moved", "held" (its outputs), "later" (another's)
-        self.recorded_again = False  # made in place of one refused so
-        self.home: _Sizes | None = None  # its graph's state at its sizes (set by the caller)
-        self.retired = False  # its outputs outlived a call of an earlier recording: replays no more
+        self.used = 0  # when it last replayed (a call count), to drop the longest unused at the cap
         self.inputs = inputs  # _Input per tensor argument, None for the others
         self.in_place = [(i.position, i.pointer) for i in inputs if i is not None and i.in_place]
         self.copied = [i for i in inputs if i is not None and not i.in_place]
         self.written_back: list = []  # copied inputs the graph writes into (set by the caller)
-        self.outputs = outputs  # per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v)
+        # Per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v) |
+        # ("fixed", tensor): memory of the capture, a view of an input, a non-tensor, a constant.
+        self.outputs = outputs
         self.order = next(_capture_order)
-        # Our own references to each output storage, to tell whether anyone else holds one.
-        self.watched: list[tuple[int, int]] = []
+        # Per output storage: our own references to it (to tell whether anyone else holds it), its block.
+        self.watched: list[tuple[int, int, Block]] = []
+        seen = set()
         for kind, *rest in outputs:
             if kind == "pool":
-                cdata = rest[0].untyped_storage()._cdata
-                if all(c != cdata for c, _ in self.watched):
-                    self.watched.append((cdata, 0))
-        self.watched = [(c, _use_count(c)) for c, _ in self.watched]
+                storage = rest[0].untyped_storage()
+                if storage._cdata not in seen:
+                    seen.add(storage._cdata)
+                    self.watched.append((storage._cdata, 0, (storage.data_ptr(), storage.nbytes())))
+        self.watched = [(c, use_count(c), block) for c, _, block in self.watched]
         for kind, *rest in outputs:
             if kind == "pool":
-                _recorded_storages[_storage_key(rest[0])] = weakref.ref(self)
+                _recorded_storages[rest[0].untyped_storage()._cdata] = weakref.ref(self)
 
-    def fits(self, args) -> bool:
+    def fits(self, args, held_in) -> bool:
         """Whether these arguments can replay it: its in-place inputs where they were recorded, and
-        nothing outside it holding its last outputs (nor a later recording's: see the module's
-        docstring)."""
+        nothing outside it holding its last outputs, nor another recording's outputs its capture did
+        not keep off (see the module's docstring). held_in(pool): the blocks of that pool's held
+        outputs, each with its recording."""
         self.refusal = None
-        if self.retired:
-            self.refusal = "retired"
-            return False
         for position, pointer in self.in_place:
             if args[position].data_ptr() != pointer:
                 self.refusal = "moved"
@@ -214,30 +206,23 @@ class _Recording:
         if not self.free():
             self.refusal = "held"
             return False
-        later = _later_outputs_held(self) if self.shared else []
-        if later:
-            # This one is recorded again after them. Refused so a second time, the outputs are held
-            # across calls of earlier graphs (a loop's last result), not just recorded out of order:
-            # their graph records into pools of its own from now on. Not so for an output passed to
-            # this call: that is data flow (this one was recorded before its producer), which
-            # recording this one again after the producer puts in order.
-            if self.recorded_again:
-                passed = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
-                for other in later:
-                    if other.holds_any(passed):
-                        continue
-                    other.retired = True
-                    if other.home is not None:
-                        other.home.private = True
-            self.refusal = "later"
-            return False
+        if self.pool is not None:
+            avoided = self.avoided
+            for block, owner in held_in(self.pool).items():
+                if block not in avoided and owner is not self:
+                    self.refusal = "later"
+                    return False
         return True
 
-    def holds_any(self, storage_keys: set[int]) -> bool:
-        return any(kind == "pool" and _storage_key(rest[0]) in storage_keys for kind, *rest in self.outputs or ())
-
     def free(self) -> bool:
-        return all(_use_count(c) <= n for c, n in self.watched)
+        return all(use_count(c) <= n for c, n, _ in self.watched)
+
+    def held_blocks(self) -> list[Block]:
+        return [block for c, n, block in self.watched if use_count(c) > n and block[1]]
+
+    def forget_if_released(self) -> None:
+        if self.graph is None:  # released: its outputs were kept only while held
+            self.outputs = None
 
     def stale(self) -> bool:
         """Whether it reads in place the outputs of a recording since released: memory no caller of
@@ -260,7 +245,7 @@ class _Recording:
             i.copy_back(args[i.position])
         results = []
         for kind, *rest in self.outputs:
-            if kind == "pool":
+            if kind == "pool" or kind == "fixed":
                 results.append(rest[0].detach())  # a new tensor over the recording's memory
             elif kind == "input":
                 position, size, stride, offset = rest
@@ -269,18 +254,19 @@ class _Recording:
             else:
                 results.append(rest[0])
         args.clear()
-        if self.shared and self.watched:
-            _handed_out[id(self)] = self
+        if self.pool is not None:
+            self.pool.ran(self)
         return tuple(results)
 
     def release(self) -> None:
         for kind, *rest in self.outputs:
             if kind == "pool":
-                _recorded_storages.pop(_storage_key(rest[0]), None)
+                _recorded_storages.pop(rest[0].untyped_storage()._cdata, None)
         self.graph = self.inputs = self.copied = self.written_back = None
-        if id(self) in _handed_out and not self.free():
-            return  # its outputs, still held: the recordings made before it wait for them
-        _handed_out.pop(id(self), None)
+        if self.pool is not None and id(self) in self.pool.handed_out and not self.free():
+            return  # its outputs, still held: the pool keeps their memory off later captures
+        if self.pool is not None:
+            self.pool.handed_out.pop(id(self), None)
         self.outputs = None
 
 
@@ -290,7 +276,6 @@ class _Sizes:
     def __init__(self, pointers: list):
         self.warm_pointers = pointers  # each argument's data pointer on the warm-up call
         self.recordings: list[_Recording] = []
-        self.private = False  # its recordings' outputs were held across calls of earlier ones
 
 
 class GraphedCall:
@@ -309,6 +294,7 @@ class GraphedCall:
         self.said: set[str] = set()
         self.replays = 0  # for tests and the report: calls served by a replay
         self.recorded = 0  # recordings made, released ones included
+        self.clock = 0  # replays so far: when each recording was last used
 
     def __call__(self, args: list):
         if self.blocked is not None:
@@ -325,53 +311,57 @@ class GraphedCall:
                 return self(args)
             self.sizes[key] = _Sizes([a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args])
             return self._warm_up(args)
+        held: dict = {}
+
+        def held_in(pool):  # computed once per call and pool: the costly part of a fit
+            if pool not in held:
+                held[pool] = pool.held()
+            return held[pool]
         for recording in sizes.recordings:
-            if recording.fits(args):
-                self.replays += 1
-                return recording.replay(args)
+            if recording.fits(args, held_in):
+                return self._replay(recording, args)
         # A recording whose in-place inputs differ only in the caller's own tensors (neither parameters
         # nor recordings' outputs) was this caller's: those tensors move from call to call, so they are
         # copied from now on. One differing in a parameter or a recording's output serves another
-        # caller (one graph called by each layer of a model) and is kept for it.
+        # caller (one graph called by each layer of a model) and is kept for it, as is one refused for
+        # other recordings' held outputs: it serves the points of a step where those are not held.
         for recording in list(sizes.recordings):
             moved = recording.moved_inputs(args)
             own = moved and all(self._callers_own(args[p]) for p in moved)
-            if own or recording.retired or recording.stale():
+            if own or recording.stale():
                 if own:
                     self.copied_always.update(moved)
                 sizes.recordings.remove(recording)
                 recording.release()
-        held = sum(1 for r in sizes.recordings if not r.moved_inputs(args))
-        if held >= MAX_HELD:
+        if sum(r.refusal == "held" for r in sizes.recordings) >= MAX_HELD:
             self._say(f"ran without a CUDA graph: the outputs of its last {MAX_HELD} replays are still "
                       f"held (keep a copy, out.clone(), to let it replay)")
             return self.call(args)
         if len(sizes.recordings) >= MAX_RECORDINGS:
-            self._say(f"ran without a CUDA graph for a new caller: {MAX_RECORDINGS} recordings at these sizes")
-            return self.call(args)
-        # A caller whose own last outputs are held (a loop that keeps its last result while it calls
-        # again) records into a pool of its own: a shared one made now would be refused on the next
-        # call, for these outputs' successors. One refused for a later recording's held outputs is
-        # recorded again, after them.
-        held_own = any(r.refusal == "held" for r in sizes.recordings)
-        later = [r for r in sizes.recordings if r.refusal == "later"]
-        shared = not sizes.private and not held_own
-        for r in later:
-            sizes.recordings.remove(r)
-            r.release()
-        recording = self._record(args, sizes, shared)
+            unused = min((r for r in sizes.recordings if r.free()), key=lambda r: r.used, default=None)
+            if unused is None:
+                self._say(f"ran without a CUDA graph: {MAX_RECORDINGS} recordings at these sizes, all held")
+                return self.call(args)
+            sizes.recordings.remove(unused)
+            unused.release()
+        log.debug("smelt: %s records (%s)", self.name,
+                  ", ".join(r.refusal or "?" for r in sizes.recordings) or "the first at these sizes")
+        recording = self._record(args, sizes)
         if recording is None:
             return self.call(args)
-        recording.recorded_again = bool(later)
-        recording.home = sizes
         sizes.recordings.append(recording)
         self.recorded += 1
+        return self._replay(recording, args)
+
+    def _replay(self, recording: _Recording, args: list):
         self.replays += 1
+        self.clock += 1
+        recording.used = self.clock
         return recording.replay(args)
 
     @staticmethod
     def _callers_own(tensor) -> bool:
-        return not isinstance(tensor, torch.nn.Parameter) and not _is_recorded_output(tensor)
+        return not isinstance(tensor, torch.nn.Parameter) and _recorded_source(tensor) is None
 
     def _say(self, what: str) -> None:
         if what not in self.said:
@@ -400,7 +390,7 @@ class GraphedCall:
         # A parameter or a recording's output stays where it is from call to call: read in place even
         # at a position where a caller's own tensor once moved (a warm-up's or a released recording's
         # output there marked it: Whisper's backward graphs copied 1 GiB of saved activations so).
-        if isinstance(tensor, torch.nn.Parameter) or _is_recorded_output(tensor):
+        if isinstance(tensor, torch.nn.Parameter) or _recorded_source(tensor) is not None:
             return True
         return position not in self.copied_always and sizes.warm_pointers[position] == tensor.data_ptr()
 
@@ -408,7 +398,11 @@ class GraphedCall:
     def _all_on_device(args) -> bool:
         return all(a.is_cuda for a in args if isinstance(a, torch.Tensor))
 
-    def _capture(self, static_args: list, device, shared: bool):
+    @staticmethod
+    def _shared_pool(device) -> SharedPool:
+        return _shared_pool(device)
+
+    def _capture(self, static_args: list, device, pool: SharedPool | None):
         """The CUDA graph of one call over static_args, and that call's outputs (in the shared pool,
         or a pool of its own)."""
         graph = torch.cuda.CUDAGraph()
@@ -417,17 +411,39 @@ class GraphedCall:
         # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
         # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
         # itself still fail, and graphs that read device values on the host never record.
-        with torch.cuda.graph(graph, pool=_shared_pool(device) if shared else None, stream=stream, capture_error_mode="relaxed"):
+        with torch.cuda.graph(graph, pool=pool.handle if pool is not None else None, stream=stream,
+                              capture_error_mode="relaxed"):
             outputs = self.call(static_args)
         torch.cuda.synchronize()  # those tables are written before the first replay
         return graph, outputs
 
-    def _record(self, args: list, sizes: _Sizes, shared: bool) -> _Recording | None:
+    def _pool_for_capture(self, device) -> tuple[SharedPool | None, dict]:
+        """The shared pool, reset for a capture, and the held outputs' blocks the capture keeps off;
+        no pool where a new one cannot be reset either (an allocator without checkpoints, as
+        cudaMallocAsync): the capture gets a pool of its own."""
+        global _shared_pools_work
+        if not _shared_pools_work:
+            return None, {}
+        for attempt in range(2):
+            pool = self._shared_pool(device)
+            try:
+                return pool, pool.before_capture()
+            except PoolUnusable as e:
+                pool.retire(str(e))
+                why = str(e)
+        _shared_pools_work = False
+        log.warning("smelt: CUDA graph recordings get pools of their own (more memory): %s", why)
+        return None, {}
+
+    def _record(self, args: list, sizes: _Sizes) -> _Recording | None:
         inputs = [_Input(p, a, self._reads_in_place(p, a, sizes)) if isinstance(a, torch.Tensor) else None
                   for p, a in enumerate(args)]
         static_args = [i.static if i is not None else a for i, a in zip(inputs, args)]
+        device = self._device(args)
+        pool, avoided = self._pool_for_capture(device)
+        shared = pool is not None
         try:
-            graph, outputs = self._capture(static_args, self._device(args), shared)
+            graph, outputs = self._capture(static_args, device, pool)
         except Exception as e:  # an op that syncs with the host, or one a graph cannot hold
             self.blocked = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             self._say(f"runs without a CUDA graph: {self.blocked}")
@@ -451,7 +467,23 @@ class GraphedCall:
         for i in inputs:
             if i is not None and i.in_place:
                 i.static = None  # see _Input: the caller's tensor is not kept
-        recording = self.recording_type(graph, inputs, described, shared)
+        # An output something else holds too (a constant the graph returns) is no memory of the capture's.
+        ours = collections.Counter(d[1].untyped_storage()._cdata for d in described if d[0] == "pool")
+        described = [("fixed", d[1]) if d[0] == "pool" and use_count(d[1].untyped_storage()._cdata) > (
+            ours[d[1].untyped_storage()._cdata] + _storage_object_refs()) else d for d in described]
+        checkpoint = None
+        if pool is not None:
+            storages = {}
+            for kind, *rest in described:
+                if kind == "pool" and rest[0].untyped_storage().nbytes():
+                    storage = rest[0].untyped_storage()
+                    storages.setdefault(storage._cdata, storage)
+            try:
+                checkpoint = pool.after_capture(avoided, list(storages.values()))
+            except PoolUnusable as e:  # its outputs stay the allocator's: kept for good, as before
+                pool.retire(str(e))
+            del storages
+        recording = self.recording_type(graph, inputs, described, pool, checkpoint, frozenset(avoided))
         recording.written_back = [i for i in recording.copied if i.position in self.mutated]
         log.debug("smelt: %s recorded a CUDA graph (%s): %d inputs read in place, %d copied, %d written back",
                   self.name, "shared pool" if shared else "a pool of its own", len(recording.in_place),

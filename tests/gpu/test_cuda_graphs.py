@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import smelt
+from smelt.runtime import cuda_graphs, graph_pool
 from smelt.runtime.cuda_graphs import GraphedCall
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -22,6 +23,7 @@ def _fresh():
     smelt.observe.reset()
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
+    graph_pool.retirements.clear()
     yield
     torch.backends.cuda.matmul.allow_tf32 = old
     torch._dynamo.reset()
@@ -229,6 +231,47 @@ def test_a_graph_each_layer_calls_keeps_a_recording_per_layer(training):
     # without, on the H200). In one shared pool the first steps record again what was recorded out
     # of order, and the layers after each (tests/test_cuda_graph_callers.py): settled by the fifth.
     assert recorded[4] == recorded[6], recorded
+    assert graph_pool.retirements == [], "the allocator's view of the pool was not what it expected"
+
+
+def _pool_bytes() -> int:
+    handles = {tuple(p.handle) for p in cuda_graphs._pools.values()}
+    return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()
+               if tuple(seg.get("segment_pool_id") or ()) in handles)
+
+
+def test_a_training_steps_outputs_take_the_memory_of_dead_ones():
+    """A recording's outputs go back to the shared pool when they die, so a backward's outputs take
+    the memory of activations it consumed: the pool ends smaller than the recordings' outputs
+    together (each recording kept its outputs for good before, so the pool held them all)."""
+    torch.manual_seed(0)
+    eager_model = torch.nn.Sequential(*[_BrokenBlock(1024) for _ in range(4)]).to(CUDA)
+    model = torch.nn.Sequential(*[_BrokenBlock(1024) for _ in range(4)]).to(CUDA)
+    model.load_state_dict(eager_model.state_dict())
+    compiled = graphed(model)
+    for step in range(6):
+        x = torch.randn(4096, 1024, device=CUDA)
+        out, expected = compiled(x), eager_model(x)
+        torch.testing.assert_close(out, expected, **TOL)
+        out.sum().backward()
+        expected.sum().backward()
+        for p, q in zip(eager_model.parameters(), model.parameters()):
+            # sums over 4096 rows, in another order than cuBLAS's: rounding of 1e-7 per term
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-3, rtol=1e-3)
+            p.grad = q.grad = None
+        del out, expected
+    outputs, seen = 0, set()
+    for g in smelt.observe.compiled_graphs():
+        for sizes in g.call.sizes.values():
+            for r in sizes.recordings:
+                for kind, *rest in r.outputs if r.shared else ():
+                    storage = rest[0].untyped_storage() if kind == "pool" else None
+                    if storage is not None and storage._cdata not in seen:
+                        seen.add(storage._cdata)
+                        outputs += storage.nbytes()
+    assert graph_pool.retirements == []
+    assert all(r.shared for g in smelt.observe.compiled_graphs() for s in g.call.sizes.values() for r in s.recordings)
+    assert 0 < _pool_bytes() < outputs, (_pool_bytes(), outputs)
 
 
 def test_a_later_graphs_held_output_is_not_overwritten_by_an_earlier_replay():
