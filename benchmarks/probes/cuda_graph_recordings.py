@@ -71,7 +71,7 @@ def main() -> None:
         print(f"kept recordings hold {totals[0] / MIB:.1f} MiB of outputs, {totals[1] / MIB:.1f} MiB of copied inputs; "
               f"recordings whose outputs may be held: {sum(len(p.handed_out) for p in cuda_graphs._pools.values())}; "
               f"pools retired: {len(graph_pool.retirements)} {graph_pool.retirements[:3]}; "
-              f"reserved {torch.cuda.memory_reserved() / MIB:.1f} MiB")
+              f"shared pools {_pool_bytes() / MIB:.1f} MiB; reserved {torch.cuda.memory_reserved() / MIB:.1f} MiB")
 
 
 MIB = 2 ** 20
@@ -90,6 +90,12 @@ def _step_memory(label, step) -> None:
           flush=True)
 
 
+def _pool_bytes() -> int:
+    handles = {tuple(p.handle) for p in cuda_graphs._pools.values()}
+    return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()
+               if tuple(seg.get("segment_pool_id") or ()) in handles)
+
+
 def _held_bytes(recordings) -> tuple[int, int]:
     """Bytes of the recordings' outputs (each storage once) and of the inputs they copy in."""
     outputs, seen = 0, set()
@@ -98,7 +104,7 @@ def _held_bytes(recordings) -> tuple[int, int]:
             if kind == "pool" and rest[0].untyped_storage().data_ptr() not in seen:
                 seen.add(rest[0].untyped_storage().data_ptr())
                 outputs += rest[0].untyped_storage().nbytes()
-    copied = sum(i.static.untyped_storage().nbytes() for r in recordings for i in r.copied or ())
+    copied = sum(i.buffer().untyped_storage().nbytes() for r in recordings for i in r.copied or ())
     return outputs, copied
 
 

@@ -120,7 +120,9 @@ def _shared_stream(device: torch.device) -> torch.cuda.Stream:
 
 class _Input:
     """How a recording gets input `position`: in place (it must be at `pointer`), or copied into
-    `buffer` (through `view` when its elements overlap, as an expanded tensor's do)."""
+    `static` before each replay (the whole span of memory it reaches when its elements overlap, as
+    an expanded tensor's do). A copy's buffer is memory of the capture: in the shared pool it is
+    free between replays, for later captures, as the capture's other scratch is."""
 
     def __init__(self, position: int, tensor: torch.Tensor, in_place: bool):
         self.position = position
@@ -136,17 +138,25 @@ class _Input:
             # held by the optimizer's recording would stop the backward's from replaying).
             self.static = tensor
             return
+        self.layout = (tuple(tensor.size()), tuple(tensor.stride()), tensor.dtype, tensor.device)
         if _dense(tensor):
             self.span = None
-            self.static = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype,
-                                              device=tensor.device)
         else:  # the span of memory the view reaches, copied whole
             extent = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()) if n > 0)
             self.span = extent if tensor.numel() else 0
-            buffer = torch.empty(max(self.span, 1), dtype=tensor.dtype, device=tensor.device)
-            self.static = buffer.as_strided(tensor.size(), tensor.stride(), 0)
-            self.span_buffer = buffer
-        self.copy_in(tensor)
+        self.static = None  # allocated with the capture (allocate()): memory it had free, as its own
+
+    def allocate(self, empty) -> None:
+        """The buffer it is copied into; empty(size, stride, dtype, device) allocates."""
+        size, stride, dtype, device = self.layout
+        if self.span is None:
+            self.static = empty(size, stride, dtype, device)
+        else:
+            self.span_buffer = empty((max(self.span, 1),), (1,), dtype, device)
+            self.static = self.span_buffer.as_strided(size, stride, 0)
+
+    def buffer(self) -> torch.Tensor:
+        return self.static if self.span is None else self.span_buffer
 
     def copy_in(self, tensor: torch.Tensor) -> None:
         if self.span is None:
@@ -276,6 +286,7 @@ class _Sizes:
     def __init__(self, pointers: list):
         self.warm_pointers = pointers  # each argument's data pointer on the warm-up call
         self.recordings: list[_Recording] = []
+        self.held_own = 0  # recordings made because a recording's own last outputs were held
 
 
 class GraphedCall:
@@ -344,9 +355,18 @@ class GraphedCall:
                 return self.call(args)
             sizes.recordings.remove(unused)
             unused.release()
-        log.debug("smelt: %s records (%s)", self.name,
-                  ", ".join(r.refusal or "?" for r in sizes.recordings) or "the first at these sizes")
-        recording = self._record(args, sizes)
+        # A recording refused because its own last outputs are still held: the caller keeps them
+        # while it calls again (a loop's last result), or another caller's arguments came to the same
+        # addresses. Recorded again in the shared pool with them kept off; the second time at these
+        # sizes, the outputs are taken to outlive calls, and recordings go to pools of their own: a
+        # result held across calls would otherwise block every recording made after it in the pool.
+        held_own = any(r.refusal == "held" for r in sizes.recordings)
+        sizes.held_own += held_own
+        shared = not (held_own and sizes.held_own > 1)
+        log.debug("smelt: %s records (%s)%s", self.name,
+                  ", ".join(r.refusal or "?" for r in sizes.recordings) or "the first at these sizes",
+                  "" if shared else " into a pool of its own: its outputs outlive calls")
+        recording = self._record(args, sizes, shared)
         if recording is None:
             return self.call(args)
         sizes.recordings.append(recording)
@@ -402,18 +422,30 @@ class GraphedCall:
     def _shared_pool(device) -> SharedPool:
         return _shared_pool(device)
 
-    def _capture(self, static_args: list, device, pool: SharedPool | None):
-        """The CUDA graph of one call over static_args, and that call's outputs (in the shared pool,
-        or a pool of its own)."""
+    @staticmethod
+    def _empty(size, stride, dtype, device):
+        return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+    def _static_args(self, inputs: list, args: list) -> list:
+        """The capture's arguments: copied inputs get their buffers, allocated now (inside the
+        capture: from its pool)."""
+        for i in inputs:
+            if i is not None and not i.in_place:
+                i.allocate(self._empty)
+        return [i.static if i is not None else a for i, a in zip(inputs, args)]
+
+    def _capture(self, inputs: list, args: list, device, pool: SharedPool | None):
+        """The CUDA graph of one call, and that call's outputs (in the shared pool, or a pool of
+        its own)."""
         graph = torch.cuda.CUDAGraph()
         stream = self._recording_stream(device)
-        stream.wait_stream(torch.cuda.current_stream())  # the copies into the static inputs
+        stream.wait_stream(torch.cuda.current_stream())
         # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
         # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
         # itself still fail, and graphs that read device values on the host never record.
         with torch.cuda.graph(graph, pool=pool.handle if pool is not None else None, stream=stream,
                               capture_error_mode="relaxed"):
-            outputs = self.call(static_args)
+            outputs = self.call(self._static_args(inputs, args))
         torch.cuda.synchronize()  # those tables are written before the first replay
         return graph, outputs
 
@@ -435,15 +467,14 @@ class GraphedCall:
         log.warning("smelt: CUDA graph recordings get pools of their own (more memory): %s", why)
         return None, {}
 
-    def _record(self, args: list, sizes: _Sizes) -> _Recording | None:
+    def _record(self, args: list, sizes: _Sizes, shared: bool = True) -> _Recording | None:
         inputs = [_Input(p, a, self._reads_in_place(p, a, sizes)) if isinstance(a, torch.Tensor) else None
                   for p, a in enumerate(args)]
-        static_args = [i.static if i is not None else a for i, a in zip(inputs, args)]
         device = self._device(args)
-        pool, avoided = self._pool_for_capture(device)
+        pool, avoided = self._pool_for_capture(device) if shared else (None, {})
         shared = pool is not None
         try:
-            graph, outputs = self._capture(static_args, device, pool)
+            graph, outputs = self._capture(inputs, args, device, pool)
         except Exception as e:  # an op that syncs with the host, or one a graph cannot hold
             self.blocked = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             self._say(f"runs without a CUDA graph: {self.blocked}")
@@ -463,7 +494,7 @@ class GraphedCall:
                                   out.storage_offset() - source.static.storage_offset()))
             else:
                 described.append(("pool", out))
-        del outputs, static_args, out, by_storage  # the baseline of each output storage's use count is ours alone
+        del outputs, out, by_storage  # the baseline of each output storage's use count is ours alone
         for i in inputs:
             if i is not None and i.in_place:
                 i.static = None  # see _Input: the caller's tensor is not kept
@@ -478,11 +509,16 @@ class GraphedCall:
                 if kind == "pool" and rest[0].untyped_storage().nbytes():
                     storage = rest[0].untyped_storage()
                     storages.setdefault(storage._cdata, storage)
+            buffers = {}
+            for i in inputs:
+                if i is not None and not i.in_place and i.buffer().untyped_storage().nbytes():
+                    storage = i.buffer().untyped_storage()
+                    buffers.setdefault(storage._cdata, storage)
             try:
-                checkpoint = pool.after_capture(avoided, list(storages.values()))
+                checkpoint = pool.after_capture(avoided, list(storages.values()), list(buffers.values()))
             except PoolUnusable as e:  # its outputs stay the allocator's: kept for good, as before
                 pool.retire(str(e))
-            del storages
+            del storages, buffers
         recording = self.recording_type(graph, inputs, described, pool, checkpoint, frozenset(avoided))
         recording.written_back = [i for i in recording.copied if i.position in self.mutated]
         log.debug("smelt: %s recorded a CUDA graph (%s): %d inputs read in place, %d copied, %d written back",

@@ -125,15 +125,20 @@ class SharedPool:
             raise PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
         return dict(self.kept)
 
-    def after_capture(self, avoided: dict[Block, int], storages: list) -> tuple[object, dict[Block, int]]:
-        """The checkpoint of a capture whose outputs are `storages`, which are then given back to the
-        allocator. Raises PoolUnusable (nothing given back) where the pool holds other blocks."""
+    def after_capture(self, avoided: dict[Block, int], storages: list, scratch: list = ()) -> tuple[object, dict[Block, int]]:
+        """The checkpoint of a capture whose outputs are `storages`; those, and `scratch` (memory
+        the capture allocated that its replays use but no one holds between them: copied inputs'
+        buffers), are then given back to the allocator. Raises PoolUnusable (nothing given back)
+        where the pool holds other blocks."""
         allocated = dict(avoided)
         for storage in storages:
             allocated[(storage.data_ptr(), storage.nbytes())] = storage.data_ptr()
         try:
-            if not self.view.live_blocks_are(set(allocated.values())):
+            expected = set(allocated.values()) | {storage.data_ptr() for storage in scratch}
+            if not self.view.live_blocks_are(expected):
                 raise PoolUnusable("the capture left blocks in the pool other than its outputs")
+            for storage in scratch:
+                self.view.release(storage)
             checkpoint = (self.view.checkpoint(), allocated)
         except RuntimeError as e:
             raise PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
