@@ -1,0 +1,58 @@
+"""Random programs of CUDA-graphed calls over the CPU stand-in of tests/test_cuda_graph_callers.py (an
+arena allocator: a replay that writes memory a held value occupies shows in that value): graphs
+called in random orders, on fresh tensors or on earlier outputs, outputs kept for a random while. After
+every call, every value still held must equal what it was when it was made (runtime/graph_pool.py's
+replay rule and resets are what keep it so)."""
+import random
+
+import pytest
+import torch
+
+import test_cuda_graph_callers as standin
+from test_cuda_graph_callers import _CpuGraphedCall
+
+
+def _graph(seed: int):
+    torch.manual_seed(seed)
+    scale = float(seed % 3 + 1)
+
+    def call(args):
+        x, y = args
+        args.clear()
+        with torch.no_grad():
+            return (torch.tanh(x) * scale + y, x * y)
+    return _CpuGraphedCall(call, f"g{seed}", lambda args: tuple(a.shape for a in args), (), ())
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pool():
+    standin._pool = None
+    yield
+    standin._pool = None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_held_values_survive_random_programs(seed):
+    rng = random.Random(seed)
+    graphs = [_graph(k) for k in range(3)]
+    held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (value, its contents when it was made)
+    for _ in range(160):
+        x, y = (held[rng.randrange(len(held))][0] if held and rng.random() < 0.6 else torch.randn(4, 8)
+                for _ in range(2))
+        graph = graphs[rng.randrange(len(graphs))]
+        expected = (torch.tanh(x) * float(graphs.index(graph) % 3 + 1) + y, x * y)
+        outputs = graph([x, y])
+        for out, want in zip(outputs, expected):
+            torch.testing.assert_close(out, want)
+            if rng.random() < 0.5:
+                held.append((out, want.clone()))
+        del outputs, out, x, y
+        for _ in range(rng.randrange(3)):  # a few values dropped, at random
+            if held:
+                del held[rng.randrange(len(held))]
+        if len(held) > 12:
+            del held[0]
+        for value, contents in held:
+            torch.testing.assert_close(value, contents, msg="a held value was overwritten")
+    assert sum(g.replays for g in graphs) > sum(g.recorded for g in graphs), "the programs barely replay"
+    assert standin._pool is not None and standin._pool.usable
