@@ -4,7 +4,8 @@ per kernel or ATen call.
 
 A call at new sizes runs as usual, on the recording stream (cuBLAS's workspace for that stream and
 every lazily loaded kernel are set up there: nothing may allocate lazily or compile while
-recording). The next call at those sizes records, then replays; later calls replay.
+recording), as does each new caller's first call (a caller: the parameters it passes, a layer of a
+model). The next call records, then replays; later calls replay.
 
 Inputs. A recording reads some inputs where they are (parameters, another recording's outputs, and
 any input found at the same address on the call that warmed up and the one that recorded) and copies
@@ -280,11 +281,24 @@ class _Recording:
         self.outputs = None
 
 
+def _pointers(args) -> list:
+    return [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
+
+
+def _caller(args) -> tuple:
+    """Which caller this is, as far as its parameters tell (a graph each layer calls: the layer)."""
+    return tuple((p, a.data_ptr()) for p, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
+
+
 class _Sizes:
     """The state of one graph at one tuple of sizes."""
 
-    def __init__(self, pointers: list):
-        self.warm_pointers = pointers  # each argument's data pointer on the warm-up call
+    def __init__(self):
+        # Per caller, each argument's data pointer on its warm-up call. A caller's first call warms
+        # up, the next records: a graph each layer calls records in the second step, in the program's
+        # order, not layer 2 onward in the first step (out of order: recorded again once the first
+        # layer records, with their outputs' memory taken again in the pool).
+        self.warm: dict[tuple, list] = {}
         self.recordings: list[_Recording] = []
         self.held_own = 0  # recordings made because a recording's own last outputs were held
 
@@ -320,7 +334,8 @@ class GraphedCall:
             if not self._all_on_device(args):
                 self.blocked = "an input is not a CUDA tensor"
                 return self(args)
-            self.sizes[key] = _Sizes([a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args])
+            sizes = self.sizes[key] = _Sizes()
+            sizes.warm[_caller(args)] = _pointers(args)
             return self._warm_up(args)
         held: dict = {}
 
@@ -331,6 +346,10 @@ class GraphedCall:
         for recording in sizes.recordings:
             if recording.fits(args, held_in):
                 return self._replay(recording, args)
+        caller = _caller(args)
+        if caller not in sizes.warm and len(sizes.warm) < MAX_RECORDINGS:
+            sizes.warm[caller] = _pointers(args)
+            return self._warm_up(args)
         # A recording whose in-place inputs differ only in the caller's own tensors (neither parameters
         # nor recordings' outputs) was this caller's: those tensors move from call to call, so they are
         # copied from now on. One differing in a parameter or a recording's output serves another
@@ -406,13 +425,13 @@ class GraphedCall:
         torch.cuda.current_stream().wait_stream(stream)
         return results
 
-    def _reads_in_place(self, position: int, tensor: torch.Tensor, sizes: _Sizes) -> bool:
+    def _reads_in_place(self, position: int, tensor: torch.Tensor, warm: list | None) -> bool:
         # A parameter or a recording's output stays where it is from call to call: read in place even
         # at a position where a caller's own tensor once moved (a warm-up's or a released recording's
         # output there marked it: Whisper's backward graphs copied 1 GiB of saved activations so).
         if isinstance(tensor, torch.nn.Parameter) or _recorded_source(tensor) is not None:
             return True
-        return position not in self.copied_always and sizes.warm_pointers[position] == tensor.data_ptr()
+        return position not in self.copied_always and warm is not None and warm[position] == tensor.data_ptr()
 
     @staticmethod
     def _all_on_device(args) -> bool:
@@ -468,7 +487,8 @@ class GraphedCall:
         return None, {}
 
     def _record(self, args: list, sizes: _Sizes, shared: bool = True) -> _Recording | None:
-        inputs = [_Input(p, a, self._reads_in_place(p, a, sizes)) if isinstance(a, torch.Tensor) else None
+        warm = sizes.warm.get(_caller(args))
+        inputs = [_Input(p, a, self._reads_in_place(p, a, warm)) if isinstance(a, torch.Tensor) else None
                   for p, a in enumerate(args)]
         device = self._device(args)
         pool, avoided = self._pool_for_capture(device) if shared else (None, {})
