@@ -57,6 +57,9 @@ class _ArenaView:
     def live_blocks_are(self, pointers) -> bool:
         return set(self.allocated) == set(pointers)
 
+    def outside(self, pointers) -> set:
+        return {p for p in pointers if not self.base <= p < self.base + self.whole.numel()}
+
 
 class _Rerun:
     """A graph stand-in: a replay scribbles over the scratch memory its capture used, then calls
@@ -120,7 +123,7 @@ class _CpuGraphedCall(GraphedCall):
             return _Rerun(self.call), outputs
         placed = []
         for out in outputs:
-            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in inputs:
+            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in inputs and out is not _CONSTANT:
                 out = pool.view.tensor(pool.view.allocate(out.nbytes), out.contiguous()).copy_(out)
             placed.append(out)
         # Memory the capture used and gave back when it ended: every replay writes it.
@@ -378,3 +381,32 @@ def test_a_backward_each_layer_calls_while_earlier_gradients_are_held_settles_in
         made.append(forward.recorded + scale.recorded + backward.recorded)
     assert made[2] == made[5], made
     assert all(r.shared for call in (forward, scale, backward) for s in call.sizes.values() for r in s.recordings)
+
+
+_CONSTANT = torch.arange(8.0)
+
+
+def _with_a_constant(args):
+    (x,) = args
+    args.clear()
+    with torch.no_grad():
+        return (torch.tanh(x), _CONSTANT)
+
+
+def test_a_constant_the_graph_returns_is_not_given_back_to_the_pool():
+    """An output that is no memory of the capture (a constant the compiled graph holds and returns)
+    is handed out as itself and never given back to the pool: held with the other outputs across
+    calls, nothing overwrites it or them, and the pool's checks keep passing."""
+    call = _CpuGraphedCall(_with_a_constant, "constant", lambda args: tuple(a.shape for a in args), (), ())
+    kept = []
+    for step in range(6):
+        x = torch.randn(3, 8)
+        y, constant = call([x])
+        torch.testing.assert_close(y, torch.tanh(x))
+        assert constant.data_ptr() == _CONSTANT.data_ptr()
+        kept.append((y, torch.tanh(x)))
+        del kept[:-2]
+        for value, want in kept:
+            torch.testing.assert_close(value, want)
+    torch.testing.assert_close(_CONSTANT, torch.arange(8.0))
+    assert _pool.usable and call.replays > 2

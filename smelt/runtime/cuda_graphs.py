@@ -32,8 +32,6 @@ graph, as does one whose recording fails; each says why once in the log.
 """
 from __future__ import annotations
 
-import collections
-import functools
 import itertools
 import logging
 import weakref
@@ -80,13 +78,6 @@ _capture_order = itertools.count()  # recordings in the order they were made
 _pools: dict[int, SharedPool] = {}
 _streams: dict[int, torch.cuda.Stream] = {}
 _shared_pools_work = True  # false once a new pool could not be reset for a capture
-
-
-@functools.cache
-def _storage_object_refs() -> int:
-    """References a storage's Python object adds to its use count (it is kept with the storage)."""
-    tensor = torch.empty(1)
-    return use_count(tensor.untyped_storage()._cdata) - 1
 
 
 def _index(device: torch.device) -> int:
@@ -174,7 +165,7 @@ class _Input:
 
 class _Recording:
     def __init__(self, graph, inputs: list, outputs: list, pool: SharedPool | None = None,
-                 checkpoint=None, avoided: frozenset[Block] = frozenset()):
+                 checkpoint=None, avoided: frozenset[Block] = frozenset(), given_back=None):
         self.graph = graph
         self.pool = pool  # the shared pool it was recorded into (else one of its own)
         self.shared = pool is not None
@@ -186,19 +177,22 @@ class _Recording:
         self.in_place = [(i.position, i.pointer) for i in inputs if i is not None and i.in_place]
         self.copied = [i for i in inputs if i is not None and not i.in_place]
         self.written_back: list = []  # copied inputs the graph writes into (set by the caller)
-        # Per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v) |
-        # ("fixed", tensor): memory of the capture, a view of an input, a non-tensor, a constant.
+        # Per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v): memory
+        # of the capture (or a constant), a view of an input, a non-tensor.
         self.outputs = outputs
         self.order = next(_capture_order)
-        # Per output storage: our own references to it (to tell whether anyone else holds it), its block.
-        self.watched: list[tuple[int, int, Block]] = []
+        # Per output storage: our own references to it (to tell whether anyone else holds it), and its
+        # block where it is memory of the shared pool's capture (None: a constant's, or not shared).
+        self.watched: list[tuple[int, int, Block | None]] = []
         seen = set()
         for kind, *rest in outputs:
             if kind == "pool":
                 storage = rest[0].untyped_storage()
                 if storage._cdata not in seen:
                     seen.add(storage._cdata)
-                    self.watched.append((storage._cdata, 0, (storage.data_ptr(), storage.nbytes())))
+                    back = (pool is not None and storage.nbytes()
+                            and (given_back is None or storage._cdata in given_back))
+                    self.watched.append((storage._cdata, 0, (storage.data_ptr(), storage.nbytes()) if back else None))
         self.watched = [(c, use_count(c), block) for c, _, block in self.watched]
         for kind, *rest in outputs:
             if kind == "pool":
@@ -229,7 +223,7 @@ class _Recording:
         return all(use_count(c) <= n for c, n, _ in self.watched)
 
     def held_blocks(self) -> list[Block]:
-        return [block for c, n, block in self.watched if use_count(c) > n and block[1]]
+        return [block for c, n, block in self.watched if block is not None and use_count(c) > n]
 
     def forget_if_released(self) -> None:
         if self.graph is None:  # released: its outputs were kept only while held
@@ -256,7 +250,7 @@ class _Recording:
             i.copy_back(args[i.position])
         results = []
         for kind, *rest in self.outputs:
-            if kind == "pool" or kind == "fixed":
+            if kind == "pool":
                 results.append(rest[0].detach())  # a new tensor over the recording's memory
             elif kind == "input":
                 position, size, stride, offset = rest
@@ -518,11 +512,7 @@ class GraphedCall:
         for i in inputs:
             if i is not None and i.in_place:
                 i.static = None  # see _Input: the caller's tensor is not kept
-        # An output something else holds too (a constant the graph returns) is no memory of the capture's.
-        ours = collections.Counter(d[1].untyped_storage()._cdata for d in described if d[0] == "pool")
-        described = [("fixed", d[1]) if d[0] == "pool" and use_count(d[1].untyped_storage()._cdata) > (
-            ours[d[1].untyped_storage()._cdata] + _storage_object_refs()) else d for d in described]
-        checkpoint = None
+        checkpoint, given_back = None, None
         if pool is not None:
             storages = {}
             for kind, *rest in described:
@@ -535,11 +525,15 @@ class GraphedCall:
                     storage = i.buffer().untyped_storage()
                     buffers.setdefault(storage._cdata, storage)
             try:
-                checkpoint = pool.after_capture(avoided, list(storages.values()), list(buffers.values()))
+                checkpoint, back = pool.after_capture(avoided, list(storages.values()), list(buffers.values()))
+                given_back = {s._cdata for s in back}
+                del back
             except PoolUnusable as e:  # its outputs stay the allocator's: kept for good, as before
                 pool.retire(str(e))
             del storages, buffers
-        recording = self.recording_type(graph, inputs, described, pool, checkpoint, frozenset(avoided))
+        # Where the pool could not be checked (it takes no more captures), every output's block is
+        # watched: a replay of an earlier recording may write where it lies.
+        recording = self.recording_type(graph, inputs, described, pool, checkpoint, frozenset(avoided), given_back)
         recording.written_back = [i for i in recording.copied if i.position in self.mutated]
         log.debug("smelt: %s recorded a CUDA graph (%s): %d inputs read in place, %d copied, %d written back",
                   self.name, "shared pool" if shared else "a pool of its own", len(recording.in_place),

@@ -62,6 +62,12 @@ class CudaAllocatorView:
     def live_blocks_are(self, pointers: set[int]) -> bool:
         return torch._C._cuda_checkPoolLiveAllocations(self.index, self.pool_id, pointers)
 
+    def outside(self, pointers: list[int]) -> set[int]:
+        """Those of `pointers` not in the pool's memory (a snapshot of the allocator: slow, rare)."""
+        spans = [(seg["address"], seg["address"] + seg["total_size"]) for seg in torch.cuda.memory_snapshot()
+                 if seg.get("device") == self.index and tuple(seg.get("segment_pool_id") or ()) == tuple(self.pool_id)]
+        return {p for p in pointers if not any(start <= p < end for start, end in spans)}
+
 
 class PoolUnusable(Exception):
     """The pool's live blocks are not the expected ones: it takes no more captures."""
@@ -125,18 +131,22 @@ class SharedPool:
             raise PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
         return dict(self.kept)
 
-    def after_capture(self, avoided: dict[Block, int], storages: list, scratch: list = ()) -> tuple[object, dict[Block, int]]:
-        """The checkpoint of a capture whose outputs are `storages`; those, and `scratch` (memory
-        the capture allocated that its replays use but no one holds between them: copied inputs'
-        buffers), are then given back to the allocator. Raises PoolUnusable (nothing given back)
-        where the pool holds other blocks."""
-        allocated = dict(avoided)
-        for storage in storages:
-            allocated[(storage.data_ptr(), storage.nbytes())] = storage.data_ptr()
+    def after_capture(self, avoided: dict[Block, int], storages: list, scratch: list = ()) -> tuple:
+        """The checkpoint of a capture whose outputs are `storages`; those in the pool, and `scratch`
+        (memory the capture allocated that its replays use but no one holds between them: copied
+        inputs' buffers), are then given back to the allocator. Returns the checkpoint and the
+        storages given back (an output outside the pool is a constant the graph returns). Raises
+        PoolUnusable (nothing given back) where the pool holds other blocks."""
         try:
-            expected = set(allocated.values()) | {storage.data_ptr() for storage in scratch}
+            expected = set(avoided.values()) | {s.data_ptr() for s in storages} | {s.data_ptr() for s in scratch}
             if not self.view.live_blocks_are(expected):
-                raise PoolUnusable("the capture left blocks in the pool other than its outputs")
+                outside = self.view.outside([s.data_ptr() for s in storages])
+                storages = [s for s in storages if s.data_ptr() not in outside]
+                if not outside or not self.view.live_blocks_are(expected - outside):
+                    raise PoolUnusable("the capture left blocks in the pool other than its outputs")
+            allocated = dict(avoided)
+            for storage in storages:
+                allocated[(storage.data_ptr(), storage.nbytes())] = storage.data_ptr()
             for storage in scratch:
                 self.view.release(storage)
             checkpoint = (self.view.checkpoint(), allocated)
@@ -144,7 +154,7 @@ class SharedPool:
             raise PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
         for storage in storages:
             self.view.release(storage)
-        return checkpoint
+        return checkpoint, storages
 
     def retire(self, why: str) -> None:
         self.usable = False
