@@ -32,7 +32,6 @@ graph, as does one whose recording fails; each says why once in the log.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import weakref
 
@@ -73,7 +72,6 @@ def _recorded_source(tensor: torch.Tensor):
     return owner if owner is not None and owner() is not None else None
 
 
-_capture_order = itertools.count()  # recordings in the order they were made
 # Per device index: the shared pool (a new one where the last became unusable), the recording stream.
 _pools: dict[int, SharedPool] = {}
 _streams: dict[int, torch.cuda.Stream] = {}
@@ -171,7 +169,7 @@ class _Recording:
         self.shared = pool is not None
         self.checkpoint = checkpoint  # the pool's allocator state after its capture, and its blocks
         self.avoided = avoided  # blocks of outputs held at its capture: its replays never write them
-        self.refusal = None  # why its last fit failed: "moved", "held" (its outputs), "later" (another's)
+        self.refusal = None  # why its last fit failed: "moved", "held" (its outputs), "others held" (theirs)
         self.used = 0  # when it last replayed (a call count), to drop the longest unused at the cap
         self.inputs = inputs  # _Input per tensor argument, None for the others
         self.in_place = [(i.position, i.pointer) for i in inputs if i is not None and i.in_place]
@@ -180,7 +178,6 @@ class _Recording:
         # Per output: ("pool", tensor) | ("input", position, size, stride, offset) | ("value", v): memory
         # of the capture (or a constant), a view of an input, a non-tensor.
         self.outputs = outputs
-        self.order = next(_capture_order)
         # Per output storage: our own references to it (to tell whether anyone else holds it), and its
         # block where it is memory of the shared pool's capture (None: a constant's, or not shared).
         self.watched: list[tuple[int, int, Block | None]] = []
@@ -215,7 +212,7 @@ class _Recording:
             avoided = self.avoided
             for block, owner in held_in(self.pool).items():
                 if block not in avoided and owner is not self:
-                    self.refusal = "later"
+                    self.refusal = "others held"
                     return False
         return True
 
