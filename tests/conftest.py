@@ -201,6 +201,18 @@ def check(fn, *args, compile_kw=None, atol=None, rtol=None, clone_inputs=False):
     return actual, expected
 
 
+def dynamo_graph(fn, *args) -> torch.fx.GraphModule:
+    """The (first) graph Dynamo captures of fn(*args), before any backend pass."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    torch._dynamo.reset()
+    torch.compile(fn, backend=capture)(*args)
+    return graphs[0]
+
+
 def kernel_count():
     return sum(len(g.kernel_names) for g in smelt.observe.compiled_graphs())
 

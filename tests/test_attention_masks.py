@@ -5,23 +5,12 @@ import torch
 import torch.nn.functional as F
 
 import smelt  # noqa: F401
-from conftest import DEVICE
+from conftest import DEVICE, dynamo_graph
 from smelt.lowering.attention_masks import dense_attention_masks
 
 
 def _attention_with_a_permuted_bias(q, k, v, bias):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.permute(0, 3, 1, 2))  # T5's position bias
-
-
-def _dynamo_graph(fn, *args):
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm
-    torch._dynamo.reset()
-    torch.compile(fn, backend=capture)(*args)
-    return graphs[0]
 
 
 @pytest.mark.parametrize("by_keyword", [True, False])
@@ -33,7 +22,7 @@ def test_a_strided_mask_is_copied_dense(by_keyword):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
     bias = torch.randn(1, 16, 16, 4)
-    gm = _dynamo_graph(fn, q, k, v, bias)
+    gm = dynamo_graph(fn, q, k, v, bias)
     assert dense_attention_masks(gm, devices=("cpu",)) == 1
     assert "contiguous" in gm.code
     given = {"q": q, "k": k, "v": v, "bias": bias}  # Dynamo orders the inputs by first use
@@ -52,9 +41,9 @@ def test_masks_left_alone_and_a_boolean_one_copied():
                 + F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
                 + F.scaled_dot_product_attention(q, q, q, attn_mask=keep.transpose(-1, -2)))
     keep = torch.rand(16, 16) > 0.2
-    gm = _dynamo_graph(dense_and_boolean, q, torch.randn(1, 4, 16, 16), keep)
+    gm = dynamo_graph(dense_and_boolean, q, torch.randn(1, 4, 16, 16), keep)
     assert dense_attention_masks(gm, devices=("cpu",)) == 1
-    gm = _dynamo_graph(_attention_with_a_permuted_bias, q, q, q, torch.randn(1, 16, 16, 4))
+    gm = dynamo_graph(_attention_with_a_permuted_bias, q, q, q, torch.randn(1, 16, 16, 4))
     assert dense_attention_masks(gm) == 0  # CUDA only by default: the CPU's flash kernel takes strided masks
 
 
@@ -94,7 +83,7 @@ def test_an_output_written_in_place_keeps_its_strided_mask(write):
         return out.clone()
     q = torch.randn(1, 2, 4, 4)
     kv = torch.randn(1, 2, 6, 4)
-    gm = _dynamo_graph(fn, q, kv, kv, torch.randn(6, 4))
+    gm = dynamo_graph(fn, q, kv, kv, torch.randn(6, 4))
     assert dense_attention_masks(gm, devices=("cpu",)) == 0
 
 

@@ -5,18 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import dynamo_graph
 from smelt.lowering.written_in_place import written_in_place
-
-
-def _graph(fn, *args):
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm
-    torch._dynamo.reset()
-    torch.compile(fn, backend=capture)(*args)
-    return graphs[0]
 
 
 def _source(gm):  # the value under test: the graph's first tanh
@@ -45,7 +35,7 @@ def test_writes_through_the_value_or_its_views_are_found(name):
         y = torch.tanh(x)
         WRITES[name](y)
         return y * 1
-    assert written_in_place(_source(_graph(fn, torch.randn(2, 4))))
+    assert written_in_place(_source(dynamo_graph(fn, torch.randn(2, 4))))
 
 
 @pytest.mark.parametrize("name", READS)
@@ -53,4 +43,4 @@ def test_reads_and_writes_of_copies_are_not(name):
     def fn(x):
         y = torch.tanh(x)
         return READS[name](y), y * 1
-    assert not written_in_place(_source(_graph(fn, torch.randn(2, 4))))
+    assert not written_in_place(_source(dynamo_graph(fn, torch.randn(2, 4))))
