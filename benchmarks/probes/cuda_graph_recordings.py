@@ -91,9 +91,7 @@ def _step_memory(label, step) -> None:
 
 
 def _pool_bytes() -> int:
-    handles = {tuple(p.handle) for p in cuda_graphs._pools.values()}
-    return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()
-               if tuple(seg.get("segment_pool_id") or ()) in handles)
+    return sum(p.view.size() for p in cuda_graphs._pools.values())
 
 
 def _held_bytes(recordings) -> tuple[int, int]:

@@ -62,10 +62,18 @@ class CudaAllocatorView:
     def live_blocks_are(self, pointers: set[int]) -> bool:
         return torch._C._cuda_checkPoolLiveAllocations(self.index, self.pool_id, pointers)
 
+    def _segments(self) -> list[dict]:
+        # A pool's id is unique in the process (a counter over every device's pools).
+        return [seg for seg in torch.cuda.memory_snapshot()
+                if tuple(seg.get("segment_pool_id") or ()) == tuple(self.pool_id)]
+
+    def size(self) -> int:
+        """Bytes of the pool's memory (its segments: what it holds reserved)."""
+        return sum(seg["total_size"] for seg in self._segments())
+
     def outside(self, pointers: list[int]) -> set[int]:
         """Those of `pointers` not in the pool's memory (a snapshot of the allocator: slow, rare)."""
-        spans = [(seg["address"], seg["address"] + seg["total_size"]) for seg in torch.cuda.memory_snapshot()
-                 if seg.get("device") == self.index and tuple(seg.get("segment_pool_id") or ()) == tuple(self.pool_id)]
+        spans = [(seg["address"], seg["address"] + seg["total_size"]) for seg in self._segments()]
         return {p for p in pointers if not any(start <= p < end for start, end in spans)}
 
 
