@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import test_cuda_graph_callers as standin
+from smelt.runtime import cuda_graphs
 from test_cuda_graph_callers import _CpuGraphedCall
 
 
@@ -25,8 +26,9 @@ def _graph(seed: int):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_pool():
+def _fresh_pool(monkeypatch):
     standin._pool = None
+    monkeypatch.setattr(cuda_graphs, "_first_step", cuda_graphs._FirstStep())
     yield
     standin._pool = None
 

@@ -5,7 +5,9 @@ per kernel or ATen call.
 A call at new sizes runs as usual, on the recording stream (cuBLAS's workspace for that stream and
 every lazily loaded kernel are set up there: nothing may allocate lazily or compile while
 recording), as does each new caller's first call (a caller: the parameters it passes, a layer of a
-model). The next call records, then replays; later calls replay.
+model). The next call records, then replays; later calls replay. A graph told apart by no parameter
+(a layer's backward, given casts of its weights) also waits while the layers' graphs warm up, for
+the process's first step to end (_FirstStep), so that the second step records everything in order.
 
 Inputs. A recording reads some inputs where they are (parameters, another recording's outputs, and
 any input found at the same address on the call that warmed up and the one that recorded) and copies
@@ -281,6 +283,25 @@ def _caller(args) -> tuple:
     return tuple((p, a.data_ptr()) for p, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
 
 
+class _FirstStep:
+    """The process's first step under CUDA graphs, as the graphs told apart by their parameters (a
+    model's layers) show it: from the first such call until one of them records. A graph told apart
+    by none (a layer's backward, given casts of its weights) waits for it to end before it records:
+    recorded in the first step, its recordings would be made while the layers warm up, out of order,
+    and made again (Whisper's backward graphs recorded 11 times each for 4 layers)."""
+
+    def __init__(self):
+        self.seen = False  # a graph told apart by its parameters has run
+        self.over = False  # one of them has recorded
+
+    def open(self) -> bool:
+        return self.seen and not self.over
+
+
+_first_step = _FirstStep()
+MAX_WAIT = 64  # calls a graph told apart by no parameter waits for the first step's end, at most
+
+
 class _Sizes:
     """The state of one graph at one tuple of sizes."""
 
@@ -292,6 +313,7 @@ class _Sizes:
         self.warm: dict[tuple, list] = {}
         self.recordings: list[_Recording] = []
         self.held_own = 0  # recordings made because a recording's own last outputs were held
+        self.waited = 0  # calls warmed up waiting for the first step's end (see _FirstStep)
 
 
 class GraphedCall:
@@ -326,7 +348,9 @@ class GraphedCall:
                 self.blocked = "an input is not a CUDA tensor"
                 return self(args)
             sizes = self.sizes[key] = _Sizes()
-            sizes.warm[_caller(args)] = _pointers(args)
+            caller = _caller(args)
+            sizes.warm[caller] = _pointers(args)
+            _first_step.seen |= bool(caller)
             return self._warm_up(args)
         held: dict = {}
 
@@ -340,6 +364,10 @@ class GraphedCall:
         caller = _caller(args)
         if caller not in sizes.warm and len(sizes.warm) < MAX_RECORDINGS:
             sizes.warm[caller] = _pointers(args)
+            _first_step.seen |= bool(caller)
+            return self._warm_up(args)
+        if not caller and _first_step.open() and sizes.waited < MAX_WAIT:
+            sizes.waited += 1
             return self._warm_up(args)
         # A recording whose in-place inputs differ only in the caller's own tensors (neither parameters
         # nor recordings' outputs) was this caller's: those tensors move from call to call, so they are
@@ -379,6 +407,7 @@ class GraphedCall:
         recording = self._record(args, sizes, shared)
         if recording is None:
             return self.call(args)
+        _first_step.over |= bool(caller)
         sizes.recordings.append(recording)
         self.recorded += 1
         return self._replay(recording, args)
