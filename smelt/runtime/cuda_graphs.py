@@ -285,14 +285,14 @@ def _caller(args) -> tuple:
 
 class _FirstStep:
     """The process's first step under CUDA graphs, as the graphs told apart by their parameters (a
-    model's layers) show it: from the first such call until one of them records. A graph told apart
-    by none (a layer's backward, given casts of its weights) waits for it to end before it records:
-    recorded in the first step, its recordings would be made while the layers warm up, out of order,
-    and made again (Whisper's backward graphs recorded 11 times each for 4 layers)."""
+    model's layers) show it: from the first such call until one of them is called again. A graph
+    told apart by none (a layer's backward, given casts of its weights) waits for it to end before it
+    records: recorded in the first step, its recordings would be made while the layers warm up, out
+    of order, and made again (Whisper's backward graphs recorded 11 times each for 4 layers)."""
 
     def __init__(self):
         self.seen = False  # a graph told apart by its parameters has run
-        self.over = False  # one of them has recorded
+        self.over = False  # one of them came back
 
     def open(self) -> bool:
         return self.seen and not self.over
@@ -366,7 +366,9 @@ class GraphedCall:
             sizes.warm[caller] = _pointers(args)
             _first_step.seen |= bool(caller)
             return self._warm_up(args)
-        if not caller and _first_step.open() and sizes.waited < MAX_WAIT:
+        if caller:  # a layer called again: its first step is over, recorded or not
+            _first_step.over = True
+        elif _first_step.open() and sizes.waited < MAX_WAIT:
             sizes.waited += 1
             return self._warm_up(args)
         # A recording whose in-place inputs differ only in the caller's own tensors (neither parameters
@@ -407,7 +409,6 @@ class GraphedCall:
         recording = self._record(args, sizes, shared)
         if recording is None:
             return self.call(args)
-        _first_step.over |= bool(caller)
         sizes.recordings.append(recording)
         self.recorded += 1
         return self._replay(recording, args)

@@ -18,7 +18,8 @@ TOL = dict(atol=1e-4, rtol=1e-4)
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
+def _fresh(monkeypatch):
+    monkeypatch.setattr(cuda_graphs, "_first_step", cuda_graphs._FirstStep())
     torch._dynamo.reset()
     smelt.observe.reset()
     old = torch.backends.cuda.matmul.allow_tf32
