@@ -81,6 +81,10 @@ class PoolUnusable(Exception):
     """The pool's live blocks are not the expected ones: it takes no more captures."""
 
 
+def _refused(e: RuntimeError) -> PoolUnusable:
+    return PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
 class SharedPool:
     """One pool's bookkeeping: the checkpoint of its last run, what the allocator keeps allocated for
     held outputs, and the recordings whose outputs may still be held."""
@@ -135,8 +139,8 @@ class SharedPool:
                     self.view.free(pointer)
             if not self.view.live_blocks_are(set(self.kept.values())):
                 raise PoolUnusable("blocks no recording made are live in the pool")
-        except RuntimeError as e:  # a block allocated now that the checkpoint has free; an allocator without checkpoints
-            raise PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        except RuntimeError as e:  # a block live now that the checkpoint has free; no checkpoints (cudaMallocAsync)
+            raise _refused(e) from e
         return dict(self.kept)
 
     def after_capture(self, avoided: dict[Block, int], storages: list, scratch: list = ()) -> tuple:
@@ -159,7 +163,7 @@ class SharedPool:
                 self.view.release(storage)
             checkpoint = (self.view.checkpoint(), allocated)
         except RuntimeError as e:
-            raise PoolUnusable(f"the allocator refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+            raise _refused(e) from e
         for storage in storages:
             self.view.release(storage)
         return checkpoint, storages
