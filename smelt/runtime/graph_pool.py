@@ -13,7 +13,10 @@ the pool is reset to the checkpoint taken after the last capture or replay in th
 allocated there, the ones whose outputs are held now stay allocated, the others are freed. That
 checkpoint has every held output's block allocated: since the last run in the pool, outputs only
 died, and that run itself was allowed only under the rule below. A capture so takes every block no
-held output occupies: a backward's outputs reuse the memory of activations already consumed.
+held output occupies: a backward's outputs reuse the memory of activations already consumed. The
+buffers a recording copies inputs into are the capture's too, given back with it: free between
+replays, written only by its own. An output outside the pool (a constant the graph returns, found by
+the allocator's snapshot) is never given back.
 
 The rule that keeps replays right: a recording replays only when every output of the pool held now
 was held at its capture (its capture kept off that block), and none of its own is (a replay writes
