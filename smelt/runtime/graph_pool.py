@@ -15,7 +15,8 @@ checkpoint has every held output's block allocated: since the last run in the po
 died, and that run itself was allowed only under the rule below. A capture so takes every block no
 held output occupies: a backward's outputs reuse the memory of activations already consumed. The
 buffers a recording copies inputs into are the capture's too, given back with it: free between
-replays, written only by its own. An output outside the pool (a constant the graph returns, found by
+replays for later captures to take, as its scratch is (the rule below covers the copy in too). An
+output outside the pool (a constant the graph returns, found by
 the allocator's snapshot) is never given back.
 
 The rule that keeps replays right: a recording replays only when every output of the pool held now
