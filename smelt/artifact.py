@@ -152,17 +152,24 @@ class GeneratedGraph:
     # A forward's saved values returned as their padded rows: {position among the saved values:
     # (columns, row length)}, for its backward (layout_plan.read_padded_saved_rows).
     padded_saved: dict = dataclasses.field(default_factory=dict)
+    # Compiled subgraphs among `objects` (torch.cond's branches): {name: the ATen graph's attribute
+    # holding the branch, the nodes whose example values it was compiled for}. Written out as this;
+    # a graph read back compiles them again (from the cache) before it runs.
+    subgraph_sources: dict[str, dict] = dataclasses.field(default_factory=dict)
 
     @property
     def serializable(self) -> bool:
         """Whether it can be written out: its objects are plain tensors (constants), its kernels source."""
-        return all(type(v) is torch.Tensor for v in self.objects.values()) and all(k.program is None for k in self.kernels)
+        return (all(type(v) is torch.Tensor for k, v in self.objects.items() if k not in self.subgraph_sources)
+                and all(k.program is None for k in self.kernels))
 
     def to_json(self) -> dict:
         assert self.serializable, "a graph that refers to Python objects cannot be written out"
         return {"kind": self.kind, "title": self.title, "wrapper_source": self.wrapper_source,
                 "kernels": [k.to_json() for k in self.kernels], "fallback_ops": list(self.fallback_ops),
-                "constants": {name: _tensor_to_json(t) for name, t in self.objects.items()},
+                "constants": {name: _tensor_to_json(t) for name, t in self.objects.items()
+                              if name not in self.subgraph_sources},
+                "subgraphs": self.subgraph_sources,
                 "output_strides": self.output_strides,
                 "padded_saved": [[j, *shape] for j, shape in sorted(self.padded_saved.items())]}
 
@@ -173,7 +180,8 @@ class GeneratedGraph:
                    fallback_ops=list(data["fallback_ops"]),
                    objects={name: _tensor_from_json(t) for name, t in data.get("constants", {}).items()},
                    output_strides=_strides_from_json(data.get("output_strides")),
-                   padded_saved={j: (columns, width) for j, columns, width in data.get("padded_saved", [])})
+                   padded_saved={j: (columns, width) for j, columns, width in data.get("padded_saved", [])},
+                   subgraph_sources=dict(data.get("subgraphs", {})))
 
 
 def _strides_from_json(strides: list | None) -> list | None:

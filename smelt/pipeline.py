@@ -74,6 +74,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         context += f" padded {sorted(gm.meta['smelt_padded_saved'].items())}"
     generated = graph_cache.load_or_generate(gm, kind, cfg, plan_and_generate, context)
     clock.add("cache", time.perf_counter() - start - sum(clock.seconds.values()))
+    _compile_subgraphs_read_back(gm, generated)
     if generated.output_strides is not None and kind == "forward":
         _report_output_strides(generated.output_strides)
     plain: set[str] = set()  # refused once: generated again in a plainer form
@@ -114,6 +115,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     log.debug("smelt: %s graph compiled in %s", kind, ", ".join(f"{k} {v:.3f} s" for k, v in clock.seconds.items()))
     observe.record(compiled)
     return compiled
+
+
+def _compile_subgraphs_read_back(gm: torch.fx.GraphModule, generated: GeneratedGraph) -> None:
+    """A graph read from the cache names its subgraphs (torch.cond's branches) without them: each is
+    compiled again, for the example values it was compiled for (from the cache in turn)."""
+    values = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    for name, source in generated.subgraph_sources.items():
+        if name not in generated.objects:
+            examples = [values[operand] for operand in source["operands"]]
+            generated.objects[name] = compile_graph(getattr(gm, source["module"]), examples, name)
 
 
 def _target_for(cfg):
@@ -224,7 +235,8 @@ def _generate(gm, kind: str, cfg, graph, sched, ctx, graph_id: int) -> Generated
     objects = {name: constant.value for name, constant in graph.constants.items()}
     objects.update(graph.subgraphs)
     generated = GeneratedGraph(kind=kind, title=title, wrapper_source=wrapper_source,
-                               fallback_ops=list(graph.fallback_ops), objects=objects, kernels=list(records.values()))
+                               fallback_ops=list(graph.fallback_ops), objects=objects, kernels=list(records.values()),
+                               subgraph_sources=dict(graph.subgraph_sources))
     if cfg.debug_dir:
         files = {"aten_graph.txt": gm.print_readable(print_output=False), "ir.txt": graph.describe(),
                  "fused_groups.txt": sched.describe(), "wrapper.py": wrapper_source}

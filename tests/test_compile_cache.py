@@ -451,3 +451,28 @@ def test_a_planned_training_step_hits_without_planning_again(cache_dir, device, 
             assert p.grad.stride() == expected[name].stride()
         assert graph_cache.stats.get("aten_hit" if attempt else "aten_miss") == 2, dict(graph_cache.stats)
         assert plans == ([] if attempt else ["forward", "backward"]), plans
+
+
+def _branching(x, y):
+    return torch.cond(x.sum() > 0, lambda a, b: (a * 2 + b).sin(), lambda a, b: (a - b).cos(), (x, y))
+
+
+def _branching_otherwise(x, y):
+    return torch.cond(x.sum() > 0, lambda a, b: (a * 2 + b).sin(), lambda a, b: (a - b).tanh(), (x, y))
+
+
+def test_a_graph_with_torch_cond_hits_at_the_aten_level_with_its_branches(cache_dir, device, compile_fn, assert_close):
+    """torch.cond's branches are subgraphs of the ATen graph: keyed by their own text, written out by
+    name and compiled again (from the cache) when the graph is read back. The Dynamo graph holds the
+    branches as modules, so AOTAutograd still traces it."""
+    x, y = torch.randn(8, 8, device=device).abs(), torch.randn(8, 8, device=device)
+    out, stats = compile_again(_branching, x, y, compile_fn=compile_fn)
+    assert stats.get("aten_miss") == 3 and stats.get("aten_uncacheable", 0) == 0, stats  # the graph and its branches
+    for sign in (1, -1):  # both branches run from the cache
+        out, stats = compile_again(_branching, sign * x, y, compile_fn=compile_fn)
+        assert stats.get("aten_hit") == 3 and stats.get("aten_miss", 0) == 0, stats
+        assert_close(out, _branching(sign * x, y))
+    # Another branch body: another key for the graph holding it.
+    out, stats = compile_again(_branching_otherwise, -x, y, compile_fn=compile_fn)
+    assert stats.get("aten_miss", 0) >= 1, stats
+    assert_close(out, _branching_otherwise(-x, y))

@@ -135,7 +135,11 @@ def aten_graph_text(gm: torch.fx.GraphModule, kind: str) -> str:
     shapes = SymbolicFacts()
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            lines.append(f"{node.name}: {constant_text(operator.attrgetter(node.target)(gm), node.target)}")
+            value = operator.attrgetter(node.target)(gm)
+            if isinstance(value, torch.fx.GraphModule):  # a subgraph (torch.cond's branch): keyed by its own text
+                lines.append(f"{node.name}: subgraph\n{aten_graph_text(value, 'subgraph')}")
+            else:
+                lines.append(f"{node.name}: {constant_text(value, node.target)}")
             continue
         if node.op == "call_module":
             raise Uncacheable(f"the graph holds {node.op} {node.target}")

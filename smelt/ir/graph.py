@@ -54,6 +54,7 @@ class IRGraph:
         self.outputs: list[OutputSpec] = []
         self.fallback_ops: list[str] = []
         self.subgraphs: dict[str, object] = {}  # name -> compiled graph called by the wrapper (torch.cond)
+        self.subgraph_sources: dict[str, dict] = {}  # name -> where it came from (artifact.GeneratedGraph)
         self.random_seeds: dict = {}  # device -> RandomSeeds, made by the first random op on it
         self.node: torch.fx.Node | None = None
         self._counter = 0

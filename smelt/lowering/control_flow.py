@@ -21,9 +21,10 @@ def cond(g, predicate, true_gm, false_gm, operands):
     examples = [n.meta.get("val") for n in g.node.args[3]]
     branches = []
     index = len(g.subgraphs) // 2
-    for label, gm in (("true", true_gm), ("false", false_gm)):
+    for label, gm, attribute in (("true", true_gm, g.node.args[1]), ("false", false_gm, g.node.args[2])):
         name = f"cond{index}_{label}_branch"
         g.subgraphs[name] = g.compile_subgraph(gm, examples, name)
+        g.subgraph_sources[name] = {"module": attribute.target, "operands": [n.name for n in g.node.args[3]]}
         branches.append(name)
     if isinstance(predicate, TensorBox):
         predicate = g.realize(predicate)
