@@ -476,3 +476,19 @@ def test_a_graph_with_torch_cond_hits_at_the_aten_level_with_its_branches(cache_
     out, stats = compile_again(_branching_otherwise, -x, y, compile_fn=compile_fn)
     assert stats.get("aten_miss", 0) >= 1, stats
     assert_close(out, _branching_otherwise(-x, y))
+
+
+def test_a_training_graph_with_torch_cond_hits_with_its_branches(cache_dir, device, compile_fn, assert_close):
+    """The forward and the backward each hold the cond's two branches: six graphs, all read back."""
+    def loss(x, w):
+        return torch.cond(x.sum() > 0, lambda a, b: (a @ b).sin(), lambda a, b: (a - b).cos(), (x, w)).sum()
+    x = torch.randn(8, 8, device=device)
+    for expected in ({"aten_miss": 6}, {"aten_hit": 6}):
+        w = torch.randn(8, 8, device=device, requires_grad=True)
+        torch._dynamo.reset()
+        graph_cache.stats.clear()
+        compile_fn(loss)(x, w).backward()
+        got, w.grad = w.grad, None
+        loss(x, w).backward()
+        assert_close(got, w.grad)
+        assert {k: v for k, v in graph_cache.stats.items() if k.startswith("aten")} == expected, dict(graph_cache.stats)
