@@ -18,11 +18,15 @@ def _graph(seed: int):
     scale = float(seed % 3 + 1)
 
     def call(args):
-        x, y = args
+        w, x, y = args
         args.clear()
         with torch.no_grad():
-            return (torch.tanh(x) * scale + y, x * y)
+            return (torch.tanh(x) * scale + y * w, x * y)
     return _CpuGraphedCall(call, f"g{seed}", lambda args: tuple(a.shape for a in args), (), ())
+
+
+def _expected(graph_index, w, x, y):
+    return (torch.tanh(x) * float(graph_index % 3 + 1) + y * w.detach(), x * y)
 
 
 @pytest.fixture(autouse=True)
@@ -35,20 +39,24 @@ def _fresh_pool(monkeypatch):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_held_values_survive_random_programs(seed):
+    """Half the seeds pass one of two parameters (two layers calling each graph: recordings per
+    caller, the first step's warm-ups), the other half a caller's own tensor (no parameter)."""
     rng = random.Random(seed)
     graphs = [_graph(k) for k in range(3)]
+    layers = [torch.nn.Parameter(torch.full((1, 8), float(k + 1))) for k in range(2)]
     held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (value, its contents when it was made)
     for _ in range(160):
         x, y = (held[rng.randrange(len(held))][0] if held and rng.random() < 0.6 else torch.randn(4, 8)
                 for _ in range(2))
-        graph = graphs[rng.randrange(len(graphs))]
-        expected = (torch.tanh(x) * float(graphs.index(graph) % 3 + 1) + y, x * y)
-        outputs = graph([x, y])
+        w = layers[rng.randrange(2)] if seed % 2 else torch.ones(1, 8)
+        index = rng.randrange(len(graphs))
+        expected = _expected(index, w, x, y)
+        outputs = graphs[index]([w, x, y])
         for out, want in zip(outputs, expected):
             torch.testing.assert_close(out, want)
             if rng.random() < 0.5:
                 held.append((out, want.clone()))
-        del outputs, out, x, y
+        del outputs, out, x, y, w
         for _ in range(rng.randrange(3)):  # a few values dropped, at random
             if held:
                 del held[rng.randrange(len(held))]
