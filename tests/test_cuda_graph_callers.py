@@ -415,3 +415,10 @@ def test_a_constant_the_graph_returns_is_not_given_back_to_the_pool():
             torch.testing.assert_close(value, want)
     torch.testing.assert_close(_CONSTANT, torch.arange(8.0))
     assert _pool.usable and call.replays > 2
+
+
+def test_output_bytes_counts_each_storage_once():
+    """cuda_graphs.output_bytes, which the GPU test and probes compare the pool's size with."""
+    base = torch.zeros(16)
+    made = _Recording(_Rerun(None), [], [("pool", base), ("pool", base[:8]), ("value", 3), ("pool", torch.zeros(4))])
+    assert cuda_graphs.output_bytes([made, made]) == 16 * 4 + 4 * 4

@@ -18,7 +18,10 @@ MIB = 2 ** 20
 
 
 class BrokenBlock(torch.nn.Module):
-    def __init__(self, dim: int):
+    """A layer whose forward breaks the graph: every layer calls the same two compiled graphs, each
+    with its own parameters (Whisper's layers under transformers do)."""
+
+    def __init__(self, dim: int = 64):
         super().__init__()
         self.fc = torch.nn.Linear(dim, dim)
 
@@ -30,16 +33,8 @@ class BrokenBlock(torch.nn.Module):
 
 def outputs_bytes() -> int:
     """Bytes of the kept shared recordings' outputs, each storage once."""
-    seen, total = set(), 0
-    for g in smelt.observe.compiled_graphs():
-        for sizes in g.call.sizes.values():
-            for r in sizes.recordings:
-                for kind, *rest in r.outputs if r.shared else ():
-                    storage = rest[0].untyped_storage() if kind == "pool" else None
-                    if storage is not None and storage._cdata not in seen:
-                        seen.add(storage._cdata)
-                        total += storage.nbytes()
-    return total
+    return cuda_graphs.output_bytes(r for g in smelt.observe.compiled_graphs() for sizes in g.call.sizes.values()
+                                    for r in sizes.recordings if r.shared)
 
 
 def main() -> None:

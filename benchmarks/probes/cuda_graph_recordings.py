@@ -96,14 +96,8 @@ def _pool_bytes() -> int:
 
 def _held_bytes(recordings) -> tuple[int, int]:
     """Bytes of the recordings' outputs (each storage once) and of the inputs they copy in."""
-    outputs, seen = 0, set()
-    for r in recordings:
-        for kind, *rest in r.outputs or ():
-            if kind == "pool" and rest[0].untyped_storage().data_ptr() not in seen:
-                seen.add(rest[0].untyped_storage().data_ptr())
-                outputs += rest[0].untyped_storage().nbytes()
     copied = sum(i.buffer().untyped_storage().nbytes() for r in recordings for i in r.copied or ())
-    return outputs, copied
+    return cuda_graphs.output_bytes(recordings), copied
 
 
 if __name__ == "__main__":

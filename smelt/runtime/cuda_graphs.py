@@ -274,6 +274,18 @@ class _Recording:
         self.outputs = None
 
 
+def output_bytes(recordings) -> int:
+    """Bytes of these recordings' outputs, each storage once: what the pool would hold if every
+    recording kept its outputs for good (for probes and tests, against the pool's size)."""
+    storages = {}
+    for r in recordings:
+        for kind, *rest in r.outputs or ():
+            if kind == "pool":
+                storage = rest[0].untyped_storage()
+                storages.setdefault(storage._cdata, storage.nbytes())
+    return sum(storages.values())
+
+
 def _pointers(args) -> list:
     return [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import smelt
+from benchmarks.probes.cuda_graph_pool import BrokenBlock  # the layer the probe measures the pool on
 from smelt.runtime import cuda_graphs, graph_pool
 from smelt.runtime.cuda_graphs import GraphedCall
 
@@ -193,25 +194,11 @@ def test_host_reads_run_without_a_graph(caplog):
     assert "without a CUDA graph: a size depends on the data" in caplog.text
 
 
-class _BrokenBlock(torch.nn.Module):
-    """A layer whose forward breaks the graph: every layer calls the same two compiled graphs, each
-    with its own parameters (Whisper's layers under transformers do)."""
-
-    def __init__(self, dim=64):
-        super().__init__()
-        self.fc = torch.nn.Linear(dim, dim)
-
-    def forward(self, x):
-        y = torch.tanh(self.fc(x))
-        torch._dynamo.graph_break()
-        return x + y * 2
-
-
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 def test_a_graph_each_layer_calls_keeps_a_recording_per_layer(training):
     torch.manual_seed(0)
-    eager_model = torch.nn.Sequential(*[_BrokenBlock() for _ in range(4)]).to(CUDA)
-    model = torch.nn.Sequential(*[_BrokenBlock() for _ in range(4)]).to(CUDA)
+    eager_model = torch.nn.Sequential(*[BrokenBlock() for _ in range(4)]).to(CUDA)
+    model = torch.nn.Sequential(*[BrokenBlock() for _ in range(4)]).to(CUDA)
     model.load_state_dict(eager_model.state_dict())
     compiled = graphed(model)
     recorded = []
@@ -247,8 +234,8 @@ def test_a_training_steps_outputs_take_the_memory_of_dead_ones():
     the memory of activations it consumed: the pool ends smaller than the recordings' outputs
     together (each recording kept its outputs for good before, so the pool held them all)."""
     torch.manual_seed(0)
-    eager_model = torch.nn.Sequential(*[_BrokenBlock(1024) for _ in range(4)]).to(CUDA)
-    model = torch.nn.Sequential(*[_BrokenBlock(1024) for _ in range(4)]).to(CUDA)
+    eager_model = torch.nn.Sequential(*[BrokenBlock(1024) for _ in range(4)]).to(CUDA)
+    model = torch.nn.Sequential(*[BrokenBlock(1024) for _ in range(4)]).to(CUDA)
     model.load_state_dict(eager_model.state_dict())
     compiled = graphed(model)
     for step in range(6):
@@ -262,15 +249,8 @@ def test_a_training_steps_outputs_take_the_memory_of_dead_ones():
             torch.testing.assert_close(q.grad, p.grad, atol=1e-3, rtol=1e-3)
             p.grad = q.grad = None
         del out, expected
-    outputs, seen = 0, set()
-    for g in smelt.observe.compiled_graphs():
-        for sizes in g.call.sizes.values():
-            for r in sizes.recordings:
-                for kind, *rest in r.outputs if r.shared else ():
-                    storage = rest[0].untyped_storage() if kind == "pool" else None
-                    if storage is not None and storage._cdata not in seen:
-                        seen.add(storage._cdata)
-                        outputs += storage.nbytes()
+    outputs = cuda_graphs.output_bytes(r for g in smelt.observe.compiled_graphs() for s in g.call.sizes.values()
+                                       for r in s.recordings if r.shared)
     assert graph_pool.retirements == []
     assert all(r.shared for g in smelt.observe.compiled_graphs() for s in g.call.sizes.values() for r in s.recordings)
     assert 0 < _pool_bytes() < outputs, (_pool_bytes(), outputs)
