@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import logging
+import sys
 
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
-from . import graph_cache
+from . import graph_cache, observe
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
@@ -138,3 +140,17 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     )
     slot.commit()
     return compiled  # Dynamo runs what a backend returns with itself disabled
+
+
+def _reset() -> None:
+    """Dynamo calls a backend's reset() in torch._dynamo.reset(): the graphs it no longer holds go,
+    and the CUDA graph pools only they used close (their memory is the device's again at the next
+    torch.cuda.empty_cache(), as Inductor's recordings' is)."""
+    observe.forget_latest()
+    gc.collect()  # a compiled graph may be in a reference cycle
+    cuda_graphs = sys.modules.get("smelt.runtime.cuda_graphs")
+    if cuda_graphs is not None:
+        cuda_graphs.release_idle_pools()
+
+
+smelt_backend.reset = _reset

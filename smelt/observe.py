@@ -30,6 +30,12 @@ def compiled_graphs() -> list:
     return [g for g in (ref() for ref in _graphs) if g is not None]
 
 
+def forget_latest() -> None:
+    """Holds the latest graphs no more (torch._dynamo.reset(), through smelt's backend): those no
+    compiled function holds are freed, and with them their CUDA graph recordings."""
+    _latest.clear()
+
+
 def reset() -> None:
     _graphs.clear()
     _latest.clear()

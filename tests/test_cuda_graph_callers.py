@@ -2,6 +2,8 @@
 CPU: the capture is a stand-in that reruns the call, so the bookkeeping around it (in-place inputs,
 held outputs, one graph called by several layers) is tested without a GPU. tests/gpu/test_cuda_graphs.py
 runs the same rules through real CUDA graphs."""
+import gc
+
 import pytest
 import torch
 
@@ -141,6 +143,7 @@ def _fresh_pool(monkeypatch):
     global _pool
     _pool = None
     monkeypatch.setattr(cuda_graphs, "_first_step", cuda_graphs._FirstStep())
+    monkeypatch.setattr(cuda_graphs, "_live", [])
     yield
     _pool = None
 
@@ -422,3 +425,49 @@ def test_output_bytes_counts_each_storage_once():
     base = torch.zeros(16)
     made = _Recording(_Rerun(None), [], [("pool", base), ("pool", base[:8]), ("value", 3), ("pool", torch.zeros(4))])
     assert cuda_graphs.output_bytes([made, made]) == 16 * 4 + 4 * 4
+
+
+def test_a_pool_closes_once_its_calls_are_gone_and_no_output_is_held():
+    """The shared pool's memory is the device's again once nothing can use it: while a graphed call
+    that recorded into it lives, or one of its outputs is held (a storage pointing into the pool
+    without owning it), it stays open and the held value intact; then it closes, its blocks freed."""
+    call, (w,) = _graphed(), _weights(1)
+    x = torch.randn(3, 8)
+    for _ in range(3):
+        (out,) = call([w, x])
+    pool = _pool
+    assert call.replays and pool in cuda_graphs._live and not pool.closed
+    assert cuda_graphs.release_idle_pools() == 0  # its call lives
+    del call
+    gc.collect()
+    assert not pool.closed and pool in cuda_graphs._live  # `out` is held
+    torch.testing.assert_close(out, torch.tanh(x @ w) + x)
+    del out
+    assert cuda_graphs.release_idle_pools() == 1
+    assert pool.closed and not pool.view.allocated and cuda_graphs._live == []
+
+
+def test_a_pool_closes_when_its_last_call_is_freed():
+    """With no output held, freeing the last graphed call (torch._dynamo.reset(), then nothing
+    holding the compiled graph) closes the pool at once: the next call records into a new one."""
+    call, (w,) = _graphed(), _weights(1)
+    x = torch.randn(3, 8)
+    for _ in range(3):
+        (out,) = call([w, x])
+    del out
+    other = _graphed()
+    for _ in range(3):
+        (out,) = other([w, x])
+    del out
+    pool = _pool
+    del call
+    gc.collect()
+    assert not pool.closed  # `other` recorded into it too
+    del other
+    gc.collect()
+    assert pool.closed and cuda_graphs._live == []
+    again = _graphed()
+    for _ in range(3):
+        (out,) = again([w, x])
+    torch.testing.assert_close(out, torch.tanh(x @ w) + x)
+    assert _pool is not pool and cuda_graphs._live == [_pool]

@@ -78,6 +78,36 @@ def _recorded_source(tensor: torch.Tensor):
 _pools: dict[int, SharedPool] = {}
 _streams: dict[int, torch.cuda.Stream] = {}
 _shared_pools_work = True  # false once a new pool could not be reset for a capture
+# Every pool not yet closed: the current ones, and retired ones whose calls or outputs still live.
+_live: list[SharedPool] = []
+_capturing = 0  # captures under way: no pool is closed during one (a finalizer may run in it)
+
+
+def release_idle_pools() -> int:
+    """Closes every pool that no live graphed call recorded into and that holds no output still in
+    use; returns how many. Their memory goes back to the device on torch.cuda.empty_cache(). Runs
+    whenever a graphed call is freed (after torch._dynamo.reset(), once nothing else holds its
+    graph: smelt.observe keeps the latest few)."""
+    if _capturing:
+        return 0
+    closed = 0
+    for pool in list(_live):
+        if pool.idle():
+            pool.close()
+            _live.remove(pool)
+            for index in [i for i, p in _pools.items() if p is pool]:
+                del _pools[index]
+            closed += 1
+    return closed
+
+
+def _adopt(pool: SharedPool, call) -> None:
+    """Records that `call` recorded into `pool`: the pool lives at least as long as the call."""
+    if pool not in _live:
+        _live.append(pool)
+    if call not in pool.users:
+        pool.users.add(call)
+        weakref.finalize(call, release_idle_pools)
 
 
 def _index(device: torch.device) -> int:
@@ -86,6 +116,7 @@ def _index(device: torch.device) -> int:
 
 def _shared_pool(device: torch.device) -> SharedPool:
     index = _index(device)
+    release_idle_pools()
     pool = _pools.get(index)
     if pool is None or not pool.usable:
         handle = torch.cuda.graph_pool_handle()
@@ -489,15 +520,20 @@ class GraphedCall:
     def _capture(self, inputs: list, args: list, device, pool: SharedPool | None):
         """The CUDA graph of one call, and that call's outputs (in the shared pool, or a pool of
         its own)."""
+        global _capturing
         graph = torch.cuda.CUDAGraph()
         stream = self._recording_stream(device)
         stream.wait_stream(torch.cuda.current_stream())
         # Relaxed: a combo kernel's pointer table is written from the host, on a stream of its own,
         # while its launch records (runtime/combo_launcher.py). Syncs of the recording stream
         # itself still fail, and graphs that read device values on the host never record.
-        with torch.cuda.graph(graph, pool=pool.handle if pool is not None else None, stream=stream,
-                              capture_error_mode="relaxed"):
-            outputs = self.call(self._static_args(inputs, args))
+        _capturing += 1
+        try:
+            with torch.cuda.graph(graph, pool=pool.handle if pool is not None else None, stream=stream,
+                                  capture_error_mode="relaxed"):
+                outputs = self.call(self._static_args(inputs, args))
+        finally:
+            _capturing -= 1
         torch.cuda.synchronize()  # those tables are written before the first replay
         return graph, outputs
 
@@ -526,6 +562,8 @@ class GraphedCall:
         device = self._device(args)
         pool, avoided = self._pool_for_capture(device) if shared else (None, {})
         shared = pool is not None
+        if shared:
+            _adopt(pool, self)
         try:
             graph, outputs = self._capture(inputs, args, device, pool)
         except Exception as e:  # an op that syncs with the host, or one a graph cannot hold

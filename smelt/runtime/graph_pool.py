@@ -24,10 +24,15 @@ was held at its capture (its capture kept off that block), and none of its own i
 them). Memory no capture knew about (an allocation a kernel kept) would break the reset: each reset
 and capture checks the pool's live blocks are exactly the expected ones, and where they are not, the
 pool takes no more captures (the device gets a new pool; recordings made keep replaying).
+
+A pool lives while a graphed call that recorded into it lives or an output of it is held (a held
+output's storage points into the pool's memory without owning it); then it is closed, and the
+allocator gives its memory back on torch.cuda.empty_cache(), as it does a private pool's.
 """
 from __future__ import annotations
 
 import logging
+import weakref
 
 import torch
 
@@ -101,6 +106,26 @@ class SharedPool:
         self.kept: dict[Block, int] = {}  # blocks left allocated for held outputs at the last reset
         self.handed_out: dict[int, object] = {}  # recordings whose replays' outputs may be held
         self.usable = True
+        self.users = weakref.WeakSet()  # the graphed calls that recorded into it
+        self.closed = False
+
+    def idle(self) -> bool:
+        """Whether nothing can use its memory again: no graphed call that recorded into it is
+        alive, and no output of it is held."""
+        # Not len(users): inside a user's finalizer its dead reference may still count there.
+        return next(iter(self.users), None) is None and not self.held()
+
+    def close(self) -> None:
+        """Lets the allocator have its memory (on the next empty_cache): frees the blocks kept for
+        outputs once held and drops what held it open; its recordings go with their calls."""
+        try:
+            for pointer in self.kept.values():
+                self.view.free(pointer)
+        except RuntimeError as e:  # a retired pool's view may be off: its memory stays reserved
+            log.debug("smelt: a closed CUDA graph pool kept a block: %s", e)
+        self.kept, self.last, self.keep = {}, None, None
+        self.handed_out.clear()
+        self.usable, self.closed = False, True
 
     def held(self) -> dict[Block, object]:
         """The blocks of outputs held outside their recordings now, each with its recording."""

@@ -277,3 +277,28 @@ def test_a_later_graphs_held_output_is_not_overwritten_by_an_earlier_replay():
         torch.testing.assert_close(a(x), first(x), **TOL)
         torch.testing.assert_close(held, expected)
     assert replays() > 0
+
+
+def test_a_reset_gives_the_pools_memory_back():
+    """torch._dynamo.reset() lets smelt's graphs go (the backend's reset): the shared pool, used by
+    them only, closes, and empty_cache gives its memory back, as Inductor's recordings' is. Before,
+    the pool stayed open for good: the model suite's later rows found it reserved already."""
+    x = torch.randn(2048, 2048, device=CUDA)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    fn = graphed(lambda x: (x @ x).tanh() + 1)
+    for _ in range(4):
+        out = fn(x)
+    torch.testing.assert_close(out, (x @ x).tanh() + 1, **TOL)
+    assert replays() >= 2
+    pool = next(iter(cuda_graphs._pools.values()))
+    assert pool.view.size() >= x.nbytes
+    del out, fn
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    assert pool.closed and pool not in cuda_graphs._live
+    assert torch.cuda.memory_reserved() - before < x.nbytes, (before, torch.cuda.memory_reserved())
+    again = graphed(lambda x: x.cos() * 2)  # a new pool records and replays
+    for _ in range(3):
+        out = again(x)
+    torch.testing.assert_close(out, x.cos() * 2, **TOL)
