@@ -147,9 +147,9 @@ def _reset() -> None:
     and the CUDA graph pools only they used close (their memory is the device's again at the next
     torch.cuda.empty_cache(), as Inductor's recordings' is)."""
     observe.forget_latest()
-    gc.collect()  # a compiled graph may be in a reference cycle
     cuda_graphs = sys.modules.get("smelt.runtime.cuda_graphs")
-    if cuda_graphs is not None:
+    if cuda_graphs is not None and cuda_graphs._live:
+        gc.collect()  # a compiled graph may be in a reference cycle
         cuda_graphs.release_idle_pools()
 
 

@@ -200,3 +200,48 @@ def test_outputs_eager_makes_anew_are_distinct_tensors(compile_fn, device, fn):
     expected = fn(x, e.detach().requires_grad_())
     torch.testing.assert_close(outs[1], expected[1])
     assert e.grad is not None and e.grad.shape == (0,)
+
+
+_IDENTITIES = {  # ops eager answers with a new tensor that a lowering may find equal to an input
+    "cat_with_empty": lambda x, e: torch.cat([e, x]),
+    "cat_of_one": lambda x, e: torch.cat([x]),
+    "stack_unsqueezed": lambda x, e: torch.stack([x])[0],
+    "clone": lambda x, e: x.clone(),
+    "to_copy": lambda x, e: x.to(x.dtype, copy=True),
+    "mul_one": lambda x, e: x * 1,
+    "add_zero": lambda x, e: x + 0,
+    "pow_one": lambda x, e: x.pow(1),
+    "floor_of_int": lambda x, e: x.long().floor(),
+    "pad_nothing": lambda x, e: torch.nn.functional.pad(x, (0, 0)),
+    "repeat_once": lambda x, e: x.repeat(1),
+    "roll_zero": lambda x, e: x.roll(0),
+    "sum_size_one": lambda x, e: x.unsqueeze(0).sum(0),
+    "cumsum_size_one": lambda x, e: x.unsqueeze(0).cumsum(0)[0],
+    "masked_fill_nothing": lambda x, e: x.masked_fill(x != x, 0.0),
+    "where_same": lambda x, e: torch.where(x > 0, x, x),
+}
+
+
+@pytest.mark.parametrize("name", list(_IDENTITIES))
+def test_a_new_tensor_in_eager_is_not_the_input_itself(compile_fn, device, name):
+    """Found by the fuzzer (seed 2802): `v = cat([empty, x]); x.clamp_(...)` returned x itself as v,
+    so the graph's write into x showed in v. An output that eager's op makes anew must not share an
+    input's memory: neither the graph's own write to the input nor the caller's to the output may
+    show in the other."""
+    op = _IDENTITIES[name]
+
+    def fn(x, e):
+        v = op(x, e)
+        x.clamp_(min=-0.5)
+        return v
+
+    x, e = torch.tensor([-1.0, 2.0, -3.0], device=device), torch.empty(0, device=device)
+    expected = fn(x.clone(), e)
+    got_x = x.clone()
+    got = compile_fn(fn)(got_x, e)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_x, x.clamp(min=-0.5))
+    outside = x.clone()
+    out = compile_fn(lambda x, e: op(x, e))(outside, e)
+    out.add_(100)  # the caller's write to the result
+    torch.testing.assert_close(outside, x)

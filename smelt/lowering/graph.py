@@ -59,13 +59,21 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
             (results,) = node.args
             graph.node = None
             returned: dict[str, object] = {}  # storage name -> the FX output that returned it
+            # Storages the caller owns: the graph's inputs and the constants it holds.
+            callers = {name for name, _ in graph.inputs} | set(graph.constants)
             for fx_out in results:
                 value = env[fx_out] if isinstance(fx_out, torch.fx.Node) else fx_out
                 spec = _lower_output(graph, value, fx_out)
-                if spec.name is not None and returned.get(spec.name, fx_out) is not fx_out and _fresh_in_eager(fx_out):
-                    # Two outputs, one storage, where eager's op made a new tensor (a cat of x and an
-                    # empty piece is x itself here): returned as one tensor, autograd took the second
-                    # for the first (no grad_fn), and a write to one would show in the other.
+                if spec.name is not None and (
+                        returned.get(spec.name, fx_out) is not fx_out and _fresh_in_eager(fx_out)
+                        or spec.name in callers and _made_in_eager(fx_out)):
+                    # An output in another's storage, or in an input's or constant's, where eager's
+                    # op made a new tensor (a cat of x and an empty piece is x itself here): a write
+                    # to one would show in the other (an input written in place by the graph after
+                    # the cat showed in the cat's result), and autograd took the second of two
+                    # outputs for the first (no grad_fn).
+                    log.debug("smelt: output %s copied: eager's op makes it anew, here it lay in %s's memory",
+                              fx_out, spec.name)
                     spec = _lower_output(graph, TensorBox.of_storage(copy_loops(value)), fx_out)
                 if spec.name is not None:
                     returned.setdefault(spec.name, fx_out)
@@ -424,6 +432,19 @@ def _cheap_scalar(loops: Loops) -> bool:
 def _fresh_in_eager(fx_out) -> bool:
     target = getattr(fx_out, "target", None)
     return isinstance(target, torch._ops.OpOverload) and not target.is_view
+
+
+def _made_in_eager(fx_out) -> bool:
+    """Whether eager's value lies in memory an op made anew (the op's, or that of the base its
+    views start from), not in an input's or a constant's."""
+    while isinstance(fx_out, torch.fx.Node):
+        target = fx_out.target
+        if not isinstance(target, torch._ops.OpOverload):
+            return False  # an input, a constant, an element of a tuple
+        if not target.is_view:
+            return True
+        fx_out = fx_out.args[0] if fx_out.args else None
+    return False
 
 
 def _lower_output(graph: IRGraph, value, fx_out) -> OutputSpec:
