@@ -106,6 +106,10 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
         # The last backend's model and compiled graphs, freed now rather than by a collection in the
         # middle of this one's measurement (Inductor's reduce-overhead row measured -66 MiB so).
         gc.collect()
+        if cuda and hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+            # Each backend pays for the cuBLAS workspaces its streams need: Inductor's graphs clear
+            # the earlier rows' (its reduce-overhead row measured -66 MiB against its base so).
+            torch._C._cuda_clearCublasWorkspaces()
         backend = None if name == "eager" else name.removesuffix("-ro")
         fn = case_callable(spec, mode, size, device, seed, backend,
                            "reduce-overhead" if name.endswith("-ro") else None)
