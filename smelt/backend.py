@@ -143,14 +143,14 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
 
 
 def _reset() -> None:
-    """Dynamo calls a backend's reset() in torch._dynamo.reset(): the graphs it no longer holds go,
-    and the CUDA graph pools only they used close (their memory is the device's again at the next
-    torch.cuda.empty_cache(), as Inductor's recordings' is)."""
+    """Dynamo calls a backend's reset() in torch._dynamo.reset(): smelt's record lets its latest graphs
+    go, CUDA-graphed calls forget their recordings, and their pools close (their memory is the
+    device's again at the next torch.cuda.empty_cache(), as Inductor's recordings' is)."""
     observe.forget_latest()
     cuda_graphs = sys.modules.get("smelt.runtime.cuda_graphs")
     if cuda_graphs is not None and cuda_graphs._live:
-        gc.collect()  # a compiled graph may be in a reference cycle
-        cuda_graphs.release_idle_pools()
+        gc.collect()  # outputs in reference cycles: no longer held
+        cuda_graphs.reset()
 
 
 smelt_backend.reset = _reset

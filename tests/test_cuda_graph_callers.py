@@ -471,3 +471,24 @@ def test_a_pool_closes_when_its_last_call_is_freed():
         (out,) = again([w, x])
     torch.testing.assert_close(out, torch.tanh(x @ w) + x)
     assert _pool is not pool and cuda_graphs._live == [_pool]
+
+
+def test_a_reset_closes_the_pool_of_calls_that_outlive_it():
+    """Dynamo leaves a compiled function in its module's globals after torch._dynamo.reset(), so the
+    garbage collector cannot free its recordings: the reset makes every graphed call forget them,
+    and the pool closes once its held outputs die. A call made again records anew, in a new pool."""
+    call, (w,) = _graphed(), _weights(1)
+    x = torch.randn(3, 8)
+    for _ in range(3):
+        (out,) = call([w, x])
+    pool = _pool
+    cuda_graphs.reset()
+    assert not pool.closed  # `out` is held
+    torch.testing.assert_close(out, torch.tanh(x @ w) + x)
+    del out
+    cuda_graphs.reset()
+    assert pool.closed and cuda_graphs._live == [] and not call.sizes
+    for _ in range(3):
+        (out,) = call([w, x])
+    torch.testing.assert_close(out, torch.tanh(x @ w) + x)
+    assert _pool is not pool and call.replays >= 3

@@ -101,6 +101,19 @@ def release_idle_pools() -> int:
     return closed
 
 
+def reset() -> None:
+    """torch._dynamo.reset(), through smelt's backend: every graphed call forgets its recordings (one
+    called again warms up and records anew, in a new pool), and pools no held output keeps close.
+    A compiled function may outlive the reset (Dynamo leaves it in the module's globals), so its
+    recordings cannot be left to the garbage collector, as Inductor's are not."""
+    global _first_step
+    for pool in list(_live):
+        for call in list(pool.users):
+            call.forget_recordings()
+    _first_step = _FirstStep()
+    release_idle_pools()
+
+
 def _adopt(pool: SharedPool, call) -> None:
     """Records that `call` recorded into `pool`: the pool lives at least as long as the call."""
     if pool not in _live:
@@ -455,6 +468,16 @@ class GraphedCall:
         sizes.recordings.append(recording)
         self.recorded += 1
         return self._replay(recording, args)
+
+    def forget_recordings(self) -> None:
+        """Releases every recording (their outputs still held keep their memory off later captures
+        until they die); the next call at any sizes warms up and records again."""
+        for sizes in self.sizes.values():
+            for recording in sizes.recordings:
+                recording.release()
+        self.sizes.clear()
+        for pool in _live:
+            pool.users.discard(self)
 
     def _replay(self, recording: _Recording, args: list):
         self.replays += 1
