@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
+import shutil
 import statistics
+import tempfile
 import time
 
 import torch
@@ -38,11 +41,14 @@ def _steady_ms(fn, device, cpu_calls: int) -> float:
     return statistics.median(times)
 
 
-def case_callable(spec, mode, size, device, seed, backend, compile_mode=None):
-    """A no-argument function running one call of the case, compiled with `backend` (None: eager)."""
+def case_callable(spec, mode, size, device, seed, backend, compile_mode=None, options=None):
+    """A no-argument function running one call of the case, compiled with `backend` (None: eager)
+    under torch.compile's `mode` and `options`."""
     def compiled(fn, **kw):
         if compile_mode is not None:
             kw["mode"] = compile_mode
+        if options:
+            kw["options"] = options
         return fn if backend is None else torch.compile(fn, backend=backend, **kw)
 
     dtype = torch.bfloat16 if mode == "infer_bf16" else torch.float32
@@ -97,6 +103,28 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
     # peak_reserved: the caching allocator's reserved bytes, which CUDA graphs are compared by (a
     # recording's memory is the pool's; Inductor's replays hand out outputs the allocator does not count).
     result = {"ms": {}, "compile_s": {}, "peak_bytes": {}, "peak_reserved": {}}
+    with _CacheFolders() as folders:
+        _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders)
+    return result
+
+
+class _CacheFolders:
+    """Empty cache folders for the rows of one case, removed after it."""
+
+    def __enter__(self):
+        self.root = tempfile.mkdtemp(prefix="smelt-suite-")
+        self.count = 0
+        return self
+
+    def fresh(self) -> str:
+        self.count += 1
+        return os.path.join(self.root, str(self.count))
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders) -> None:
     cuda = torch.device(device).type == "cuda"
     names = BACKENDS + (GRAPHED if cuda_graphs and cuda else ())
     for name in names:
@@ -111,8 +139,13 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
             # the earlier rows' (its reduce-overhead row measured -66 MiB against its base so).
             torch._C._cuda_clearCublasWorkspaces()
         backend = None if name == "eager" else name.removesuffix("-ro")
+        # smelt's row compiles as a user's first compile does (kernels compiled by its workers into
+        # the cache folder, which they need to be kept in), from an empty folder of its own: the
+        # accuracy check compiled this case already. (The CLI's SMELT_GRAPH_CACHE=0 alone left
+        # every kernel to Triton's JIT in this process, one after another.)
+        options = {"graph_cache": True, "cache_dir": folders.fresh()} if backend == "smelt" else None
         fn = case_callable(spec, mode, size, device, seed, backend,
-                           "reduce-overhead" if name.endswith("-ro") else None)
+                           "reduce-overhead" if name.endswith("-ro") else None, options)
         graphed = name.endswith("-ro")
         _sync(device)
         if cuda:
@@ -145,4 +178,3 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
         if cuda:
             torch.cuda.empty_cache()
     torch._dynamo.reset()
-    return result
