@@ -76,6 +76,20 @@ def test_the_runner_tells_wrong_values_gradients_mutations_and_crashes(monkeypat
     assert result.status == status, result.messages
 
 
+@pytest.mark.parametrize("fn, wrong, status", [
+    (lambda x: (x * 1, x * 2), lambda x: (x, x * 2), "fail"),  # eager's new tensor as the input itself
+    (lambda x: (x * 1, x * 1), lambda x: (lambda y: (y, y))(x * 1), "fail"),  # two new tensors as one
+    (lambda x: (x * 1, x * 1), None, "pass"),
+])
+def test_the_runner_tells_memory_shared_where_eager_shares_none(monkeypatch, fn, wrong, status):
+    """Equal values, no input changed: only the outputs' memory tells (fuzz seed 2802: a write to
+    `torch.cat([x])` showed in x)."""
+    _compiled_as(monkeypatch, lambda compiled: wrong or compiled)
+    result = runner.judge(fn, lambda: [torch.linspace(0, 1, 6)], backward=False)
+    assert result.status == status, result.messages
+    assert status == "pass" or "memory with" in result.messages[0]
+
+
 def test_an_answer_made_of_rounding_noise_is_ill_conditioned_not_a_failure(monkeypatch):
     # CPU fuzzer #21: the sign of layer_norm's outputs' sum, which is 0 up to rounding. Eager's sign
     # is its noise; a float64 run on inputs scaled by 1 + 2**-30 gets the other sign.

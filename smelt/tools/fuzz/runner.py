@@ -96,6 +96,7 @@ def run_once(fn, inputs, backward, cot_dtypes=None):
     """fn on `inputs` (used as they are: mutated in place): (outputs, gradients, inputs after the call,
     the dtypes its cotangents were drawn in)."""
     outs = fn(*inputs)
+    sharing = shared_memory(outs, inputs)
     grads, dtypes = [], []
     if backward:
         diff = [o for o in outs if _needs_grad(o)]
@@ -104,7 +105,27 @@ def run_once(fn, inputs, backward, cot_dtypes=None):
             torch.autograd.backward(diff, _cotangents(diff, dtypes))
         grads = [i.grad for i in inputs if i.requires_grad]
     after = [None if i.requires_grad else i for i in inputs]
-    return list(outs), grads, after, dtypes
+    return list(outs), grads, after, dtypes, sharing
+
+
+def shared_memory(outs, inputs) -> frozenset:
+    """Which outputs lie in an input's memory or an earlier output's: pairs (output k, ("input" |
+    "output", j)). A compiled program must share exactly where eager does: an output eager makes anew
+    that is an input's memory here shows the caller's writes to either in the other (fuzz seed 2802)."""
+    def storage(t):
+        if not isinstance(t, torch.Tensor) or t.untyped_storage().nbytes() == 0:
+            return None
+        return t.untyped_storage().data_ptr()
+    found, earlier = set(), []
+    ins = [storage(i) for i in inputs]
+    for k, out in enumerate(outs):
+        pointer = storage(out)
+        if pointer is None:
+            continue
+        found |= {(k, ("input", j)) for j, p in enumerate(ins) if p == pointer}
+        found |= {(k, ("output", j)) for j, p in earlier if p == pointer}
+        earlier.append((k, pointer))
+    return frozenset(found)
 
 
 def _short(exc: BaseException) -> str:
@@ -181,6 +202,12 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in)
                 elif isinstance(a, torch.Tensor) and a.is_floating_point():
                     a, e = a.to(computes_in), e.to(computes_in)
             found += [(name, m) for m in compare(a, e, r, label, low_precision=low)]
+        if len(run) > 4 and run[4] != eager[4]:  # reference runs (float64, the CPU) carry no sharing
+            for k, (kind, j) in sorted(run[4] ^ eager[4]):
+                other = in_names[j] if kind == "input" else out_names[j]
+                where = "shares" if (k, (kind, j)) in run[4] else "does not share"
+                found.append((out_names[k], f"{out_names[k]} (output) {where} memory with {kind} {other}, "
+                                            f"unlike eager"))
         return found
     found = judged(actual)
     messages, where = [m for _, m in found], [n for n, _ in found]
