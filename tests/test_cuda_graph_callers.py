@@ -64,6 +64,15 @@ class _ArenaView:
         return {p for p in pointers if not self.base <= p < self.base + self.whole.numel()}
 
 
+class _ArenaPool(SharedPool):
+    """A closed pool's memory is the device's again: others write it (its arena scribbled over), so an
+    output still held in it would show that."""
+
+    def close(self) -> None:
+        super().close()
+        self.view.whole.fill_(0xFF)
+
+
 class _Rerun:
     """A graph stand-in: a replay scribbles over the scratch memory its capture used, then calls
     the graph's function on what the recording reads (its copied inputs' buffers, the caller's
@@ -104,7 +113,7 @@ class _CpuGraphedCall(GraphedCall):
     def _shared_pool(device):
         global _pool
         if _pool is None or not _pool.usable:
-            _pool = SharedPool(_ArenaView())
+            _pool = _ArenaPool(_ArenaView())
         return _pool
 
     _capturing = None  # the pool a capture allocates from

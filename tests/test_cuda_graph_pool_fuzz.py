@@ -33,6 +33,7 @@ def _expected(graph_index, w, x, y):
 def _fresh_pool(monkeypatch):
     standin._pool = None
     monkeypatch.setattr(cuda_graphs, "_first_step", cuda_graphs._FirstStep())
+    monkeypatch.setattr(cuda_graphs, "_live", [])
     yield
     standin._pool = None
 
@@ -40,8 +41,11 @@ def _fresh_pool(monkeypatch):
 @pytest.mark.parametrize("seed", range(12))
 def test_held_values_survive_random_programs(seed):
     """Half the seeds pass one of two parameters (two layers calling each graph: recordings per
-    caller, the first step's warm-ups), the other half a caller's own tensor (no parameter)."""
+    caller, the first step's warm-ups), the other half a caller's own tensor (no parameter). Now and
+    then Dynamo is reset (every graphed call forgets its recordings) or a graph is compiled anew (the
+    old one freed): a pool closes only once no held value lies in it."""
     rng = random.Random(seed)
+    pools = {}
     graphs = [_graph(k) for k in range(3)]
     layers = [torch.nn.Parameter(torch.full((1, 8), float(k + 1))) for k in range(2)]
     held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (value, its contents when it was made)
@@ -62,7 +66,21 @@ def test_held_values_survive_random_programs(seed):
                 del held[rng.randrange(len(held))]
         if len(held) > 12:
             del held[0]
+        event = rng.random()
+        if event < 0.03:
+            if rng.random() < 0.5:
+                held.clear()  # a step's end: nothing kept
+            cuda_graphs.reset()
+        elif event < 0.05:
+            k = rng.randrange(len(graphs))
+            replays = graphs[k].replays
+            graphs[k] = _graph(k)  # the old call freed: its finalizer closes what only it used
+            graphs[k].replays = replays
+        if standin._pool is not None:
+            pools[id(standin._pool)] = standin._pool
         for value, contents in held:
             torch.testing.assert_close(value, contents, msg="a held value was overwritten")
+        value = contents = None  # the loop's last: not held
     assert sum(g.replays for g in graphs) > sum(g.recorded for g in graphs), "the programs barely replay"
-    assert standin._pool is not None and standin._pool.usable
+    assert standin._pool is not None and (standin._pool.usable or standin._pool.closed), "a pool was retired"
+    assert any(p.closed for p in pools.values()), "no pool closed: the resets were not exercised"
