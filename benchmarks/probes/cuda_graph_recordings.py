@@ -60,6 +60,7 @@ def main() -> None:
         # peaks; the suite's figure (and Inductor's) is a step's after empty_cache.
         torch.cuda.empty_cache()
         _step_memory("a step after empty_cache", step)
+        print(_private_pools())
     totals = [0, 0]
     for call in calls:
         kept = {str(key): len(sizes.recordings) for key, sizes in call.sizes.items()}
@@ -93,6 +94,24 @@ def _step_memory(label, step) -> None:
           f"peak {torch.cuda.max_memory_allocated() / MIB:.1f} (+{(torch.cuda.max_memory_allocated() - before) / MIB:.1f}), "
           f"after {torch.cuda.memory_allocated() / MIB:.1f} MiB; reserved peak {torch.cuda.max_memory_reserved() / MIB:.1f} MiB",
           flush=True)
+
+
+def _private_pools() -> str:
+    """Every private pool's segments (CUDA graphs' memory, smelt's or Inductor's): how much of it is
+    in use between steps, and its largest free block (fragmentation against the step's needs)."""
+    pools: dict = {}
+    for seg in torch.cuda.memory_snapshot():
+        pool = tuple(seg.get("segment_pool_id") or ())
+        if not pool or pool == (0, 0):
+            continue
+        entry = pools.setdefault(pool, [0, 0, 0, 0])
+        entry[0] += seg["total_size"]
+        entry[1] += seg["allocated_size"]
+        entry[2] += 1
+        entry[3] = max([entry[3]] + [b["size"] for b in seg["blocks"] if b["state"] == "inactive"])
+    return "private pools: " + ("; ".join(
+        f"{pool}: {total / MIB:.1f} MiB in {count} segments, {used / MIB:.1f} MiB allocated, largest free block "
+        f"{free / MIB:.1f} MiB" for pool, (total, used, count, free) in pools.items()) or "none")
 
 
 def _pool_bytes() -> int:
