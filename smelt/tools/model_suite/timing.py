@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import gc
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -103,25 +102,9 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
     # peak_reserved: the caching allocator's reserved bytes, which CUDA graphs are compared by (a
     # recording's memory is the pool's; Inductor's replays hand out outputs the allocator does not count).
     result = {"ms": {}, "compile_s": {}, "peak_bytes": {}, "peak_reserved": {}}
-    with _CacheFolders() as folders:
+    with tempfile.TemporaryDirectory(prefix="smelt-suite-") as folders:
         _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders)
     return result
-
-
-class _CacheFolders:
-    """Empty cache folders for the rows of one case, removed after it."""
-
-    def __enter__(self):
-        self.root = tempfile.mkdtemp(prefix="smelt-suite-")
-        self.count = 0
-        return self
-
-    def fresh(self) -> str:
-        self.count += 1
-        return os.path.join(self.root, str(self.count))
-
-    def __exit__(self, *exc):
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders) -> None:
@@ -143,7 +126,7 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
         # the cache folder, which they need to be kept in), from an empty folder of its own: the
         # accuracy check compiled this case already. (The CLI's SMELT_GRAPH_CACHE=0 alone left
         # every kernel to Triton's JIT in this process, one after another.)
-        options = {"graph_cache": True, "cache_dir": folders.fresh()} if backend == "smelt" else None
+        options = {"graph_cache": True, "cache_dir": os.path.join(folders, name)} if backend == "smelt" else None
         fn = case_callable(spec, mode, size, device, seed, backend,
                            "reduce-overhead" if name.endswith("-ro") else None, options)
         graphed = name.endswith("-ro")
