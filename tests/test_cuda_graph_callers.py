@@ -501,3 +501,28 @@ def test_a_reset_closes_the_pool_of_calls_that_outlive_it():
         (out,) = call([w, x])
     torch.testing.assert_close(out, torch.tanh(x @ w) + x)
     assert _pool is not pool and call.replays >= 3
+
+
+def _saves_its_weight(args):  # a forward that saves its weight for the backward, as AOTAutograd's do
+    weight, x = args
+    args.clear()
+    with torch.no_grad():
+        return (torch.tanh(x @ weight), weight)
+
+
+def test_an_input_returned_whole_is_the_callers_tensor_itself():
+    """A replay hands back an output that is an input, whole, as the input itself (an ungraphed call
+    does): a parameter a forward saves stays a Parameter, so the backward it reaches is told apart by
+    it. As a view of it, the backward's callers changed between the forward's warm-up and its replays
+    (Whisper's backward graphs recorded once more per layer so)."""
+    call, (w,) = _CpuGraphedCall(_saves_its_weight, "saves", lambda args: tuple(a.shape for a in args), (), ()), _weights(1)
+    x = torch.randn(3, 8)
+    for _ in range(4):
+        out, saved = call([w, x])
+        torch.testing.assert_close(out, torch.tanh(x @ w.detach()))
+        assert saved is w
+    assert call.replays >= 2
+    sliced = _CpuGraphedCall(lambda a: (a.pop()[1:],), "sliced", lambda args: tuple(a.shape for a in args), (), ())
+    for _ in range(4):
+        (part,) = sliced([x])
+        assert part.data_ptr() == x[1:].data_ptr() and part.shape == (2, 8)

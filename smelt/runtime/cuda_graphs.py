@@ -298,7 +298,12 @@ class _Recording:
             elif kind == "input":
                 position, size, stride, offset = rest
                 source = args[position]
-                results.append(source.as_strided(size, stride, source.storage_offset() + offset))
+                if offset == 0 and size == tuple(source.size()) and stride == tuple(source.stride()):
+                    # The input itself, as an ungraphed call returns it: a parameter a forward saves stays
+                    # a Parameter for its backward, whose callers are told by their parameters.
+                    results.append(source)
+                else:
+                    results.append(source.as_strided(size, stride, source.storage_offset() + offset))
             else:
                 results.append(rest[0])
         args.clear()
