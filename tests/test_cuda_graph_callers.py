@@ -561,3 +561,36 @@ def test_a_backward_given_the_weight_its_forward_saved_records_once_a_layer():
         del saved, kept, pre, h, grad  # nothing held into the next step
         made.append((forward.recorded, backward.recorded))
     assert made[-1] == made[1] == (layers, layers), made
+
+
+def _mask(args):  # a step's first graph, told apart by no parameter (OPT's attention mask)
+    (x,) = args
+    args.clear()
+    with torch.no_grad():
+        return (x * 0.5,)
+
+
+def test_a_steps_first_graph_without_parameters_records_with_the_others():
+    """The first graph of each step takes no parameter. It waited for the first step's end, which only
+    the layers' graphs told, after it had run: so it recorded a step late, its outputs moved, and every
+    layer's graph reading them recorded again (OPT on the CPU stand-in). Its own second call ends the
+    first step now."""
+    layers = 3
+    mask = _CpuGraphedCall(_mask, "mask", lambda args: tuple(a.shape for a in args), (), ())
+    forward, weights = _graphed(), _weights(layers)
+    x, made = torch.randn(3, 8), []
+    for step in range(4):
+        (h,) = mask([x])
+        for w in weights:
+            (h,) = forward([w, h])
+        torch.testing.assert_close(h, _reference(x * 0.5, weights))
+        del h
+        made.append((mask.recorded, forward.recorded))
+    assert made[1] == made[-1] == (1, layers), made
+
+
+def _reference(x, weights):
+    h = x
+    for w in weights:
+        h = torch.tanh(h @ w.detach()) + h
+    return h

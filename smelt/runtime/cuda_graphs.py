@@ -346,14 +346,24 @@ def _caller(args) -> tuple:
 
 class _FirstStep:
     """The process's first step under CUDA graphs, as the graphs told apart by their parameters (a
-    model's layers) show it: from the first such call until one of them is called again. A graph
-    told apart by none (a layer's backward, given casts of its weights) waits for it to end before it
-    records: recorded in the first step, its recordings would be made while the layers warm up, out
-    of order, and made again (Whisper's backward graphs recorded 11 times each for 4 layers)."""
+    model's layers) show it: from the first such call until one of them is called again, or the
+    process's first graphed call is (the next step begins with it). A graph told apart by none (a
+    layer's backward, given casts of its weights) waits for it to end before it records: recorded in
+    the first step, its recordings would be made while the layers warm up, out of order, and made
+    again."""
 
     def __init__(self):
         self.seen = False  # a graph told apart by its parameters has run
-        self.over = False  # one of them came back
+        self.over = False  # one of them came back, or the first graph did
+        self.first = None  # the first graphed call made (weakly) and its caller
+
+    def called(self, call, caller: tuple) -> None:
+        # A step's first graph, told apart by no parameter (OPT's mask), waited for the step's end
+        # itself and recorded a step late, and every graph after it again (its outputs moved).
+        if self.first is None:
+            self.first = (weakref.ref(call), caller)
+        elif self.first[0]() is call and self.first[1] == caller:
+            self.over = True
 
     def open(self) -> bool:
         return self.seen and not self.over
@@ -399,6 +409,7 @@ class GraphedCall:
         if self.blocked is not None:
             self._say(f"runs without a CUDA graph: {self.blocked}")
             return self.call(args)
+        _first_step.called(self, _caller(args))
         key = self.size_key(args)
         sizes = self.sizes.get(key)
         if sizes is None:
