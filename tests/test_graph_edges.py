@@ -245,3 +245,22 @@ def test_a_new_tensor_in_eager_is_not_the_input_itself(compile_fn, device, name)
     out = compile_fn(lambda x, e: op(x, e))(outside, e)
     out.add_(100)  # the caller's write to the result
     torch.testing.assert_close(outside, x)
+
+
+@pytest.mark.parametrize("name", list(_IDENTITIES))
+def test_a_new_tensor_and_its_view_share_memory_as_in_eager(compile_fn, device, name):
+    """Fuzz seed 2807: `v = torch.cat([x]); return v, v[..., 1:]` came back as two copies (the
+    output rule copied each out of x's memory), so a write to v no longer showed in its view.
+    Each output shares memory exactly where eager's does."""
+    from smelt.tools.fuzz.runner import shared_memory
+    op = _IDENTITIES[name]
+
+    def fn(x, e):
+        v = op(x, e)
+        return v, v[1:]
+
+    x, e = torch.tensor([-1.0, 2.0, -3.0], device=device), torch.empty(0, device=device)
+    want, mine = fn(x, e), x.clone()
+    got = compile_fn(fn)(mine, e)
+    assert shared_memory(got, [mine, e]) == shared_memory(want, [x, e])
+    torch.testing.assert_close(got, want)

@@ -28,7 +28,7 @@ def cat(g, tensors, dim=0):
     if not pieces:  # every piece skipped: the result is as empty as they are
         return TensorBox.of_storage(Pointwise(meta.device, meta.dtype, lambda index: ops.constant(0, meta.dtype),
                                               size, g.origin))
-    if len(pieces) == 1:
+    if len(pieces) == 1:  # a new tensor, as eager's: the piece itself made the result its alias
         return _cast(g, pieces[0], meta.dtype)
     starts, offset = [], sympy.Integer(0)
     for t in pieces:
@@ -86,9 +86,10 @@ def _cat_into_slices(g, pieces, starts, dim, size):
 
 
 def _cast(g, x, dtype):
-    if x.get_dtype() == dtype:
-        return x
+    """`x` as a new tensor of `dtype` (a loop nest: it fuses into its readers)."""
     load = x.make_loader()
+    if x.get_dtype() == dtype:
+        return TensorBox.of_storage(Pointwise(x.get_device(), dtype, load, x.get_size(), g.origin | x.origins))
     return TensorBox.of_storage(Pointwise(x.get_device(), dtype, lambda idx: ops.to_dtype(load(idx), dtype),
                                           x.get_size(), g.origin | x.origins))
 

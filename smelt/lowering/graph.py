@@ -71,7 +71,9 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
                     # op made a new tensor (a cat of x and an empty piece is x itself here): a write
                     # to one would show in the other (an input written in place by the graph after
                     # the cat showed in the cat's result), and autograd took the second of two
-                    # outputs for the first (no grad_fn).
+                    # outputs for the first (no grad_fn). A view of it returned too gets a copy of its
+                    # own, no longer its view: lowerings should not alias (cat's no longer does), and
+                    # the fuzzer's check of shared memory reports one that does.
                     log.debug("smelt: output %s copied: eager's op makes it anew, here it lay in %s's memory",
                               fx_out, spec.name)
                     spec = _lower_output(graph, TensorBox.of_storage(copy_loops(value)), fx_out)
