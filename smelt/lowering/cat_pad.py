@@ -88,10 +88,8 @@ def _cat_into_slices(g, pieces, starts, dim, size):
 def _cast(g, x, dtype):
     """`x` as a new tensor of `dtype` (a loop nest: it fuses into its readers)."""
     load = x.make_loader()
-    if x.get_dtype() == dtype:
-        return TensorBox.of_storage(Pointwise(x.get_device(), dtype, load, x.get_size(), g.origin | x.origins))
-    return TensorBox.of_storage(Pointwise(x.get_device(), dtype, lambda idx: ops.to_dtype(load(idx), dtype),
-                                          x.get_size(), g.origin | x.origins))
+    value = load if x.get_dtype() == dtype else (lambda idx: ops.to_dtype(load(idx), dtype))
+    return TensorBox.of_storage(Pointwise(x.get_device(), dtype, value, x.get_size(), g.origin | x.origins))
 
 
 @lowering(aten.constant_pad_nd)
