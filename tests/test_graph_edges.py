@@ -264,3 +264,28 @@ def test_a_new_tensor_and_its_view_share_memory_as_in_eager(compile_fn, device, 
     got = compile_fn(fn)(mine, e)
     assert shared_memory(got, [mine, e]) == shared_memory(want, [x, e])
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x.add_(1),
+    lambda x, y: x.copy_(y),
+    lambda x, y: (x.mul_(2), x * 3),
+    lambda x, y: x[1:].clamp_(min=0),
+], ids=["add_", "copy_", "mul_and_a_new_one", "a_view_written"])
+def test_an_in_place_result_is_its_inputs_memory_as_in_eager(compile_fn, device, fn, caplog):
+    """The output rule for new tensors took `copy_` (whose result is its first argument, as every
+    in-place op's is) for an op making one, and copied it: a kernel and a buffer for nothing
+    (AOTAutograd hands the caller the input itself)."""
+    import logging
+    from smelt.tools.fuzz.runner import shared_memory
+    caplog.set_level(logging.DEBUG, logger="smelt.lowering")
+    x, y = torch.tensor([-1.0, 2.0, -3.0], device=device), torch.tensor([4.0, 5.0, 6.0], device=device)
+    want_x = x.clone()
+    want = fn(want_x, y)
+    mine = x.clone()
+    got = compile_fn(fn)(mine, y)
+    want, got = (want if isinstance(want, tuple) else (want,)), (got if isinstance(got, tuple) else (got,))
+    assert shared_memory(got, [mine, y]) == shared_memory(want, [want_x, y])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(mine, want_x)
+    assert "eager's op makes it anew" not in caplog.text

@@ -431,9 +431,15 @@ def _cheap_scalar(loops: Loops) -> bool:
     return handler.ops <= SCALAR_INLINE_OPS
 
 
+def _returns_an_argument(target) -> bool:
+    """A view (`view`, `t`) or an in-place op (`copy_`, `add_`): its result is memory of its first
+    argument, in eager."""
+    return any(r.alias_info is not None for r in target._schema.returns)
+
+
 def _fresh_in_eager(fx_out) -> bool:
     target = getattr(fx_out, "target", None)
-    return isinstance(target, torch._ops.OpOverload) and not target.is_view
+    return isinstance(target, torch._ops.OpOverload) and not _returns_an_argument(target)
 
 
 def _made_in_eager(fx_out) -> bool:
@@ -443,7 +449,7 @@ def _made_in_eager(fx_out) -> bool:
         target = fx_out.target
         if not isinstance(target, torch._ops.OpOverload):
             return False  # an input, a constant, an element of a tuple
-        if not target.is_view:
+        if not _returns_an_argument(target):
             return True
         fx_out = fx_out.args[0] if fx_out.args else None
     return False
