@@ -13,6 +13,7 @@ import logging
 import sys
 
 import torch
+import torch._functorch.config as functorch_config
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -23,6 +24,7 @@ from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
 from .lowering.handwritten_attention import handwritten_attention_to_sdpa
 from .lowering.frozen_weights import weight_indices
+from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
 from .pipeline import compile_graph
 from .saved_inputs import copy_mutated_inputs_saved_for_backward, donated_saved_inputs
@@ -103,6 +105,15 @@ class _BackwardCompiler(_Compiler):
         return torch._dynamo.disable(compile_backward(gm, example_inputs))
 
 
+def _partition_joint_graph(joint_module, joint_inputs, **kwargs):
+    """The min-cut partition of a training graph, its repeated calls merged first by smelt's pass:
+    AOTAutograd's own merging pass imports most of Inductor on its first use (0.9 s of every
+    process's first training compile, warm or cold)."""
+    merge_common_subexpressions(joint_module)
+    with functorch_config.patch(cse=False):
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
 def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.utils import flatten_graph_inputs  # compiled autograd's boxed inputs
@@ -135,7 +146,7 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         bw_compiler=_BackwardCompiler("backward", slot, settings, pair),
         inference_compiler=_Compiler("inference", slot, settings, pair),
         decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_partition_joint_graph,
         keep_inference_input_mutations=True,
     )
     slot.commit()
