@@ -46,16 +46,15 @@ def test_language_model_head_inference(device, compile_fn, assert_close, observe
 @pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
 def test_a_product_only_returned_comes_back_in_its_padded_rows(device, compile_fn, assert_close, observe, bias, dtype):
     """Copying its padded rows out into eager's would cost a pass over the whole product: the caller
-    gets the first 37 columns of rows of 40 (Inductor returns such logits the same way). A
-    half-float head with a bias on CUDA is stored into eager's rows by runtime/biased_head.py."""
+    gets the first 37 columns of rows of 40 (Inductor returns such logits the same way); a
+    half-float head with a bias on CUDA too (runtime/biased_head.py stores it there)."""
     torch.manual_seed(0)
     head = nn.Linear(16, 37, bias=bias).to(device=device, dtype=dtype)
     h = torch.randn(2, 5, 16, device=device, dtype=dtype)
     with torch.no_grad():
         actual, expected = compile_fn(head)(h), head(h)
     assert_close(actual, expected, **({"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {}))
-    unpadded = bias and dtype == torch.bfloat16 and torch.device(device).type == "cuda"
-    assert actual.shape == expected.shape and actual.stride() == ((5 * 37, 37, 1) if unpadded else (5 * 40, 40, 1))
+    assert actual.shape == expected.shape and actual.stride() == (5 * 40, 40, 1)
     assert "smelt.padded_product" in _wrappers(observe)
 
 
@@ -209,8 +208,8 @@ def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_cl
     """A head's weight is a graph input: padding it would copy the whole weight on every call (GPT-2's
     77 MB beside its logits). smelt::padded_product reads the weight itself, its aligned columns in
     place and only the last few through a padded copy: the call's peak is the logits and little more.
-    A half-float head with a bias on CUDA is stored into eager's rows by biased_head.py's kernel, the
-    weight read in place too (padding it whole put BERT's inference peak at 1.16x eager's). A float32
+    A half-float head with a bias on CUDA is stored by biased_head.py's kernel, the weight read in
+    place too (padding it whole put BERT's inference peak at 1.16x eager's). A float32
     one with a bias on CUDA pads the weight whole (cuBLAS adds a bias vector in its epilogue only into
     a contiguous result): then the peak is the logits plus that copy, the price Inductor pays too."""
     torch.manual_seed(0)
@@ -222,7 +221,7 @@ def test_a_returned_head_reads_its_weight_unpadded(device, compile_fn, assert_cl
     with torch.no_grad():
         actual, expected = compiled(h), head(h)
         assert_close(actual, expected, **({"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {}))
-        width = vocab if bias and cuda and dtype == torch.bfloat16 else padded_width(vocab, h.element_size())
+        width = padded_width(vocab, h.element_size())
         assert actual.stride()[-1] == 1 and actual.stride()[-2] == width  # the first 1001 columns of its rows
         source = _wrappers(observe)
         assert "smelt.padded_product" in source and "constant_pad_nd" not in source, source  # no pad in the graph
@@ -258,14 +257,16 @@ def test_padded_product_of_every_operand_form(device, assert_close, n, layout):
 def test_the_biased_head_kernel_against_linear(m, k, n):
     """runtime/biased_head.py's kernel (what smelt::padded_product runs for a half-float head with a
     bias on CUDA), run by Triton's interpreter on the CPU in float32 with small tiles: edges in M, N
-    and K, a weight and bias given padded or not, the result stored into unpadded rows or padded ones."""
+    and K, a weight and bias given padded or not, the result stored into the first n columns of
+    rows padded to 16 bytes, the padding left as it was."""
     from smelt.runtime import biased_head
     from smelt.runtime.loader import load_module
     interpreted = load_module(biased_head.__file__, interpret=True)
     torch.manual_seed(0)
     a, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
-    for weight, b, pad in ((w, bias, 0), (F.pad(w, [0, 0, 0, 3]), F.pad(bias, [0, 3]), 3)):
-        rows = torch.full((m, n + pad), float("nan"))
+    width = n + -n % 4
+    for weight, b in ((w, bias), (F.pad(w, [0, 0, 0, 3]), F.pad(bias, [0, 3]))):
+        rows = torch.full((m, width), float("nan"))
         original = dict(interpreted.CONFIG)
         interpreted.CONFIG.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1)
         try:
@@ -277,24 +278,16 @@ def test_the_biased_head_kernel_against_linear(m, k, n):
         assert rows[:, n:].isnan().all()  # the padding columns are not written
 
 
-def test_a_half_float_head_with_a_bias_is_traced_in_eagers_rows_on_cuda():
-    """The layout the graph is planned with (the op's fake kernel) is the one its CUDA kernel
-    writes: eager's unpadded rows for a half-float weight's product plus a bias vector
-    (biased_head.py), padded rows otherwise. Traced with fake CUDA tensors, so it runs without a GPU."""
+def test_every_head_is_traced_in_padded_rows():
+    """The layout the graph is planned with (the op's fake kernel) is the one every kernel writes:
+    padded rows, with a bias vector (biased_head.py on CUDA, cuBLAS elsewhere) or without."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from smelt.runtime.padded_product import returns_unpadded
     with FakeTensorMode(allow_non_fake_inputs=False):
-        a = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
-        w = torch.empty(37, 32, device="cuda", dtype=torch.bfloat16)
-        bias = torch.empty(37, device="cuda", dtype=torch.bfloat16)
-        assert returns_unpadded(a, w.t(), bias, 37)
-        assert torch.ops.smelt.padded_product(a, w.t(), bias, 37).stride() == (37, 1)
-        assert not returns_unpadded(a, w.t(), None, 37)  # cuBLAS, into padded rows
-        assert not returns_unpadded(a.float(), w.float().t(), bias.float(), 37)
-    cpu = torch.empty(4, 32, dtype=torch.bfloat16)
-    cpu_weight, cpu_bias = torch.empty(37, 32, dtype=torch.bfloat16), torch.empty(37, dtype=torch.bfloat16)
-    assert not returns_unpadded(cpu, cpu_weight.t(), cpu_bias, 37)
+        for dtype in (torch.bfloat16, torch.float32):
+            a, w, bias = torch.empty(64, 32, dtype=dtype), torch.empty(37, 32, dtype=dtype), torch.empty(37, dtype=dtype)
+            for b in (bias, None):
+                assert torch.ops.smelt.padded_product(a, w.t(), b, 37).stride() == (40, 1)
 
 
 def test_a_weight_is_padded_in_its_own_layout():

@@ -1,17 +1,15 @@
 """A half-float linear layer's product plus its bias, for smelt::padded_product (padded_product.py):
-stored into eager's unpadded rows, the weight read in place.
+stored into the first N columns of rows padded to 16 bytes, the weight read in place.
 
 cuBLAS adds a bias in its epilogue only when ATen hands it a contiguous result; the first N
 columns of padded rows are not one, and ATen then copies the bias into them and reads it back
-(BERT's head, 4096 x 768 @ 768 x 30,522 bf16 on the H200: 505 us, against 315 us for a contiguous
-result over a weight already padded, and 340-353 us with the weight padded on every call, 47 MB
-more at the peak). This kernel reads both operands through TMA descriptors (the weight's rows are
-aligned: its K is) and stores each tile into the result's rows, with no scratch: 377 us into
-BERT's unpadded rows in the sweep that chose it (RESULTS, eleventh session: pointer or TMA loads,
-persistent or not, several tile shapes; this one TMA and persistent, 128 x 256 x 64 tiles, 3
-stages, 8 warps; benchmarks/probes/head_sweep.py times it now). The same kernel stored into padded
-rows (a row stride Triton specializes as a multiple of 16) took 707 us there: so the result keeps
-eager's rows.
+(BERT's head, 4096 x 768 @ 768 x 30,522 bf16 on the H200: 505 us, against 286-300 us for a
+contiguous result over a weight already padded, and 351-356 us with the weight padded on every
+call, 47 MB more at the peak). This kernel reads both operands and writes the result through TMA
+descriptors (the weight's rows are aligned: its K is; the result's padded rows are): 320 us for
+BERT's head (`benchmarks/probes/head_variants.py`, twenty-third session; into eager's unaligned
+rows with pointer stores, as before, 383-389 us at best over 17 variants). Tiles of 128 x 256 x 64, 3
+stages, 8 warps, persistent.
 
 Each program walks tiles NUM_PROGRAMS apart, grouped GROUP_M rows of tiles at a time so that the
 tiles resident at once share their blocks of A and W in L2. The tile's sum is float32; the bias is
@@ -28,9 +26,9 @@ CONFIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warp
 
 
 @triton.jit
-def biased_head_product(a_desc, w_desc, bias_ptr, c_ptr, M, N, K, stride_cm, NUM_PROGRAMS: tl.constexpr,
+def biased_head_product(a_desc, w_desc, bias_ptr, c_desc, M, N, K, NUM_PROGRAMS: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    # C[M, N] = A[M, K] @ W[N, K]^T + bias[N]; C's rows stride_cm apart, its columns contiguous.
+    # C[M, N] = A[M, K] @ W[N, K]^T + bias[N]; the descriptors clip every edge (zeros read, nothing written).
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     k_steps = (K + BLOCK_K - 1) // BLOCK_K
@@ -43,25 +41,26 @@ def biased_head_product(a_desc, w_desc, bias_ptr, c_ptr, M, N, K, stride_cm, NUM
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)  # not tl.zeros: a @jit helper the interpreter cannot call
         for k in range(k_steps):  # the descriptors read zeros past each edge
             acc = tl.dot(a_desc.load([off_m, k * BLOCK_K]), w_desc.load([off_n, k * BLOCK_K]).T, acc)
-        rm = off_m + tl.arange(0, BLOCK_M)
         rn = off_n + tl.arange(0, BLOCK_N)
         acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        c = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
-        tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
-def applies(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> bool:
-    """Half floats on a CUDA device, `w` row-major [N, K] and `a` [M, K] in rows TMA can read
-    (16-byte aligned), a contiguous bias of one row."""
-    def tma_readable(t):
-        return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
-    return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) and w.dtype == a.dtype == bias.dtype
-            and a.dim() == w.dim() == 2 and bias.dim() == 1 and bias.stride(0) == 1
-            and tma_readable(a) and tma_readable(w))
+def applies(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> bool:
+    """Half floats on a CUDA device, `w` row-major [N, K], `a` [M, K] and `out` [M, N] in rows TMA
+    can read and write (16-byte aligned), a contiguous bias of one row."""
+    return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) and w.dtype == a.dtype == bias.dtype == out.dtype
+            and a.dim() == w.dim() == out.dim() == 2 and bias.dim() == 1 and bias.stride(0) == 1
+            and all(_tma_rows(t) for t in (a, w, out)))
+
+
+def _tma_rows(t: torch.Tensor) -> bool:
+    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
 
 
 def product_into(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """out = a @ w[:N].T + bias[:N], N = out's columns (w and bias may have more rows: padded)."""
+    """out = a @ w[:N].T + bias[:N], N = out's columns (w and bias may have more rows: padded); out's
+    rows 16-byte aligned (the first N columns of padded rows)."""
     m, n = out.shape
     k = a.shape[1]
     config = dict(CONFIG)
@@ -70,6 +69,7 @@ def product_into(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor, bias: torc
     programs = min(tiles, torch.cuda.get_device_properties(a.device).multi_processor_count) if a.is_cuda else tiles
     a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [config["BLOCK_M"], config["BLOCK_K"]])
     w_desc = TensorDescriptor(w, [n, k], [w.stride(0), 1], [config["BLOCK_N"], config["BLOCK_K"]])
-    biased_head_product[(programs,)](a_desc, w_desc, bias, out, m, n, k, out.stride(0), NUM_PROGRAMS=programs,
+    c_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [config["BLOCK_M"], config["BLOCK_N"]])
+    biased_head_product[(programs,)](a_desc, w_desc, bias, c_desc, m, n, k, NUM_PROGRAMS=programs,
                                      num_warps=warps, num_stages=stages, **config)
     return out

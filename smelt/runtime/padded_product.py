@@ -17,9 +17,9 @@ padded. A product plus a bias vector on CUDA is where cuBLAS is no help: it adds
 epilogue only into a contiguous result, which the padded rows' first N columns are not (BERT's head on
 the H200, `benchmarks/probes/head_product.py`: 505 us into the strided columns; 352 with the whole
 weight padded on every call, Inductor's way, whose 47 MB copy stood beside the logits at an inference
-call's peak: 1.16x eager's). A half-float one goes through biased_head.py's TMA kernel into eager's
-unpadded rows (386 us, the weight read in place, the peak eager's: returns_unpadded); any other pads
-the whole weight. A `b` that comes padded is read whole; any other is padded here.
+call's peak: 1.16x eager's). A half-float one goes through biased_head.py's TMA kernel (320 us, the
+weight read in place, the peak eager's); any other pads the whole weight. A `b` that comes padded is
+read whole; any other is padded here.
 """
 from typing import Optional
 
@@ -40,14 +40,6 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     """(bias +) a @ b, its first `n` columns, in rows of padded_width(n) elements; a [M, K],
     b [K, N] with N = n or n padded, bias broadcastable to [M, N] (zero past n where N > n)."""
     m = a.shape[0]
-    if returns_unpadded(a, b, bias, n):
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-        if m == 0 or n == 0:
-            return out
-        from . import biased_head  # Triton, imported only where it runs
-        if biased_head.applies(a, b.t(), bias):
-            return biased_head.product_into(out, a, b.t(), bias)
-        return out.copy_(F.linear(a, b.t(), bias[:n]))  # rows TMA cannot read (a misaligned view): rare
     width = padded_width(n, a.element_size())
     rows = torch.empty((m, width), dtype=a.dtype, device=a.device)
     if m == 0 or n == 0:
@@ -55,6 +47,8 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     align = max(1, ALIGN_BYTES // a.element_size())
     if b.shape[1] >= width:
         _product(a, b[:, :width], _columns(bias, 0, width), rows)
+    elif _biased_head(rows[:, :n], a, b, bias):
+        pass  # the TMA kernel stored it
     elif (b.stride(0) == 1 and b.stride(1) % align == 0 and b.stride(1) >= b.shape[0]
           and not (a.is_cuda and _is_vector(bias))):
         aligned = n - n % align
@@ -67,12 +61,16 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
     return rows[:, :n]
 
 
-def returns_unpadded(a, b, bias, n: int) -> bool:
-    """Whether the result comes in eager's unpadded rows: a half-float weight's product plus a bias
-    vector on CUDA, which biased_head.py's kernel stores there."""
-    return (_is_vector(bias) and a.is_cuda and a.dtype in HALF_FLOATS and b.dtype == a.dtype
-            and bias.dtype == a.dtype and a.dim() == b.dim() == 2 and b.stride(0) == 1
-            and b.shape[1] < padded_width(n, a.element_size()))
+def _biased_head(out, a, b, bias) -> bool:
+    """out = a @ b + bias by biased_head.py's kernel, where it applies: a half-float weight's
+    transpose and a bias vector on CUDA. Whether it ran."""
+    if not (_is_vector(bias) and a.is_cuda and a.dtype in HALF_FLOATS and b.dim() == 2 and b.stride(0) == 1):
+        return False
+    from . import biased_head  # Triton, imported only where it runs
+    if not biased_head.applies(out, a, b.t(), bias):
+        return False
+    biased_head.product_into(out, a, b.t(), bias)
+    return True
 
 
 def _is_vector(bias) -> bool:
@@ -105,7 +103,5 @@ def _columns(bias, start: int, end: int):
 
 @padded_product.register_fake
 def _(a, b, bias, n):
-    if returns_unpadded(a, b, bias, n):
-        return a.new_empty((a.shape[0], n))
     width = padded_width(n, a.element_size())
     return a.new_empty((a.shape[0], width))[:, :n]
