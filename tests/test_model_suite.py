@@ -119,3 +119,16 @@ def test_cuda_graph_columns_compare_reserved_memory():
         "peak_reserved": {"eager": 500, "inductor": 500, "smelt": 500, "inductor-ro": 1000, "smelt-ro": 800}})
     row = report.markdown([timed]).splitlines()[2].split(" | ")
     assert row[8:12] == ["2.40x", "0.80x", "1.60x", "0.80x"], row
+
+
+def test_a_graphed_smelt_row_compiles_with_its_cache_folder(tmp_path):
+    # The timed smelt-ro row asks for mode="reduce-overhead" and for its own cache folder (options):
+    # torch.compile refuses both at once, so the mode goes in as the settings it stands for. This
+    # failed every row of the H200's CUDA-graph column (twenty-third session) before.
+    from smelt.tools.model_suite.timing import case_callable
+    spec = all_specs()["multihead_attention"]
+    torch._dynamo.reset()
+    fn = case_callable(spec, "infer_fp32", "tiny", "cpu", 0, "smelt", "reduce-overhead",
+                       {"graph_cache": True, "cache_dir": str(tmp_path)})
+    fn()
+    assert any(tmp_path.iterdir())  # compiled into its own folder

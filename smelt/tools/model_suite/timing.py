@@ -40,13 +40,22 @@ def _steady_ms(fn, device, cpu_calls: int) -> float:
     return statistics.median(times)
 
 
+def _mode_settings(backend: str, compile_mode: str) -> dict:
+    if backend != "smelt":
+        raise ValueError(f"model suite: {backend} is compiled with mode {compile_mode!r} or with options, not both")
+    from smelt.backend import MODES
+    return MODES[compile_mode]
+
+
 def case_callable(spec, mode, size, device, seed, backend, compile_mode=None, options=None):
     """A no-argument function running one call of the case, compiled with `backend` (None: eager)
     under torch.compile's `mode` and `options`."""
     def compiled(fn, **kw):
-        if compile_mode is not None:
+        if options and compile_mode is not None:  # torch.compile takes one or the other
+            kw["options"] = {**_mode_settings(backend, compile_mode), **options}
+        elif compile_mode is not None:
             kw["mode"] = compile_mode
-        if options:
+        elif options:
             kw["options"] = options
         return fn if backend is None else torch.compile(fn, backend=backend, **kw)
 
