@@ -22,6 +22,8 @@ import os
 import sys
 import time
 
+import torch
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 
 import test_cuda_graph_callers as standin  # noqa: E402  (the stand-in allocator and capture)
@@ -111,7 +113,13 @@ def main() -> None:
     parser.add_argument("--mode", default="train")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--layers", type=int, default=None, help="a text model's layer count (tiny: 1-2)")
+    parser.add_argument("--amp", action="store_true",
+                        help="train under bfloat16 autocast, as the suite's CUDA training does: a layer's backward "
+                             "then gets casts of its weights, not the weights (no parameter tells its callers apart)")
     args = parser.parse_args()
+    if args.amp:
+        from smelt.tools.model_suite import timing
+        timing.autocast_for = lambda device: torch.autocast("cpu", dtype=torch.bfloat16)
     if args.layers is not None:
         _with_layers(args.model, args.layers)
     spec = all_specs()[args.model]

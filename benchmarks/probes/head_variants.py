@@ -173,27 +173,21 @@ def main(argv=None) -> None:
           f"{bench(lambda: biased_head.product_into(padded, a, w, bias)):.0f} | |")
     print("| into padded rows, TMA stores: (M, N, K, group, warps, stages, halves) | | |")
     for variant in TMA_STORE_VARIANTS:
-        padded.zero_()
-        try:
-            run_tma_store(padded, a, w, bias, *variant)
-            error = (padded.float() - reference).abs().max().item()
-            took = bench(lambda: run_tma_store(padded, a, w, bias, *variant))
-            print(f"| {variant} | {took:.0f} | {error:.4f} |", flush=True)
-        except Exception as e:
-            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''} | |",
-                  flush=True)
-    print("| (M, N, K, group, warps, stages, halves, specialize, persistent) | | |")
+        _time_variant(bench, lambda v=variant: run_tma_store(padded, a, w, bias, *v), padded, reference, variant)
+    print("| into eager's rows, pointer stores: (M, N, K, group, warps, stages, halves, specialize, persistent) | | |")
     for variant in VARIANTS:
-        out.zero_()
-        try:
-            run_variant(out, a, w, bias, *variant)
-            error = (out.float() - reference).abs().max().item()
-            took = bench(lambda: run_variant(out, a, w, bias, *variant))
-            print(f"| {variant} | {took:.0f} | {error:.4f} |", flush=True)
-        except Exception as e:  # a config the compiler refuses (shared memory, no warp specialization)
-            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''} | |",
-                  flush=True)
+        _time_variant(bench, lambda v=variant: run_variant(out, a, w, bias, *v), out, reference, variant)
 
+
+def _time_variant(bench, run, out, reference, variant) -> None:
+    out.zero_()
+    try:
+        run()
+        error = (out.float() - reference).abs().max().item()
+        print(f"| {variant} | {bench(run):.0f} | {error:.4f} |", flush=True)
+    except Exception as e:  # a config the compiler refuses (shared memory, no warp specialization)
+        print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''} | |",
+              flush=True)
 
 if __name__ == "__main__":
     main()
