@@ -135,6 +135,10 @@ def main() -> None:
         recordings = [r for sizes in call.sizes.values() for r in sizes.recordings]
         print(f"c{k} {call.name}: {call.replays} replays, {call.recorded} recordings made, {len(recordings)} kept; "
               f"last refusals {[r.refusal for r in recordings]}")
+        copied = {(i.position, i.layout[0], str(i.layout[2]).removeprefix("torch.")) for r in recordings
+                  for i in r.copied or ()}
+        if copied:  # inputs copied in before each replay: a caller's own tensors, made anew each call
+            print(f"   copied inputs (position, size, dtype): {sorted(copied)}")
     if standin._pool is not None:
         print(f"the arena's high mark: {standin._pool.view.high / 2 ** 20:.2f} MiB")
 
