@@ -35,7 +35,7 @@ def merge_common_subexpressions(gm: torch.fx.GraphModule) -> int:
         if _writes(node.target):
             writes += 1
             continue
-        if node in exposed or not _pure(node.target) or free_unbacked_symbols(node.meta.get("val")):
+        if node in exposed or not _pure(node.target) or _unbacked(node):
             continue
         key = (writes, node.target, _key(node.args), _key(node.kwargs))
         try:
@@ -75,6 +75,15 @@ def _pure(target) -> bool:
     if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
         return False
     return "empty" not in target._opname  # uninitialized memory: two are two buffers
+
+
+def _unbacked(node: torch.fx.Node) -> bool:
+    """Whether its value has a size (or is a number) no example fixes; a value of a kind torch
+    cannot read sizes from counts as one (left alone)."""
+    try:
+        return bool(free_unbacked_symbols(node.meta.get("val")))
+    except AssertionError:
+        return True
 
 
 def _writes(target) -> bool:
