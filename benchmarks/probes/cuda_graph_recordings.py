@@ -30,6 +30,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--backend", default="smelt", help="smelt, or inductor for its reduce-overhead steps")
+    parser.add_argument("--why", action="store_true",
+                        help="print each recording as it is made with why the graph's kept ones did not fit "
+                             "(moved: an input read in place is elsewhere; held / others held: outputs), and the "
+                             "recordings made per graph after each step")
     args = parser.parse_args()
     spec = all_specs()[args.model]
     if args.memory:
@@ -39,6 +43,10 @@ def main() -> None:
         del eager
         torch.cuda.empty_cache()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.why:
+        runtime_log = logging.getLogger("smelt.runtime")
+        runtime_log.setLevel(logging.DEBUG)
+        runtime_log.addFilter(lambda record: " records (" in record.getMessage())
     calls = []
     made = cuda_graphs.GraphedCall.__init__
 
@@ -54,7 +62,8 @@ def main() -> None:
         start = time.perf_counter()
         step()
         torch.cuda.synchronize()
-        print(f"step {i}: {1e3 * (time.perf_counter() - start):.1f} ms", flush=True)
+        print(f"step {i}: {1e3 * (time.perf_counter() - start):.1f} ms"
+              + (f"; recordings made {[c.recorded for c in calls]}" if args.why else ""), flush=True)
     if args.memory:
         # What the warm-up and recording steps left cached outside the pools counts in their reserved
         # peaks; the suite's figure (and Inductor's) is a step's after empty_cache.
