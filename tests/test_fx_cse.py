@@ -122,3 +122,13 @@ def test_a_training_compile_does_not_import_inductor_to_merge():
                           env={**__import__("os").environ, "SMELT_GRAPH_CACHE": "0"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "False"
+
+
+def test_random_draws_stay_apart_in_a_training_graph():
+    # The joint graph AOTAutograd partitions is merged by smelt's pass too (backend.py).
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (F.dropout(x, 0.5, True) - F.dropout(x, 0.5, True)).abs().sum(), backend="smelt")
+    x = torch.ones(1000, requires_grad=True)
+    out = f(x)
+    out.backward()
+    assert out > 0 and x.grad.abs().sum() > 0  # two draws: neither their difference nor its gradient is zero
