@@ -6,7 +6,8 @@ held) can be studied without a GPU. Per step, the recordings each graph has made
 held outputs, the recordings holding them (cK#i: the i-th recording of the K-th graph made, with the
 step it was made in); at the end, each graph's replays, recordings and last refusals.
 
-    python -m benchmarks.probes.cuda_graph_standin whisper --mode train --steps 5 --layers 4
+    python -m benchmarks.probes.cuda_graph_standin whisper --mode train --steps 5 --layers 4 [--amp]
+        [--overhead 3]
 
 Graph breaks decide the graphs: Whisper under transformers 5.17 (the GPU machine's) breaks into ten
 graphs, under 5.24 into three. To match the GPU machine, install 5.17 beside this one and put it first:
@@ -54,6 +55,22 @@ class _Recording(standin._RerunRecording):
 
 class _Call(standin._CpuGraphedCall):
     recording_type = _Recording
+    timed_from = None  # with --overhead: the step from which calls are timed
+    seconds: dict = {}  # per graph name: [calls, seconds in the call, seconds running the graph itself]
+
+    def __call__(self, args):
+        if self.timed_from is None or step_now[0] < self.timed_from:
+            return super().__call__(args)
+        record = _Call.seconds.setdefault(self.name, [0, 0.0, 0.0])
+        start, record[2] = time.perf_counter(), record[2] - _Call._graph_seconds
+        try:
+            return super().__call__(args)
+        finally:
+            record[0] += 1
+            record[1] += time.perf_counter() - start
+            record[2] += _Call._graph_seconds
+
+    _graph_seconds = 0.0  # running total of the stand-in graphs' own time (their replays)
 
     def __init__(self, call, name, size_key, mutated, blockers):
         super().__init__(call, name, size_key, mutated, ())  # its CPU tensors stand for CUDA ones
@@ -113,6 +130,9 @@ def main() -> None:
     parser.add_argument("--mode", default="train")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--layers", type=int, default=None, help="a text model's layer count (tiny: 1-2)")
+    parser.add_argument("--overhead", type=int, default=None, metavar="STEP",
+                        help="from this step on, time each graphed call's bookkeeping (the call less the graph "
+                             "it replays: what a replay costs the host on a GPU too), per graph")
     parser.add_argument("--amp", action="store_true",
                         help="train under bfloat16 autocast, as the suite's CUDA training does: a layer's backward "
                              "then gets casts of its weights, not the weights (no parameter tells its callers apart)")
@@ -124,6 +144,17 @@ def main() -> None:
         _with_layers(args.model, args.layers)
     spec = all_specs()[args.model]
     _graphed_on_the_cpu()
+    if args.overhead is not None:
+        _Call.timed_from = args.overhead
+        replay = standin._Rerun.replay
+
+        def timed_replay(graph):
+            start = time.perf_counter()
+            try:
+                return replay(graph)
+            finally:
+                _Call._graph_seconds += time.perf_counter() - start
+        standin._Rerun.replay = timed_replay
     step = case_callable(spec, args.mode, "tiny", "cpu", 0, "smelt", "reduce-overhead")
     for i in range(args.steps):
         step_now[0] = i
@@ -139,6 +170,11 @@ def main() -> None:
                   for i in r.copied or ()}
         if copied:  # inputs copied in before each replay: a caller's own tensors, made anew each call
             print(f"   copied inputs (position, size, dtype): {sorted(copied)}")
+    steps = args.steps - (args.overhead or 0)
+    for name, (calls, total, graph) in _Call.seconds.items():
+        print(f"{name}: {calls / steps:.0f} calls a step, bookkeeping {1e6 * (total - graph) / calls:.0f} us a call")
+    if _Call.seconds:
+        print(f"bookkeeping a step: {1e3 * sum(t - g for _, t, g in _Call.seconds.values()) / steps:.2f} ms")
     if standin._pool is not None:
         print(f"the arena's high mark: {standin._pool.view.high / 2 ** 20:.2f} MiB")
 

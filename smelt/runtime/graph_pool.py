@@ -136,8 +136,7 @@ class SharedPool:
                 del self.handed_out[key]
                 recording.forget_if_released()
                 continue
-            for block in blocks:
-                held[block] = recording
+            held.update(dict.fromkeys(blocks, recording))
         return held
 
     def ran(self, recording) -> None:
