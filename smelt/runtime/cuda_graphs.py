@@ -43,8 +43,6 @@ from smelt.runtime.graph_pool import Block, CudaAllocatorView, PoolUnusable, Sha
 
 log = logging.getLogger("smelt.runtime")
 
-_storage_use_count = torch._C._storage_Use_Count  # graph_pool.use_count without its Python frame
-
 MAX_HELD = 4  # recordings at one sizes whose last outputs are all still held
 # Per graph and sizes: a graph each layer of a model calls has a recording per layer, and one called
 # at several points of a step (each layer's backward) one per set of outputs held there.
@@ -239,14 +237,6 @@ class _Recording:
                             and (given_back is None or storage._cdata in given_back))
                     self.watched.append((storage._cdata, 0, (storage.data_ptr(), storage.nbytes()) if back else None))
         self.watched = [(c, use_count(c), block) for c, _, block in self.watched]
-        # The same, as the per-call checks read them (each replay asks of every recording in its pool):
-        # counts and blocks apart, so the checks run as comprehensions over C calls.
-        self._counted = [(c, n) for c, n, _ in self.watched]
-        self._blocks = [(c, n, block) for c, n, block in self.watched if block is not None]
-        positions = [p for p, _ in self.in_place]
-        self._first_in_place = positions[0] if positions else None
-        self._in_place_positions = positions
-        self._in_place_pointers = [pointer for _, pointer in self.in_place]
         for kind, *rest in outputs:
             if kind == "pool":
                 _recorded_storages[rest[0].untyped_storage()._cdata] = weakref.ref(self)
@@ -257,31 +247,26 @@ class _Recording:
         not keep off (see the module's docstring). held_in(pool): the blocks of that pool's held
         outputs, each with its recording."""
         self.refusal = None
-        # Each replay runs this for the recordings it tries (per call, a few microseconds each
-        # counts: Whisper's training step makes 22 graphed calls): written for speed.
-        first = self._first_in_place
-        if first is not None and (args[first].data_ptr() != self._in_place_pointers[0] or  # another layer's
-                                  [args[p].data_ptr() for p in self._in_place_positions] != self._in_place_pointers):
-            self.refusal = "moved"
-            return False
+        for position, pointer in self.in_place:
+            if args[position].data_ptr() != pointer:
+                self.refusal = "moved"
+                return False
         if not self.free():
             self.refusal = "held"
             return False
         if self.pool is not None:
-            held = held_in(self.pool)
-            outside = held.keys() - self.avoided
-            if outside and any(held[block] is not self for block in outside):
-                self.refusal = "others held"
-                return False
+            avoided = self.avoided
+            for block, owner in held_in(self.pool).items():
+                if block not in avoided and owner is not self:
+                    self.refusal = "others held"
+                    return False
         return True
 
     def free(self) -> bool:
-        count = _storage_use_count
-        return all(count(c) <= n for c, n in self._counted)
+        return all(use_count(c) <= n for c, n, _ in self.watched)
 
     def held_blocks(self) -> list[Block]:
-        count = _storage_use_count
-        return [block for c, n, block in self._blocks if count(c) > n]
+        return [block for c, n, block in self.watched if block is not None and use_count(c) > n]
 
     def forget_if_released(self) -> None:
         if self.graph is None:  # released: its outputs were kept only while held

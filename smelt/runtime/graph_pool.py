@@ -136,7 +136,8 @@ class SharedPool:
                 del self.handed_out[key]
                 recording.forget_if_released()
                 continue
-            held.update(dict.fromkeys(blocks, recording))
+            for block in blocks:
+                held[block] = recording
         return held
 
     def ran(self, recording) -> None:
