@@ -16,6 +16,7 @@ from smelt.runtime.padded_product import padded_width
 @pytest.fixture(autouse=True)
 def _every_product(monkeypatch):
     monkeypatch.setattr(matmul_padding, "MIN_MACS", 0)  # the tests' products are small
+    monkeypatch.setattr(matmul_padding, "MIN_MATRIX_MACS", 0)
     with smelt.config.override(matmul_padding="on"):
         yield
 
@@ -510,3 +511,21 @@ def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, comp
     source = _wrappers(observe)
     assert (*batch, 40, 24) not in allocated_shapes(source), source
     assert "addmm" in source or "baddbmm" in source, source
+
+
+@pytest.mark.parametrize("positions, padded", [(49, False), (129, True)])
+def test_a_batch_of_matrices_smaller_than_a_tile_is_not_padded(device, compile_fn, assert_close, monkeypatch, observe,
+                                                               positions, padded):
+    """Window attention's products (Swin: 49 x 32 x 49 each) are left misaligned: padding K made the
+    softmax write its rows in a second pass. From one tile's work up, each matrix is padded."""
+    monkeypatch.setattr(matmul_padding, "MIN_MATRIX_MACS", 128 * 128 * 64)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(6, positions, 64, device=device) for _ in range(3))
+
+    def attention(q, k, v):
+        return (torch.bmm(q, k.transpose(1, 2)) * 0.125).softmax(-1).bmm(v)
+
+    with smelt.config.override(attention_rewrite=False):
+        actual = compile_fn(attention)(q, k, v)
+    assert_close(actual, attention(q, k, v), atol=1e-4, rtol=1e-4)
+    assert ("constant_pad_nd" in _wrappers(observe)) == padded

@@ -43,6 +43,12 @@ ALIGN_BYTES = 16
 # Products smaller than this many multiply-adds are left as they are: the copies would cost more
 # than the slow kernel (a 512 x 512 x 1024 product takes about 10 us either way).
 MIN_MACS = 2 ** 28
+# A batch of matrices each smaller than one tile of cuBLAS's tensor-core kernels (about 128 x 128 x 64)
+# is left as it is too: a partial tile runs about as fast misaligned, and a K pad breaks the fusion
+# of the operand's producer. Swin-T's window attention (6144 products of 49 x 32 x 49, then 49 x 49 x 32)
+# had its softmax written again by a second kernel into rows of 56 (0.58 ms): its bf16 inference on the
+# H200 took 3.76 GPU ms a call padded, 3.48 not (attention as written; RESULTS, twenty-fourth session).
+MIN_MATRIX_MACS = 128 * 128 * 64
 _PERMUTES = (aten.permute.default, aten.t.default, aten.transpose.int)
 _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
@@ -62,7 +68,8 @@ def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
             continue
         align = ALIGN_BYTES // va.element_size()
         m, k, n = va.shape[-2], va.shape[-1], vb.shape[-1]
-        if not all(isinstance(s, int) for s in (m, k, n)) or m * k * n * _batch(va) < MIN_MACS:
+        if not all(isinstance(s, int) for s in (m, k, n)) or m * k * n * _batch(va) < MIN_MACS \
+                or m * k * n < MIN_MATRIX_MACS:
             continue
         pad_m = -m % align if va.stride(-2) == 1 and va.shape[-1] > 1 else 0
         pad_k, pad_n = -k % align, -n % align
