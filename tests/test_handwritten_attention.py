@@ -10,7 +10,13 @@ import torch.nn.functional as F
 
 import smelt.backend
 import smelt.config
+from smelt.lowering import handwritten_attention
 from smelt.lowering.handwritten_attention import handwritten_attention_to_sdpa
+
+
+@pytest.fixture(autouse=True)
+def _every_length(monkeypatch):
+    monkeypatch.setattr(handwritten_attention, "MIN_KEYS", {})  # the tests' rows are short
 
 
 @pytest.fixture
@@ -451,3 +457,14 @@ def test_an_output_written_in_place_is_left_as_written_and_trains(device, compil
     for t, want in zip((q, k, v), expected):
         assert_close(t.grad, want, atol=1e-4, rtol=1e-4)
     assert rewrites == [0]
+
+
+@pytest.mark.parametrize("keys, rewritten", [(49, 0), (64, 1)])
+def test_rows_shorter_than_a_fused_kernels_tile_are_left_as_written(device, compile_fn, assert_close, rewrites,
+                                                                    monkeypatch, keys, rewritten):
+    """Swin's 49-key windows: faster as written than through SDPA's kernels on the GPU."""
+    monkeypatch.setattr(handwritten_attention, "MIN_KEYS", {torch.device(device).type: 64})
+    q, k, v = _qkv(device, queries=keys, keys=keys)
+    mask = torch.zeros(2, 1, 1, keys, device=device)
+    assert_close(compile_fn(albert)(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert rewrites == [rewritten]

@@ -58,6 +58,12 @@ _SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Where a score plus the dtype's lowest value is that value (float16's spacing there is 32: it
 # rounds to -inf instead).
 _SATURATING = (torch.bfloat16, torch.float32, torch.float64)
+# Keys below which a chain stays as written, per device type: the fused kernels work on tiles of 64
+# keys or more, so a shorter row is mostly padding, and scores that short take no more memory than
+# q, k and v. On the H200, Swin-T's window attention (49 keys) took 3.72 GPU ms a call with 7 of its 12
+# layers through cuDNN's SDPA, 3.48 with all as written (RESULTS, twenty-fourth session). The CPU's
+# kernels are not measured so: every length is rewritten there.
+MIN_KEYS = {"cuda": 64}
 
 
 def _is(node, functions=(), methods=()) -> bool:
@@ -261,6 +267,10 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
             continue
         chain, k_t = found.chain, found.k_t
         out = chain[-1]
+        keys = _value(k_t).shape[-1]
+        if isinstance(keys, int) and keys < MIN_KEYS.get(_value(k_t).device.type, 0):
+            log.debug("smelt: attention written by hand at %s left as written: %d keys", node.name, keys)
+            continue
         if written_in_place(out):  # SDPA's fused kernels save the output the program writes
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
