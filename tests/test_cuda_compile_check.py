@@ -237,3 +237,21 @@ def test_gpu_compiles_still_work_after_an_interpreted_kernel_called_a_device_fun
     done = subprocess.run([sys.executable, "-c", _AFTER_DROPOUT], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("compiled"), done.stderr[-3000:]
+
+
+@triton_pass_only
+def test_short_rows_written_back_run_a_few_rows_a_program_on_the_gpu(checked, monkeypatch):
+    # Swin's 49-key softmax: 64 rows over 8 warps took twice the time of 8 rows over 2 on the H200
+    # (codegen/triton/kernel.py SHORT_ROW); longer rows keep their blocks.
+    from smelt.codegen.triton import backend as triton_backend
+    twins = []
+    real = triton_backend._cuda_twin
+    monkeypatch.setattr(triton_backend, "_cuda_twin", lambda *a: twins.append(real(*a)) or twins[-1])
+    for width, want in ((49, (8, 64, 2)), (300, (8, 512, 8))):
+        torch._dynamo.reset()
+        x = torch.randn(4096, width, dtype=torch.bfloat16)
+        fn = torch.compile(lambda x: torch.softmax(x, -1), backend="smelt", fullgraph=True)
+        torch.testing.assert_close(fn(x), torch.softmax(x, -1), atol=1e-2, rtol=1e-2)
+        config = twins[-1].config
+        assert (config.XBLOCK, config.RBLOCK, config.num_warps, config.persistent) == (*want, True), config
+    assert len(checked) == 2  # each compiled for sm_90

@@ -47,6 +47,11 @@ class TritonKernelSource:
 
 # Fewest neighbouring outputs a compiled column reduction's program reads at once (a 128-byte line of float32).
 MIN_COLUMN_XBLOCK = 32
+# Rows this short (Swin's 49 keys), reduced whole and written back element by element (a softmax),
+# run 512 elements a program (8 such rows) over 2 warps: its window softmax took 175 / 89 / 52 us (at 6144, 3072 and 1536
+# windows of 49 x 49, H200) in 64 rows over 8 warps, 92 / 49 / 40 so; a plain softmax over 49-long
+# rows 61 -> 56 us (benchmarks/probes/short_rows.py).
+SHORT_ROW = 64
 # A row reduction packs several rows into a program only while that leaves at least this many
 # programs (an H100 has 132 SMs).
 MIN_ROW_PROGRAMS = 128
@@ -107,6 +112,9 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         budget = 2048
         elements_per_warp = 256
         max_warps = 8
+    elif persistent and not interpret and rblock <= SHORT_ROW and plan.r_contiguous():
+        budget = 512
+        elements_per_warp = 256
     else:
         elements_per_warp = 512
     xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
