@@ -1,4 +1,5 @@
 """torch.cat, constant padding, and tensor factories created inside the compiled fn."""
+import re
 
 import pytest
 import torch
@@ -221,3 +222,23 @@ def test_cat_piece_read_at_a_gathered_scalar_index(device, check):
     for k in range(3):
         check(fn, torch.randn(5, 1, device=device), torch.randn(5, 1, device=device),
               torch.tensor([k], device=device), torch.randint(0, 200, (1,), device=device).to(torch.uint8))
+
+
+def _kernel_bodies(observe) -> list[str]:
+    """The latest graph's kernel sources without comments, each kernel's name made one word."""
+    (graph,) = observe.compiled_graphs()[-1:]
+    sources = graph.kernel_sources.values() if isinstance(graph.kernel_sources, dict) else graph.kernel_sources
+    return [re.sub(r"\w*fused\w*", "KERNEL", "\n".join(l for l in s.splitlines() if not l.lstrip().startswith("#")))
+            for s in sources]
+
+
+@pytest.mark.parametrize("pad", [(0, 0, 0, 0, 0, 0), (0, 0, -1, 0)], ids=["by_nothing", "cropped"])
+def test_a_pad_by_nothing_or_a_crop_checks_no_bounds(pad, device, check, observe):
+    # Swin pads its windows by zero rows: the pad's bound checks were int64 compares and masked loads
+    # on every element of its layer norms. Its kernels are now those of the same ops without the pad.
+    x = torch.randn(2, 7, 7, 8, device=device)
+    crop = (slice(None), slice(None), slice(1, None)) if pad[2] else (slice(None),)
+    check(lambda x: F.pad(x * 2, pad) + 1, x)
+    padded = _kernel_bodies(observe)
+    check(lambda x: x[crop] * 2 + 1, x)
+    assert padded == _kernel_bodies(observe)

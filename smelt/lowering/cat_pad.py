@@ -98,9 +98,9 @@ def constant_pad_nd(g, x, pad, value=0):
     old = x.get_size()
     ndim = len(size)
     # pad lists (before, after) pairs starting from the last dimension.
-    befores = [sympy.Integer(0)] * ndim
+    befores, afters = [sympy.Integer(0)] * ndim, [sympy.Integer(0)] * ndim
     for k in range(len(pad) // 2):
-        befores[ndim - 1 - k] = sympify(pad[2 * k])
+        befores[ndim - 1 - k], afters[ndim - 1 - k] = sympify(pad[2 * k]), sympify(pad[2 * k + 1])
     load = x.make_loader()
     dtype = g.out_meta.dtype
 
@@ -108,11 +108,12 @@ def constant_pad_nd(g, x, pad, value=0):
         source = [i - b for i, b in zip(index, befores)]
         conditions = []
         for d, (s, b) in enumerate(zip(source, befores)):
-            if b == 0 and len(pad) // 2 <= ndim - 1 - d:
-                continue
-            lo = ops.ge(ops.index_expr(s, torch.int64), ops.constant(0, torch.int64))
-            hi = ops.lt(ops.index_expr(s, torch.int64), ops.index_expr(old[d], torch.int64))
-            conditions += [lo, hi]
+            # A side padded by nothing (or cropped) needs no check: Swin pads its windows by zero
+            # rows, and each check was an int64 compare per element of its layer norms.
+            if not _at_most_zero(b):
+                conditions.append(ops.ge(ops.index_expr(s, torch.int64), ops.constant(0, torch.int64)))
+            if not _at_most_zero(afters[d]):
+                conditions.append(ops.lt(ops.index_expr(s, torch.int64), ops.index_expr(old[d], torch.int64)))
         if not conditions:
             return load(source)
         inside = conditions[0]
@@ -120,3 +121,8 @@ def constant_pad_nd(g, x, pad, value=0):
             inside = ops.logical_and(inside, c)
         return ops.masked(inside, lambda: load(source), value)
     return TensorBox.of_storage(Pointwise(g.out_meta.device, dtype, inner_fn, size, g.origin | x.origins))
+
+
+def _at_most_zero(amount) -> bool:
+    """Whether a pad amount is surely no padding (zero, or a crop)."""
+    return bool(amount.is_number and amount <= 0)
