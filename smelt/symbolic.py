@@ -242,6 +242,30 @@ def _upper_bound(expr: Expr, ranges: dict) -> Expr | None:
     return None
 
 
+def surely_below(expr: Expr, ranges: dict, limit: int) -> bool:
+    """Whether an index expression lies in [0, limit) for every index var v of `ranges` in
+    [0, ranges[v]) (static sizes): provably, else False."""
+    if not _never_negative(expr, ranges):
+        return False
+    upper = _upper_bound(expr, {v: sympy.Integer(n) for v, n in ranges.items()})
+    return upper is not None and sympy.sympify(upper).is_Integer and int(upper) < limit
+
+
+def _never_negative(expr: Expr, ranges: dict) -> bool:
+    if expr.is_Integer:
+        return expr >= 0
+    if expr in ranges or isinstance(expr, ModularIndexing):
+        return True
+    if isinstance(expr, FloorDiv):
+        return _never_negative(expr.args[0], ranges) and bool(expr.args[1].is_positive)
+    if expr.is_Add:
+        return all(_never_negative(a, ranges) for a in expr.args)
+    if expr.is_Mul:
+        coeff, rest = expr.as_coeff_Mul()
+        return coeff >= 0 and _never_negative(rest, ranges)
+    return False
+
+
 def _nonnegative(expr: Expr) -> bool:
     return bool(expr.is_nonnegative) or (expr.is_Mul and expr.as_coeff_Mul()[0] > 0)
 

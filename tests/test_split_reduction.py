@@ -257,3 +257,19 @@ def test_each_backend_reports_a_target():
     assert backends.named("halide").target("cpu").max_storage_elements == 2 ** 31 - 1
     assert backends.named("halide").target("cpu").split_programs == CPU.split_programs
     assert backends.named("reference").target("cpu") == CPU
+
+
+def test_per_column_values_under_the_chunk_mask_are_read_once_per_column(device, check, observe):
+    """A batch norm before the column mean: its per-channel parameters are read in bounds whatever
+    the last chunk's tail mask says, so they are loaded (and their square root taken) per column of
+    the block, not per element; the activation itself keeps the mask (past the tail it is out of
+    bounds)."""
+    x = torch.randn(RAGGED, 8, device=device)
+    mean, var, weight = (torch.rand(8, device=device) + 0.5 for _ in range(3))
+    check(lambda x, mean, var, weight: ((x - mean) * torch.rsqrt(var + 1e-5) * weight).mean(0),
+          x, mean, var, weight, **TOL)
+    stage1 = _kernels(observe)[0][0]
+    source = _stage_source(observe, stage1)
+    per_column = re.findall(r"tl\.load\(in_ptr\d \+ \(\(xindex % 8\)\)\)", source)
+    assert len(per_column) == 3, source
+    assert re.search(r"tl\.load\(in_ptr\d \+ \(8\*rindex.*\), tmp\d+, other=0\.0\)", source), source

@@ -4,7 +4,7 @@ import itertools
 import pytest
 import sympy
 
-from smelt.symbolic import FloorDiv, ModularIndexing, index_var, simplify_index
+from smelt.symbolic import FloorDiv, ModularIndexing, index_var, simplify_index, surely_below
 
 X, R = index_var("xindex"), index_var("rindex")
 
@@ -61,3 +61,18 @@ def test_an_unknown_function_in_a_size_is_an_error_naming_it():
     from smelt.symbolic import pexpr
     with pytest.raises(NotImplementedError, match="BitwiseFn_bitwise_and"):
         pexpr(F.BitwiseFn_bitwise_and(sympy.Symbol("s", integer=True, positive=True), 3))
+
+
+def test_surely_below_bounds_index_expressions_by_their_vars_ranges():
+    x, r = index_var("xindex"), index_var("rindex")
+    ranges = {x: 59904, r: 256}
+    per_channel = ModularIndexing(x, 1, 144)
+    assert surely_below(per_channel, ranges, 144)
+    assert not surely_below(per_channel, ranges, 143)
+    # A split's chunk runs past the tensor's end in its last chunk: not in bounds without its mask.
+    chunked = 144 * r + 36864 * FloorDiv(x, 4608) + per_channel + 451584 * ModularIndexing(x, 144, 32)
+    assert not surely_below(chunked, ranges, 32 * 3136 * 144)
+    assert surely_below(chunked, ranges, 144 * 255 + 36864 * 12 + 143 + 451584 * 31 + 1)
+    # A pad's or a cat piece's shifted index may be negative; a symbol is not bounded.
+    assert not surely_below(x - 1, {x: 8}, 8)
+    assert not surely_below(x + sympy.Symbol("s0", positive=True, integer=True), {x: 8}, 10 ** 9)

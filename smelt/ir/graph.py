@@ -123,6 +123,16 @@ class IRGraph:
             return ReinterpretView(buffer, layout)
         return self.register_computed(copy_loops(data))
 
+    def storage_numel_of(self, name: str):
+        """Elements the storage of a buffer, input or constant (by name; storage names included)
+        holds at least: what its layout's indices stay below. None when not found."""
+        holders = [*self.constants.items(), *((n, v) for n, v in self.inputs if hasattr(v, "layout")),
+                   *self.shared_storages.items(), *((b.name, b) for b in self.buffers)]
+        for holder_name, holder in holders:
+            if holder_name == name and getattr(holder, "layout", None) is not None:
+                return holder.layout.storage_numel()
+        return None
+
     def dtype_of(self, name: str) -> torch.dtype:
         """The element type of a buffer, input or constant by name (storage names included)."""
         if self._dtypes is None or name not in self._dtypes:  # rebuilt for a name registered since
