@@ -60,7 +60,25 @@ def decomposition_table() -> dict:
         table[op] = functools.partial(_max_pool_backward_without_input, op)
     for op in (aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default):
         table[op] = functools.partial(_avg_pool_backward_without_input, op)
+    table[aten.smooth_l1_loss_backward.default] = _smooth_l1_loss_backward
+    table.pop(aten.smooth_l1_loss_backward.grad_input, None)  # torch's calls its own: eager's kernel runs
     return table
+
+
+def _smooth_l1_loss_backward(grad_output, self, target, reduction: int, beta: float):
+    """Eager's kernel: a difference at or past -beta / beta takes -grad / grad, any other grad * x /
+    beta, so a NaN difference gets a NaN gradient. torch's decomposition takes sign(x) outside
+    |x| < beta, and sign(NaN) is 0 (the fuzzer: a variance over an empty dim fed to the loss)."""
+    if beta == 0:  # eager runs l1_loss's backward, sign(x) * grad: torch's decomposition is that
+        return torch._decomp.decomposition_table[aten.smooth_l1_loss_backward.default](
+            grad_output, self, target, reduction, beta)
+    dtype = torch.promote_types(self.dtype, grad_output.dtype)
+    opmath = _opmath(dtype)
+    norm = 1.0 / self.numel() if reduction == 1 else 1.0  # 1: Reduction.MEAN
+    x = (self.to(opmath) - target.to(opmath))
+    norm_grad = norm * grad_output.to(opmath)
+    inside = norm_grad * x / beta
+    return torch.where(x <= -beta, -norm_grad, torch.where(x >= beta, norm_grad, inside)).to(dtype)
 
 
 def _max_pool_backward_without_input(op, grad, input, kernel_size, stride, padding, dilation, ceil_mode, indices):

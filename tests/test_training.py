@@ -140,3 +140,22 @@ def test_an_input_mutated_after_use_is_not_read_mutated_by_the_backward(fn, devi
         y.sum().backward()
         results.append((y.detach(), x.grad, b))
     assert_close(results[1], results[0])
+
+
+@pytest.mark.parametrize("beta", [0.5, 0.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_smooth_l1_gradients_are_eagers_at_nan_and_at_the_edges(beta, dtype, device, compile_fn, assert_close):
+    # Fuzzer finding: a variance over an empty dim (NaN) fed to smooth_l1_loss got a gradient of 0
+    # through torch's decomposition (sign(NaN) is 0) where eager's kernel gives NaN.
+    x = torch.tensor([float("nan"), 0.5, -0.5, 0.2, -3.0, 2.0, float("inf")], device=device, dtype=dtype)
+    target = torch.tensor([0.3, 0.0, 0.0, 0.0, -1.0, float("nan"), 0.0], device=device, dtype=dtype)
+    for reduction in ("mean", "none"):
+        def loss(x, target):
+            out = F.smooth_l1_loss(x, target, beta=beta, reduction=reduction)
+            return out if reduction == "mean" else (out * torch.arange(7, device=device, dtype=dtype)).sum()
+        got = [t.clone().requires_grad_(True) for t in (x, target)]
+        want = [t.clone().requires_grad_(True) for t in (x, target)]
+        actual = torch.autograd.grad(compile_fn(loss)(*got), got)
+        expected = torch.autograd.grad(loss(*want), want)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=1e-2)
