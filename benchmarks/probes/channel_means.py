@@ -13,15 +13,13 @@ the graph cache off, so each variant's code is its own. `split off` turns split 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 
 import torch
 import triton
 from triton.testing import do_bench
 
 import smelt.config
-from smelt.codegen.triton import backend as triton_backend
+from benchmarks.probes.block_override import blocks_where
 
 # (channels, side) of EfficientNet-B0's expanded activations whose squeeze is costly at batch 32.
 SHAPES = [(96, 112), (144, 56), (240, 28), (672, 14)]
@@ -33,22 +31,10 @@ def squeeze(x, scale, shift):
     return torch.nn.functional.silu(x * scale + shift).mean((2, 3), keepdim=True)
 
 
-@contextlib.contextmanager
 def blocks(override):
-    real = triton_backend.choose_blocks
-
-    def chosen(plan, interpret, limit):
-        config = real(plan, interpret, limit)
-        if override is None or not plan.is_reduction or config.persistent or config.row_split > 1:
-            return config
-        x, r, warps = override
-        return dataclasses.replace(config, XBLOCK=x, RBLOCK=r, num_warps=warps)
-    triton_backend.choose_blocks = chosen
-    try:
-        with smelt.config.override(graph_cache=False):
-            yield
-    finally:
-        triton_backend.choose_blocks = real
+    """Looped reductions get (XBLOCK, RBLOCK, num_warps) = override."""
+    change = None if override is None else dict(zip(("XBLOCK", "RBLOCK", "num_warps"), override))
+    return blocks_where(lambda config: not config.persistent, change)
 
 
 def main(argv=None) -> None:

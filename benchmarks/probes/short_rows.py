@@ -12,15 +12,12 @@ over 8 warps. Each variant overrides the blocks of every persistent reduction wh
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 
 import torch
 import triton
 from triton.testing import do_bench
 
-import smelt.config
-from smelt.codegen.triton import backend as triton_backend
+from benchmarks.probes.block_override import blocks_where
 
 # (XBLOCK, num_warps) of persistent reductions over rows of at most 64.
 BLOCKS = [(2, 1), (4, 2), (8, 2), (8, 4), (16, 4), (32, 4), (32, 8)]
@@ -38,22 +35,10 @@ def plain_softmax(x):
     return x.softmax(-1)
 
 
-@contextlib.contextmanager
 def blocks(override):
-    real = triton_backend.choose_blocks
-
-    def chosen(plan, interpret, limit):
-        config = real(plan, interpret, limit)
-        if override is None or not (config.persistent and config.RBLOCK <= 64 and config.row_split == 1):
-            return config
-        x, warps = override
-        return dataclasses.replace(config, XBLOCK=x, num_warps=warps)
-    triton_backend.choose_blocks = chosen
-    try:
-        with smelt.config.override(graph_cache=False):
-            yield
-    finally:
-        triton_backend.choose_blocks = real
+    """Persistent reductions over rows of at most 64 get (XBLOCK, num_warps) = override."""
+    change = None if override is None else {"XBLOCK": override[0], "num_warps": override[1]}
+    return blocks_where(lambda config: config.persistent and config.RBLOCK <= 64, change)
 
 
 def sweep(label, fn, args) -> dict:

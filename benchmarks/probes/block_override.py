@@ -1,0 +1,28 @@
+"""A context in which smelt's Triton kernels get other blocks than its heuristic picks: the probes
+that sweep block shapes (short_rows, channel_means) compile under it."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import smelt.config
+from smelt.codegen.triton import backend as triton_backend
+
+
+@contextlib.contextmanager
+def blocks_where(select, change: dict | None):
+    """Every kernel whose heuristic config `select(config)` accepts gets `change` (XBLOCK, RBLOCK,
+    num_warps; None: none), compiled with the graph cache off so that each variant's code is its own."""
+    real = triton_backend.choose_blocks
+
+    def chosen(plan, interpret, limit):
+        config = real(plan, interpret, limit)
+        if change is None or not plan.is_reduction or config.row_split > 1 or not select(config):
+            return config
+        return dataclasses.replace(config, **change)
+    triton_backend.choose_blocks = chosen
+    try:
+        with smelt.config.override(graph_cache=False):
+            yield
+    finally:
+        triton_backend.choose_blocks = real
