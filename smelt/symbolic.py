@@ -252,17 +252,16 @@ def surely_below(expr: Expr, ranges: dict, limit: int) -> bool:
 
 
 def _never_negative(expr: Expr, ranges: dict) -> bool:
+    """Provably >= 0 with the index vars of `ranges` >= 0 (a Mod or floor of a negative base is
+    printed as C's, so its base must be too)."""
     if expr.is_Integer:
         return expr >= 0
-    if expr in ranges or isinstance(expr, ModularIndexing):
+    if expr in ranges:
         return True
-    if isinstance(expr, FloorDiv):
-        return _never_negative(expr.args[0], ranges) and bool(expr.args[1].is_positive)
-    if expr.is_Add:
+    if isinstance(expr, (FloorDiv, ModularIndexing)):
+        return _never_negative(expr.args[0], ranges) and all(bool(a.is_positive) for a in expr.args[1:])
+    if expr.is_Add or expr.is_Mul:
         return all(_never_negative(a, ranges) for a in expr.args)
-    if expr.is_Mul:
-        coeff, rest = expr.as_coeff_Mul()
-        return coeff >= 0 and _never_negative(rest, ranges)
     return False
 
 

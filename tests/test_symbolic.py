@@ -76,3 +76,5 @@ def test_surely_below_bounds_index_expressions_by_their_vars_ranges():
     # A pad's or a cat piece's shifted index may be negative; a symbol is not bounded.
     assert not surely_below(x - 1, {x: 8}, 8)
     assert not surely_below(x + sympy.Symbol("s0", positive=True, integer=True), {x: 8}, 10 ** 9)
+    assert not surely_below(ModularIndexing(x - 3, 1, 4), {x: 8}, 4)  # C's % of a negative base
+    assert surely_below(x * r, ranges, 59903 * 255 + 1) and not surely_below(-2 * x, {x: 8}, 8)
