@@ -6,7 +6,7 @@ against eager and Inductor, in one GPU call.
     python3 -m benchmarks.probes.channel_means [--batch 32]
 
 EfficientNet-B0's bf16 inference profile (RESULTS, twenty-fourth session) put three of these at 54,
-38 and 34 us on the H200 where Inductor's run 8-12 us. Each variant overrides the heuristic's blocks
+38 and 34 us on the H200 where Inductor's of the kind take 8 us. Each variant overrides the heuristic's blocks
 for every looped reduction of the graph (codegen/triton/kernel.py `choose_blocks`) and compiles with
 the graph cache off, so each variant's code is its own. `split off` turns split reductions off.
 """

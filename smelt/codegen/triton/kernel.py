@@ -271,7 +271,7 @@ class TritonKernel(PrintedKernel):
         none of their conditions (the region's tl.where still picks its value). A value of x alone
         then stays one per row: a batch norm's per-channel parameters under a split reduction's
         tail mask were loaded per element, with a square root and two divisions each
-        (EfficientNet's squeeze means, 54 us where Inductor's take 8-12 on the H200)."""
+        (EfficientNet's squeeze means, 54 us where Inductor's of the kind take 8 on the H200)."""
         if not self.mask_stack or buffer in self.plan.kept_in_input:
             return False
         index = sympy.sympify(index)
