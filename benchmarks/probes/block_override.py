@@ -26,3 +26,20 @@ def blocks_where(select, change: dict | None):
             yield
     finally:
         triton_backend.choose_blocks = real
+
+
+def us(fn, args) -> float:
+    """do_bench's median of fn(*args), in microseconds."""
+    from triton.testing import do_bench
+    return do_bench(lambda: fn(*args), return_mode="median") * 1e3
+
+
+def eager_and_inductor_us(fn, args) -> dict:
+    """fn's time in eager and compiled by Inductor (after a call that compiles it)."""
+    import torch
+    times = {"eager": us(fn, args)}
+    torch._dynamo.reset()
+    inductor = torch.compile(fn, backend="inductor")
+    inductor(*args)
+    times["Inductor"] = us(inductor, args)
+    return times

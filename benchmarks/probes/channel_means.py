@@ -16,10 +16,9 @@ import argparse
 
 import torch
 import triton
-from triton.testing import do_bench
 
 import smelt.config
-from benchmarks.probes.block_override import blocks_where
+from benchmarks.probes.block_override import blocks_where, eager_and_inductor_us, us
 
 # (channels, side) of EfficientNet-B0's expanded activations whose squeeze is costly at batch 32.
 SHAPES = [(96, 112), (144, 56), (240, 28), (672, 14)]
@@ -48,11 +47,7 @@ def main(argv=None) -> None:
         scale, shift = (torch.randn(1, channels, 1, 1, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         want = squeeze(x, scale, shift)
         floor = x.numel() * x.element_size() / 3.0e12 * 1e6  # us at 3 TB/s
-        row = [f"eager {do_bench(lambda: squeeze(x, scale, shift), return_mode='median') * 1e3:.1f}"]
-        torch._dynamo.reset()
-        inductor = torch.compile(squeeze, backend="inductor")
-        inductor(x, scale, shift)
-        row.append(f"Inductor {do_bench(lambda: inductor(x, scale, shift), return_mode='median') * 1e3:.1f}")
+        row = [f"{k} {v:.1f}" for k, v in eager_and_inductor_us(squeeze, (x, scale, shift)).items()]
         runs = [("heuristic", None, {})] + [(f"{b[0]}x{b[1]}/{b[2]}", b, {}) for b in BLOCKS]
         runs.append(("split off", None, {"split_reductions": False}))
         for label, override, setting in runs:
@@ -61,7 +56,7 @@ def main(argv=None) -> None:
                 compiled = torch.compile(squeeze, backend="smelt")
                 got = compiled(x, scale, shift)
             torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
-            row.append(f"{label} {do_bench(lambda: compiled(x, scale, shift), return_mode='median') * 1e3:.1f}")
+            row.append(f"{label} {us(compiled, (x, scale, shift)):.1f}")
         print(f"[{args.batch}, {channels}, {side}, {side}] (read floor {floor:.1f}) us: " + ", ".join(row), flush=True)
 
 

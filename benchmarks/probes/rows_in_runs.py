@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-import sympy
 import torch
 import triton
 from triton.testing import do_bench
@@ -24,6 +23,7 @@ import smelt.config
 from smelt.scheduler import kernel_plan
 from smelt.scheduler.nodes import RINDEX, XINDEX
 from smelt.scheduler.placement import Placement
+from benchmarks.probes.block_override import eager_and_inductor_us, us
 
 STEPS = 16
 
@@ -77,18 +77,14 @@ def main(argv=None) -> None:
         x = torch.randn(32, side, side, channels, **bf16)
         weight, bias = torch.randn(4 * channels, **bf16), torch.randn(4 * channels, **bf16)
         want = merge_and_norm(x, weight, bias)
-        row = [f"eager {do_bench(lambda: merge_and_norm(x, weight, bias), return_mode='median') * 1e3:.1f}"]
-        torch._dynamo.reset()
-        inductor = torch.compile(merge_and_norm, backend="inductor")
-        inductor(x, weight, bias)
-        row.append(f"Inductor {do_bench(lambda: inductor(x, weight, bias), return_mode='median') * 1e3:.1f}")
+        row = [f"{k} {v:.1f}" for k, v in eager_and_inductor_us(merge_and_norm, (x, weight, bias)).items()]
         for label, by_runs in (("columns (today)", False), ("rows in runs", True)):
             torch._dynamo.reset()
             with judged(by_runs):
                 compiled = torch.compile(merge_and_norm, backend="smelt")
                 got = compiled(x, weight, bias)
             torch.testing.assert_close(got, want, atol=6e-2, rtol=2e-2)
-            row.append(f"{label} {do_bench(lambda: compiled(x, weight, bias), return_mode='median') * 1e3:.1f}")
+            row.append(f"{label} {us(compiled, (x, weight, bias)):.1f}")
         print(f"merge + norm [32, {side}, {side}, {channels}] us: " + ", ".join(row), flush=True)
     if args.no_model:
         return

@@ -17,7 +17,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from benchmarks.probes.block_override import blocks_where
+from benchmarks.probes.block_override import blocks_where, eager_and_inductor_us, us
 
 # (XBLOCK, num_warps) of persistent reductions over rows of at most 64.
 BLOCKS = [(2, 1), (4, 2), (8, 2), (8, 4), (16, 4), (32, 4), (32, 8)]
@@ -43,18 +43,14 @@ def blocks(override):
 
 def sweep(label, fn, args) -> dict:
     want = fn(*args)
-    times = {"eager": do_bench(lambda: fn(*args), return_mode="median") * 1e3}
-    torch._dynamo.reset()
-    inductor = torch.compile(fn, backend="inductor")
-    inductor(*args)
-    times["Inductor"] = do_bench(lambda: inductor(*args), return_mode="median") * 1e3
+    times = eager_and_inductor_us(fn, args)
     for override in [None] + BLOCKS:
         torch._dynamo.reset()
         with blocks(override):
             compiled = torch.compile(fn, backend="smelt")
             got = compiled(*args)
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
-        times[override or "heuristic"] = do_bench(lambda: compiled(*args), return_mode="median") * 1e3
+        times[override or "heuristic"] = us(compiled, args)
     print(f"{label} us: " + ", ".join(f"{k if isinstance(k, str) else '%dx%d' % k} {v:.1f}" for k, v in times.items()),
           flush=True)
     return times

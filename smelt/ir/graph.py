@@ -58,7 +58,7 @@ class IRGraph:
         self.random_seeds: dict = {}  # device -> RandomSeeds, made by the first random op on it
         self.node: torch.fx.Node | None = None
         self._counter = 0
-        self._dtypes: dict | None = None
+        self._holders: dict | None = None
         # Writes into graph inputs (aten.copy_), registered after everything else: every other
         # buffer, realized however late, reads an input's old contents, so it must come first.
         self.input_writes: list = []
@@ -126,24 +126,27 @@ class IRGraph:
     def storage_numel_of(self, name: str):
         """Elements the storage of a buffer, input or constant (by name; storage names included)
         holds at least: what its layout's indices stay below. None when not found."""
-        holders = [*self.constants.items(), *((n, v) for n, v in self.inputs if hasattr(v, "layout")),
-                   *self.shared_storages.items(), *((b.name, b) for b in self.buffers)]
-        for holder_name, holder in holders:
-            if holder_name == name and getattr(holder, "layout", None) is not None:
-                return holder.layout.storage_numel()
-        return None
+        holder = self._holder(name)
+        return holder.layout.storage_numel() if holder is not None else None
 
     def dtype_of(self, name: str) -> torch.dtype:
         """The element type of a buffer, input or constant by name (storage names included)."""
-        if self._dtypes is None or name not in self._dtypes:  # rebuilt for a name registered since
-            self._dtypes = {name: c.get_dtype() for name, c in self.constants.items()}
-            self._dtypes.update((n, v.get_dtype()) for n, v in self.inputs if hasattr(v, "layout"))
-            self._dtypes.update((n, s.get_dtype()) for n, s in self.shared_storages.items())
+        holder = self._holder(name)
+        if holder is None:
+            raise KeyError(name)
+        return holder.get_dtype()
+
+    def _holder(self, name: str):
+        """The constant, input, shared storage or buffer of that name (a buffer also by its storage's)."""
+        if self._holders is None or name not in self._holders:  # rebuilt for a name registered since
+            self._holders = dict(self.constants)
+            self._holders.update((n, v) for n, v in self.inputs if hasattr(v, "layout"))
+            self._holders.update(self.shared_storages)
             for b in self.buffers:
                 if b.layout is not None:
-                    self._dtypes.setdefault(getattr(b, "storage_name", b.name), b.get_dtype())
-                    self._dtypes[b.name] = b.get_dtype()
-        return self._dtypes[name]
+                    self._holders.setdefault(getattr(b, "storage_name", b.name), b)
+                    self._holders[b.name] = b
+        return self._holders.get(name)
 
     # ------------------------------------------------------------ text
 
