@@ -548,12 +548,16 @@ def test_a_backward_given_the_weight_its_forward_saved_records_once_a_layer():
     forward, backward, weights = _graphed(), _graphed(), _weights(layers)
     forward.call, backward.call = _forward_saving_weight, _backward
     made, x = [], torch.randn(3, 8)  # one batch every step, as the model suite's
+    # The loss's gradient at one address every step, as a recorded loss hands it: a fresh tensor lands
+    # where the heap puts it, and one found elsewhere is copied by a recording of its own (under
+    # pytest-xdist the first backward so recorded again: a heap state, not the weights this is about).
+    ones = torch.ones(3, 8)
     for step in range(5):
         h, saved = x, []
         for w in weights:
             h, pre, kept = forward([w, h])
             saved.append((kept, pre))
-        grad = torch.ones(3, 8)
+        grad = ones
         for (kept, pre), w in zip(reversed(saved), reversed(weights)):
             expected = (grad * (1 - torch.tanh(pre) ** 2)) @ w.detach().T
             (grad,) = backward([kept, pre, grad])
