@@ -1,14 +1,15 @@
 """Reductions whose rows are read in contiguous runs (Swin's patch merging: the four 2x2 neighbours
-concatenated before a layer norm), judged column reductions as smelt judges them today or rows read in
-runs, timed on the GPU: the merge and norm alone (eager, Inductor, smelt both ways), then Swin-T (bf16
-inference, batch 32) both ways with its costliest kernels, in one GPU call.
+concatenated before a layer norm), judged column reductions (by the rindex coefficient alone, as
+smelt did until the twenty-fifth session) or rows read in runs (`KernelPlan.r_contiguous` today),
+timed: the merge and norm alone (eager, Inductor, smelt both ways), then on CUDA Swin-T (bf16
+inference, batch 32) both ways with its costliest kernels, in one call.
 
-    python3 -m benchmarks.probes.rows_in_runs [--no-model]
+    python3 -m benchmarks.probes.rows_in_runs [--no-model] [--device cpu]
 
-`KernelPlan.r_contiguous` takes a read's rindex coefficient: an index of Mods and floors has none, so
-the merged rows loop over 64 x 64 blocks (148 and 103 us on the H200 where Inductor's take 60; RESULTS,
-twenty-fourth session). The variant evaluates the first read's index at rindex 0..16 and takes unit
-steps throughout as rows. Compiles run with the graph cache off, so each variant's code is its own.
+An index of Mods and floors has no rindex coefficient, so by the coefficient alone the merged rows
+looped over 64 x 64 blocks on the GPU (148 and 103 us in Swin on the H200 where Inductor's take 60;
+RESULTS, twenty-fourth session). On the CPU the judgement steers Halide's schedule (vectorized along
+r or along x). Compiles run with the graph cache off, so each variant's code is its own.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import argparse
 import contextlib
 
 import torch
-import triton
 from triton.testing import do_bench
 
 import smelt.config
@@ -25,40 +25,29 @@ from smelt.scheduler.nodes import RINDEX, XINDEX
 from smelt.scheduler.placement import Placement
 from benchmarks.probes.block_override import eager_and_inductor_us, us
 
-STEPS = 16
 
-
-def rows_in_runs(plan) -> bool:
-    """r_contiguous, or the first read with rindex walks 16 unit steps along r (at x 0 and 1)."""
-    if _judged_by_coefficient(plan):
-        return True
+def by_coefficient(plan) -> bool:
+    """The judgement before rows in runs: the first read with rindex has coefficient 1 on it, or no xindex."""
     for node in plan.nodes:
         if plan.placement[node.name] == Placement.X:
             continue
         for _, index in node.reads_in_kernel(plan.placement[node.name], plan.xnumel, plan.rnumel):
-            if RINDEX not in index.free_symbols:
-                continue
-            if index.free_symbols - {XINDEX, RINDEX}:
-                return False
-            for x in (0, 1):
-                values = [int(index.subs({XINDEX: x, RINDEX: r})) for r in range(STEPS + 1)]
-                if any(b - a != 1 for a, b in zip(values, values[1:])):
-                    return False
-            return True
+            if RINDEX in index.free_symbols:
+                return index.coeff(RINDEX) == 1 or XINDEX not in index.free_symbols
     return True
 
 
-_judged_by_coefficient = kernel_plan.KernelPlan.r_contiguous
+_today = kernel_plan.KernelPlan.r_contiguous
 
 
 @contextlib.contextmanager
 def judged(by_runs: bool):
-    kernel_plan.KernelPlan.r_contiguous = rows_in_runs if by_runs else _judged_by_coefficient
+    kernel_plan.KernelPlan.r_contiguous = _today if by_runs else by_coefficient
     try:
         with smelt.config.override(graph_cache=False):
             yield
     finally:
-        kernel_plan.KernelPlan.r_contiguous = _judged_by_coefficient
+        kernel_plan.KernelPlan.r_contiguous = _today
 
 
 def merge_and_norm(x, weight, bias):
@@ -70,28 +59,32 @@ def merge_and_norm(x, weight, bias):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-model", action="store_true")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = parser.parse_args(argv)
-    print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
-    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    cuda = args.device == "cuda"
+    print(f"torch {torch.__version__}, " + (torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"))
+    # The CPU row is float32 at batch 4: bfloat16 there is emulated, and Swin's CPU sizes are small.
+    bf16 = dict(device="cuda", dtype=torch.bfloat16) if cuda else dict(device="cpu", dtype=torch.float32)
+    batch = 32 if cuda else 4
     for side, channels in ((56, 96), (28, 192), (14, 384)):
-        x = torch.randn(32, side, side, channels, **bf16)
+        x = torch.randn(batch, side, side, channels, **bf16)
         weight, bias = torch.randn(4 * channels, **bf16), torch.randn(4 * channels, **bf16)
         want = merge_and_norm(x, weight, bias)
         row = [f"{k} {v:.1f}" for k, v in eager_and_inductor_us(merge_and_norm, (x, weight, bias)).items()]
-        for label, by_runs in (("columns (today)", False), ("rows in runs", True)):
+        for label, by_runs in (("by coefficient", False), ("rows in runs", True)):
             torch._dynamo.reset()
             with judged(by_runs):
                 compiled = torch.compile(merge_and_norm, backend="smelt")
                 got = compiled(x, weight, bias)
             torch.testing.assert_close(got, want, atol=6e-2, rtol=2e-2)
             row.append(f"{label} {us(compiled, (x, weight, bias)):.1f}")
-        print(f"merge + norm [32, {side}, {side}, {channels}] us: " + ", ".join(row), flush=True)
-    if args.no_model:
+        print(f"merge + norm [{batch}, {side}, {side}, {channels}] us: " + ", ".join(row), flush=True)
+    if args.no_model or not cuda:
         return
     from benchmarks.probes.gpu_model_profile import kernel_table, report
     from smelt.tools.model_suite.timing import case_callable
     from smelt.tools.model_suite.zoo import all_specs
-    for label, by_runs in (("columns (today)", False), ("rows in runs", True)):
+    for label, by_runs in (("by coefficient", False), ("rows in runs", True)):
         torch._dynamo.reset()
         with judged(by_runs):
             fn = case_callable(all_specs()["swin"], "infer_bf16", "real", "cuda", 0, "smelt")

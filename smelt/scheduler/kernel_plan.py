@@ -35,6 +35,7 @@ class KernelPlan:
     tiling: Tiling | None = None
     # Buffers its kernel reads from the graph input that holds them (scheduler/schedule.py plan_memory).
     kept_in_input: dict = dataclasses.field(default_factory=dict)
+    _r_contiguous: bool | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def blocks_2d(self) -> bool:
@@ -63,13 +64,21 @@ class KernelPlan:
         return [n for n in self.nodes if self.phase[n.name] == phase and self.placement[n.name] in placements]
 
     def r_contiguous(self) -> bool:
-        """Whether the main reads walk memory along r (rows) rather than along x (columns)."""
+        """Whether the main reads walk memory along r (rows) rather than along x (columns): the first
+        read that depends on r steps by one element along it."""
+        if self._r_contiguous is None:
+            self._r_contiguous = self._first_r_read_walks_rows()
+        return self._r_contiguous
+
+    def _first_r_read_walks_rows(self) -> bool:
         for node in self.nodes:
             if self.placement[node.name] == Placement.X:
                 continue
             for _, index in node.reads_in_kernel(self.placement[node.name], self.xnumel, self.rnumel):
                 if RINDEX in index.free_symbols:
-                    return index.coeff(RINDEX) == 1 or XINDEX not in index.free_symbols
+                    if index.coeff(RINDEX) == 1 or XINDEX not in index.free_symbols:
+                        return True
+                    return _steps_in_unit_runs(index, self.rnumel)
         return True
 
     def stores_per_element(self) -> bool:
@@ -78,6 +87,24 @@ class KernelPlan:
 
     def static_sizes(self) -> tuple[int | None, int | None]:
         return static_int(self.xnumel), static_int(self.rnumel)
+
+
+RUN_STEPS = 16
+
+
+def _steps_in_unit_runs(index: sympy.Expr, rnumel: sympy.Expr) -> bool:
+    """Whether an index with no plain rindex term (a row gathered from pieces, as Swin's patch merging
+    concatenates four neighbours' channels) still reads its first RUN_STEPS elements of r one after
+    another, at the first two x: such rows are read in runs, and a column plan would loop over them
+    in 64 x 64 blocks (2-5x slower on the H200, benchmarks/probes/rows_in_runs.py)."""
+    if index.free_symbols - {XINDEX, RINDEX}:
+        return False
+    steps = min(RUN_STEPS, (static_int(rnumel) or RUN_STEPS + 1) - 1)
+    for x in (0, 1):
+        at = [index.xreplace({XINDEX: x, RINDEX: r}) for r in range(steps + 1)]
+        if any(not (b - a).is_Integer or b - a != 1 for a, b in zip(at, at[1:])):
+            return False
+    return steps > 0
 
 
 def plan_kernel(group: FusedGroup, stored: list[str], kept_in_input: dict | None = None, target=None) -> KernelPlan:
