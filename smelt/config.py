@@ -130,6 +130,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_FREEZE_WEIGHTS": Setting(parse_bool, False, _BOOL),
@@ -224,6 +225,10 @@ class Config:
     # Depthwise convolutions as smelt kernels (lowering/depthwise_convolution.py): "auto" where the
     # Target says they beat the library (cuDNN's on the GPU).
     depthwise_kernels: str = _field("SMELT_DEPTHWISE_KERNELS")
+    # Pointwise kernels walked as rows where some values depend on the row or the column alone (a
+    # batch norm's per-channel scale), computed once per tile row or column (scheduler/tiling.py):
+    # "auto" where the Target says so (Target.rows_for_row_values).
+    row_value_tiles: str = _field("SMELT_ROW_VALUE_TILES")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

@@ -1,6 +1,8 @@
 """One FX graph through every stage: lower -> schedule -> codegen -> load."""
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import logging
 import time
@@ -133,11 +135,19 @@ def _target_for(cfg):
     def target_for(device_type: str) -> Target:
         if device_type not in known:
             try:
-                known[device_type] = backends.for_device(cfg, torch.device(device_type)).target(device_type)
+                target = backends.for_device(cfg, torch.device(device_type)).target(device_type)
             except ValueError:  # a device no backend takes (meta)
-                known[device_type] = H100
+                target = H100
+            known[device_type] = _as_set(cfg, target)
         return known[device_type]
     return target_for
+
+
+def _as_set(cfg, target: Target) -> Target:
+    """The target with the fields a setting decides outright (not "auto") set as it says."""
+    if cfg.row_value_tiles != "auto":
+        target = dataclasses.replace(target, rows_for_row_values=cfg.row_value_tiles == "on")
+    return target
 
 
 def _wants(cfg, setting: str, target_field: str):

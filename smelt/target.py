@@ -23,8 +23,14 @@ class Target:
     global_split_min_numel: int
     # Whether a pointwise kernel is walked as rows where a value then depends on the row alone (a
     # channel's scale over an NCHW tensor): its compiler computes it once per row, not per element.
-    # A CPU's per-element arithmetic costs time; a GPU kernel of the kind is memory-bound anyway.
+    # A CPU's per-element arithmetic costs time; so does a GPU's where an element takes an exp and
+    # an IEEE division (a BN + SiLU over 32 channels-last channels, bf16: 32.2 -> 28.5 us on the
+    # H200; BN + ReLU over 64: 39.2 -> 30.1; RESULTS, twenty-fifth session).
     rows_for_row_values: bool = False
+    # Where set, those rows only where whole tiles of at most this width cover them: on the GPU a
+    # 96-long row took a 64-wide tile and a half-masked one, each reading 128 of its 192 bytes
+    # (EfficientNet's 96-channel BN + SiLU 85 -> 118-144 us; benchmarks/probes/row_value_tiles.py).
+    row_value_tile_width: int | None = None
     # Whether 2-D convolutions get channels-last operands and the values between them are laid out
     # so (lowering/layout_plan.py): cuDNN's tensor-core convolutions convert NCHW both ways otherwise.
     channels_last_convolutions: bool = False
@@ -52,7 +58,8 @@ def switched_on(setting: str, target: Target, field: str) -> bool:
 # (benchmarks/probes/reduction_variants.py). One value splits from 4096 elements: its second
 # stage runs in the first kernel's last program, so the split costs no launch.
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
-              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True)
+              channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
+              rows_for_row_values=True, row_value_tile_width=64)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

@@ -8,6 +8,7 @@ few kernels: the op tests put every op of a dtype into one graph (one or two ker
 that compile graphs run in the Triton pass of `make test` only (they force the Triton CPU backend
 themselves, so the Halide pass would repeat them). The file takes about 10 s."""
 import os
+import re
 
 import pytest
 import torch
@@ -278,3 +279,31 @@ def test_rows_gathered_from_pieces_are_planned_as_rows(checked, monkeypatch):
     torch.testing.assert_close(fn(x, weight, bias), merge_and_norm(x, weight, bias), atol=3e-2, rtol=3e-2)
     config = twins[-1].config
     assert config.persistent and config.RBLOCK == 256, config  # the whole row at once
+
+
+@triton_pass_only
+def test_batch_norm_over_channels_last_rows_computes_per_channel_values_once_per_tile_column(checked, monkeypatch):
+    # A BN + SiLU over 32 channels-last channels is walked as [positions x channels] tiles, so the
+    # per-channel sqrt and division happen once per tile column (on the H200 32.2 -> 28.5 us); over
+    # 96 channels a tile would half-mask its second block, so the flat walk stays.
+    from smelt.codegen.triton import backend as triton_backend
+    twins = []
+    real = triton_backend._cuda_twin
+    monkeypatch.setattr(triton_backend, "_cuda_twin", lambda *a: twins.append(real(*a)) or twins[-1])
+
+    def bn_silu(x, mean, var, weight, bias):
+        return torch.nn.functional.silu(torch.nn.functional.batch_norm(x, mean, var, weight, bias, False, 0.0, 1e-5))
+
+    for channels, tiled in ((32, True), (96, False)):
+        torch._dynamo.reset()
+        x = torch.randn(2, channels, 16, 16, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        args = (x, torch.randn(channels, dtype=torch.bfloat16), torch.rand(channels, dtype=torch.bfloat16) + 0.5,
+                torch.randn(channels, dtype=torch.bfloat16), torch.randn(channels, dtype=torch.bfloat16))
+        fn = torch.compile(bn_silu, backend="smelt", fullgraph=True)
+        torch.testing.assert_close(fn(*args), bn_silu(*args), atol=3e-2, rtol=3e-2)
+        twin = twins[-1]
+        assert (twin.config.tiles is not None) == tiled, twin.config
+        if tiled:
+            assert (twin.config.XBLOCK * twin.config.RBLOCK, twin.config.num_warps) == (2048, 4), twin.config
+            # the variance's square root on the tile's row of channels, [1, RBLOCK], not per element
+            assert re.search(r"tl\.load\(in_ptr\d \+ \(rindex\)\)", twin.source), twin.source

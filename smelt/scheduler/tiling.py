@@ -35,6 +35,9 @@ class Tiling:
     inner: sympy.Expr
     along_x: tuple[str, ...]  # buffers read or written contiguously along x (the tile's columns)
     along_r: tuple[str, ...]  # ... along r (the tile's rows)
+    # Chosen so that values of the row alone or the column alone are computed once per tile row or
+    # column (`_rows_for_row_values`), not to make a transpose's accesses contiguous.
+    row_values: bool = False
 
     def describe(self) -> str:
         return (f"# tiled: {self.outer} (x) x {self.inner} (r), each program one XBLOCK x RBLOCK tile; "
@@ -124,7 +127,9 @@ def choose_tiling(group: FusedGroup, stored: list[str], target=None) -> Tiling |
     flat = _accesses(group.nodes, stored, Placement.X, numel, 1)
     flat_score = _score(flat, (XINDEX,))
     if flat_score == len(flat):
-        return _rows_for_row_values(group, stored, flat, numel) if target and target.rows_for_row_values else None
+        if target is None or not target.rows_for_row_values:
+            return None
+        return _rows_for_row_values(group, stored, flat, numel, target.row_value_tile_width)
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         outer = sympy.cancel(numel / inner)
@@ -149,17 +154,20 @@ MIN_ROW = 64
 MIN_COLUMN_ROW = 16
 
 
-def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> Tiling | None:
+def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel, tile_width: int | None) -> Tiling | None:
     """Rows (outer x inner) over which some loads depend on the row alone or on the position in
     the row alone, every other access walking the row contiguously. BatchNorm's per-channel
     statistics over an NCHW activation are then loaded, and their rsqrt computed, once per row of
     H*W elements instead of per element; over an NHWC activation (rows of C) they are read as one
     contiguous vector per row, where the flat walk gathered them at index % C. The split with most
-    such loads, then the longest rows."""
+    such loads, then the longest rows. `tile_width` (Target.row_value_tile_width): rows must be
+    covered by whole tiles of at most that width."""
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         rows = static_int(inner)
         if rows is None or rows < MIN_COLUMN_ROW:
+            continue
+        if tile_width is not None and not _whole_tiles(rows, tile_width):
             continue
         outer = sympy.cancel(numel / inner)
         if any(n.placement(outer, inner) != Placement.XR for n in group.nodes):
@@ -184,8 +192,14 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel) -> T
         key = (per_row, rows)
         if per_row > 0 and (best_key is None or key > best_key):
             best_key = key
-            best = Tiling(outer, inner, *_contiguous_buffers(accesses))
+            best = Tiling(outer, inner, *_contiguous_buffers(accesses), row_values=True)
     return best
+
+
+def _whole_tiles(rows: int, width: int) -> bool:
+    """Whether rows of this length are covered by tiles of a power-of-two width up to `width` with
+    nothing masked: a power of two below it, or a multiple of it."""
+    return rows % width == 0 or (rows < width and rows & (rows - 1) == 0)
 
 
 def _affine_in(index: sympy.Expr, var: sympy.Symbol) -> bool:

@@ -8,6 +8,12 @@ from ...scheduler.tiling import Tiling
 from ...symbolic import next_power_of_2, static_int
 
 
+# Elements of a tile chosen for its row values (scheduler/tiling.py `_rows_for_row_values`), over 4
+# warps: its elements take an exp or a division each, where a transpose's only move. The best of
+# 1024-8192 across four BN + activation shapes (benchmarks/probes/row_value_tiles.py, H200).
+ROW_VALUE_TILE = 2048
+
+
 def tile_blocks(tiling: Tiling, itemsize: int, interpret: bool, shrink: int = 1) -> TileBlocks:
     """The tile: on the GPU, 64 x 64 for 4-byte elements and 128 x 64 for narrower ones (each row
     and column of the tile a few 128-byte lines; on an H100 these copy at 85-95% of the copy
@@ -17,13 +23,15 @@ def tile_blocks(tiling: Tiling, itemsize: int, interpret: bool, shrink: int = 1)
     xn, rn = static_int(tiling.outer), static_int(tiling.inner)
     if interpret:
         budget, side = 1 << 14, 128
+    elif tiling.row_values:
+        budget, side = ROW_VALUE_TILE // shrink, 64
     else:
         budget, side = (8192 if itemsize <= 2 else 4096) // shrink, 64
     rblock = min(side, next_power_of_2(rn)) if rn is not None else side
     xblock = min(budget // rblock, next_power_of_2(xn)) if xn is not None else budget // rblock
     if rn is not None:
         rblock = min(budget // xblock, next_power_of_2(rn))
-    num_warps = 8 if xblock * rblock >= 4096 else 4
+    num_warps = 8 if xblock * rblock >= 4096 and not tiling.row_values else 4
     first = "x" if len(tiling.along_x) > len(tiling.along_r) else "r"
     return TileBlocks(xblock, rblock, num_warps, *grid_layout(xn, rn, xblock, rblock, first))
 
