@@ -16,8 +16,11 @@ def test_opinfo_failures_stay_within_the_known_list(device, tmp_path):
         pytest.skip("the GPU check runs the OpInfo runner on its own")
     report = tmp_path / "opinfo.json"
     env = dict(os.environ)  # the CPU backend under test (conftest sets it)
+    # OPINFO_EVERY=N runs every Nth op: `make test-oldest-triton` runs half under Triton 3.6, whose
+    # semantics the other op-semantics files check op by op (the whole list takes 200 s of 2 cores).
+    every = os.environ.get("OPINFO_EVERY", "1")
     subprocess.run([sys.executable, "-m", "smelt.tools.opinfo", "--device", "cpu", "--dtype", "float32",
-                    "--jobs", str(min(4, os.cpu_count() or 2)), "--json", str(report)],
+                    "--jobs", str(min(4, os.cpu_count() or 2)), "--every", every, "--json", str(report)],
                    check=True, env=env, capture_output=True, timeout=1500)
     results = json.loads(report.read_text())
     known = {line.split("\t")[0] for line in KNOWN.read_text().splitlines() if line and not line.startswith("#")}

@@ -175,7 +175,9 @@ def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, ass
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                               torch.nn.MaxPool2d(**window)).to(device)
     ours = copy.deepcopy(net)
-    x = torch.randn(2, 3, 12, 12, device=device)
+    # Small: the 7x7 window's 49-way argmax runs its combine element by element under Triton's
+    # interpreter (a 2 x 3 x 12 x 12 input took 66 s there).
+    x = torch.randn(1, 3, 8, 8, device=device)
     w = torch.randn(8, 1, 1, device=device)  # a weighted sum: its backward needs no output
     (net(x) * w).sum().backward()
     torch._dynamo.reset()
@@ -184,7 +186,7 @@ def test_a_max_pools_input_is_not_saved_for_its_backward(device, compile_fn, ass
     loss.backward()
     for p, q in zip(net.parameters(), ours.parameters()):
         assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
-    assert saved.count(((2, 8, 12, 12), torch.float32)) == 1, saved  # the convolution's output only
+    assert saved.count(((1, 8, 8, 8), torch.float32)) == 1, saved  # the convolution's output only
     # The pool's choice saved as each index's place in its window, in int8, not as int64 indices.
     pooled = tuple(ours(x).shape)
     assert (pooled, torch.int8) in saved and (pooled, torch.int64) not in saved, saved
