@@ -27,9 +27,10 @@ class Target:
     # an IEEE division (a BN + SiLU over 32 channels-last channels, bf16: 32.2 -> 28.5 us on the
     # H200; BN + ReLU over 64: 39.2 -> 30.1; RESULTS, twenty-fifth session).
     rows_for_row_values: bool = False
-    # Where set, those rows only where whole tiles of at most this width cover them: on the GPU a
-    # 96-long row took a 64-wide tile and a half-masked one, each reading 128 of its 192 bytes
-    # (EfficientNet's 96-channel BN + SiLU 85 -> 118-144 us; benchmarks/probes/row_value_tiles.py).
+    # Where set, those rows only where whole tiles of at most this width (the Triton tile's side,
+    # codegen/triton/tiles.py) cover them: on the GPU a 96-long row took a 64-wide tile and a
+    # half-masked one, each reading 128 of its 192 bytes (EfficientNet's 96-channel BN + SiLU
+    # 85 -> 118-144 us; benchmarks/probes/row_value_tiles.py).
     row_value_tile_width: int | None = None
     # Whether 2-D convolutions get channels-last operands and the values between them are laid out
     # so (lowering/layout_plan.py): cuDNN's tensor-core convolutions convert NCHW both ways otherwise.

@@ -294,13 +294,15 @@ def test_batch_norm_over_channels_last_rows_computes_per_channel_values_once_per
     def bn_silu(x, mean, var, weight, bias):
         return torch.nn.functional.silu(torch.nn.functional.batch_norm(x, mean, var, weight, bias, False, 0.0, 1e-5))
 
-    for channels, tiled in ((32, True), (96, False)):
+    import smelt.config
+    for channels, setting, tiled in ((32, "auto", True), (96, "auto", False), (32, "off", False)):
         torch._dynamo.reset()
         x = torch.randn(2, channels, 16, 16, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         args = (x, torch.randn(channels, dtype=torch.bfloat16), torch.rand(channels, dtype=torch.bfloat16) + 0.5,
                 torch.randn(channels, dtype=torch.bfloat16), torch.randn(channels, dtype=torch.bfloat16))
-        fn = torch.compile(bn_silu, backend="smelt", fullgraph=True)
-        torch.testing.assert_close(fn(*args), bn_silu(*args), atol=3e-2, rtol=3e-2)
+        with smelt.config.override(row_value_tiles=setting):
+            fn = torch.compile(bn_silu, backend="smelt", fullgraph=True)
+            torch.testing.assert_close(fn(*args), bn_silu(*args), atol=3e-2, rtol=3e-2)
         twin = twins[-1]
         assert (twin.config.tiles is not None) == tiled, twin.config
         if tiled:
