@@ -21,33 +21,21 @@ from triton.testing import do_bench
 
 import smelt.config
 from smelt.scheduler import kernel_plan
-from smelt.scheduler.nodes import RINDEX, XINDEX
-from smelt.scheduler.placement import Placement
 from benchmarks.probes.block_override import eager_and_inductor_us, us
-
-
-def by_coefficient(plan) -> bool:
-    """The judgement before rows in runs: the first read with rindex has coefficient 1 on it, or no xindex."""
-    for node in plan.nodes:
-        if plan.placement[node.name] == Placement.X:
-            continue
-        for _, index in node.reads_in_kernel(plan.placement[node.name], plan.xnumel, plan.rnumel):
-            if RINDEX in index.free_symbols:
-                return index.coeff(RINDEX) == 1 or XINDEX not in index.free_symbols
-    return True
-
-
-_today = kernel_plan.KernelPlan.r_contiguous
 
 
 @contextlib.contextmanager
 def judged(by_runs: bool):
-    kernel_plan.KernelPlan.r_contiguous = _today if by_runs else by_coefficient
+    """by_runs False: the judgement before rows in runs, the rindex coefficient alone (an index with
+    none, of Mods and floors, is a column)."""
+    real = kernel_plan._steps_in_unit_runs
+    if not by_runs:
+        kernel_plan._steps_in_unit_runs = lambda index, rnumel: False
     try:
         with smelt.config.override(graph_cache=False):
             yield
     finally:
-        kernel_plan.KernelPlan.r_contiguous = _today
+        kernel_plan._steps_in_unit_runs = real
 
 
 def merge_and_norm(x, weight, bias):
