@@ -8,6 +8,7 @@ import glob
 
 import pytest
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
@@ -50,6 +51,54 @@ def test_generated_kernels_divide_without_tritons_approximate_slash(fn, tmp_path
     assert sources
     body = "\n".join(line for s in sources for line in s.splitlines() if line.startswith("    tmp"))
     assert " / " not in body and "tl.sqrt(" not in body and "tl.rsqrt(" not in body, body
+
+
+def _kernel_body(fn, args, tmp_path, monkeypatch, **tolerance) -> str:
+    """The `tmp` lines of the Triton kernels smelt generates for fn, after checking its values."""
+    monkeypatch.setenv("SMELT_CPU_BACKEND", "triton")
+    monkeypatch.setenv("SMELT_DEBUG_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="smelt")(*args), fn(*args), **tolerance)
+    sources = [open(p).read() for p in glob.glob(str(tmp_path / "**" / "triton_*.py"), recursive=True)]
+    assert sources
+    return "\n".join(line for s in sources for line in s.splitlines() if line.startswith("    tmp"))
+
+
+def _batch_norm_silu(x, y):
+    mean, var = y[:8].float().bfloat16(), (y[8:16].abs() + 0.5)
+    return F.silu(F.batch_norm(x, mean, var, y[:8], y[8:16], training=False))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x / y, lambda x, y: (x.float().sqrt() * 2).bfloat16(), lambda x, y: torch.sigmoid(x) * y,
+    lambda x, y: x.reciprocal() - y, lambda x, y: F.silu(x) + y, lambda x, y: F.hardswish(x) * y,
+    lambda x, y: F.hardsigmoid(x) * y, lambda x, y: torch.softmax(x, -1), _batch_norm_silu,
+], ids=["div", "sqrt_of_float", "sigmoid", "reciprocal", "silu", "hardswish", "hardsigmoid", "softmax",
+        "batch_norm_silu"])
+def test_values_rounded_to_bfloat16_divide_with_tritons_slash(fn, tmp_path, monkeypatch):
+    """A float32 quotient or root eager rounds to bfloat16 before any use takes div.full / sqrt.approx
+    on the GPU (lowering/half_rounding.py): within a few float32 ulps, far under bfloat16's rounding."""
+    x, y = (torch.rand(16, 8, 4, 4) + 0.5).bfloat16(), (torch.rand(16, 8, 4, 4) + 0.5).bfloat16()
+    if fn is _batch_norm_silu:
+        x, y = torch.randn(4, 8, 5, 5).bfloat16(), torch.randn(16).bfloat16()
+    body = _kernel_body(fn, (x, y), tmp_path, monkeypatch)
+    assert "div_rn" not in body and "sqrt_rn" not in body, body
+    assert " / " in body or "libdevice.sqrt(" in body, body
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x.float() / y.float(), lambda x, y: (x.float() / y.float()).floor().bfloat16(),
+    lambda x, y: (x.float() / y.float()).sum().bfloat16(),
+    lambda x, y: torch.where(x.float() / y.float() > 1, x, y),
+    lambda x, y: (lambda q: (q.bfloat16(), q))(x.float() / y.float()),
+], ids=["returned", "floored", "summed", "compared", "also_returned"])
+def test_float32_values_read_before_rounding_stay_correctly_rounded(fn, tmp_path, monkeypatch):
+    """The same quotient with a float32 reader (the caller, a floor, a sum that may cancel, a
+    comparison) keeps eager's correctly rounded division."""
+    x, y = (torch.rand(64) + 0.5).bfloat16(), (torch.rand(64) + 0.5).bfloat16()
+    body = _kernel_body(fn, (x, y), tmp_path, monkeypatch)
+    assert " / " not in body and "libdevice.sqrt(" not in body, body
+    assert "div_rn" in body or "sqrt_rn" in body, body
 
 
 @triton.jit

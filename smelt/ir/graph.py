@@ -64,6 +64,7 @@ class IRGraph:
         self.input_writes: list = []
         # Memory filled slice by slice (a cat's pieces written in place), by name: not steps.
         self.shared_storages: dict[str, SharedStorage] = {}
+        self.half_rounding_memo: dict = {}  # FX node -> lowering/half_rounding.rounded_to_half's answer
         self.softmax_rows = None  # the lowering's SoftmaxRows: amax/sum pairs lowered as one online reduction
 
     # ------------------------------------------------------------ building

@@ -32,7 +32,12 @@ INDIRECT_PREFIX = "indirect"
 # `rand(seed, offset)` / `randn(seed, offset)` give a float32 drawn from U[0, 1) / N(0, 1), and
 # `randint64(seed, offset, low, high)` an int64 in [low, high): counter-based Philox values, a pure
 # function of (seed, offset), so recomputing one anywhere gives the same number.
-ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
+# Float32 division and square root for a value eager rounds to bfloat16 or float16 before anyone
+# reads it (lowering/half_rounding.py): a handler may spell them with the GPU's approximate
+# instructions (a few float32 ulps, far under a half float's rounding); one that does not say so
+# (`approximates = True`) is handed the exact op.
+APPROXIMATE_OPS = {"approx_truediv": "truediv", "approx_sqrt": "sqrt"}
+ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS) | frozenset(APPROXIMATE_OPS)
 
 _handler: contextvars.ContextVar[Any] = contextvars.ContextVar("smelt_ops_handler", default=None)
 
@@ -49,7 +54,9 @@ class _OpsProxy:
             handler = _handler.get()
             if handler is None:
                 raise RuntimeError(f"smelt: ops.{name} called outside of a handler (no loop body is being traced)")
-            return getattr(handler, name)(*args, **kwargs)
+            spelled = name if name not in APPROXIMATE_OPS or getattr(handler, "approximates", False) \
+                else APPROXIMATE_OPS[name]
+            return getattr(handler, spelled)(*args, **kwargs)
         call.__name__ = name
         return call
 

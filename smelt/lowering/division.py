@@ -9,6 +9,7 @@ import torch
 
 from ..ir import ops
 from .common import in_dtype, make_pointwise, scalar_operand_dtypes
+from .half_rounding import rounded_to_half
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -72,7 +73,8 @@ def remainder(g, a, b):
 def div(g, a, b, rounding_mode=None):
     out = g.out_meta.dtype
     if rounding_mode is None:
-        return make_pointwise(g, [a, b], ops.truediv, compute_dtype=scalar_operand_dtypes(g, a, b))
+        divide = ops.approx_truediv if rounded_to_half(g.node, g.half_rounding_memo) else ops.truediv
+        return make_pointwise(g, [a, b], divide, compute_dtype=scalar_operand_dtypes(g, a, b))
     if rounding_mode == "floor":
         return _floor_divide(g, a, b)
     if out.is_floating_point:

@@ -8,6 +8,7 @@ import torch
 
 from ..ir import ops
 from .extern_calls import device_copy
+from .half_rounding import rounded_to_half
 from .common import common_dtype, in_dtype, is_tensor, make_pointwise, scalar_operand_dtypes, upcast_half
 from .registry import lowering
 
@@ -17,11 +18,11 @@ prims = torch.ops.prims
 # ATen op -> ops vocabulary name, for ops computed in the output dtype.
 _UNARY = {
     aten.neg: "neg", aten.abs: "abs", aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1",
-    aten.log: "log", aten.log2: "log2", aten.log10: "log10", aten.log1p: "log1p", aten.sqrt: "sqrt",
+    aten.log: "log", aten.log2: "log2", aten.log10: "log10", aten.log1p: "log1p",
     aten.rsqrt: "rsqrt", aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.asin: "asin",
     aten.acos: "acos", aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh", aten.tanh: "tanh",
     aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf", aten.erfc: "erfc",
-    aten.erfinv: "erfinv", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal", aten.floor: "floor",
+    aten.erfinv: "erfinv", aten.floor: "floor",  # sqrt, reciprocal, sigmoid: below
     aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
     aten.lgamma: "lgamma", prims.bessel_i0: "i0",
 }
@@ -226,14 +227,46 @@ def gelu(g, x, approximate="none"):
     return make_pointwise(g, [x], fn, compute_dtype=compute)
 
 
+def _rounded_to_half(g) -> bool:
+    """Whether eager rounds this op's float result to a half float before any use: its division
+    or root may then be the GPU's approximate one (half_rounding.py)."""
+    return rounded_to_half(g.node, g.half_rounding_memo)
+
+
+@lowering(aten.sqrt)
+def sqrt(g, x):
+    return make_pointwise(g, [x], ops.approx_sqrt if _rounded_to_half(g) else ops.sqrt)
+
+
+@lowering(aten.reciprocal)
+def reciprocal(g, x):
+    if not _rounded_to_half(g):
+        return make_pointwise(g, [x], ops.reciprocal)
+    compute = upcast_half(g.out_meta.dtype)
+    return make_pointwise(g, [x], lambda v: ops.approx_truediv(ops.constant(1.0, compute), v), compute_dtype=compute)
+
+
+@lowering(aten.sigmoid)
+def sigmoid(g, x):
+    if not _rounded_to_half(g):
+        return make_pointwise(g, [x], ops.sigmoid)
+    compute = upcast_half(g.out_meta.dtype)
+
+    def fn(v):
+        one = ops.constant(1.0, compute)
+        return ops.approx_truediv(one, ops.add(one, ops.exp(ops.neg(v))))
+    return make_pointwise(g, [x], fn, compute_dtype=compute)
+
+
 @lowering(aten.silu)
 def silu(g, x):
     # Eager's x / (1 + exp(-x)), one rounding after the exp and sum: x * sigmoid(x) rounds twice
     # and was a float32 ulp off at x = 0.8121 (found by the fuzzer).
     compute = upcast_half(g.out_meta.dtype)
+    divide = ops.approx_truediv if _rounded_to_half(g) else ops.truediv
 
     def fn(v):
-        return ops.truediv(v, ops.add(ops.constant(1.0, compute), ops.exp(ops.neg(v))))
+        return divide(v, ops.add(ops.constant(1.0, compute), ops.exp(ops.neg(v))))
     return make_pointwise(g, [x], fn, compute_dtype=compute)
 
 

@@ -51,6 +51,7 @@ _UNARY = {
     "y1": torch.special.bessel_y1, "cyl_bessel_i0": torch.special.i0, "cyl_bessel_i1": torch.special.i1,
     "log2": torch.log2, "exp2": torch.exp2, "cbrt": lambda x: x.sign() * x.abs() ** (1 / 3),
     "exp": torch.exp, "log": torch.log, "sin": torch.sin, "cos": torch.cos, "rsqrt": torch.rsqrt,
+    "sqrt": torch.sqrt,
 }
 _BINARY = {
     "pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod, "copysign": torch.copysign,

@@ -40,6 +40,8 @@ def graph_needs_int64(graph) -> bool:
 class TritonOps:
     """The ops vocabulary printed as Triton expressions inside one kernel."""
 
+    approximates = True  # approx_truediv / approx_sqrt take Triton's own float32 `/` and sqrt (ir/ops.py)
+
     def __init__(self, kernel: TritonKernel):
         self.k = kernel
 
@@ -207,6 +209,10 @@ class TritonOps:
             operand = self._operand(x)
             if _is_literal(x.name):  # libdevice calls take tensors (the interpreter's nearbyint(1.0) raised)
                 operand = f"tl.full([], {x.name}, {triton_type(register_dtype(x.dtype))})"
+            if name == "approx_sqrt":
+                if register_dtype(x.dtype) == torch.float32:  # sqrt.approx.ftz.f32, Inductor's spelling too
+                    return computed(self.k.emit(f"libdevice.sqrt({operand})", x.dtype, rank), name)
+                name = "sqrt"
             if name == "neg" and x.dtype.is_floating_point:
                 # Triton before 3.7 spells `-x` as `0 - x`, which gives +0 for +0; a product by -1 flips
                 # the sign bit of every value, zero included (atan2(-x, y) and copysign read it).
@@ -242,8 +248,8 @@ class TritonOps:
         if dtype.is_floating_point and name == "remainder":
             q = self.k.emit(f"tl.floor({self._divide(a, b, dtype)})", dtype, rank)
             return computed(self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank), name)
-        if name == "truediv" and dtype.is_floating_point:
-            return computed(self.k.emit(self._divide(a, b, dtype), dtype, rank), name)
+        if name in ("truediv", "approx_truediv") and dtype.is_floating_point:
+            return computed(self.k.emit(self._divide(a, b, dtype, exact=name == "truediv"), dtype, rank), name)
         if name in INFIX:
             out = torch.bool if name in PREDICATE_OPS else dtype
             return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
@@ -256,11 +262,13 @@ class TritonOps:
             a, b = self._libdevice_operand(a, dtype), self._libdevice_operand(b, dtype)
         return computed(self.k.emit(table[name].format(a, b), dtype, rank), name)
 
-    def _divide(self, a, b, dtype) -> str:
-        """a / b in `dtype`, correctly rounded (see FLOAT32_DIV)."""
+    def _divide(self, a, b, dtype, exact: bool = True) -> str:
+        """a / b in `dtype`, correctly rounded (see FLOAT32_DIV); not exact: Triton's `/`, div.full.f32
+        for float32 on the GPU (2 ulp)."""
         if register_dtype(dtype) == torch.float32 and not _both_literal(a, b):
             a, b = (v if register_dtype(v.dtype) == torch.float32 else self.to_dtype(v, torch.float32) for v in (a, b))
-            return FLOAT32_DIV.format(self._operand(a), self._operand(b))
+            if exact:
+                return FLOAT32_DIV.format(self._operand(a), self._operand(b))
         return f"{self._operand(a)} / {self._operand(b)}"
 
     def _int_floor_op(self, name, a, b, dtype, rank):
