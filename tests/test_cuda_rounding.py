@@ -138,3 +138,14 @@ def test_compiled_binaries_use_the_cuda_compile_options(monkeypatch):
     except cuda_binary.CudaError:
         pass  # only the options matter here
     assert seen.get("enable_fp_fusion") is False
+
+
+def test_division_by_a_power_of_two_is_a_product_by_its_reciprocal(tmp_path, monkeypatch):
+    """x / 2**k and x * 2**-k are the same real number, so one rounding gives the same float32 (subnormal
+    results too): a product, cheaper than div_rn. Other divisors keep div_rn."""
+    x = torch.randn(1000) * torch.logspace(-38, 38, 1000)
+
+    def fn(x):
+        return x / 8.0, x / -0.25, (x * 1e-30) / 2.0 ** 100, x / 3.0
+    body = _kernel_body(fn, (x,), tmp_path, monkeypatch, atol=0, rtol=0)
+    assert "* 0.125" in body and "* -4.0" in body and body.count("div_rn") == 1, body

@@ -62,6 +62,17 @@ def test_bfloat16_results_of_approximate_division_are_eagers_but_at_rare_ties(fn
     torch.testing.assert_close(actual, expected, atol=1e-6, rtol=2 ** -7)
 
 
+def test_float32_division_by_powers_of_two_is_eagers_bit_for_bit():
+    """Spelled as a product by the reciprocal (codegen/triton/handler.py): subnormal results included."""
+    x = torch.randn(4096, device=CUDA) * torch.logspace(-38, 38, 4096, device=CUDA)
+
+    def fn(x):
+        return x / 8.0, x / -0.25, (x * 1e-30) / 2.0 ** 100
+    torch._dynamo.reset()
+    for actual, expected in zip(torch.compile(fn, backend="smelt")(x), fn(x)):
+        assert torch.equal(actual, expected)
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_to_float_and_back_casts(dtype, check):
     x = torch.randn(129, 257, device=CUDA, dtype=dtype)

@@ -2,6 +2,7 @@
 through (codegen/triton/kernel.py), also used by its scan and scatter helpers."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import sympy
@@ -267,6 +268,9 @@ class TritonOps:
         for float32 on the GPU (2 ulp)."""
         if register_dtype(dtype) == torch.float32 and not _both_literal(a, b):
             a, b = (v if register_dtype(v.dtype) == torch.float32 else self.to_dtype(v, torch.float32) for v in (a, b))
+            reciprocal = _power_of_two_reciprocal(b.name)
+            if reciprocal is not None:  # x * 2**-k is x / 2**k exactly, subnormal results too: one rounding of one value
+                return f"{self._operand(a)} * {reciprocal!r}"
             if exact:
                 return FLOAT32_DIV.format(self._operand(a), self._operand(b))
         return f"{self._operand(a)} / {self._operand(b)}"
@@ -283,6 +287,19 @@ class TritonOps:
 
 def _both_literal(a, b) -> bool:
     return _is_literal(a.name) and _is_literal(b.name)
+
+
+def _power_of_two_reciprocal(text: str) -> float | None:
+    """1 / v for a literal v = +-2**k whose reciprocal is a normal float32, else None."""
+    if not _is_literal(text):
+        return None
+    value = _literal_value(text)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0 or not math.isfinite(value):
+        return None
+    mantissa, exponent = math.frexp(abs(value))
+    if mantissa != 0.5 or not -126 <= 1 - exponent <= 127:
+        return None
+    return 1.0 / value
 
 
 def _is_literal(text: str) -> bool:
