@@ -131,6 +131,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_FREEZE_WEIGHTS": Setting(parse_bool, False, _BOOL),
@@ -229,6 +230,9 @@ class Config:
     # batch norm's per-channel scale), computed once per tile row or column (scheduler/tiling.py):
     # "auto" where the Target says so (Target.rows_for_row_values).
     row_value_tiles: str = _field("SMELT_ROW_VALUE_TILES")
+    # 1x1 convolutions over channels-last activations as matrix products
+    # (lowering/pointwise_convolution.py): "auto" where the Target says so.
+    pointwise_convolutions: str = _field("SMELT_POINTWISE_CONVOLUTIONS")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

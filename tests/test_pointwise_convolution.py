@@ -1,0 +1,83 @@
+"""1x1 convolutions over channels-last activations as matrix products (lowering/pointwise_convolution.py):
+the same values as eager's convolutions, the output in eager's strides, and only the convolutions the
+product equals are replaced."""
+import pytest
+import torch
+import torch.nn as nn
+
+import smelt.config
+
+
+class PointwiseBlock(nn.Module):
+    """An inverted residual's 1x1 expand (biased) and project (no bias) around a 3x3 depthwise."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.expand, self.norm = nn.Conv2d(c, 4 * c, 1), nn.BatchNorm2d(4 * c)
+        self.depthwise = nn.Conv2d(4 * c, 4 * c, 3, padding=1, groups=4 * c, bias=False)
+        self.project = nn.Conv2d(4 * c, c, 1, bias=False)
+
+    def forward(self, x):
+        return x + self.project(self.depthwise(torch.relu(self.norm(self.expand(x)))))
+
+
+def _products_and_convolutions(observe) -> tuple[int, int]:
+    wrappers = "\n".join(g.wrapper_source for g in observe.compiled_graphs())
+    return wrappers.count("torch.mm("), wrappers.count("torch.convolution(")
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_a_mobile_block_matches_eager_with_its_1x1_convolutions_as_products(device, compile_fn, assert_close,
+                                                                             observe, setting):
+    torch.manual_seed(0)
+    model = PointwiseBlock().to(device, torch.bfloat16).eval()
+    x = torch.randn(2, 16, 7, 9, device=device, dtype=torch.bfloat16)
+    with torch.no_grad(), smelt.config.override(pointwise_convolutions=setting, channels_last="on"):
+        actual = compile_fn(model)(x)
+    expected = model(x)
+    assert_close(actual, expected, atol=3e-2, rtol=3e-2)
+    assert actual.stride() == expected.stride()
+    # The 1x1 expand and project become products; the depthwise stays cuDNN's / oneDNN's.
+    assert _products_and_convolutions(observe) == ((2, 1) if setting == "on" else (0, 3))
+
+
+@pytest.mark.parametrize("conv, dtype", [
+    (nn.Conv2d(8, 16, 1, stride=2), torch.bfloat16), (nn.Conv2d(8, 16, 1, groups=2), torch.bfloat16),
+    (nn.Conv2d(8, 16, 1, padding=1), torch.bfloat16), (nn.Conv2d(8, 16, 3, padding=1), torch.bfloat16),
+    (nn.Conv2d(8, 16, 1), torch.float32),
+], ids=["stride_2", "groups_2", "padded", "3x3", "float32"])
+def test_convolutions_a_product_does_not_equal_stay_convolutions(device, compile_fn, assert_close, observe, conv,
+                                                                 dtype):
+    conv = conv.to(device, dtype).eval()
+    x = torch.randn(2, 8, 6, 6, device=device, dtype=dtype).to(memory_format=torch.channels_last)
+    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+        actual = compile_fn(conv)(x)
+    assert_close(actual, conv(x), atol=3e-2, rtol=3e-2)
+    assert _products_and_convolutions(observe) == (0, 1)
+
+
+def test_a_returned_1x1_convolution_over_a_channels_last_input_keeps_eagers_strides(device, compile_fn,
+                                                                                     assert_close, observe):
+    conv = nn.Conv2d(8, 12, 1).to(device, torch.bfloat16).eval()
+    x = torch.randn(3, 8, 5, 4, device=device, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+        actual = compile_fn(conv)(x)
+    expected = conv(x)
+    assert_close(actual, expected, atol=3e-2, rtol=3e-2)
+    assert actual.stride() == expected.stride()
+    assert _products_and_convolutions(observe) == (1, 0)
+
+
+def test_a_squeeze_excite_convolution_over_one_position_is_a_product(device, compile_fn, assert_close, observe):
+    """Over a 1x1 image (a squeeze-and-excite gate's pooled input) the activation's strides on its unit
+    dims are anything: the product reads its [N, C] rows all the same."""
+    conv = nn.Conv2d(16, 4, 1).to(device, torch.bfloat16).eval()
+    x = torch.randn(3, 16, 6, 6, device=device, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+
+    def gate(x):
+        return torch.sigmoid(conv(x.mean((2, 3), keepdim=True)))
+    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+        actual = compile_fn(gate)(x)
+    expected = gate(x)
+    assert_close(actual, expected, atol=3e-2, rtol=3e-2)
+    assert _products_and_convolutions(observe) == (1, 0)
