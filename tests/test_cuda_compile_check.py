@@ -12,6 +12,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from smelt.artifact import CudaTwin
 from smelt.artifact import BlockConfig
@@ -309,3 +310,23 @@ def test_batch_norm_over_channels_last_rows_computes_per_channel_values_once_per
             assert (twin.config.XBLOCK * twin.config.RBLOCK, twin.config.num_warps) == (2048, 4), twin.config
             # the variance's square root on the tile's row of channels, [1, RBLOCK], not per element
             assert re.search(r"tl\.load\(in_ptr\d \+ \(rindex\)\)", twin.source), twin.source
+
+
+@triton_pass_only
+def test_values_rounded_to_bfloat16_take_the_approximate_forms_on_the_gpu(checked, monkeypatch):
+    # lowering/half_rounding.py: on the GPU such a quotient is Triton's `/` (div.full.f32) and such a root
+    # PTX's sqrt.approx.f32, inline (libdevice.sqrt is the .ftz form, which flushes subnormal inputs);
+    # under the interpreter the root is eager's sqrt. Both forms must compile for sm_90.
+    from smelt.codegen.triton import backend as triton_backend
+    twins = []
+    real = triton_backend._cuda_twin
+    monkeypatch.setattr(triton_backend, "_cuda_twin", lambda *a: twins.append(real(*a)) or twins[-1])
+
+    def fn(x, y):
+        return torch.sqrt(y), F.silu(x), torch.softmax(x, -1), x / y
+    x, y = torch.randn(8, 33, dtype=torch.bfloat16), torch.rand(8, 33, dtype=torch.bfloat16) + 0.5
+    torch.testing.assert_close(torch.compile(fn, backend="smelt", fullgraph=True)(x, y), fn(x, y), atol=1e-2, rtol=1e-2)
+    _every_kernel_was_checked(checked)
+    body = "\n".join(line for t in twins for line in t.source.splitlines() if line.startswith("    tmp"))
+    assert 'inline_asm_elementwise("sqrt.approx.f32' in body and " / " in body, body
+    assert "div_rn" not in body and "sqrt_rn" not in body and "libdevice.sqrt" not in body, body

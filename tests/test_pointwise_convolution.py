@@ -44,8 +44,7 @@ def test_a_mobile_block_matches_eager_with_its_1x1_convolutions_as_products(devi
 @pytest.mark.parametrize("conv, dtype", [
     (nn.Conv2d(8, 16, 1, stride=2), torch.bfloat16), (nn.Conv2d(8, 16, 1, groups=2), torch.bfloat16),
     (nn.Conv2d(8, 16, 1, padding=1), torch.bfloat16), (nn.Conv2d(8, 16, 3, padding=1), torch.bfloat16),
-    (nn.Conv2d(8, 16, 1), torch.float32),
-], ids=["stride_2", "groups_2", "padded", "3x3", "float32"])
+], ids=["stride_2", "groups_2", "padded", "3x3"])
 def test_convolutions_a_product_does_not_equal_stay_convolutions(device, compile_fn, assert_close, observe, conv,
                                                                  dtype):
     conv = conv.to(device, dtype).eval()
@@ -81,3 +80,14 @@ def test_a_squeeze_excite_convolution_over_one_position_is_a_product(device, com
     expected = gate(x)
     assert_close(actual, expected, atol=3e-2, rtol=3e-2)
     assert _products_and_convolutions(observe) == (1, 0)
+
+
+def test_float32_is_a_product_on_the_cpu_only(device, compile_fn, assert_close, observe):
+    """cuDNN may take TF32 for a float32 convolution under its own switch, cuBLAS for a product under
+    another: on CUDA float32 convolutions stay convolutions."""
+    conv = nn.Conv2d(8, 16, 1).to(device).eval()
+    x = torch.randn(2, 8, 6, 6, device=device).to(memory_format=torch.channels_last)
+    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+        actual = compile_fn(conv)(x)
+    assert_close(actual, conv(x), atol=1e-4, rtol=1e-4)
+    assert _products_and_convolutions(observe) == ((1, 0) if device == "cpu" else (0, 1))

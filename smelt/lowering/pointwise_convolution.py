@@ -21,8 +21,8 @@ aten = torch.ops.aten
 
 def is_pointwise_convolution(node: torch.fx.Node) -> bool:
     """A 2-D convolution the product can replace: 1x1 window, stride 1, no padding, no dilation,
-    not transposed, one group, on half floats (float32 convolutions may run in TF32 under cuDNN's
-    own switch, products under another)."""
+    not transposed, one group; on CUDA half floats only (a float32 convolution may run in TF32
+    under cuDNN's own switch, a product under another)."""
     if node.target is not aten.convolution.default or len(node.args) != 9 or node.kwargs:
         return False
     x, weight = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
@@ -32,7 +32,7 @@ def is_pointwise_convolution(node: torch.fx.Node) -> bool:
     stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
     return (tuple(weight.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
             and list(dilation) == [1, 1] and not transposed and groups == 1
-            and x.dtype in (torch.bfloat16, torch.float16)
+            and (x.dtype in (torch.bfloat16, torch.float16) or (x.dtype == torch.float32 and x.device.type == "cpu"))
             and _nhwc_dense(x) and _nhwc_dense(out))
 
 

@@ -11,8 +11,8 @@ import torch
 from ...ir.ops import indirect_symbol
 from ...symbolic import static_int
 from ..common import CSEVar, computed, register_dtype
-from .ops import (COMMON_UNARY, FLOAT32_DIV, FLOAT32_UNARY, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
-                  PREDICATE_OPS, literal, triton_type)
+from .ops import (APPROX_SQRT_F32, APPROX_SQRT_F32_INTERPRETED, COMMON_UNARY, FLOAT32_DIV, FLOAT32_UNARY,
+                  FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY, PREDICATE_OPS, literal, triton_type)
 from .random import normal, randint64, uniform
 
 if TYPE_CHECKING:
@@ -211,8 +211,9 @@ class TritonOps:
             if _is_literal(x.name):  # libdevice calls take tensors (the interpreter's nearbyint(1.0) raised)
                 operand = f"tl.full([], {x.name}, {triton_type(register_dtype(x.dtype))})"
             if name == "approx_sqrt":
-                if register_dtype(x.dtype) == torch.float32:  # sqrt.approx.ftz.f32, Inductor's spelling too
-                    return computed(self.k.emit(f"libdevice.sqrt({operand})", x.dtype, rank), name)
+                if register_dtype(x.dtype) == torch.float32:
+                    template = APPROX_SQRT_F32_INTERPRETED if self.k.interpret else APPROX_SQRT_F32
+                    return computed(self.k.emit(template.format(operand), x.dtype, rank), name)
                 name = "sqrt"
             if name == "neg" and x.dtype.is_floating_point:
                 # Triton before 3.7 spells `-x` as `0 - x`, which gives +0 for +0; a product by -1 flips
