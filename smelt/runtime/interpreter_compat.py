@@ -1,4 +1,4 @@
-"""Two repairs to Triton's interpreter, installed before the first interpreted kernel runs.
+"""Repairs to Triton's interpreter, installed before the first interpreted kernel runs.
 
 - Triton 3.6's interpreter turns a scalar kernel argument used as a loop bound (`range(0, rnumel,
   RBLOCK)` with a dynamic row length) into an int with int() of a one-element array, which NumPy
@@ -16,6 +16,11 @@
   interleaved so that one thread "restored" the other's patches for good (every later GPU compile
   failed, "'value' object has no attribute 'data'"). Launches now take `LOCK`, one at a time, as
   does SMELT_CHECK_CUDA_COMPILE's compile, which must not run while triton.language is patched.
+- Its bfloat16 <-> float32 casts go through a generic float converter that clamps the exponent of
+  a subnormal to 0 (3.6 to 3.9): a bfloat16 subnormal loaded as float32 came out 0 (sqrt(9.2e-41)
+  was 0, eager's 9.6e-21), where the GPU's conversion is exact. The two formats share their
+  exponent, so the casts are now the bit shifts they are (float32 to bfloat16 rounding to nearest
+  even, as the GPU's cvt.rn.bf16.f32).
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ def install() -> None:
     _installed = True
     _restore_after_device_calls()
     _one_launch_at_a_time()
+    _exact_bfloat16_casts()
     if not _numpy_refuses_one_element_int():
         return
     from triton.runtime import interpreter
@@ -98,3 +104,33 @@ def _one_launch_at_a_time() -> None:
         with LOCK:
             return launch(self, *args, **kwargs)
     executor.__call__ = serialized_launch
+
+
+def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """Round to nearest, ties to even; NaN stays a (quiet) NaN of its sign."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, ((bits >> 16) | 0x0040).astype(np.uint16), rounded)
+
+
+def _exact_bfloat16_casts() -> None:
+    import triton.language as tl
+    from triton.runtime import interpreter
+    builder, handle = getattr(interpreter, "InterpreterBuilder", None), getattr(interpreter, "TensorHandle", None)
+    if builder is None or handle is None or not hasattr(builder, "cast_impl"):  # another interpreter layout
+        return
+    cast = builder.cast_impl
+
+    def exact_cast(self, src, dst_type):
+        source, target = src.dtype.scalar, dst_type.scalar
+        if source == tl.bfloat16 and target == tl.float32:
+            return handle(bfloat16_bits_to_float32(src.data), target)
+        if source == tl.float32 and target == tl.bfloat16:
+            return handle(float32_to_bfloat16_bits(src.data), target)
+        return cast(self, src, dst_type)
+    builder.cast_impl = exact_cast
