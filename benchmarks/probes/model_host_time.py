@@ -1,13 +1,18 @@
 """Host time per call of a model suite model on the GPU (issue 22): each call alone with the GPU idle
 (median of 30), back-to-back calls (do_bench), then cProfile's functions by own time over 20 of
 smelt's calls. --micro first times the host side of single calls the wrapper makes (allocation,
-an ATen call through its OpOverload and through torch.<name>).
+an ATen call through its OpOverload and through torch.<name>). --settings compiles smelt once per
+setting (smelt.config.override's field=value pairs, several joined by commas) and --rounds repeats
+the whole sequence, so that an A/B of a setting reads against the host's drift.
 
     python -m benchmarks.probes.model_host_time resnet50 --mode infer_bf16 --backends smelt,inductor [--micro]
+    python -m benchmarks.probes.model_host_time efficientnet --settings pointwise_convolutions=off \
+        pointwise_convolutions=on --rounds 2 --no-profile
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import time
@@ -15,6 +20,8 @@ import time
 import torch
 import triton.testing
 
+import smelt.config
+from benchmarks.probes.gpu_model_profile import parse_setting
 from smelt.tools.model_suite.timing import case_callable
 from smelt.tools.model_suite.zoo import all_specs
 
@@ -58,18 +65,27 @@ def main() -> None:
     parser.add_argument("--backends", default="smelt")
     parser.add_argument("--micro", action="store_true")
     parser.add_argument("--lines", type=int, default=22)
+    parser.add_argument("--settings", nargs="+", default=["default"])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-profile", action="store_true")
     args = parser.parse_args()
     if args.micro:
         micro()
+    runs = [(backend, setting) for backend in args.backends.split(",")
+            for setting in (args.settings if backend == "smelt" else ["default"])]
     for name in args.models:
         spec = all_specs()[name]
-        for backend in args.backends.split(","):
+        for (backend, setting) in runs * args.rounds:
             torch._dynamo.reset()
             start = time.perf_counter()
-            fn = case_callable(spec, args.mode, "real", "cuda", 0, backend)
-            fn()
-            fn()
+            overrides = parse_setting(setting)
+            with smelt.config.override(**overrides) if overrides else contextlib.nullcontext():
+                fn = case_callable(spec, args.mode, "real", "cuda", 0, backend)
+                fn()
+                fn()
             torch.cuda.synchronize()
+            if setting != "default":
+                backend = f"{backend} {setting}"
             print(f"{backend}: first calls {time.perf_counter() - start:.1f} s")
             walls = []
             for _ in range(30):
@@ -82,7 +98,7 @@ def main() -> None:
             gpu = triton.testing.do_bench(fn, return_mode="median")
             print(f"{name} {args.mode} {backend}: host ms/call {walls[15]:.3f} (min {walls[0]:.3f}), "
                   f"back-to-back {gpu:.3f} ms", flush=True)
-            if backend == "smelt":
+            if backend.startswith("smelt") and not args.no_profile:
                 profiler = cProfile.Profile()
                 profiler.enable()
                 for _ in range(20):
