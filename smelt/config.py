@@ -132,6 +132,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_PACKED_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_FREEZE_WEIGHTS": Setting(parse_bool, False, _BOOL),
@@ -233,6 +234,9 @@ class Config:
     # 1x1 convolutions over channels-last activations as matrix products
     # (lowering/pointwise_convolution.py): "auto" where the Target says so.
     pointwise_convolutions: str = _field("SMELT_POINTWISE_CONVOLUTIONS")
+    # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
+    # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.
+    packed_convolutions: str = _field("SMELT_PACKED_CONVOLUTIONS")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

@@ -51,6 +51,10 @@ class Target:
     # convolution call costs 22-33 us (EfficientNet-B0's 81 a call: 2.0-2.6 ms of host, the GPU's
     # 1.5 ms of work), cuBLAS's product about 8.
     pointwise_convolutions_as_products: bool = False
+    # Whether float32 CPU convolutions run through oneDNN with their weight packed in its blocked
+    # layout (runtime/packed_convolution.py) rather than ATen's convolution, which converts the weight
+    # twice a call.
+    packed_convolutions: bool = False
 
 
 

@@ -91,3 +91,35 @@ def test_float32_is_a_product_on_the_cpu_only(device, compile_fn, assert_close, 
         actual = compile_fn(conv)(x)
     assert_close(actual, conv(x), atol=1e-4, rtol=1e-4)
     assert _products_and_convolutions(observe) == ((1, 0) if device == "cpu" else (0, 1))
+
+
+class _ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.norm = nn.Conv2d(3, 16, 7, stride=2, padding=3), nn.BatchNorm2d(16)
+        self.body = nn.Conv2d(16, 16, 3, padding=2, dilation=2, bias=False)
+        self.depthwise = nn.Conv2d(16, 16, 3, groups=16)
+
+    def forward(self, x):
+        return self.depthwise(self.body(torch.relu(self.norm(self.stem(x)))))
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_packed_cpu_convolutions_match_eager_and_see_a_weight_changed_in_place(device, compile_fn, assert_close,
+                                                                                observe, freeze):
+    """runtime/packed_convolution.py: oneDNN with the weight in its blocked layout, packed each call or, with
+    frozen weights, kept while the weight's version stands."""
+    if device != "cpu":
+        pytest.skip("float32 CPU convolutions only")
+    torch.manual_seed(0)
+    model = _ConvNet().eval()
+    x = torch.randn(2, 3, 20, 20)
+    with torch.no_grad(), smelt.config.override(packed_convolutions="on", freeze_weights=freeze):
+        compiled = compile_fn(model)
+        for _ in range(2):
+            actual = compiled(x)
+            assert_close(actual, model(x), atol=1e-4, rtol=1e-4)
+            assert actual.stride() == model(x).stride()
+            model.body.weight.mul_(-0.5)  # in place: the next call must see it
+    wrappers = "\n".join(g.wrapper_source for g in observe.compiled_graphs())
+    assert wrappers.count("packed_convolution") >= 3 and "torch.convolution(" not in wrappers

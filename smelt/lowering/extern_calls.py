@@ -11,11 +11,11 @@ from ..symbolic import sympify
 from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .depthwise_convolution import depthwise_windows, lower_depthwise
-from .pointwise_convolution import is_pointwise_convolution, lower_pointwise_convolution
+from .pointwise_convolution import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from ..target import switched_on
-from ..runtime import padded_product  # noqa: F401  (registers smelt::padded_product)
+from ..runtime import packed_convolution, padded_product  # noqa: F401  (register smelt::packed_convolution, smelt::padded_product)
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -115,10 +115,21 @@ def extern_call(g, *args, **kwargs):
         product = lower_pointwise_convolution(g, args[0], args[1])
         if product is not None:
             return product if args[2] is None else _add_bias(g, product, args[2])
+    if g.node.target is aten.convolution.default and not kwargs and _wants_packed(g) and is_packable_convolution(g.node):
+        x, weight, bias, stride, padding, dilation, _, _, groups = args
+        keep = bool(g.config is not None and g.config.freeze_weights)
+        out = make_extern(g, torch.ops.smelt.packed_convolution.default,
+                          (x, weight, None, padding, stride, dilation, groups, keep), {}, is_fallback=False)
+        return out if bias is None else _add_bias(g, out, bias)
     if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
             and g.target_for(g.out_meta.device.type).adds_convolution_bias:
         return _convolution_then_bias(g, *args)
     return make_extern(g, g.node.target, args, kwargs, is_fallback=False)
+
+
+def _wants_packed(g) -> bool:
+    setting = g.config.packed_convolutions if g.config is not None else "auto"
+    return switched_on(setting, g.target_for(g.out_meta.device.type), "packed_convolutions")
 
 
 def _wants_products(g) -> bool:

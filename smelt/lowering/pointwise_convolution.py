@@ -77,3 +77,16 @@ def _matrix(strided, size, stride, laid_out) -> ReinterpretView | None:
         base.fix_strides(base.layout.stride)
     offset = layout.offset if isinstance(strided, ReinterpretView) else sympy.Integer(0)
     return ReinterpretView(base, FixedLayout(layout.device, layout.dtype, tuple(size), tuple(stride), offset))
+
+
+def is_packable_convolution(node: torch.fx.Node) -> bool:
+    """A float32 2-D convolution on the CPU that smelt::packed_convolution (runtime/packed_convolution.py)
+    runs: not transposed, and this torch has oneDNN's ops."""
+    from ..runtime import packed_convolution
+    if node.target is not aten.convolution.default or len(node.args) != 9 or node.kwargs:
+        return False
+    x, weight = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
+    if not all(isinstance(t, torch.Tensor) for t in (x, weight)) or x.dim() != 4 or node.args[6]:
+        return False
+    return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and not any(node.args[7])
+            and packed_convolution.available())
