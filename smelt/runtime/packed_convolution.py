@@ -3,9 +3,9 @@ the blocked layout oneDNN's kernels read (mkldnn._reorder_convolution_weight, th
 mkldnn._convolution_pointwise).
 
 ATen's own path converts an NCHW weight to the channels-last activation's layout and oneDNN then
-reorders it again, on every call: on 2 cores a [4, 512, 7, 7] 3x3 convolution took 8.4 ms that way
-against 3.2 with the weight packed once, ResNet-18's 7x7 stem 9.7 against 3.2
-(`scratch`-measured, RESULTS 2026-11-30, twenty-sixth session). With `keep_packed` (SMELT_FREEZE_WEIGHTS,
+reorders it again, on every call: on 2 cores a [4, 512, 7, 7] 3x3 convolution took 9.2 ms that way
+against 2.9 with the weight packed once, ResNet-18's 7x7 stem 6.4-9.7 against 3.2
+(benchmarks/probes/packed_convolution.py). With `keep_packed` (SMELT_FREEZE_WEIGHTS,
 whose contract this shares: a weight changed behind its version counter is not seen) the packed
 weight is kept per weight tensor and made again when the weight is another tensor or its version
 moved; without, it is packed on every call.
