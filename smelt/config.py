@@ -232,7 +232,7 @@ class Config:
     # "auto" where the Target says so (Target.rows_for_row_values).
     row_value_tiles: str = _field("SMELT_ROW_VALUE_TILES")
     # 1x1 convolutions over channels-last activations as matrix products
-    # (lowering/pointwise_convolution.py): "auto" where the Target says so.
+    # (lowering/convolution_calls.py): "auto" where the Target says so.
     pointwise_convolutions: str = _field("SMELT_POINTWISE_CONVOLUTIONS")
     # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
     # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.

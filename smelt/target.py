@@ -47,7 +47,7 @@ class Target:
     # 1.63 -> 1.73, MobileNetV3 1.08 -> 1.16; RESULTS 2026-11-27, seventh session).
     depthwise_convolution_kernels: bool = False
     # Whether a 1x1 convolution (stride 1, no padding, one group) over a channels-last activation
-    # runs as the matrix product it is (lowering/pointwise_convolution.py): on the H100 host, cuDNN's
+    # runs as the matrix product it is (lowering/convolution_calls.py): on the H100 host, cuDNN's
     # convolution call costs 22-33 us (EfficientNet-B0's 81 a call: 2.0-2.6 ms of host, the GPU's
     # 1.5 ms of work), cuBLAS's product about 8.
     pointwise_convolutions_as_products: bool = False

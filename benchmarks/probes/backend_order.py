@@ -15,6 +15,7 @@ import torch
 import triton.testing
 
 import smelt  # noqa: F401
+from benchmarks.measure import median_call_ms
 from smelt.tools.model_suite.timing import case_callable
 from smelt.tools.model_suite.zoo import all_specs
 
@@ -44,19 +45,11 @@ def main(argv=None) -> None:
         if device == "cuda":
             torch.cuda.synchronize()
         spent.update(s=0.0, full=0)
-        ms = triton.testing.do_bench(fn, return_mode="median") if device == "cuda" else _cpu_ms(fn)
+        ms = triton.testing.do_bench(fn, return_mode="median") if device == "cuda" else median_call_ms(fn, (), 15, warmup=0)
         print(f"{backend}: {ms:.2f} ms median; garbage collector {spent['s'] * 1e3:.1f} ms, "
               f"{spent['full']} full collections", flush=True)
         del fn
 
-
-def _cpu_ms(fn, calls: int = 15) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[calls // 2] * 1e3
 
 
 if __name__ == "__main__":

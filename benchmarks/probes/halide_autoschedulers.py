@@ -8,7 +8,6 @@ real sizes as estimates, JIT-compiled and timed on the same tensors against the 
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 import halide as hl
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 import smelt  # noqa: F401
+from benchmarks.measure import median_call_ms
 import smelt.observe
 from smelt.runtime.halide_compile import load_source
 
@@ -29,15 +29,6 @@ def workloads():
     yield "column sum 1024x4096", lambda a: a.sum(0), torch.randn(1024, 4096)
     yield "add_gelu 4M", lambda a: torch.nn.functional.gelu(a + 1), torch.randn(4 << 20)
 
-
-def median_ms(fn, repeat=15):
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def main():
@@ -81,7 +72,7 @@ def main():
                 continue
             seconds = time.perf_counter() - start
             result = hl.Buffer(np.empty(out_numel, dtype=np.float32))
-            ms = median_ms(lambda: pipeline.realize([result]))
+            ms = median_call_ms(lambda: pipeline.realize([result]), (), 15, warmup=1)
             print(f"{title:24} {schedule:14} {seconds:9.2f} {ms:8.3f}")
 
 

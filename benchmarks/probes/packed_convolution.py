@@ -8,23 +8,13 @@ SMELT_FREEZE_WEIGHTS case). ResNet-18's layer shapes at batch 4, median ms of 30
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
+from benchmarks.measure import median_call_ms
+
 # (input channels, output channels, input size, window, stride)
 SHAPES = [(64, 64, 56, 3, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1), (512, 512, 7, 3, 1), (3, 64, 224, 7, 2)]
-
-
-def median_ms(fn, calls: int = 30) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[calls // 2] * 1e3
 
 
 def main(argv=None) -> None:
@@ -48,7 +38,8 @@ def main(argv=None) -> None:
             return torch.ops.mkldnn._convolution_pointwise(x, packed, b, pad, strides, dilation, 1, "relu", [], None)
         packed = pack()
         torch.testing.assert_close(fused(packed), aten())
-        rounds = [(median_ms(aten), median_ms(lambda: fused(pack())), median_ms(lambda: fused(packed)))
+        rounds = [(median_call_ms(aten, (), 30), median_call_ms(lambda: fused(pack()), (), 30),
+                   median_call_ms(lambda: fused(packed), (), 30))
                   for _ in range(args.rounds)]
         print(f"{c_in} -> {c_out} at {size}, {k}x{k} / {stride}: " + " | ".join("%.2f / %.2f / %.2f" % r for r in rounds),
               flush=True)

@@ -5,6 +5,7 @@ from typing import Callable, Sequence
 
 import sympy
 import torch
+import torch.fx
 
 from ..ir import FixedLayout, Pointwise, TensorBox, ops
 from ..symbolic import Expr, dense_dim_order, sympify
@@ -140,6 +141,11 @@ def is_dense(meta: torch.Tensor) -> bool:
     if any(isinstance(v, torch.SymInt) for v in (*meta.stride(), *meta.size())):
         return False
     return dense_dim_order(list(meta.size()), list(meta.stride())) is not None
+
+
+def traced_value(node):
+    """The value an FX node had when the graph was traced (its meta "val"); None for a non-node."""
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
 def layout_of(val: torch.Tensor, cls=FixedLayout):

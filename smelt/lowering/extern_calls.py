@@ -11,7 +11,7 @@ from ..symbolic import sympify
 from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .depthwise_convolution import depthwise_windows, lower_depthwise
-from .pointwise_convolution import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
+from .convolution_calls import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from ..target import switched_on
@@ -119,7 +119,7 @@ def extern_call(g, *args, **kwargs):
         x, weight, bias, stride, padding, dilation, _, _, groups = args
         keep = bool(g.config is not None and g.config.freeze_weights)
         out = make_extern(g, torch.ops.smelt.packed_convolution.default,
-                          (x, weight, None, padding, stride, dilation, groups, keep), {}, is_fallback=False)
+                          (x, weight, padding, stride, dilation, groups, keep), {}, is_fallback=False)
         return out if bias is None else _add_bias(g, out, bias)
     if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
             and g.target_for(g.out_meta.device.type).adds_convolution_bias:

@@ -24,6 +24,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from .common import traced_value
+
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
 
@@ -41,7 +43,7 @@ def fuse_gemm_epilogues(gm: torch.fx.GraphModule) -> int:
         product = _product_feeding(node.args[0])
         if product is None:
             continue
-        use_gelu = _activation(node, _meta(product).device.type)
+        use_gelu = _activation(node, traced_value(product).device.type)
         if use_gelu is None:
             continue
         bias, mat1, mat2 = product.args[:3]
@@ -80,7 +82,7 @@ def _product_feeding(value) -> torch.fx.Node | None:
         return None
     if len(value.args) != 3 or any(value.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")):
         return None
-    result, bias, mat1, mat2 = (_meta(n) for n in (value, *value.args))
+    result, bias, mat1, mat2 = (traced_value(n) for n in (value, *value.args))
     if not all(isinstance(t, torch.Tensor) for t in (result, bias, mat1, mat2)):
         return None
     if not (result.device.type == "cpu" and result.dtype.is_floating_point
@@ -93,6 +95,3 @@ def _product_feeding(value) -> torch.fx.Node | None:
         return None
     return value
 
-
-def _meta(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None

@@ -2,10 +2,10 @@
 
 A bfloat16 model's batch norm, SiLU, hard-swish and softmax compute in float32 and round the result
 to bfloat16 (8 bits of mantissa) or float16 (11). A float32 quotient a few ulps off (the GPU's
-div.full.f32 is within 2 ulp of the true one, sqrt.approx within 1) then rounds to the same half
-float as the correctly rounded quotient but where the true value lies within a few float32 ulps of
-a half float's rounding boundary (about 1 value in 16,000 for bfloat16), and there one half-float
-ulp away, a tie either way. The correctly rounded forms cost EfficientNet-B0 on the H200 0.24 ms of
+div.full.f32 is within 2 ulp of the true one) then rounds to the same half float as the correctly
+rounded quotient but where the true value lies within those ulps of a half float's rounding
+boundary (a bfloat16 ulp spans 2**16 float32 ulps: about 1 value in 16,000), and there one
+half-float ulp away, a tie either way; tests/gpu/test_cuda_dtypes.py counts them against eager. The correctly rounded forms cost EfficientNet-B0 on the H200 0.24 ms of
 1.70 (benchmarks/probes/division_precision.py): its norms and SiLUs are bound by their arithmetic.
 
 So such a value may be computed approximately (ops.approx_truediv, ops.approx_sqrt) when every path
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 import torch.fx
+
+from .common import traced_value
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -43,7 +45,7 @@ def rounded_to_half(node: torch.fx.Node | None, memo: dict) -> bool:
 
 
 def _dtype(node) -> torch.dtype | None:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    value = traced_value(node)
     return value.dtype if isinstance(value, torch.Tensor) else None
 
 

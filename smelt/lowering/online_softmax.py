@@ -29,7 +29,7 @@ from ..ir.ops import ReadsHandler, use_handler
 from ..symbolic import product
 from .views import drop_size_one_dims
 from ..ir.graph import origin_name
-from .common import make_pointwise
+from .common import make_pointwise, traced_value
 from .reductions import accumulator_dtype, make_reduction
 
 aten = torch.ops.aten
@@ -41,12 +41,9 @@ _FLOAT_TYPES = (torch.float32, torch.float64)
 RECOMPUTE_MAX_LOADS = 4
 
 
-def _value(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
 
 def _dtype(node):
-    return getattr(_value(node), "dtype", None)
+    return getattr(traced_value(node), "dtype", None)
 
 
 def _argument(node: torch.fx.Node, position: int, name: str, default):
@@ -100,8 +97,8 @@ class SoftmaxRows:
 
     def _match(self, amax: torch.fx.Node) -> None:
         v = amax.args[0]
-        meta = _value(amax)
-        if not isinstance(_value(v), torch.Tensor) or not isinstance(meta, torch.Tensor) or meta.dtype not in _FLOAT_TYPES:
+        meta = traced_value(amax)
+        if not isinstance(traced_value(v), torch.Tensor) or not isinstance(meta, torch.Tensor) or meta.dtype not in _FLOAT_TYPES:
             return
         if not _argument(amax, 2, "keepdim", False) or meta.dim() == 0:
             return
@@ -194,7 +191,7 @@ class SoftmaxRows:
 def _row_steps(v: torch.fx.Node, shifts: list[torch.fx.Node]) -> set[torch.fx.Node]:
     """v (when elementwise), the shifts v - m and every elementwise node of the row's shape
     computed from them."""
-    shape = _value(v).shape
+    shape = traced_value(v).shape
     steps = set(shifts)
     if _is_elementwise(v):
         steps.add(v)
@@ -202,7 +199,7 @@ def _row_steps(v: torch.fx.Node, shifts: list[torch.fx.Node]) -> set[torch.fx.No
     while frontier:
         node = frontier.pop()
         for user in node.users:
-            meta = _value(user)
+            meta = traced_value(user)
             if user not in steps and _is_elementwise(user) and isinstance(meta, torch.Tensor) and meta.shape == shape:
                 steps.add(user)
                 frontier.append(user)

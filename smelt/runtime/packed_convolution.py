@@ -11,7 +11,7 @@ weight is kept per weight tensor and made again when the weight is another tenso
 moved; without, it is packed on every call.
 """
 import weakref
-from typing import List, Optional
+from typing import List
 
 import torch
 
@@ -21,10 +21,11 @@ _packed: dict = {}
 
 
 @torch.library.custom_op("smelt::packed_convolution", mutates_args=())
-def packed_convolution(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], padding: List[int],
-                       stride: List[int], dilation: List[int], groups: int, keep_packed: bool) -> torch.Tensor:
+def packed_convolution(x: torch.Tensor, weight: torch.Tensor, padding: List[int], stride: List[int],
+                       dilation: List[int], groups: int, keep_packed: bool) -> torch.Tensor:
+    """The convolution without a bias (the kernel after it adds one: Target.adds_convolution_bias)."""
     packed = _packed_weight(x, weight, padding, stride, dilation, groups, keep_packed)
-    return torch.ops.mkldnn._convolution_pointwise(x, packed, bias, padding, stride, dilation, groups, "none", [], None)
+    return torch.ops.mkldnn._convolution_pointwise(x, packed, None, padding, stride, dilation, groups, "none", [], None)
 
 
 def _packed_weight(x, weight, padding, stride, dilation, groups, keep: bool):
@@ -46,7 +47,7 @@ def _packed_weight(x, weight, padding, stride, dilation, groups, keep: bool):
 
 
 @packed_convolution.register_fake
-def _(x, weight, bias, padding, stride, dilation, groups, keep_packed):
+def _(x, weight, padding, stride, dilation, groups, keep_packed):
     n, _, *spatial = x.shape
     out = [(size + 2 * p - d * (k - 1) - 1) // s + 1
            for size, p, d, k, s in zip(spatial, padding, dilation, weight.shape[2:], stride)]

@@ -76,9 +76,9 @@ FLOAT32_UNARY = {
 }
 
 # ops.approx_sqrt on float32 (a value eager rounds to a half float, lowering/half_rounding.py): PTX's
-# sqrt.approx.f32, within 2**-23 relative and keeping subnormal inputs, where libdevice.sqrt and
-# tl.sqrt are sqrt.approx.ftz.f32 and flush them (bfloat16's sqrt(9e-41) is 9.6e-21, not 0). The
-# interpreter runs no PTX: there it is eager's sqrt.
+# sqrt.approx.f32, which keeps subnormal inputs, where libdevice.sqrt and tl.sqrt are
+# sqrt.approx.ftz.f32 and flush them (bfloat16's sqrt(9e-41) is 9.6e-21, not 0); its results against
+# eager's: tests/gpu/test_cuda_dtypes.py. The interpreter runs no PTX: there it is eager's sqrt.
 APPROX_SQRT_F32 = ('tl.inline_asm_elementwise("sqrt.approx.f32 $0, $1;", "=f,f", [{0}], dtype=tl.float32, '
                    'is_pure=True, pack=1)')
 APPROX_SQRT_F32_INTERPRETED = "libdevice.sqrt({0})"

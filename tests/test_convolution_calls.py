@@ -1,4 +1,5 @@
-"""1x1 convolutions over channels-last activations as matrix products (lowering/pointwise_convolution.py):
+"""Convolutions through other library calls (lowering/convolution_calls.py). 1x1 ones over channels-last
+activations as matrix products:
 the same values as eager's convolutions, the output in eager's strides, and only the convolutions the
 product equals are replaced."""
 import pytest

@@ -1,10 +1,13 @@
-"""A 1x1 convolution over a channels-last activation as the matrix product it is.
+"""Convolutions run through another library call than ATen's convolution: a 1x1 one over a
+channels-last activation as the matrix product it is, a float32 one on the CPU through oneDNN with
+its weight packed (runtime/packed_convolution.py).
 
 With stride 1, no padding and one group, out[n, :, h, w] = weight[:, :, 0, 0] @ x[n, :, h, w]: over
 NHWC memory the activation is a [N*H*W, C_in] matrix with rows one apart, the result a [N*H*W, C_out]
 one in the output's channels-last memory. The product runs in cuBLAS (the same float32 accumulation
 of the same products as cuDNN's kernels, in its own order); what it saves is host time: cuDNN's
-convolution call costs 22-33 us on the H100 host where the product costs about 8, and at batch 32
+convolution call costs 22-33 us on the H100 host (cProfile, EfficientNet-B0) where a product costs
+8.7 (`model_host_time --micro`, RESULTS 2026-11-27), and at batch 32
 a mobile net's inference waits on the host (Target.pointwise_convolutions_as_products).
 """
 from __future__ import annotations
@@ -14,6 +17,8 @@ import torch
 
 from ..ir import ExternKernel, FixedLayout, FlexibleLayout, TensorBox
 from ..ir.views import ReinterpretView
+from ..runtime import packed_convolution
+from .common import traced_value
 from .traced_layout import realize_as_traced
 
 aten = torch.ops.aten
@@ -23,12 +28,10 @@ def is_pointwise_convolution(node: torch.fx.Node) -> bool:
     """A 2-D convolution the product can replace: 1x1 window, stride 1, no padding, no dilation,
     not transposed, one group; on CUDA half floats only (a float32 convolution may run in TF32
     under cuDNN's own switch, a product under another)."""
-    if node.target is not aten.convolution.default or len(node.args) != 9 or node.kwargs:
+    values = _convolution_values(node)
+    if values is None:
         return False
-    x, weight = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
-    out = node.meta.get("val")
-    if not all(isinstance(t, torch.Tensor) for t in (x, weight, out)) or x.dim() != 4:
-        return False
+    x, weight, out = values
     stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
     return (tuple(weight.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
             and list(dilation) == [1, 1] and not transposed and groups == 1
@@ -80,13 +83,20 @@ def _matrix(strided, size, stride, laid_out) -> ReinterpretView | None:
 
 
 def is_packable_convolution(node: torch.fx.Node) -> bool:
-    """A float32 2-D convolution on the CPU that smelt::packed_convolution (runtime/packed_convolution.py)
-    runs: not transposed, and this torch has oneDNN's ops."""
-    from ..runtime import packed_convolution
+    """A float32 2-D convolution on the CPU that smelt::packed_convolution runs: not transposed, and
+    this torch has oneDNN's ops."""
+    values = _convolution_values(node)
+    if values is None or node.args[6]:
+        return False
+    x, weight, _ = values
+    return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and packed_convolution.available())
+
+
+def _convolution_values(node: torch.fx.Node):
+    """(input, weight, output) as traced, for a 2-D aten.convolution with all its arguments; else None."""
     if node.target is not aten.convolution.default or len(node.args) != 9 or node.kwargs:
-        return False
-    x, weight = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
-    if not all(isinstance(t, torch.Tensor) for t in (x, weight)) or x.dim() != 4 or node.args[6]:
-        return False
-    return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and not any(node.args[7])
-            and packed_convolution.available())
+        return None
+    values = (traced_value(node.args[0]), traced_value(node.args[1]), traced_value(node))
+    if not all(isinstance(t, torch.Tensor) for t in values) or values[0].dim() != 4:
+        return None
+    return values
