@@ -26,10 +26,11 @@ from .lowering.handwritten_attention import handwritten_attention_to_sdpa
 from .lowering.frozen_weights import weight_indices
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
-from .pipeline import compile_graph
+from .pipeline import compile_graph, targets_for
 from .saved_inputs import copy_mutated_inputs_saved_for_backward, donated_saved_inputs
 from .runtime import compile_pool
 from .runtime.kernel_binaries import prepare_compiler
+from .target import switched_on
 
 log = logging.getLogger("smelt")
 
@@ -138,7 +139,9 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         if graph_cache.enabled(cfg):  # where binaries are kept, workers compile them (triton_loading.build_ahead):
             compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
     if cfg.attention_rewrite:
-        handwritten_attention_to_sdpa(gm)
+        target_for = targets_for(cfg)
+        handwritten_attention_to_sdpa(
+            gm, lambda device_type: switched_on(cfg.short_attention, target_for(device_type), "short_attention_kernel"))
     dense_attention_masks(gm)
     compiled = aot_module_simplified(
         gm, example_inputs,

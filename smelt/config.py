@@ -133,6 +133,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_PACKED_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_SHORT_ATTENTION": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_FREEZE_WEIGHTS": Setting(parse_bool, False, _BOOL),
@@ -237,6 +238,10 @@ class Config:
     # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
     # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.
     packed_convolutions: str = _field("SMELT_PACKED_CONVOLUTIONS")
+    # Inference attention written by hand over fewer than 64 keys (Swin's windows) as one Triton
+    # kernel, smelt::short_attention (runtime/short_attention.py), with attention_rewrite on:
+    # "auto" where the Target says so.
+    short_attention: str = _field("SMELT_SHORT_ATTENTION")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest
     # (cached on disk under cache_dir/autotune). Off: the block heuristic alone decides.

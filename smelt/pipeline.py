@@ -128,7 +128,8 @@ def _compile_subgraphs_read_back(gm: torch.fx.GraphModule, generated: GeneratedG
             generated.objects[name] = compile_graph(getattr(gm, source["module"]), examples, name)
 
 
-def _target_for(cfg):
+def targets_for(cfg):
+    """A function from a device type to the Target its backend under `cfg` compiles for."""
     known: dict[str, Target] = {}  # asked once per node by the layout passes and the lowering
 
     def target_for(device_type: str) -> Target:
@@ -151,7 +152,7 @@ def _as_set(cfg, target: Target) -> Target:
 
 def _wants(cfg, setting: str, target_field: str):
     """Whether a layout pass applies on a device: setting `setting` ("auto": the Target's field)."""
-    target_for, value = _target_for(cfg), getattr(cfg, setting)
+    target_for, value = targets_for(cfg), getattr(cfg, setting)
     return lambda device: switched_on(value, target_for(device.type), target_field)
 
 
@@ -171,7 +172,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
     with clock.stage("lower"):
         if cfg.gemm_epilogues:
             fuse_gemm_epilogues(gm)
-        graph = lower_graph(gm, cfg, _target_for(cfg), compile_graph)
+        graph = lower_graph(gm, cfg, targets_for(cfg), compile_graph)
     with clock.stage("schedule"):
         sched, ctx = _schedule(graph, cfg, halide_refused, halide_plain)
     with clock.stage("codegen"):

@@ -17,6 +17,7 @@ from smelt.lowering.handwritten_attention import handwritten_attention_to_sdpa
 @pytest.fixture(autouse=True)
 def _every_length(monkeypatch):
     monkeypatch.setattr(handwritten_attention, "MIN_KEYS", {})  # the tests' rows are short
+    monkeypatch.setattr(handwritten_attention, "SHORT_KEYS", 0)  # SDPA's path (test_short_attention: the other)
 
 
 @pytest.fixture
@@ -25,8 +26,8 @@ def rewrites(monkeypatch):
     counts = []
     real = smelt.backend.handwritten_attention_to_sdpa
 
-    def counting(gm):
-        counts.append(real(gm))
+    def counting(gm, *args):
+        counts.append(real(gm, *args))
         return counts[-1]
     monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", counting)
     return counts

@@ -15,7 +15,7 @@ from .convolution_calls import is_packable_convolution, is_pointwise_convolution
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from ..target import switched_on
-from ..runtime import packed_convolution, padded_product  # noqa: F401  (register smelt::packed_convolution, smelt::padded_product)
+from ..runtime import packed_convolution, padded_product, short_attention  # noqa: F401  (register smelt's ops)
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -105,7 +105,8 @@ def with_effects(g, token, op, *args, **kwargs):
 
 @lowering(aten.mm, aten.bmm, aten.addmm, aten._addmm_activation, aten.baddbmm, aten.convolution, aten._convolution,
           aten.convolution_backward, aten._scaled_dot_product_flash_attention,
-          aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product)
+          aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product,
+          torch.ops.smelt.short_attention)
 def extern_call(g, *args, **kwargs):
     if g.node.target is aten.convolution.default and not kwargs and _wants_depthwise_kernels(g):
         windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8])

@@ -64,6 +64,9 @@ _SATURATING = (torch.bfloat16, torch.float32, torch.float64)
 # layers through cuDNN's SDPA, 3.48 with all as written (RESULTS, twenty-fourth session). The CPU's
 # kernels are not measured so: every length is rewritten there.
 MIN_KEYS = {"cuda": 64}
+# Keys below which a chain runs as smelt::short_attention (runtime/short_attention.py) where the
+# Target asks for it: the rows SDPA's kernels take slowly, which fit one of its tiles.
+SHORT_KEYS = 64
 
 
 def _is(node, functions=(), methods=()) -> bool:
@@ -203,6 +206,16 @@ class _Attention:
     scale: float | None
     heads: torch.Size | None  # the scores' shape where they are viewed with their heads unfolded
     chain: list  # from the product to the product with v
+    # Every added term, with the shape of the scores it is added to: `mask` at theirs, and after
+    # the heads are unfolded, others at the unfolded shape, the scores then folded back before the
+    # softmax (`folded`): Swin's shifted windows add their mask per window so.
+    terms: list = dataclasses.field(default_factory=list)
+    folded: bool = False
+
+    def sdpa_takes(self) -> bool:
+        """Whether the chain is one SDPA call (with at most one mask, at the scores' shape)."""
+        return len(self.terms) <= (self.mask is not None) and not self.folded and (
+            self.heads is None or self.mask is None or _value(self.mask).shape == _value(self.chain[0]).shape)
 
 
 def _match(product: torch.fx.Node) -> _Attention | None:
@@ -218,16 +231,26 @@ def _match(product: torch.fx.Node) -> _Attention | None:
     chain = [product]
     scale, nxt = _optional_link(chain, _only_user(product), _scale)
     mask, nxt = _optional_link(chain, nxt, _mask)
+    terms = [(mask, sv.shape)] if mask is not None else []
     heads, nxt = _optional_link(chain, nxt, _heads_unfolded)
-    if heads is not None and mask is not None and _value(mask).shape != sv.shape:
-        return None  # a broadcast mask would need its own unfolding
+    folded = False
+    if heads is not None:
+        while (term := _optional_link(chain, nxt, _mask))[0] is not None:
+            terms.append((term[0], heads))
+            nxt = term[1]
+        if len(terms) > (mask is not None):  # terms at the unfolded shape: folded back right after them
+            if not (_is(nxt, (torch.reshape,), ("view", "reshape")) and nxt.args[0] is chain[-1]
+                    and _value(nxt).shape == sv.shape):
+                return None
+            chain.append(nxt)
+            nxt, folded = _only_user(nxt), True
     fill, nxt = _optional_link(chain, nxt, _fill)
     probs = _softmax_output(nxt, chain[-1], qv.dtype) if nxt is not None else None
     if probs is None:
         return None
     chain += [nxt] if probs is nxt else [nxt, probs]
     _, nxt = _optional_link(chain, _only_user(probs), _inactive_dropout)
-    if heads is not None:  # folded back for the product with v
+    if heads is not None and not folded:  # folded back for the product with v
         if not (_is(nxt, (torch.reshape,), ("view", "reshape")) and nxt.args[0] is chain[-1]
                 and _value(nxt).shape == sv.shape):
             return None
@@ -239,7 +262,7 @@ def _match(product: torch.fx.Node) -> _Attention | None:
     vv = _value(v)
     if not isinstance(vv, torch.Tensor) or vv.dtype != qv.dtype or vv.shape[:-1] != ktv.shape[:-2] + ktv.shape[-1:]:
         return None
-    return _Attention(q, k_t, v, mask, fill, scale, heads, chain + [nxt])
+    return _Attention(q, k_t, v, mask, fill, scale, heads, chain + [nxt], terms, folded)
 
 
 def _call(gm, target, *args, **kwargs) -> torch.fx.Node:
@@ -257,8 +280,9 @@ def _call(gm, target, *args, **kwargs) -> torch.fx.Node:
     return node
 
 
-def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
-    """Replaces each hand-written attention chain of `gm` (a Dynamo graph) with one SDPA call;
+def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda device_type: False) -> int:
+    """Replaces each hand-written attention chain of `gm` (a Dynamo graph) with one SDPA call, or
+    one smelt::short_attention call where `short_kernel(device type)` says so and it applies;
     returns how many."""
     rewritten, erased = 0, set()
     for node in list(gm.graph.nodes):
@@ -268,30 +292,43 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule) -> int:
         chain, k_t = found.chain, found.k_t
         out = chain[-1]
         keys = _value(k_t).shape[-1]
-        if isinstance(keys, int) and keys < MIN_KEYS.get(_value(k_t).device.type, 0):
-            log.debug("smelt: attention written by hand at %s left as written: %d keys", node.name, keys)
-            continue
+        device_type = _value(k_t).device.type
         if written_in_place(out):  # SDPA's fused kernels save the output the program writes
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
             continue
+        short = isinstance(keys, int) and keys < SHORT_KEYS and short_kernel(device_type) and _short_kernel_takes(found)
+        if short:
+            make, kind = _short_attention_nodes, "one smelt::short_attention call"
+        elif isinstance(keys, int) and keys < MIN_KEYS.get(device_type, 0):
+            log.debug("smelt: attention written by hand at %s left as written: %d keys", node.name, keys)
+            continue
+        elif not found.sdpa_takes():
+            log.debug("smelt: attention written by hand at %s left as written: its %d added terms are not one "
+                      "SDPA mask", node.name, len(found.terms))
+            continue
+        else:
+            make, kind = _sdpa_nodes, "one scaled_dot_product_attention call"
         before = set(gm.graph.nodes)
         try:
-            result = _sdpa_nodes(gm, found)
-        except Exception as e:  # a chain SDPA cannot trace (an example value it fails on) stays as written
+            result = make(gm, found)
+        except Exception as e:  # a chain the call cannot trace (an example value it fails on) stays as written
             for new in reversed([n for n in gm.graph.nodes if n not in before]):
                 gm.graph.erase_node(new)
-            log.debug("smelt: attention written by hand at %s left as written: SDPA over its inputs "
-                      "failed to trace (%s: %s)", node.name, type(e).__name__, e)
+            log.debug("smelt: attention written by hand at %s left as written: %s over its inputs "
+                      "failed to trace (%s: %s)", node.name, kind, type(e).__name__, e)
             continue
-        result.meta.update(out.meta)
+        # The call's own example value stands (short_attention's strides may differ from the product's).
+        result.meta.update({key: value for key, value in out.meta.items() if not (short and key == "example_value")})
         out.replace_all_uses_with(result)
-        if k_t.op != "placeholder" and k_t.users.keys() == {node}:
-            chain.insert(0, k_t)
+        producers = [k_t] + ([node.args[0]] if short and found_q_scale(found) is not None else [])
+        for producer in producers:
+            if producer.op != "placeholder" and producer.users.keys() == {node}:
+                chain.insert(0, producer)
         for dead in reversed(chain):  # each link's one user was the next
             gm.graph.erase_node(dead)
             erased.add(dead)
-        log.debug("smelt: attention written by hand at %s runs as one scaled_dot_product_attention call", node.name)
+        log.debug("smelt: attention written by hand at %s runs as %s", node.name, kind)
         rewritten += 1
     if rewritten:
         gm.recompile()
@@ -337,3 +374,74 @@ def _sdpa_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
         if found.heads is not None:
             result = _call(gm, torch.reshape, sdpa, tuple(_value(out).shape))
     return result
+
+
+def found_q_scale(found: _Attention) -> tuple | None:
+    """(x, c) where the chain's query is x * c (a number) read by nothing but the product (Swin
+    scales its query so), else None."""
+    q = found.q
+    if not (_is(q, (operator.mul, torch.mul), ("mul", "__mul__", "__rmul__")) and len(q.args) == 2
+            and not q.kwargs and len(q.users) == 1):
+        return None
+    x, c = q.args if isinstance(q.args[0], torch.fx.Node) else q.args[::-1]
+    xv = _value(x)
+    if not (_number(c) and isinstance(xv, torch.Tensor) and xv.dtype == _value(q).dtype and xv.shape == _value(q).shape):
+        return None
+    return x, float(c)
+
+
+def _score_scale(found: _Attention) -> tuple[float, bool]:
+    """(c, whether the scores are divided by it) for the chain's scale link; (1.0, False) without one."""
+    if found.scale is None:
+        return 1.0, False
+    link = found.chain[1]
+    if _is(link, (operator.truediv, torch.div), ("div", "__truediv__")):
+        return float(link.args[1]), True
+    return found.scale, False
+
+
+def _short_kernel_takes(found: _Attention) -> bool:
+    """Whether smelt::short_attention computes the chain: an inference chain (nothing needs a
+    gradient: the kernel has no backward), no masked_fill, operands the kernel takes."""
+    from ..runtime import short_attention
+    if found.fill is not None:
+        return False
+    q_node = found_q_scale(found)[0] if found_q_scale(found) is not None else found.q
+    q, k_t, v = _value(q_node), _value(found.k_t), _value(found.v)
+    terms = [_value(t) for t, _ in found.terms]
+    tensors = [q, k_t, v, *terms]
+    if not all(isinstance(t, torch.Tensor) and not t.requires_grad for t in tensors):
+        return False
+    if any(not isinstance(n, int) for t in tensors for n in t.shape):
+        return False  # symbolic sizes: the kernel's blocks are fixed per compile
+    for (_, shape) in found.terms:
+        if len(shape) - 2 > 4:
+            return False
+    expanded = [t.expand(shape) for t, (_, shape) in zip(terms, found.terms)]
+    return short_attention.applies(q, k_t.transpose(-2, -1), v, expanded)
+
+
+def _short_attention_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
+    """A smelt::short_attention node computing `found`'s chain, before its last link."""
+    from ..runtime import short_attention  # noqa: F401  (registers the op)
+    out, k_t = found.chain[-1], found.k_t
+    scaled = found_q_scale(found)
+    q, q_scale = scaled if scaled is not None else (found.q, 1.0)
+    score_scale, divides = _score_scale(found)
+    users = list(out.users)
+    # The caller's next op puts the heads next to each other per query: stored so, that is a view.
+    heads_last = (_value(out).dim() == 4 and len(users) == 1 and _is(users[0], (torch.transpose,), ("transpose",))
+                  and users[0].args[0] is out and sorted(d % 4 for d in users[0].args[1:3]) == [1, 2])
+    with gm.graph.inserting_before(out):
+        k = _transposed_last_two(k_t)
+        if k is None:
+            k = _call(gm, torch.transpose, k_t, -2, -1)
+        terms = [_call(gm, "expand", term, tuple(shape)) for term, shape in found.terms]
+        op = torch.ops.smelt.short_attention.default
+        args = (q_scale, score_scale, divides, heads_last)
+        node = gm.graph.call_function(op, (q, k, found.v, terms, *args))
+        values = [_value(q), _value(k), _value(found.v), [_value(t) for t in terms]]
+        fake_mode = next((v.fake_mode for v in values[:3] if isinstance(v, FakeTensor)), None)
+        with fake_mode if fake_mode is not None else contextlib.nullcontext():
+            node.meta["example_value"] = op(*values, *args)
+    return node

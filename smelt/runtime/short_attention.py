@@ -1,0 +1,70 @@
+"""smelt::short_attention: attention over rows of few keys (Swin's 7 x 7 windows: 49), written out
+by hand in the model, as one Triton kernel (short_attention_kernel.py) in inference graphs.
+
+Eager computes such an attention as a batched product, a softmax and a second product, writing the
+[*lead, Q, K] scores and probabilities to memory between them; PyTorch's fused attention kernels
+work on tiles of 64 keys and more and took longer than that (Swin-T on the H200: 3.72 GPU ms a call
+with 7 of its 12 attentions through cuDNN's, 3.48 as written; RESULTS, twenty-fourth session).
+Here a program computes one matrix's scores, its softmax and the product with v in registers: q, k,
+v and the terms are read once, the output written once. lowering/handwritten_attention.py puts it
+in where a Target asks for it (Target.short_attention_kernel).
+
+The output is [*lead, Q, DV]; with `heads_last` (two lead dims, the caller's next op a transpose of
+them) it is stored as [lead0, Q, lead1, DV] memory, so that the transpose and the reshape after it
+(heads concatenated per query) are views.
+"""
+from __future__ import annotations
+
+import torch
+
+MAX_ROWS = 128  # queries, keys and head sizes whose whole tiles stay in registers
+
+
+def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch.Tensor]) -> bool:
+    """Whether the kernel takes these operands (shapes as the op takes them, see below)."""
+    if q.dim() < 3 or q.dim() - 2 > 4 or len(terms) > 2:
+        return False
+    if not (q.dtype == k.dtype == v.dtype and q.dtype in (torch.float16, torch.bfloat16, torch.float32)):
+        return False
+    lead = q.shape[:-2]
+    if k.shape[:-2] != lead or v.shape[:-2] != lead or k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
+        return False
+    if max(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) > MAX_ROWS:
+        return False
+    scores = (*lead, q.shape[-2], k.shape[-2])
+    return all(t.dtype == q.dtype and 2 < t.dim() <= 6 and t.shape[-2:] == scores[-2:]
+               and t.shape[:-2].numel() == lead.numel() for t in terms)
+
+
+@torch.library.custom_op("smelt::short_attention", mutates_args=())
+def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch.Tensor],
+                    q_scale: float, score_scale: float, score_divides: bool, heads_last: bool) -> torch.Tensor:
+    """softmax((q * q_scale) @ k^T * score_scale + terms[0] + terms[1]) @ v (the scores divided by
+    score_scale where score_divides), each op rounded as eager rounds it. q [*lead, Q, D], k [*lead, K, D], v [*lead, K, DV]; each term [*its lead, Q, K], its
+    lead a row-major split of q's (an expanded view where it broadcasts)."""
+    out = _empty_output(q, v, heads_last)
+    _kernels(q.device).run(q, k, v, list(terms), q_scale, score_scale, score_divides, out)
+    return out
+
+
+@short_attention.register_fake
+def _(q, k, v, terms, q_scale, score_scale, score_divides, heads_last):
+    return _empty_output(q, v, heads_last)
+
+
+def _empty_output(q: torch.Tensor, v: torch.Tensor, heads_last: bool) -> torch.Tensor:
+    shape = (*q.shape[:-1], v.shape[-1])
+    if heads_last and len(shape) == 4:
+        b, h, n, d = shape
+        return q.new_empty((b, n, h, d)).permute(0, 2, 1, 3)
+    return q.new_empty(shape)
+
+
+def _kernels(device: torch.device):
+    """The kernel's module: compiled for the GPU, or run by Triton's interpreter for CPU tensors
+    (the Triton backend's CPU graphs, which test the GPU's plans)."""
+    from . import short_attention_kernel
+    if device.type == "cuda":
+        return short_attention_kernel
+    from .loader import load_module
+    return load_module(short_attention_kernel.__file__, interpret=True)

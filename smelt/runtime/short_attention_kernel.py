@@ -1,0 +1,128 @@
+"""The Triton kernel of smelt::short_attention (short_attention.py): softmax(q @ k^T + terms) @ v for
+rows of at most 128 keys, one matrix a program, its scores never leaving registers.
+
+Each value is rounded where eager's ops round it, so a half-float attention gives eager's result but
+for the products' order of summation: the scaled query, the scores, each sum with an added term
+and the probabilities are rounded to the inputs' dtype; the softmax itself is float32.
+
+A matrix m of the [*lead, Q, K] scores is found in each operand by its own lead dims: q, k, v and
+the output share the scores' lead (at most 4 dims), each term is a view of the scores' shape in its
+own lead (Swin's window mask is added at [batch, windows, heads, Q, K], its bias at [batch, heads,
+Q, K]), expanded to it: a broadcast dim has stride 0.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LEAD = 4  # lead dims each operand's index is split into, leading ones padded with size 1
+
+
+@triton.jit
+def _lead_offset(m, n1, n2, n3, s0, s1, s2, s3):
+    # The offset of matrix m in an operand whose lead dims (row-major) have sizes (., n1, n2, n3).
+    i3 = m % n3
+    rest = m // n3
+    i2 = rest % n2
+    rest = rest // n2
+    return (rest // n1) * s0 + (rest % n1) * s1 + i2 * s2 + i3 * s3
+
+
+@triton.jit
+def short_attention(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_scale, score_scale,
+                    n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, qs_col, ks0, ks1, ks2, ks3, ks_row, ks_col,
+                    vs0, vs1, vs2, vs3, vs_row, vs_col, os0, os1, os2, os3, os_row, os_col,
+                    t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row, t0s_col,
+                    t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, t1s_col,
+                    TERMS: tl.constexpr, EXACT_DOTS: tl.constexpr, SCALE_Q: tl.constexpr, SCALE_SCORES: tl.constexpr,
+                    BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)  # offsets of large operands pass 2**31
+    dtype = out_ptr.dtype.element_ty
+    rq = tl.arange(0, BQ)
+    rk = tl.arange(0, BK)
+    rd = tl.arange(0, BD)
+    rdv = tl.arange(0, BDV)
+    in_q = rq < Q
+    in_k = rk < K
+
+    q_at = q_ptr + _lead_offset(m, n1, n2, n3, qs0, qs1, qs2, qs3)
+    q = tl.load(q_at + rq[:, None] * qs_row + rd[None, :] * qs_col, mask=in_q[:, None] & (rd[None, :] < D), other=0.0)
+    if SCALE_Q:
+        q = (q.to(tl.float32) * q_scale).to(dtype)
+    k_at = k_ptr + _lead_offset(m, n1, n2, n3, ks0, ks1, ks2, ks3)
+    k_t = tl.load(k_at + rd[:, None] * ks_col + rk[None, :] * ks_row, mask=(rd[:, None] < D) & in_k[None, :], other=0.0)
+    # Float32 products as eager's, not TF32; the interpreter's take no half floats (numpy has none).
+    if EXACT_DOTS:
+        scores = tl.dot(q.to(tl.float32), k_t.to(tl.float32), input_precision="ieee")
+    else:
+        scores = tl.dot(q, k_t)
+    scores = scores.to(dtype).to(tl.float32)
+    if SCALE_SCORES == 1:
+        scores = (scores * score_scale).to(dtype).to(tl.float32)
+    if SCALE_SCORES == 2:
+        scores = (scores / score_scale).to(dtype).to(tl.float32)
+    inside = in_q[:, None] & in_k[None, :]
+    if TERMS > 0:
+        t0_at = t0_ptr + _lead_offset(m, t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3)
+        t0 = tl.load(t0_at + rq[:, None] * t0s_row + rk[None, :] * t0s_col, mask=inside, other=0.0)
+        scores = (scores + t0.to(tl.float32)).to(dtype).to(tl.float32)
+    if TERMS > 1:
+        t1_at = t1_ptr + _lead_offset(m, t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3)
+        t1 = tl.load(t1_at + rq[:, None] * t1s_row + rk[None, :] * t1s_col, mask=inside, other=0.0)
+        scores = (scores + t1.to(tl.float32)).to(dtype).to(tl.float32)
+
+    # A row of -inf scores gives NaN, as eager's softmax does; columns past K take no weight.
+    scores = tl.where(in_k[None, :], scores, float("-inf"))
+    row_max = tl.reduce(scores, 1, tl.standard._elementwise_max)
+    weights = tl.exp(scores - row_max[:, None])
+    total = tl.reduce(weights, 1, tl.standard._sum_combine)
+    probs = (weights / total[:, None]).to(dtype)
+
+    v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
+    v = tl.load(v_at + rk[:, None] * vs_row + rdv[None, :] * vs_col, mask=in_k[:, None] & (rdv[None, :] < DV), other=0.0)
+    if EXACT_DOTS:
+        out = tl.dot(probs.to(tl.float32), v.to(tl.float32), input_precision="ieee")
+    else:
+        out = tl.dot(probs, v)
+    out_at = out_ptr + _lead_offset(m, n1, n2, n3, os0, os1, os2, os3)
+    tl.store(out_at + rq[:, None] * os_row + rdv[None, :] * os_col, out.to(dtype), mask=in_q[:, None] & (rdv[None, :] < DV))
+
+
+def _block(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))  # tl.dot's operands are at least 16 wide
+
+
+def _lead(t: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Sizes and strides of `t`'s lead dims, padded in front to LEAD dims of size 1."""
+    pad = LEAD - (t.dim() - 2)
+    return [1] * pad + list(t.shape[:-2]), [0] * pad + list(t.stride()[:-2])
+
+
+def run(q, k, v, terms, q_scale, score_scale, score_divides, out) -> torch.Tensor:
+    """out[..., Q, DV] = softmax(q * q_scale @ k^T * score_scale + sum(terms)) @ v (the scores
+    divided by score_scale where score_divides), rounded as eager rounds each op (a scale of 1: no
+    such op)."""
+    matrices = q.shape[:-2].numel()
+    if matrices == 0:
+        return out
+    lead = _lead(q)[0]
+    strides = []
+    for t in (q, k, v, out):
+        strides += _lead(t)[1] + list(t.stride()[-2:])
+    term_args = []
+    for i in range(2):
+        if i < len(terms):
+            sizes, lead_strides = _lead(terms[i])
+            term_args += sizes[1:] + lead_strides + list(terms[i].stride()[-2:])
+        else:
+            term_args += [1, 1, 1, 0, 0, 0, 0, 0, 0]
+    t0 = terms[0] if terms else q
+    t1 = terms[1] if len(terms) > 1 else q
+    n_q, d = q.shape[-2:]
+    n_k, dv = v.shape[-2:]
+    short_attention[(matrices,)](
+        q, k, v, t0, t1, out, n_q, n_k, d, dv, float(q_scale), float(score_scale), *lead[1:], *strides, *term_args,
+        TERMS=len(terms), EXACT_DOTS=not q.is_cuda or q.dtype == torch.float32, SCALE_Q=q_scale != 1.0, SCALE_SCORES=0 if score_scale == 1.0 else 2 if score_divides else 1,
+        BQ=_block(n_q), BK=_block(n_k), BD=_block(d), BDV=_block(dv), num_warps=4)
+    return out

@@ -1,0 +1,191 @@
+"""Inference attention written by hand over few keys runs as smelt::short_attention, one Triton
+kernel (runtime/short_attention.py; on the CPU through Triton's interpreter): its values are eager's
+but for the products' order of summation, in each form a model writes it (Swin's windows with their
+relative-position bias and shifted-window mask), and a chain it does not take stays as written."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt.backend
+import smelt.config
+from smelt.runtime.short_attention import short_attention
+
+TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+@pytest.fixture
+def rewrites(monkeypatch):
+    """How many chains each compile rewrote."""
+    counts = []
+    real = smelt.backend.handwritten_attention_to_sdpa
+
+    def counting(gm, *args):
+        counts.append(real(gm, *args))
+        return counts[-1]
+    monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", counting)
+    return counts
+
+
+@pytest.fixture
+def kernel_runs(monkeypatch):
+    """How many times the kernel ran."""
+    from smelt.runtime import short_attention as op_module
+    runs = []
+    real = op_module._kernels
+
+    def counting(device):
+        runs.append(device)
+        return real(device)
+    monkeypatch.setattr(op_module, "_kernels", counting)
+    return runs
+
+
+@pytest.fixture
+def short_kernel():
+    with smelt.config.override(short_attention="on"):
+        yield
+
+
+def _chain(q, k, v, terms, q_scale=1.0, score_scale=1.0, divides=False):
+    """The ops the kernel stands for, as eager runs them."""
+    s = (q * q_scale if q_scale != 1.0 else q) @ k.transpose(-2, -1)
+    if score_scale != 1.0:
+        s = s / score_scale if divides else s * score_scale
+    for term in terms:
+        s = (s.view(term.shape) + term).view(s.shape)
+    return s.softmax(-1) @ v
+
+
+def _close(actual, expected, dtype):
+    tolerance = TOLERANCES[dtype]
+    torch.testing.assert_close(actual.float(), expected.float(), atol=tolerance, rtol=tolerance)
+
+
+CASES = {
+    # lead, queries, keys, head size, value head size
+    "swin_window": ((4, 3), 49, 49, 32, 32),
+    "cross_attention": ((2, 2), 5, 13, 16, 8),
+    "folded_heads": ((6,), 8, 8, 16, 16),
+    "one_key": ((2, 1), 3, 1, 16, 16),
+    "widest": ((1, 1), 128, 128, 128, 128),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_the_kernel_computes_eagers_chain(device, dtype, case):
+    lead, n_q, n_k, d, dv = CASES[case]
+    torch.manual_seed(0)
+    q = torch.randn(*lead, n_q, d, device=device, dtype=dtype)
+    k = torch.randn(*lead, n_k, d, device=device, dtype=dtype)
+    v = torch.randn(*lead, n_k, dv, device=device, dtype=dtype)
+    bias = torch.randn(*lead[1:], n_q, n_k, device=device, dtype=dtype).expand(*lead, n_q, n_k)
+    out = short_attention(q, k, v, [bias], d ** -0.5, 1.0, False, False)
+    _close(out, _chain(q, k, v, [bias], q_scale=d ** -0.5), dtype)
+    divided = short_attention(q, k, v, [], 1.0, 3.0, True, False)
+    _close(divided, _chain(q, k, v, [], score_scale=3.0, divides=True), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_swins_two_terms_read_in_place_from_strided_operands(device, dtype):
+    """q, k and v views of one qkv product, a bias broadcast over windows and a mask per window
+    added at [batch, windows, heads, Q, K]; the output stored heads-last."""
+    batch, windows, heads, n, d = 2, 4, 3, 49, 32
+    torch.manual_seed(0)
+    qkv = torch.randn(batch * windows, n, 3, heads, d, device=device, dtype=dtype).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    bias = torch.randn(1, heads, n, n, device=device, dtype=dtype).expand(batch * windows, heads, n, n)
+    mask = torch.where(torch.rand(windows, n, n, device=device) < 0.3, -100.0, 0.0).to(dtype)
+    per_window = mask.unsqueeze(1).unsqueeze(0).expand(batch, windows, heads, n, n)
+    expected = _chain(q, k, v, [bias, per_window], q_scale=0.25)
+    for heads_last in (False, True):
+        out = short_attention(q, k, v, [bias, per_window], 0.25, 1.0, False, heads_last)
+        _close(out, expected, dtype)
+        assert out.transpose(1, 2).is_contiguous() == heads_last
+
+
+def test_a_row_of_no_keys_is_nan_as_in_eager(device):
+    q, k, v = (torch.randn(1, 2, 4, 16, device=device) for _ in range(3))
+    mask = torch.zeros(1, 2, 4, 4, device=device)
+    mask[0, 1, 2] = float("-inf")
+    out = short_attention(q, k, v, [mask], 1.0, 1.0, False, False)
+    expected = _chain(q, k, v, [mask])
+    assert out[0, 1, 2].isnan().all() and expected[0, 1, 2].isnan().all()
+    _close(torch.nan_to_num(out), torch.nan_to_num(expected), torch.float32)
+
+
+class WindowAttention(torch.nn.Module):
+    """timm's Swin window attention as it is written when SDPA is off."""
+
+    def __init__(self, dim, heads, window, windows):
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.bias_table = torch.nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + window - 1
+        self.register_buffer("index", relative[..., 0] * (2 * window - 1) + relative[..., 1])
+        shifted = torch.where(torch.rand(windows, window ** 2, window ** 2) < 0.2, -100.0, 0.0)
+        self.register_buffer("mask", shifted)
+
+    def forward(self, x, shifted: bool):
+        b_, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b_, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        q = q * self.scale
+        attn = q @ k.transpose(-2, -1)
+        bias = self.bias_table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1).contiguous()
+        attn = attn + bias.unsqueeze(0)
+        if shifted:
+            windows = self.mask.shape[0]
+            attn = attn.view(-1, windows, self.heads, n, n) + self.mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.heads, n, n)
+        attn = F.dropout(attn.softmax(-1), 0.0, False)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b_, n, -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shifted", [False, True], ids=["windows", "shifted_windows"])
+def test_swins_window_attention_runs_as_one_call(device, dtype, shifted, rewrites, kernel_runs, short_kernel):
+    torch.manual_seed(0)
+    model = WindowAttention(dim=64, heads=2, window=7, windows=4).to(device=device, dtype=dtype).eval()
+    x = torch.randn(8, 49, 64, device=device, dtype=dtype)
+    with torch.no_grad():
+        expected = model(x, shifted)
+        out = torch.compile(model, backend="smelt")(x, shifted)
+    _close(out, expected, dtype)
+    assert rewrites == [1] and len(kernel_runs) == 1
+
+
+def test_a_chain_that_needs_gradients_is_not_taken(device, kernel_runs, short_kernel):
+    """The kernel has no backward: a training graph keeps the products and softmax."""
+    torch.manual_seed(0)
+    model = WindowAttention(dim=32, heads=2, window=4, windows=2).to(device)
+    x = torch.randn(4, 16, 32, device=device, requires_grad=True)
+    model(x, True).sum().backward()
+    expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    torch.compile(model, backend="smelt")(x, True).sum().backward()
+    for got, want in zip([x.grad] + [p.grad for p in model.parameters()], expected):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert kernel_runs == []
+
+
+def test_a_masked_fill_is_not_taken(device, kernel_runs, short_kernel):
+    def filled(q, k, v, keep):
+        w = (q @ k.transpose(-2, -1)).masked_fill(~keep, torch.finfo(q.dtype).min)
+        return w.softmax(-1) @ v
+    q, k, v = (torch.randn(2, 2, 8, 16, device=device) for _ in range(3))
+    keep = torch.rand(2, 1, 1, 8, device=device) < 0.7
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(filled, backend="smelt")(q, k, v, keep), filled(q, k, v, keep))
+    assert kernel_runs == []  # SDPA's call on the CPU, as written on CUDA (8 keys)
+
+
+def test_off_by_setting(device, kernel_runs):
+    torch.manual_seed(0)
+    model = WindowAttention(dim=32, heads=2, window=4, windows=2).to(device).eval()
+    x = torch.randn(4, 16, 32, device=device)
+    with torch.no_grad(), smelt.config.override(short_attention="off"):
+        torch.testing.assert_close(torch.compile(model, backend="smelt")(x, True), model(x, True), atol=1e-5, rtol=1e-5)
+    assert kernel_runs == []
