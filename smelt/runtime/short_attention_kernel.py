@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 LEAD = 4  # lead dims each operand's index is split into, leading ones padded with size 1
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -124,5 +125,5 @@ def run(q, k, v, terms, q_scale, score_scale, score_divides, out) -> torch.Tenso
     short_attention[(matrices,)](
         q, k, v, t0, t1, out, n_q, n_k, d, dv, float(q_scale), float(score_scale), *lead[1:], *strides, *term_args,
         TERMS=len(terms), EXACT_DOTS=not q.is_cuda or q.dtype == torch.float32, SCALE_Q=q_scale != 1.0, SCALE_SCORES=0 if score_scale == 1.0 else 2 if score_divides else 1,
-        BQ=_block(n_q), BK=_block(n_k), BD=_block(d), BDV=_block(dv), num_warps=4)
+        BQ=_block(n_q), BK=_block(n_k), BD=_block(d), BDV=_block(dv), num_warps=NUM_WARPS)
     return out
