@@ -12,6 +12,8 @@ Q, K]), expanded to it: a broadcast dim has stride 0.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -122,8 +124,25 @@ def run(q, k, v, terms, q_scale, score_scale, score_divides, out) -> torch.Tenso
     t1 = terms[1] if len(terms) > 1 else q
     n_q, d = q.shape[-2:]
     n_k, dv = v.shape[-2:]
-    short_attention[(matrices,)](
-        q, k, v, t0, t1, out, n_q, n_k, d, dv, float(q_scale), float(score_scale), *lead[1:], *strides, *term_args,
-        TERMS=len(terms), EXACT_DOTS=not q.is_cuda or q.dtype == torch.float32, SCALE_Q=q_scale != 1.0, SCALE_SCORES=0 if score_scale == 1.0 else 2 if score_divides else 1,
-        BQ=_block(n_q), BK=_block(n_k), BD=_block(d), BDV=_block(dv), num_warps=NUM_WARPS)
+    args = (q, k, v, t0, t1, out, n_q, n_k, d, dv, float(q_scale), float(score_scale), *lead[1:], *strides, *term_args)
+    constexprs = dict(TERMS=len(terms), EXACT_DOTS=not q.is_cuda or q.dtype == torch.float32,
+                      SCALE_Q=q_scale != 1.0, SCALE_SCORES=0 if score_scale == 1.0 else 2 if score_divides else 1,
+                      BQ=_block(n_q), BK=_block(n_k), BD=_block(d), BDV=_block(dv))
+    if q.is_cuda:
+        from .kernel_binaries import Unsupported
+        try:  # through smelt's kept binaries and C launcher: Triton's JIT launch costs tens of us of host
+            _binaries().binary(args, constexprs, NUM_WARPS, q.device.index).launch((matrices,), args, q.device.index)
+            return out
+        except Unsupported:
+            pass
+    short_attention[(matrices,)](*args, **constexprs, num_warps=NUM_WARPS)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _binaries():
+    from smelt import cache_location, config
+    from .kernel_binaries import KernelVariants
+    folder, persists = cache_location.resolve(config.current().cache_dir)
+    with open(__file__, encoding="utf-8") as f:
+        return KernelVariants(short_attention, f.read(), folder if persists else None)
