@@ -189,3 +189,26 @@ def test_off_by_setting(device, kernel_runs):
     with torch.no_grad(), smelt.config.override(short_attention="off"):
         torch.testing.assert_close(torch.compile(model, backend="smelt")(x, True), model(x, True), atol=1e-5, rtol=1e-5)
     assert kernel_runs == []
+
+
+def test_leaves_that_require_grad_under_no_grad_are_taken(device, kernel_runs, short_kernel):
+    """Compiled with gradients off, a leaf's requires_grad asks for nothing."""
+    def windows(q, k, v, bias):
+        return ((q @ k.transpose(-2, -1)) * 0.25 + bias).softmax(-1) @ v
+    q, k, v = (torch.randn(2, 2, 16, 16, device=device, requires_grad=True) for _ in range(3))
+    bias = torch.randn(2, 16, 16, device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(windows, backend="smelt")(q, k, v, bias), windows(q, k, v, bias),
+                                   atol=1e-5, rtol=1e-5)
+    assert len(kernel_runs) == 1
+
+
+def test_gradients_turned_on_inside_the_graph_are_not_taken(device, kernel_runs, short_kernel):
+    def windows(q, k, v):
+        with torch.enable_grad():
+            return ((q @ k.transpose(-2, -1)) * 0.25).softmax(-1) @ v
+    q, k, v = (torch.randn(2, 2, 16, 16, device=device, requires_grad=True) for _ in range(3))
+    with torch.no_grad():
+        out = torch.compile(windows, backend="smelt")(q, k, v)
+    torch.testing.assert_close(out, windows(q, k, v), atol=1e-5, rtol=1e-5)
+    assert kernel_runs == []

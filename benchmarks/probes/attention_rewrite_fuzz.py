@@ -2,9 +2,11 @@
 gradients of q, k, v and a learned mask or bias, over the forms of tests/test_handwritten_attention.py,
 sizes down to one query or key, and masks of every broadcast shape (padding, random, learned, fills).
 
-    python -m benchmarks.probes.attention_rewrite_fuzz [SEED] [COUNT]
+    python -m benchmarks.probes.attention_rewrite_fuzz [SEED] [COUNT] [infer]
 
-Prints a line per case (FAIL past 1e-4), then how many differed.
+With `infer` the chains run under no_grad and only values are compared: with SMELT_CPU_BACKEND=triton
+(the GPU's target) those under 64 keys run as smelt::short_attention (runtime/short_attention.py),
+counted per case as `short=`. Prints a line per case (FAIL past 1e-4), then how many differed.
 """
 import os
 import random
@@ -19,11 +21,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from test_handwritten_attention import (albert, deberta, divided_methods, filled_only,  # noqa: E402
                                         float32_softmax, three_dimensional)
 
-counts = []
+from smelt.runtime import short_attention as short_op  # noqa: E402
+
+INFER = len(sys.argv) > 3 and sys.argv[3] == "infer"
+counts, short_runs = [], []
 real = smelt.backend.handwritten_attention_to_sdpa
-def counting(gm):
-    counts.append(real(gm)); return counts[-1]
+def counting(gm, *args):
+    counts.append(real(gm, *args)); return counts[-1]
 smelt.backend.handwritten_attention_to_sdpa = counting
+real_kernels = short_op._kernels
+def counting_kernels(device):
+    short_runs.append(device); return real_kernels(device)
+short_op._kernels = counting_kernels
 
 def scale_on_q(q, k, v, mask):  # scale applied to q before the product
     q = q * (q.shape[-1] ** -0.5)
@@ -32,7 +41,14 @@ def scale_on_q(q, k, v, mask):  # scale applied to q before the product
 def scale_div_after_mask(q, k, v, mask):  # mask added, then scaled: not SDPA's order
     return torch.softmax((q @ k.transpose(-2, -1) + mask) / 3.0, dim=-1) @ v
 
-ADDITIVE = [albert, divided_methods, float32_softmax, scale_on_q, scale_div_after_mask]
+def per_window(q, k, v, mask):  # Swin's shifted windows: a second term added per window, batch = windows
+    b, h, qn, kn = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    extra = torch.randn(b, qn, kn, generator=torch.Generator().manual_seed(0)) * 2
+    s = q @ k.transpose(-2, -1) * 0.5 + mask
+    s = (s.view(-1, b, h, qn, kn) + extra.unsqueeze(1).unsqueeze(0)).view(b, h, qn, kn)
+    return torch.softmax(s, dim=-1) @ v
+
+ADDITIVE = [albert, divided_methods, float32_softmax, scale_on_q, scale_div_after_mask, per_window]
 FILLED = [deberta, filled_only]
 
 def case(rng, seed):
@@ -75,7 +91,12 @@ def case(rng, seed):
 
 def check(form, args, leaves):
     counts.clear()
+    short_runs.clear()
     torch._dynamo.reset()
+    if INFER:
+        with torch.no_grad():
+            expected, actual = form(*args), torch.compile(form, backend="smelt")(*args)
+        return [(actual - expected).abs().max().item()], list(counts)
     expected = form(*args)
     g = torch.randn_like(expected)
     want = torch.autograd.grad(expected, leaves, g, allow_unused=True)
@@ -101,5 +122,5 @@ for i in range(n):
     worst = max(errs)
     flag = "FAIL" if worst > 1e-4 or any(e != e for e in errs) else "ok"
     if flag != "ok": bad += 1
-    print(f"{flag} {i} {name} rewrites={rw} errs={[f'{e:.1e}' for e in errs]}", flush=True)
+    print(f"{flag} {i} {name} rewrites={rw} short={len(short_runs)} errs={[f'{e:.1e}' for e in errs]}", flush=True)
 print(f"{bad} bad of {n}")

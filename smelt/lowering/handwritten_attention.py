@@ -285,6 +285,10 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
     one smelt::short_attention call where `short_kernel(device type)` says so and it applies;
     returns how many."""
     rewritten, erased = 0, set()
+    # Compiled with gradients off and never turning them on: no value needs one, whatever its
+    # requires_grad (a leaf passed in under no_grad keeps it).
+    no_gradients = not torch.is_grad_enabled() and not any(
+        n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
         found = _match(node) if node not in erased else None
         if found is None:
@@ -297,7 +301,8 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
             continue
-        short = isinstance(keys, int) and keys < SHORT_KEYS and short_kernel(device_type) and _short_kernel_takes(found)
+        short = (isinstance(keys, int) and keys < SHORT_KEYS and short_kernel(device_type)
+                 and _short_kernel_takes(found, no_gradients))
         if short:
             make, kind = _short_attention_nodes, "one smelt::short_attention call"
         elif isinstance(keys, int) and keys < MIN_KEYS.get(device_type, 0):
@@ -400,7 +405,7 @@ def _score_scale(found: _Attention) -> tuple[float, bool]:
     return found.scale, False
 
 
-def _short_kernel_takes(found: _Attention) -> bool:
+def _short_kernel_takes(found: _Attention, no_gradients: bool) -> bool:
     """Whether smelt::short_attention computes the chain: an inference chain (nothing needs a
     gradient: the kernel has no backward), no masked_fill, operands the kernel takes."""
     from ..runtime import short_attention
@@ -410,7 +415,7 @@ def _short_kernel_takes(found: _Attention) -> bool:
     q, k_t, v = _value(q_node), _value(found.k_t), _value(found.v)
     terms = [_value(t) for t, _ in found.terms]
     tensors = [q, k_t, v, *terms]
-    if not all(isinstance(t, torch.Tensor) and not t.requires_grad for t in tensors):
+    if not all(isinstance(t, torch.Tensor) and (no_gradients or not t.requires_grad) for t in tensors):
         return False
     if any(not isinstance(n, int) for t in tensors for n in t.shape):
         return False  # symbolic sizes: the kernel's blocks are fixed per compile
