@@ -212,3 +212,36 @@ def test_gradients_turned_on_inside_the_graph_are_not_taken(device, kernel_runs,
         out = torch.compile(windows, backend="smelt")(q, k, v)
     torch.testing.assert_close(out, windows(q, k, v), atol=1e-5, rtol=1e-5)
     assert kernel_runs == []
+
+
+def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monkeypatch):
+    """The CUDA launch path's bookkeeping, with the binaries stood in for: the 51 launch values
+    are computed once per geometry, the all-aligned binary is looked up once, and a call with a
+    misaligned pointer is described on its own (a binary compiled for aligned pointers would
+    read it with 16-byte vector loads)."""
+    from smelt.runtime import short_attention_kernel as kernel
+    looked_up, launched = [], []
+
+    class Binary:
+        def launch(self, grid, args, device):
+            launched.append((grid, args[6:]))
+
+    class Variants:
+        def binary(self, args, constexprs, num_warps, device):
+            looked_up.append(tuple(a.data_ptr() % 16 == 0 for a in args[:6]))
+            return Binary()
+    monkeypatch.setattr(kernel, "_binaries", lambda: Variants())
+    monkeypatch.setattr(kernel, "_launches", {})
+    storage = torch.randn(4 * 2 * 8 * 16 + 1)
+    q = storage[:4 * 2 * 8 * 16].view(4, 2, 8, 16)
+    out = torch.empty_like(q)
+    args, constexprs = kernel.launch_arguments(q, q, q, [], 1.0, 1.0, False, out)
+    site = kernel._Launch(8, args[6:], constexprs)
+    for _ in range(3):
+        assert kernel._launch_binary(site, args, 0)
+    assert looked_up == [(True,) * 6] and len(launched) == 3 and site.binaries
+    shifted = storage[1:].view(4, 2, 8, 16)  # 4 bytes off: not 16-byte aligned
+    misaligned = (shifted,) + args[1:]
+    for _ in range(2):
+        assert kernel._launch_binary(site, misaligned, 0)
+    assert looked_up[1:] == [(False,) + (True,) * 5] * 2

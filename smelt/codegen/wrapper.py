@@ -19,10 +19,17 @@ def _device_name(device: torch.device) -> str:
     return f"{device.type}{device.index if device.index is not None else ''}"
 
 
+# smelt's own ops whose wrapper calls skip the dispatcher: the op's name -> (module, function, the
+# name the wrapper imports it as).
+DIRECT_CALLS = {"smelt::short_attention": ("smelt.runtime.short_attention", "call", "smelt_short_attention")}
+
+
 def op_source(op) -> str:
     """Python source naming an ATen op overload or a higher-order op (auto_functionalized_v2)."""
     if isinstance(op, torch._ops.HigherOrderOperator):
         return f"torch.ops.higher_order.{op.name()}"
+    if isinstance(op, torch._ops.OpOverload) and op._schema.name in DIRECT_CALLS:
+        return DIRECT_CALLS[op._schema.name][2]
     if _has_public_binding(op):
         return f"torch.{op._opname}"
     return f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
@@ -60,6 +67,7 @@ class WrapperCodegen:
         self.devices: dict[str, torch.device] = {}
         self.bound: set[sympy.Symbol] = set()
         self.uses_layout_check = False
+        self.direct_calls: set[tuple[str, str, str]] = set()  # DIRECT_CALLS entries the wrapper imports
         self.uses_cpu_allocator = False
         # The one CUDA device the graph's buffers are on, if one: allocated through ATen's C++ core
         # with it made current for the call (2-3 us less host time per buffer than torch.empty_strided).
@@ -318,6 +326,8 @@ class WrapperCodegen:
             out.writeline("from torch._C._dynamo.guards import _empty_strided_cuda as empty_strided_cuda")
         if self.uses_layout_check:
             out.writeline("from smelt.runtime.extern_layout import as_planned")
+        for module, function, name in sorted(self.direct_calls):
+            out.writeline(f"from {module} import {function} as {name}")
         for name, device in self.devices.items():
             out.writeline(f"{name} = torch.device({str(device)!r})")
         if self.workspace:
@@ -362,6 +372,8 @@ class WrapperCodegen:
         assert isinstance(buffer, ExternKernel)
         op = buffer.op
         target = op_source(op)
+        if isinstance(op, torch._ops.OpOverload) and op._schema.name in DIRECT_CALLS:
+            self.direct_calls.add(DIRECT_CALLS[op._schema.name])
         args = [self.literal(a) for a in buffer.args]
         args += [f"{k}={self.literal(v)}" for k, v in buffer.kwargs.items()]
         note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
