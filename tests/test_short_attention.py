@@ -215,7 +215,7 @@ def test_gradients_turned_on_inside_the_graph_are_not_taken(device, kernel_runs,
 
 
 def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monkeypatch):
-    """The CUDA launch path's bookkeeping, with the binaries stood in for: the 51 launch values
+    """The CUDA launch path's bookkeeping, with the binaries stood in for: the launch values
     are computed once per geometry, the all-aligned binary is looked up once, and a call with a
     misaligned pointer is described on its own (a binary compiled for aligned pointers would
     read it with 16-byte vector loads)."""
@@ -236,7 +236,7 @@ def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monk
     q = storage[:4 * 2 * 8 * 16].view(4, 2, 8, 16)
     out = torch.empty_like(q)
     args, constexprs = kernel.launch_arguments(q, q, q, [], 1.0, 1.0, False, out)
-    site = kernel._Launch(8, args[6:], constexprs)
+    site = kernel._Launch(8, args[6:], constexprs)  # 8 programs
     for _ in range(3):
         assert kernel._launch_binary(site, args, 0)
     assert looked_up == [(True,) * 6] and len(launched) == 3 and site.binaries
@@ -245,3 +245,15 @@ def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monk
     for _ in range(2):
         assert kernel._launch_binary(site, misaligned, 0)
     assert looked_up[1:] == [(False,) + (True,) * 5] * 2
+
+
+@pytest.mark.parametrize("matrices", [2, 3, 4])
+def test_several_matrices_a_program_give_the_same_bits(device, monkeypatch, matrices):
+    """15 matrices, so the last program has fewer than its share."""
+    from smelt.runtime import short_attention_kernel as kernel
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(5, 3, 49, 32, device=device, dtype=torch.bfloat16) for _ in range(3))
+    bias = torch.randn(1, 3, 49, 49, device=device, dtype=torch.bfloat16).expand(5, 3, 49, 49)
+    one = short_attention(q, k, v, [bias], 0.25, 1.0, False, False)
+    monkeypatch.setattr(kernel, "MATRICES", matrices)
+    assert torch.equal(short_attention(q, k, v, [bias], 0.25, 1.0, False, False), one)

@@ -1,9 +1,10 @@
 """smelt::short_attention alone against eager's products and softmax and Inductor's code for the
 same chain (issue 22: Swin-T's window attention), at Swin-T's four stages (batch 32, bf16): the
 shifted-window form (bias and per-window mask) and the plain one, us a call (do_bench median), the
-kernel at a few warp counts, with the bytes its operands move at the measured copy bandwidth.
+kernel at a few (warps, matrices a program) pairs, with the bytes its operands move at the measured
+copy bandwidth.
 
-    python -m benchmarks.probes.short_attention [--batch 32] [--warps 2 4 8]
+    python -m benchmarks.probes.short_attention [--batch 32] [--configs 2x1 4x1 4x2 8x4]
 """
 from __future__ import annotations
 
@@ -32,12 +33,15 @@ def chain(q, k, v, bias, mask):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--configs", nargs="+", default=["2x1", "4x1", "2x2", "4x2", "4x4"],
+                        help="WARPSxMATRICES: warps a program, matrices a program")
     args = parser.parse_args()
     dev, dtype, n, d = "cuda", torch.bfloat16, 49, 32
     bandwidth = copy_bandwidth(dev)
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    print("| stage | form | bytes floor us | eager | Inductor | " + " | ".join(f"smelt {w} warps" for w in args.warps) + " |")
+    configs = [tuple(int(x) for x in c.split("x")) for c in args.configs]
+    print("| stage | form | bytes floor us | eager | Inductor | " + " | ".join(
+        f"smelt {w} warps x {m}" for w, m in configs) + " |")
     for stage, (windows, heads) in enumerate(STAGES, 1):
         for shifted in (False, True):
             if shifted and windows == 1:
@@ -57,13 +61,13 @@ def main() -> None:
             inductor_us = bench_ms(lambda: compiled(q, k, v, bias, mask), dev) * 1e3
             expected = chain(q, k, v, bias, mask)
             row = []
-            for warps in args.warps:
-                short_attention_kernel.NUM_WARPS = warps
+            for warps, matrices in configs:
+                short_attention_kernel.NUM_WARPS, short_attention_kernel.MATRICES = warps, matrices
                 out = short_attention(q, k, v, terms, 0.25, 1.0, False, True)
                 error = (out.float() - expected.float()).abs().max().item()
                 row.append(f"{bench_ms(lambda: short_attention(q, k, v, terms, 0.25, 1.0, False, True), dev) * 1e3:.1f} "
                            f"(err {error:.3g})")
-            short_attention_kernel.NUM_WARPS = 4
+            short_attention_kernel.NUM_WARPS, short_attention_kernel.MATRICES = 4, 1
             form = "shifted" if shifted else "plain"
             print(f"| {stage} [{b_}, {heads}, {n}, {d}] | {form} | {floor_us:.1f} | {eager_us:.1f} | {inductor_us:.1f} | "
                   + " | ".join(row) + " |", flush=True)

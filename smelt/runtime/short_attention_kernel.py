@@ -21,6 +21,7 @@ import triton.language as tl
 
 LEAD = 4  # lead dims each operand's index is split into, leading ones padded with size 1
 NUM_WARPS = 4
+MATRICES = 1  # matrices a program computes (benchmarks/probes/short_attention.py sweeps it)
 
 
 @triton.jit
@@ -38,14 +39,36 @@ def short_attention(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q
                     n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
                     vs0, vs1, vs2, vs3, vs_row, os0, os1, os2, os3, os_row,
                     t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
-                    t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row,
+                    t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, M,
                     TERMS: tl.constexpr, EXACT_DOTS: tl.constexpr, SCALE_Q: tl.constexpr, SCALE_SCORES: tl.constexpr,
                     BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                     qs_col: tl.constexpr, ks_col: tl.constexpr, vs_col: tl.constexpr, os_col: tl.constexpr,
-                    t0s_col: tl.constexpr, t1s_col: tl.constexpr):
+                    t0s_col: tl.constexpr, t1s_col: tl.constexpr, MATRICES: tl.constexpr):
     # The last dims' strides are constants (1 nearly always): loads of contiguous rows are vectorized
     # only where the compiler knows it (a runtime stride of 1 made the kernel 3x slower on the H200).
-    m = tl.program_id(0).to(tl.int64)  # offsets of large operands pass 2**31
+    # A program computes MATRICES of the M matrices, one after another (unrolled).
+    for i in tl.static_range(MATRICES):
+        m = tl.program_id(0).to(tl.int64) * MATRICES + i  # offsets of large operands pass 2**31
+        if m < M:
+            _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_scale, score_scale,
+                        n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                        vs0, vs1, vs2, vs3, vs_row, os0, os1, os2, os3, os_row,
+                        t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                        t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row,
+                        TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD, BDV,
+                        qs_col, ks_col, vs_col, os_col, t0s_col, t1s_col)
+
+
+@triton.jit
+def _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_scale, score_scale,
+                n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                vs0, vs1, vs2, vs3, vs_row, os0, os1, os2, os3, os_row,
+                t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row,
+                TERMS: tl.constexpr, EXACT_DOTS: tl.constexpr, SCALE_Q: tl.constexpr, SCALE_SCORES: tl.constexpr,
+                BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
+                qs_col: tl.constexpr, ks_col: tl.constexpr, vs_col: tl.constexpr, os_col: tl.constexpr,
+                t0s_col: tl.constexpr, t1s_col: tl.constexpr):
     dtype = out_ptr.dtype.element_ty
     rq = tl.arange(0, BQ)
     rk = tl.arange(0, BK)
@@ -114,20 +137,20 @@ def run(q, k, v, terms, q_scale, score_scale, score_divides, out) -> torch.Tenso
     # Per call site the operands' sizes and strides repeat: what they decide is worked out once
     # (50 integer arguments took about 40 us of host a call to build, 11 more to describe).
     key = (q.shape, q.stride(), k.stride(), v.shape, v.stride(), out.stride(), q.dtype, q.device,
-           q_scale, score_scale, score_divides, *[(t.shape, t.stride()) for t in terms])
+           q_scale, score_scale, score_divides, MATRICES, *[(t.shape, t.stride()) for t in terms])
     known = _launches.get(key)
     if known is None:
         if len(_launches) >= MAX_LAUNCHES:
             _launches.clear()
         args, constexprs = launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, out)
-        known = _launches[key] = _Launch(q.shape[:-2].numel(), args[6:], constexprs)
-    if known.matrices == 0:
+        known = _launches[key] = _Launch(triton.cdiv(q.shape[:-2].numel(), MATRICES), args[6:], constexprs)
+    if known.programs == 0:
         return out
     t0 = terms[0] if terms else q
     t1 = terms[1] if len(terms) > 1 else q
     args = (q, k, v, t0, t1, out, *known.values)
     if not (q.is_cuda and _launch_binary(known, args, q.device.index)):
-        short_attention[(known.matrices,)](*args, **known.constexprs, num_warps=NUM_WARPS)
+        short_attention[(known.programs,)](*args, **known.constexprs, num_warps=NUM_WARPS)
     return out
 
 
@@ -147,7 +170,7 @@ def _launch_binary(known: "_Launch", args: tuple, device: int) -> bool:
         if aligned:
             known.binaries[NUM_WARPS] = binary
     if binary:
-        binary.launch((known.matrices,), args, device)
+        binary.launch((known.programs,), args, device)
     return bool(binary)
 
 
@@ -156,7 +179,7 @@ MAX_LAUNCHES = 256  # call sites' geometries kept (sizes that change every call 
 
 @dataclasses.dataclass
 class _Launch:
-    matrices: int
+    programs: int
     values: tuple  # the arguments after the six tensors
     constexprs: dict
     binaries: dict = dataclasses.field(default_factory=dict)  # warps -> the all-aligned binary (False: the JIT's)
@@ -182,12 +205,14 @@ def launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, out) -
     t1 = terms[1] if len(terms) > 1 else q
     n_q, d = q.shape[-2:]
     n_k, dv = v.shape[-2:]
-    args = (q, k, v, t0, t1, out, n_q, n_k, d, dv, float(q_scale), float(score_scale), *lead[1:], *strides, *term_args)
+    matrices = q.shape[:-2].numel()
+    args = (q, k, v, t0, t1, out, n_q, n_k, d, dv, float(q_scale), float(score_scale), *lead[1:], *strides, *term_args,
+            matrices)
     constexprs = dict(TERMS=len(terms), EXACT_DOTS=not q.is_cuda or q.dtype == torch.float32,
                       SCALE_Q=q_scale != 1.0, SCALE_SCORES=0 if score_scale == 1.0 else 2 if score_divides else 1,
                       BQ=_block(n_q), BK=_block(n_k), BD=_block(d), BDV=_block(dv),
                       qs_col=q.stride(-1), ks_col=k.stride(-1), vs_col=v.stride(-1), os_col=out.stride(-1),
-                      t0s_col=t0.stride(-1), t1s_col=t1.stride(-1))
+                      t0s_col=t0.stride(-1), t1s_col=t1.stride(-1), MATRICES=MATRICES)
     return args, constexprs
 
 
