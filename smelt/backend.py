@@ -140,8 +140,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
             compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
     if cfg.attention_rewrite:
         target_for = targets_for(cfg)
-        handwritten_attention_to_sdpa(
-            gm, lambda device_type: switched_on(cfg.short_attention, target_for(device_type), "short_attention_kernel"))
+        handwritten_attention_to_sdpa(gm, lambda device_type, training: switched_on(
+            cfg.short_attention, target_for(device_type), "short_attention_training" if training else "short_attention_kernel"))
     dense_attention_masks(gm)
     compiled = aot_module_simplified(
         gm, example_inputs,

@@ -238,9 +238,9 @@ class Config:
     # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
     # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.
     packed_convolutions: str = _field("SMELT_PACKED_CONVOLUTIONS")
-    # Inference attention written by hand over fewer than 64 keys (Swin's windows) as one Triton
-    # kernel, smelt::short_attention (runtime/short_attention.py), with attention_rewrite on:
-    # "auto" where the Target says so.
+    # Attention written by hand over fewer than 64 keys (Swin's windows) as one Triton kernel,
+    # smelt::short_attention (runtime/short_attention.py), with attention_rewrite on: "auto" where
+    # the Target says so (inference and training apart), "on" in both.
     short_attention: str = _field("SMELT_SHORT_ATTENTION")
 
     # Time a few block configurations of each kernel on its first launch and keep the fastest

@@ -56,8 +56,10 @@ class Target:
     # twice a call.
     packed_convolutions: bool = False
     # Whether inference attention written by hand over fewer than 64 keys runs as one Triton kernel
-    # (runtime/short_attention.py) rather than as its products and softmax.
+    # (runtime/short_attention.py) rather than as its products and softmax; and a training graph's,
+    # with the kernel's backward (off until measured on the GPU).
     short_attention_kernel: bool = False
+    short_attention_training: bool = False
 
 
 

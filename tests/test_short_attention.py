@@ -27,6 +27,21 @@ def rewrites(monkeypatch):
 
 
 @pytest.fixture
+def asked(monkeypatch):
+    """For each chain the pass asks the setting about: whether it needs gradients."""
+    flags = []
+    real = smelt.backend.handwritten_attention_to_sdpa
+
+    def recording(gm, short_kernel):
+        def ask(device_type, training):
+            flags.append(training)
+            return short_kernel(device_type, training)
+        return real(gm, ask)
+    monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", recording)
+    return flags
+
+
+@pytest.fixture
 def kernel_runs(monkeypatch):
     """How many times the kernel ran."""
     from smelt.runtime import short_attention as op_module
@@ -84,6 +99,27 @@ def test_the_kernel_computes_eagers_chain(device, dtype, case):
     _close(out, _chain(q, k, v, [bias], q_scale=d ** -0.5), dtype)
     divided = short_attention(q, k, v, [], 1.0, 3.0, True, False)
     _close(divided, _chain(q, k, v, [], score_scale=3.0, divides=True), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", ["swin_window", "cross_attention", "folded_heads", "one_key"], ids=str)
+@pytest.mark.parametrize("scaled", ["q", "divided"], ids=str)
+def test_the_backward_gives_eagers_gradients(device, dtype, case, scaled):
+    """Through the op's autograd: q, k, v and a broadcast term's gradients against eager's chain's."""
+    lead, n_q, n_k, d, dv = CASES[case]
+    torch.manual_seed(0)
+    q, k = (torch.randn(*lead, n, d, device=device, dtype=dtype, requires_grad=True) for n in (n_q, n_k))
+    v = torch.randn(*lead, n_k, dv, device=device, dtype=dtype, requires_grad=True)
+    bias = torch.randn(*lead[1:], n_q, n_k, device=device, dtype=dtype, requires_grad=True)
+    q_scale, score_scale, divides = (d ** -0.5, 1.0, False) if scaled == "q" else (1.0, 3.0, True)
+    expected = _chain(q, k, v, [bias.expand(*lead, n_q, n_k)], q_scale, score_scale, divides)
+    grad = torch.randn_like(expected)
+    want = torch.autograd.grad(expected, [q, k, v, bias], grad)
+    out = short_attention(q, k, v, [bias.expand(*lead, n_q, n_k)], q_scale, score_scale, divides, False)
+    got = torch.autograd.grad(out, [q, k, v, bias], grad)
+    tolerance = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}[dtype]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=tolerance * (1 + w.abs().max().item()), rtol=tolerance)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -156,19 +192,38 @@ def test_swins_window_attention_runs_as_one_call(device, dtype, shifted, rewrite
     assert rewrites == [1] and len(kernel_runs) == 1
 
 
-def test_a_chain_that_needs_gradients_is_not_taken(device, kernel_runs, short_kernel):
-    """The kernel has no backward: a training graph keeps the products and softmax."""
+def _training_gradients(model, x, compiled: bool):
+    model.zero_grad()
+    x.grad = None
+    run = torch.compile(model, backend="smelt") if compiled else model
+    (run(x, True).float() ** 2).sum().backward()
+    return [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+
+
+def test_training_chains_wait_for_the_target(device, kernel_runs):
+    """auto: no target runs the kernel in training yet (its backward is not yet measured on the GPU)."""
     torch.manual_seed(0)
     model = WindowAttention(dim=32, heads=2, window=4, windows=2).to(device)
     x = torch.randn(4, 16, 32, device=device, requires_grad=True)
-    model(x, True).sum().backward()
-    expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    x.grad = None
-    model.zero_grad()
-    torch.compile(model, backend="smelt")(x, True).sum().backward()
-    for got, want in zip([x.grad] + [p.grad for p in model.parameters()], expected):
+    expected = _training_gradients(model, x, compiled=False)
+    for got, want in zip(_training_gradients(model, x, compiled=True), expected):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert kernel_runs == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_training_gradients_through_the_kernel_are_eagers(device, dtype, kernel_runs, short_kernel):
+    """The backward computes the probabilities again: the gradients of the input, the projections
+    and the relative-position table (through the bias term's broadcast) are eager's."""
+    torch.manual_seed(0)
+    model = WindowAttention(dim=32, heads=2, window=4, windows=2).to(device=device, dtype=dtype)
+    x = torch.randn(4, 16, 32, device=device, dtype=dtype, requires_grad=True)
+    expected = _training_gradients(model, x, compiled=False)
+    got = _training_gradients(model, x, compiled=True)
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    for g, want in zip(got, expected):
+        torch.testing.assert_close(g.float(), want.float(), atol=tolerance * (1 + want.abs().max().item()), rtol=tolerance)
+    assert len(kernel_runs) == 2  # the forward and its backward
 
 
 def test_a_masked_fill_is_not_taken(device, kernel_runs, short_kernel):
@@ -191,7 +246,7 @@ def test_off_by_setting(device, kernel_runs):
     assert kernel_runs == []
 
 
-def test_leaves_that_require_grad_under_no_grad_are_taken(device, kernel_runs, short_kernel):
+def test_leaves_that_require_grad_under_no_grad_ask_for_no_gradients(device, asked, kernel_runs, short_kernel):
     """Compiled with gradients off, a leaf's requires_grad asks for nothing."""
     def windows(q, k, v, bias):
         return ((q @ k.transpose(-2, -1)) * 0.25 + bias).softmax(-1) @ v
@@ -200,10 +255,10 @@ def test_leaves_that_require_grad_under_no_grad_are_taken(device, kernel_runs, s
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(windows, backend="smelt")(q, k, v, bias), windows(q, k, v, bias),
                                    atol=1e-5, rtol=1e-5)
-    assert len(kernel_runs) == 1
+    assert asked == [False] and len(kernel_runs) == 1
 
 
-def test_gradients_turned_on_inside_the_graph_are_not_taken(device, kernel_runs, short_kernel):
+def test_gradients_turned_on_inside_the_graph_ask_for_them(device, asked, short_kernel):
     def windows(q, k, v):
         with torch.enable_grad():
             return ((q @ k.transpose(-2, -1)) * 0.25).softmax(-1) @ v
@@ -211,7 +266,7 @@ def test_gradients_turned_on_inside_the_graph_are_not_taken(device, kernel_runs,
     with torch.no_grad():
         out = torch.compile(windows, backend="smelt")(q, k, v)
     torch.testing.assert_close(out, windows(q, k, v), atol=1e-5, rtol=1e-5)
-    assert kernel_runs == []
+    assert asked == [True]
 
 
 def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monkeypatch):

@@ -280,10 +280,10 @@ def _call(gm, target, *args, **kwargs) -> torch.fx.Node:
     return node
 
 
-def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda device_type: False) -> int:
+def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda device_type, training: False) -> int:
     """Replaces each hand-written attention chain of `gm` (a Dynamo graph) with one SDPA call, or
-    one smelt::short_attention call where `short_kernel(device type)` says so and it applies;
-    returns how many."""
+    one smelt::short_attention call where `short_kernel(device type, whether it needs gradients)`
+    says so and it applies; returns how many."""
     rewritten, erased = 0, set()
     # Compiled with gradients off and never turning them on: no value needs one, whatever its
     # requires_grad (a leaf passed in under no_grad keeps it).
@@ -301,8 +301,8 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
             continue
-        short = (isinstance(keys, int) and keys < SHORT_KEYS and short_kernel(device_type)
-                 and _short_kernel_takes(found, no_gradients))
+        short = (isinstance(keys, int) and keys < SHORT_KEYS and _short_kernel_takes(found)
+                 and short_kernel(device_type, _needs_gradients(found, no_gradients)))
         if short:
             make, kind = _short_attention_nodes, "one smelt::short_attention call"
         elif isinstance(keys, int) and keys < MIN_KEYS.get(device_type, 0):
@@ -405,17 +405,24 @@ def _score_scale(found: _Attention) -> tuple[float, bool]:
     return found.scale, False
 
 
-def _short_kernel_takes(found: _Attention, no_gradients: bool) -> bool:
-    """Whether smelt::short_attention computes the chain: an inference chain (nothing needs a
-    gradient: the kernel has no backward), no masked_fill, operands the kernel takes."""
+def _chain_operands(found: _Attention) -> list:
+    """The example values the short kernel would read: q (before a scale it absorbs), k^T, v, the terms."""
+    q_node = found_q_scale(found)[0] if found_q_scale(found) is not None else found.q
+    return [_value(q_node), _value(found.k_t), _value(found.v), *[_value(t) for t, _ in found.terms]]
+
+
+def _needs_gradients(found: _Attention, no_gradients: bool) -> bool:
+    return not no_gradients and any(isinstance(t, torch.Tensor) and t.requires_grad for t in _chain_operands(found))
+
+
+def _short_kernel_takes(found: _Attention) -> bool:
+    """Whether smelt::short_attention computes the chain: no masked_fill, operands the kernel takes."""
     from ..runtime import short_attention
     if found.fill is not None:
         return False
-    q_node = found_q_scale(found)[0] if found_q_scale(found) is not None else found.q
-    q, k_t, v = _value(q_node), _value(found.k_t), _value(found.v)
-    terms = [_value(t) for t, _ in found.terms]
-    tensors = [q, k_t, v, *terms]
-    if not all(isinstance(t, torch.Tensor) and (no_gradients or not t.requires_grad) for t in tensors):
+    tensors = _chain_operands(found)
+    q, k_t, v, *terms = tensors
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
         return False
     if any(not isinstance(n, int) for t in tensors for n in t.shape):
         return False  # symbolic sizes: the kernel's blocks are fixed per compile

@@ -7,7 +7,8 @@ work on tiles of 64 keys and more and took longer than that (Swin-T on the H200:
 with 7 of its 12 attentions through cuDNN's, 3.48 as written; RESULTS, twenty-fourth session).
 Here a program computes one matrix's scores, its softmax and the product with v in registers: q, k,
 v and the terms are read once, the output written once. lowering/handwritten_attention.py puts it
-in where a Target asks for it (Target.short_attention_kernel).
+in where a Target asks for it (Target.short_attention_kernel; in training graphs, with its backward
+below, Target.short_attention_training).
 
 The output is [*lead, Q, DV]; with `heads_last` (two lead dims, the caller's next op a transpose of
 them) it is stored as [lead0, Q, lead1, DV] memory, so that the transpose and the reshape after it
@@ -55,6 +56,43 @@ def call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last) -> tor
 @short_attention.register_fake
 def _(q, k, v, terms, q_scale, score_scale, score_divides, heads_last):
     return _empty_output(q, v, heads_last)
+
+
+@torch.library.custom_op("smelt::short_attention_backward", mutates_args=())
+def short_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch.Tensor],
+                             grad: torch.Tensor, q_scale: float, score_scale: float, score_divides: bool,
+                             score_gradients: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of q, k and v, and with `score_gradients` of the scores after their scale
+    ([*lead, Q, K]: each added term's, before its broadcast is summed; else an empty tensor), from the
+    output's gradient: the probabilities are computed again from q, k and the terms, never saved."""
+    dq, dk, dv, ds = _kernels(q.device).run_backward(q, k, v, list(terms), grad, q_scale, score_scale, score_divides,
+                                                     score_gradients)
+    return dq, dk, dv, ds if ds is not None else q.new_empty(0)
+
+
+@short_attention_backward.register_fake
+def _(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients):
+    scores = (*q.shape[:-1], k.shape[-2]) if score_gradients else (0,)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), q.new_empty(scores)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, terms, q_scale, score_scale, score_divides, _ = inputs
+    ctx.save_for_backward(q, k, v, *terms)
+    ctx.scales = (q_scale, score_scale, score_divides)
+    ctx.term_gradients = [t.requires_grad for t in terms]
+
+
+def _backward(ctx, grad):
+    q, k, v, *terms = ctx.saved_tensors
+    wanted = any(ctx.term_gradients)
+    dq, dk, dv, ds = short_attention_backward(q, k, v, terms, grad, *ctx.scales, wanted)
+    # A term is an expanded view of the scores' shape: its gradient is theirs, summed by the expand's backward.
+    term_grads = [ds.view(t.shape) if needs else None for t, needs in zip(terms, ctx.term_gradients)]
+    return dq, dk, dv, term_grads, None, None, None, None
+
+
+short_attention.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _empty_output(q: torch.Tensor, v: torch.Tensor, heads_last: bool) -> torch.Tensor:

@@ -72,23 +72,50 @@ def _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_
     dtype = out_ptr.dtype.element_ty
     rq = tl.arange(0, BQ)
     rk = tl.arange(0, BK)
-    rd = tl.arange(0, BD)
     rdv = tl.arange(0, BDV)
     in_q = rq < Q
     in_k = rk < K
+    q, k_t, probs = _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
+                                   qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                                   t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                                   t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype,
+                                   TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD, qs_col, ks_col, t0s_col, t1s_col)
+    v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
+    v = tl.load(v_at + rk[:, None] * vs_row + rdv[None, :] * vs_col, mask=in_k[:, None] & (rdv[None, :] < DV), other=0.0)
+    out = _product(probs, v, EXACT_DOTS)
+    out_at = out_ptr + _lead_offset(m, n1, n2, n3, os0, os1, os2, os3)
+    tl.store(out_at + rq[:, None] * os_row + rdv[None, :] * os_col, out.to(dtype), mask=in_q[:, None] & (rdv[None, :] < DV))
 
+
+@triton.jit
+def _product(a, b, EXACT_DOTS: tl.constexpr):
+    # Float32 products as eager's, not TF32; the interpreter's take no half floats (numpy has none).
+    if EXACT_DOTS:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
+                   qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                   t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                   t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype: tl.constexpr,
+                   TERMS: tl.constexpr, EXACT_DOTS: tl.constexpr, SCALE_Q: tl.constexpr, SCALE_SCORES: tl.constexpr,
+                   BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr,
+                   qs_col: tl.constexpr, ks_col: tl.constexpr, t0s_col: tl.constexpr, t1s_col: tl.constexpr):
+    # Matrix m's (scaled query [BQ, BD], k^T [BD, BK], probabilities [BQ, BK]), each rounded as eager's.
+    rq = tl.arange(0, BQ)
+    rk = tl.arange(0, BK)
+    rd = tl.arange(0, BD)
+    in_q = rq < Q
+    in_k = rk < K
     q_at = q_ptr + _lead_offset(m, n1, n2, n3, qs0, qs1, qs2, qs3)
     q = tl.load(q_at + rq[:, None] * qs_row + rd[None, :] * qs_col, mask=in_q[:, None] & (rd[None, :] < D), other=0.0)
     if SCALE_Q:
         q = (q.to(tl.float32) * q_scale).to(dtype)
     k_at = k_ptr + _lead_offset(m, n1, n2, n3, ks0, ks1, ks2, ks3)
     k_t = tl.load(k_at + rd[:, None] * ks_col + rk[None, :] * ks_row, mask=(rd[:, None] < D) & in_k[None, :], other=0.0)
-    # Float32 products as eager's, not TF32; the interpreter's take no half floats (numpy has none).
-    if EXACT_DOTS:
-        scores = tl.dot(q.to(tl.float32), k_t.to(tl.float32), input_precision="ieee")
-    else:
-        scores = tl.dot(q, k_t)
-    scores = scores.to(dtype).to(tl.float32)
+    scores = _product(q, k_t, EXACT_DOTS).to(dtype).to(tl.float32)
     if SCALE_SCORES == 1:
         scores = (scores * score_scale).to(dtype).to(tl.float32)
     if SCALE_SCORES == 2:
@@ -102,22 +129,71 @@ def _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_
         t1_at = t1_ptr + _lead_offset(m, t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3)
         t1 = tl.load(t1_at + rq[:, None] * t1s_row + rk[None, :] * t1s_col, mask=inside, other=0.0)
         scores = (scores + t1.to(tl.float32)).to(dtype).to(tl.float32)
-
     # A row of -inf scores gives NaN, as eager's softmax does; columns past K take no weight.
     scores = tl.where(in_k[None, :], scores, float("-inf"))
     row_max = tl.reduce(scores, 1, tl.standard._elementwise_max)
     weights = tl.exp(scores - row_max[:, None])
     total = tl.reduce(weights, 1, tl.standard._sum_combine)
-    probs = (weights / total[:, None]).to(dtype)
+    return q, k_t, (weights / total[:, None]).to(dtype)
 
-    v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
-    v = tl.load(v_at + rk[:, None] * vs_row + rdv[None, :] * vs_col, mask=in_k[:, None] & (rdv[None, :] < DV), other=0.0)
-    if EXACT_DOTS:
-        out = tl.dot(probs.to(tl.float32), v.to(tl.float32), input_precision="ieee")
-    else:
-        out = tl.dot(probs, v)
-    out_at = out_ptr + _lead_offset(m, n1, n2, n3, os0, os1, os2, os3)
-    tl.store(out_at + rq[:, None] * os_row + rdv[None, :] * os_col, out.to(dtype), mask=in_q[:, None] & (rdv[None, :] < DV))
+
+@triton.jit
+def short_attention_backward(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, dout_ptr, dq_ptr, dk_ptr, dv_ptr, ds_ptr,
+                             Q, K, D, DV, q_scale, score_scale,
+                             n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                             vs0, vs1, vs2, vs3, vs_row, gs0, gs1, gs2, gs3, gs_row,
+                             t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                             t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, M,
+                             TERMS: tl.constexpr, EXACT_DOTS: tl.constexpr, SCALE_Q: tl.constexpr,
+                             SCALE_SCORES: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr,
+                             BDV: tl.constexpr, qs_col: tl.constexpr, ks_col: tl.constexpr, vs_col: tl.constexpr,
+                             gs_col: tl.constexpr, t0s_col: tl.constexpr, t1s_col: tl.constexpr,
+                             STORE_SCORE_GRADIENTS: tl.constexpr, MATRICES: tl.constexpr):
+    # The gradients of q, k, v (contiguous [M, Q, D], [M, K, D], [M, K, DV]) and, where a term needs
+    # one, of the scores after their scale ([M, Q, K], the terms' gradient before their broadcast is
+    # summed), from the output's gradient (strides gs*), the probabilities computed again.
+    for i in tl.static_range(MATRICES):
+        m = tl.program_id(0).to(tl.int64) * MATRICES + i
+        if m < M:
+            dtype = dq_ptr.dtype.element_ty
+            rq = tl.arange(0, BQ)
+            rk = tl.arange(0, BK)
+            rd = tl.arange(0, BD)
+            rdv = tl.arange(0, BDV)
+            in_q = rq < Q
+            in_k = rk < K
+            q, k_t, probs = _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
+                                           qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                                           t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                                           t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype,
+                                           TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD,
+                                           qs_col, ks_col, t0s_col, t1s_col)
+            v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
+            v_t = tl.load(v_at + rdv[:, None] * vs_col + rk[None, :] * vs_row,
+                          mask=(rdv[:, None] < DV) & in_k[None, :], other=0.0)
+            g_at = dout_ptr + _lead_offset(m, n1, n2, n3, gs0, gs1, gs2, gs3)
+            g = tl.load(g_at + rq[:, None] * gs_row + rdv[None, :] * gs_col,
+                        mask=in_q[:, None] & (rdv[None, :] < DV), other=0.0)
+            # softmax's backward as eager's: float32 from the rounded probabilities and their gradient
+            dp = _product(g, v_t, EXACT_DOTS).to(dtype).to(tl.float32)
+            p = probs.to(tl.float32)
+            ds = (p * (dp - tl.reduce(dp * p, 1, tl.standard._sum_combine)[:, None])).to(dtype)
+            inside = in_q[:, None] & in_k[None, :]
+            if STORE_SCORE_GRADIENTS:
+                tl.store(ds_ptr + m * Q * K + rq[:, None] * K + rk[None, :], ds, mask=inside)
+            d_raw = ds
+            if SCALE_SCORES == 1:
+                d_raw = (ds.to(tl.float32) * score_scale).to(dtype)
+            if SCALE_SCORES == 2:
+                d_raw = (ds.to(tl.float32) / score_scale).to(dtype)
+            dq = _product(d_raw, tl.trans(k_t), EXACT_DOTS).to(dtype)
+            if SCALE_Q:
+                dq = (dq.to(tl.float32) * q_scale).to(dtype)
+            tl.store(dq_ptr + m * Q * D + rq[:, None] * D + rd[None, :], dq, mask=in_q[:, None] & (rd[None, :] < D))
+            dk = _product(tl.trans(d_raw), q, EXACT_DOTS).to(dtype)
+            tl.store(dk_ptr + m * K * D + rk[:, None] * D + rd[None, :], dk, mask=in_k[:, None] & (rd[None, :] < D))
+            dv = _product(tl.trans(probs), g, EXACT_DOTS).to(dtype)
+            tl.store(dv_ptr + m * K * DV + rk[:, None] * DV + rdv[None, :], dv, mask=in_k[:, None] & (rdv[None, :] < DV))
 
 
 def _block(n: int) -> int:
@@ -174,6 +250,38 @@ def _launch_binary(known: "_Launch", args: tuple, device: int) -> bool:
     return bool(binary)
 
 
+def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, store_score_gradients):
+    """The gradients of q, k, v (contiguous, in q's, k's and v's shapes) and, with
+    store_score_gradients, of the scores after their scale ([*lead, Q, K], None otherwise), given
+    the output's gradient `dout`: the probabilities computed again, never saved."""
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ds = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=q.dtype, device=q.device) if store_score_gradients else None
+    matrices = q.shape[:-2].numel()
+    if matrices == 0:
+        return dq, dk, dv, ds
+    forward, constexprs = launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, dout)
+    # The forward's arguments with the output's place taken by its gradient, the four results after it.
+    args = (*forward[:6], dq, dk, dv, ds if ds is not None else dq, *forward[6:])
+    constexprs = {("gs_col" if name == "os_col" else name): value for name, value in constexprs.items()}
+    constexprs["STORE_SCORE_GRADIENTS"] = store_score_gradients
+    programs = triton.cdiv(matrices, constexprs["MATRICES"])
+    if not (q.is_cuda and _launch_backward_binary(programs, args, constexprs, q.device.index)):
+        short_attention_backward[(programs,)](*args, **constexprs, num_warps=NUM_WARPS)
+    return dq, dk, dv, ds
+
+
+def _launch_backward_binary(programs: int, args: tuple, constexprs: dict, device: int) -> bool:
+    from .kernel_binaries import Unsupported
+    try:
+        binary = _backward_binaries().binary(args, constexprs, NUM_WARPS, device)
+    except Unsupported:
+        return False
+    binary.launch((programs,), args, device)
+    return True
+
+
 MAX_LAUNCHES = 256  # call sites' geometries kept (sizes that change every call start over past it)
 
 
@@ -218,8 +326,17 @@ def launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, out) -
 
 @functools.lru_cache(maxsize=None)
 def _binaries():
+    return _variants(short_attention)
+
+
+@functools.lru_cache(maxsize=None)
+def _backward_binaries():
+    return _variants(short_attention_backward)
+
+
+def _variants(fn):
     from smelt import cache_location, config
     from .kernel_binaries import KernelVariants
     folder, persists = cache_location.resolve(config.current().cache_dir)
     with open(__file__, encoding="utf-8") as f:
-        return KernelVariants(short_attention, f.read(), folder if persists else None)
+        return KernelVariants(fn, f.read(), folder if persists else None)
