@@ -30,6 +30,11 @@ values and v's gradient; q and k get none from it, where eager's backward differ
 that rounding made constant. That
 is DeBERTa's attention, with its relative-position bias as the added mask and its scale on k.
 
+Terms added after the heads are unfolded (Swin's shifted-window mask, added per window at [batch,
+windows, heads, q, k], the scores folded back before the softmax) are matched too, but they are not
+one SDPA mask: such chains, and any under SHORT_KEYS keys where the Target asks for it, run as one
+smelt::short_attention call instead (short_attention_chain.py).
+
 Dropout that drops is left alone: SDPA's random stream is not eager's, so results could not be
 compared. The kernels round differently from eager's ops (SDPA keeps the scores in float32
 where eager rounds them to bf16): the results agree to the dtype's precision, not bit for bit.
@@ -284,6 +289,7 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
     """Replaces each hand-written attention chain of `gm` (a Dynamo graph) with one SDPA call, or
     one smelt::short_attention call where `short_kernel(device type, whether it needs gradients)`
     says so and it applies; returns how many."""
+    from . import short_attention_chain  # it reads this module's matcher
     rewritten, erased = 0, set()
     # Compiled with gradients off and never turning them on: no value needs one, whatever its
     # requires_grad (a leaf passed in under no_grad keeps it).
@@ -301,10 +307,10 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
             continue
-        short = (isinstance(keys, int) and keys < SHORT_KEYS and _short_kernel_takes(found)
-                 and short_kernel(device_type, _needs_gradients(found, no_gradients)))
+        short = (isinstance(keys, int) and keys < SHORT_KEYS and short_attention_chain.kernel_takes(found)
+                 and short_kernel(device_type, short_attention_chain.needs_gradients(found, no_gradients)))
         if short:
-            make, kind = _short_attention_nodes, "one smelt::short_attention call"
+            make, kind = short_attention_chain.short_attention_nodes, "one smelt::short_attention call"
         elif isinstance(keys, int) and keys < MIN_KEYS.get(device_type, 0):
             log.debug("smelt: attention written by hand at %s left as written: %d keys", node.name, keys)
             continue
@@ -326,7 +332,7 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
         # The call's own example value stands (short_attention's strides may differ from the product's).
         result.meta.update({key: value for key, value in out.meta.items() if not (short and key == "example_value")})
         out.replace_all_uses_with(result)
-        producers = [k_t] + ([node.args[0]] if short and found_q_scale(found) is not None else [])
+        producers = [k_t] + ([node.args[0]] if short and short_attention_chain.q_scale_of(found) is not None else [])
         for producer in producers:
             if producer.op != "placeholder" and producer.users.keys() == {node}:
                 chain.insert(0, producer)
@@ -379,81 +385,3 @@ def _sdpa_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
         if found.heads is not None:
             result = _call(gm, torch.reshape, sdpa, tuple(_value(out).shape))
     return result
-
-
-def found_q_scale(found: _Attention) -> tuple | None:
-    """(x, c) where the chain's query is x * c (a number) read by nothing but the product (Swin
-    scales its query so), else None."""
-    q = found.q
-    if not (_is(q, (operator.mul, torch.mul), ("mul", "__mul__", "__rmul__")) and len(q.args) == 2
-            and not q.kwargs and len(q.users) == 1):
-        return None
-    x, c = q.args if isinstance(q.args[0], torch.fx.Node) else q.args[::-1]
-    xv = _value(x)
-    if not (_number(c) and isinstance(xv, torch.Tensor) and xv.dtype == _value(q).dtype and xv.shape == _value(q).shape):
-        return None
-    return x, float(c)
-
-
-def _score_scale(found: _Attention) -> tuple[float, bool]:
-    """(c, whether the scores are divided by it) for the chain's scale link; (1.0, False) without one."""
-    if found.scale is None:
-        return 1.0, False
-    link = found.chain[1]
-    if _is(link, (operator.truediv, torch.div), ("div", "__truediv__")):
-        return float(link.args[1]), True
-    return found.scale, False
-
-
-def _chain_operands(found: _Attention) -> list:
-    """The example values the short kernel would read: q (before a scale it absorbs), k^T, v, the terms."""
-    q_node = found_q_scale(found)[0] if found_q_scale(found) is not None else found.q
-    return [_value(q_node), _value(found.k_t), _value(found.v), *[_value(t) for t, _ in found.terms]]
-
-
-def _needs_gradients(found: _Attention, no_gradients: bool) -> bool:
-    return not no_gradients and any(isinstance(t, torch.Tensor) and t.requires_grad for t in _chain_operands(found))
-
-
-def _short_kernel_takes(found: _Attention) -> bool:
-    """Whether smelt::short_attention computes the chain: no masked_fill, operands the kernel takes."""
-    from ..runtime import short_attention
-    if found.fill is not None:
-        return False
-    tensors = _chain_operands(found)
-    q, k_t, v, *terms = tensors
-    if not all(isinstance(t, torch.Tensor) for t in tensors):
-        return False
-    if any(not isinstance(n, int) for t in tensors for n in t.shape):
-        return False  # symbolic sizes: the kernel's blocks are fixed per compile
-    for (_, shape) in found.terms:
-        if len(shape) - 2 > 4:
-            return False
-    expanded = [t.expand(shape) for t, (_, shape) in zip(terms, found.terms)]
-    return short_attention.applies(q, k_t.transpose(-2, -1), v, expanded)
-
-
-def _short_attention_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
-    """A smelt::short_attention node computing `found`'s chain, before its last link."""
-    from ..runtime import short_attention  # noqa: F401  (registers the op)
-    out, k_t = found.chain[-1], found.k_t
-    scaled = found_q_scale(found)
-    q, q_scale = scaled if scaled is not None else (found.q, 1.0)
-    score_scale, divides = _score_scale(found)
-    users = list(out.users)
-    # The caller's next op puts the heads next to each other per query: stored so, that is a view.
-    heads_last = (_value(out).dim() == 4 and len(users) == 1 and _is(users[0], (torch.transpose,), ("transpose",))
-                  and users[0].args[0] is out and sorted(d % 4 for d in users[0].args[1:3]) == [1, 2])
-    with gm.graph.inserting_before(out):
-        k = _transposed_last_two(k_t)
-        if k is None:
-            k = _call(gm, torch.transpose, k_t, -2, -1)
-        terms = [_call(gm, "expand", term, tuple(shape)) for term, shape in found.terms]
-        op = torch.ops.smelt.short_attention.default
-        args = (q_scale, score_scale, divides, heads_last)
-        node = gm.graph.call_function(op, (q, k, found.v, terms, *args))
-        values = [_value(q), _value(k), _value(found.v), [_value(t) for t in terms]]
-        fake_mode = next((v.fake_mode for v in values[:3] if isinstance(v, FakeTensor)), None)
-        with fake_mode if fake_mode is not None else contextlib.nullcontext():
-            node.meta["example_value"] = op(*values, *args)
-    return node
