@@ -219,13 +219,13 @@ def test_a_chain_sdpa_fails_to_trace_is_left_as_written(device, assert_close, re
     """An SDPA call whose example value cannot be computed (on CUDA before the Python dispatcher: a
     mask of symbolic length) leaves the chain as written, not a failed compile."""
     import smelt.lowering.handwritten_attention as attention
-    real = attention._call
+    real = attention.call_node
 
     def failing_sdpa(gm, target, *args, **kwargs):
         if target is F.scaled_dot_product_attention:
             raise RuntimeError("SymIntArrayRef expected to contain only concrete integers")
         return real(gm, target, *args, **kwargs)
-    monkeypatch.setattr(attention, "_call", failing_sdpa)
+    monkeypatch.setattr(attention, "call_node", failing_sdpa)
     q, k, v = _qkv(device)
     mask = _padding_mask(device, q.dtype)
     assert_close(torch.compile(albert, backend="smelt")(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)

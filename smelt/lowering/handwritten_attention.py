@@ -41,28 +41,19 @@ where eager rounds them to bf16): the results agree to the dtype's precision, no
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import inspect
 import logging
 import operator
 
 import torch
 import torch.fx
 import torch.nn.functional as F
-from torch._dispatch.python import enable_python_dispatcher
-from torch._subclasses.fake_tensor import FakeTensor
 
+from . import short_attention_chain
+from .attention_chain import SATURATING, Attention, call_node, match, node_value, transposed_last_two
 from .written_in_place import written_in_place
 
 log = logging.getLogger("smelt.lowering")
 
-_MATMULS = {torch.matmul, operator.matmul, torch.bmm}
-_MATMUL_METHODS = {"matmul", "bmm", "__matmul__"}
-_SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# Where a score plus the dtype's lowest value is that value (float16's spacing there is 32: it
-# rounds to -inf instead).
-_SATURATING = (torch.bfloat16, torch.float32, torch.float64)
 # Keys below which a chain stays as written, per device type: the fused kernels work on tiles of 64
 # keys or more, so a shorter row is mostly padding, and scores that short take no more memory than
 # q, k and v. On the H200, Swin-T's window attention (49 keys) took 3.72 GPU ms a call with 7 of its 12
@@ -74,235 +65,23 @@ MIN_KEYS = {"cuda": 64}
 SHORT_KEYS = 64
 
 
-def _is(node, functions=(), methods=()) -> bool:
-    return isinstance(node, torch.fx.Node) and (
-        (node.op == "call_function" and node.target in functions) or (node.op == "call_method" and node.target in methods))
-
-
-def _value(node):
-    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-
-
-def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
-
-
-def _bind(function, node: torch.fx.Node):
-    """`node`'s arguments by name, as `function` takes them (a method's self is its first)."""
-    try:
-        return inspect.signature(function).bind(*node.args, **node.kwargs).arguments
-    except TypeError:
-        return None
-
-
-def _transposed_last_two(node) -> torch.fx.Node | None:
-    """The tensor `node` is the last-two-dimension transpose of, or None."""
-    if not _is(node, (torch.transpose,), ("transpose",)) or len(node.args) != 3 or node.kwargs:
-        return None
-    ndim = _value(node).dim()
-    dims = sorted(d % ndim for d in node.args[1:] if isinstance(d, int))
-    return node.args[0] if dims == [ndim - 2, ndim - 1] else None
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _scale(node, scores) -> float | None:
-    """The factor `node` multiplies `scores` by (a division by c is a factor 1/c), or None."""
-    if node.kwargs:
-        return None
-    if _is(node, (operator.mul, torch.mul), ("mul", "__mul__", "__rmul__")) and len(node.args) == 2:
-        other = node.args[1] if node.args[0] is scores else node.args[0]
-        return float(other) if _number(other) else None
-    if _is(node, (operator.truediv, torch.div), ("div", "__truediv__")) and len(node.args) == 2:
-        if node.args[0] is scores and _number(node.args[1]) and node.args[1] != 0:
-            return 1.0 / float(node.args[1])
-    return None
-
-
-def _mask(node, scores) -> torch.fx.Node | None:
-    """The additive mask `node` adds to `scores`, if it is one SDPA takes as it is."""
-    if not _is(node, (operator.add, torch.add), ("add", "__add__", "__radd__")) or len(node.args) != 2 or node.kwargs:
-        return None
-    mask = node.args[1] if node.args[0] is scores else node.args[0]
-    if mask is scores:  # scores + scores: no mask, twice the scores
-        return None
-    m, s = _value(mask), _value(scores)
-    if not (isinstance(m, torch.Tensor) and m.dtype == s.dtype and m.device == s.device and m.dim() <= s.dim()):
-        return None
-    return mask if torch.broadcast_shapes(m.shape, s.shape) == s.shape else None
-
-
-def _softmax_output(node, scores, dtype) -> torch.fx.Node | None:
-    """The node holding softmax(scores, -1) in `dtype` when `node` is that softmax (and, for a
-    float32 softmax of lower-precision scores, its cast back), or None."""
-    if _is(node, (F.softmax,)):
-        args = _bind(F.softmax, node)
-    elif _is(node, (torch.softmax,), ("softmax",)):
-        args = _bind(lambda input, dim, dtype=None: None, node)
-    else:
-        return None
-    if not args or args.get("input") is not scores or args.get("dim") not in (-1, _value(scores).dim() - 1):
-        return None
-    if args.get("dtype") not in (None, dtype, torch.float32):
-        return None
-    cast = _only_user(node)  # `.to(q.dtype)` after a float32 softmax (a no-op where q is float32)
-    if _is(cast, (), ("to",)) and _value(cast).dtype == dtype and _value(cast).device == _value(node).device:
-        return cast
-    return node if _value(node).dtype == dtype else None
-
-
-def _heads_unfolded(node, scores) -> torch.Size | None:
-    """The shape `node` views `scores` ([batch, q, k]) as, [..., q, k] of static sizes, or None."""
-    if not _is(node, (torch.reshape,), ("view", "reshape")) or node.args[0] is not scores:
-        return None
-    shape, before = _value(node).shape, _value(scores).shape
-    if (all(isinstance(n, int) for n in shape) and len(shape) > len(before)
-            and shape[-2:] == before[-2:] and shape[:-2].numel() == before[:-2].numel()):
-        return shape
-    return None
-
-
-def _fill(node, scores):
-    """(mask, value) where `node` is scores.masked_fill(mask, the dtype's lowest value), or None."""
-    if not _is(node, (torch.masked_fill,), ("masked_fill",)):
-        return None
-    args = _bind(lambda input, mask, value: None, node)
-    dtype = _value(scores).dtype
-    if not args or args["input"] is not scores or dtype not in _SATURATING:
-        return None
-    m = _value(args["mask"])
-    if not (_number(args["value"]) and args["value"] == torch.finfo(dtype).min and isinstance(m, torch.Tensor)
-            and m.dtype == torch.bool and m.device == _value(scores).device and m.dim() <= _value(scores).dim()):
-        return None
-    if torch.broadcast_shapes(m.shape, _value(scores).shape) != _value(scores).shape:
-        return None
-    return args["mask"], args["value"]
-
-
-def _inactive_dropout(node, probs) -> bool | None:
-    """True where `node` is a dropout of `probs` that drops nothing, else None."""
-    if not _is(node, (F.dropout,)):
-        return None
-    args = _bind(F.dropout, node)
-    inactive = bool(args) and args.get("input") is probs and (args.get("p", 0.5) == 0 or not args.get("training", True))
-    return True if inactive else None
-
-
-def _optional_link(chain: list, nxt, look):
-    """(look(nxt, chain[-1]), the node after nxt) with nxt appended to chain where that finds
-    something; (None, nxt) where it does not."""
-    found = look(nxt, chain[-1]) if nxt is not None else None
-    if found is None:
-        return None, nxt
-    chain.append(nxt)
-    return found, _only_user(nxt)
-
-
-@dataclasses.dataclass
-class _Attention:
-    q: torch.fx.Node
-    k_t: torch.fx.Node
-    v: torch.fx.Node
-    mask: torch.fx.Node | None  # added to the scores
-    fill: tuple | None  # (mask, value) of a masked_fill
-    scale: float | None
-    heads: torch.Size | None  # the scores' shape where they are viewed with their heads unfolded
-    chain: list  # from the product to the product with v
-    # Every added term, with the shape of the scores it is added to: `mask` at theirs, and after
-    # the heads are unfolded, others at the unfolded shape, the scores then folded back before the
-    # softmax (`folded`): Swin's shifted windows add their mask per window so.
-    terms: list = dataclasses.field(default_factory=list)
-    folded: bool = False
-
-    def sdpa_takes(self) -> bool:
-        """Whether the chain is one SDPA call (with at most one mask, at the scores' shape)."""
-        return len(self.terms) <= (self.mask is not None) and not self.folded and (
-            self.heads is None or self.mask is None or _value(self.mask).shape == _value(self.chain[0]).shape)
-
-
-def _match(product: torch.fx.Node) -> _Attention | None:
-    """The attention whose scores `product` computes, or None."""
-    if not _is(product, _MATMULS, _MATMUL_METHODS) or len(product.args) != 2 or product.kwargs:
-        return None
-    q, k_t = product.args
-    qv, ktv, sv = _value(q), _value(k_t), _value(product)
-    if not all(isinstance(t, torch.Tensor) for t in (qv, ktv, sv)) or qv.dim() < 3 or qv.dim() != ktv.dim():
-        return None
-    if qv.dtype not in _SDPA_DTYPES or ktv.dtype != qv.dtype or qv.shape[:-2] != ktv.shape[:-2]:
-        return None
-    chain = [product]
-    scale, nxt = _optional_link(chain, _only_user(product), _scale)
-    mask, nxt = _optional_link(chain, nxt, _mask)
-    terms = [(mask, sv.shape)] if mask is not None else []
-    heads, nxt = _optional_link(chain, nxt, _heads_unfolded)
-    folded = False
-    if heads is not None:
-        while (term := _optional_link(chain, nxt, _mask))[0] is not None:
-            terms.append((term[0], heads))
-            nxt = term[1]
-        if len(terms) > (mask is not None):  # terms at the unfolded shape: folded back right after them
-            if not (_is(nxt, (torch.reshape,), ("view", "reshape")) and nxt.args[0] is chain[-1]
-                    and _value(nxt).shape == sv.shape):
-                return None
-            chain.append(nxt)
-            nxt, folded = _only_user(nxt), True
-    fill, nxt = _optional_link(chain, nxt, _fill)
-    probs = _softmax_output(nxt, chain[-1], qv.dtype) if nxt is not None else None
-    if probs is None:
-        return None
-    chain += [nxt] if probs is nxt else [nxt, probs]
-    _, nxt = _optional_link(chain, _only_user(probs), _inactive_dropout)
-    if heads is not None and not folded:  # folded back for the product with v
-        if not (_is(nxt, (torch.reshape,), ("view", "reshape")) and nxt.args[0] is chain[-1]
-                and _value(nxt).shape == sv.shape):
-            return None
-        chain.append(nxt)
-        nxt = _only_user(nxt)
-    if not (_is(nxt, _MATMULS, _MATMUL_METHODS) and len(nxt.args) == 2 and nxt.args[0] is chain[-1] and not nxt.kwargs):
-        return None
-    v = nxt.args[1]
-    vv = _value(v)
-    if not isinstance(vv, torch.Tensor) or vv.dtype != qv.dtype or vv.shape[:-1] != ktv.shape[:-2] + ktv.shape[-1:]:
-        return None
-    return _Attention(q, k_t, v, mask, fill, scale, heads, chain + [nxt], terms, folded)
-
-
-def _call(gm, target, *args, **kwargs) -> torch.fx.Node:
-    """A new node calling `target` (a method by name), its example value computed from its inputs'."""
-    method = isinstance(target, str)
-    node = (gm.graph.call_method if method else gm.graph.call_function)(target, args, kwargs)
-    values = [_value(a) if isinstance(a, torch.fx.Node) else a for a in args]
-    kw = {key: _value(a) if isinstance(a, torch.fx.Node) else a for key, a in kwargs.items()}
-    # Under the example values' fake mode (an op that makes a tensor of its own, SDPA over no keys,
-    # must make a fake one) and the Python dispatcher, as Dynamo traces: CUDA's SDPA pads a mask of
-    # symbolic length, which only the Python kernels take.
-    fake_mode = next((v.fake_mode for v in [*values, *kw.values()] if isinstance(v, FakeTensor)), None)
-    with fake_mode if fake_mode is not None else contextlib.nullcontext(), enable_python_dispatcher():
-        node.meta["example_value"] = getattr(values[0], target)(*values[1:], **kw) if method else target(*values, **kw)
-    return node
-
-
 def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda device_type, training: False) -> int:
     """Replaces each hand-written attention chain of `gm` (a Dynamo graph) with one SDPA call, or
     one smelt::short_attention call where `short_kernel(device type, whether it needs gradients)`
     says so and it applies; returns how many."""
-    from . import short_attention_chain  # it reads this module's matcher
     rewritten, erased = 0, set()
     # Compiled with gradients off and never turning them on: no value needs one, whatever its
     # requires_grad (a leaf passed in under no_grad keeps it).
     no_gradients = not torch.is_grad_enabled() and not any(
         n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
-        found = _match(node) if node not in erased else None
+        found = match(node) if node not in erased else None
         if found is None:
             continue
         chain, k_t = found.chain, found.k_t
         out = chain[-1]
-        keys = _value(k_t).shape[-1]
-        device_type = _value(k_t).device.type
+        keys = node_value(k_t).shape[-1]
+        device_type = node_value(k_t).device.type
         if written_in_place(out):  # SDPA's fused kernels save the output the program writes
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
@@ -346,20 +125,20 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
     return rewritten
 
 
-def _sdpa_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
+def _sdpa_nodes(gm: torch.fx.GraphModule, found: Attention) -> torch.fx.Node:
     """New nodes computing `found`'s chain as one SDPA call, before its last link; returns the
     node of its result."""
     out, k_t = found.chain[-1], found.k_t
     with gm.graph.inserting_before(out):
-        k = _transposed_last_two(k_t)
+        k = transposed_last_two(k_t)
         if k is None:
-            k = _call(gm, torch.transpose, k_t, -2, -1)
+            k = call_node(gm, torch.transpose, k_t, -2, -1)
         q, v, mask = found.q, found.v, found.mask
         if found.heads is not None:  # SDPA over [batch, heads, ...]: its kernels take four dimensions
             lead = tuple(found.heads[:-2])
-            q, k, v = (_call(gm, torch.reshape, t, lead + tuple(_value(t).shape[-2:])) for t in (q, k, v))
+            q, k, v = (call_node(gm, torch.reshape, t, lead + tuple(node_value(t).shape[-2:])) for t in (q, k, v))
             if mask is not None:
-                mask = _call(gm, torch.reshape, mask, tuple(found.heads))
+                mask = call_node(gm, torch.reshape, mask, tuple(found.heads))
         if found.fill is not None:
             where, value = found.fill
             # A query whose keys are all filled has constant scores: a uniform softmax that passes q
@@ -367,21 +146,21 @@ def _sdpa_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
             # probabilities from a log-sum-exp that rounds to the lowest value there (each 1, not
             # 1/keys): its mask is 0 on such a row and its query zeroed (the same values; no
             # gradient through it).
-            dtype = _value(q).dtype
-            kept = _call(gm, "to", _call(gm, torch.any, _call(gm, torch.logical_not, where), -1, keepdim=True), dtype)
-            q = _call(gm, operator.mul, q, kept)
-            fill_value = _call(gm, operator.mul, kept, value)
-            mask = _call(gm, torch.where, where, fill_value, 0.0 if mask is None else mask)
-        elif mask is not None and _value(mask).dtype in _SATURATING:
+            dtype = node_value(q).dtype
+            kept = call_node(gm, "to", call_node(gm, torch.any, call_node(gm, torch.logical_not, where), -1, keepdim=True), dtype)
+            q = call_node(gm, operator.mul, q, kept)
+            fill_value = call_node(gm, operator.mul, kept, value)
+            mask = call_node(gm, torch.where, where, fill_value, 0.0 if mask is None else mask)
+        elif mask is not None and node_value(mask).dtype in SATURATING:
             # The same for a row the added mask holds at the lowest value throughout (an entry
             # with no key): its scores round to that value, eager's softmax is uniform.
-            dtype = _value(q).dtype
-            kept = _call(gm, torch.any, _call(gm, operator.ne, mask, torch.finfo(dtype).min), -1, keepdim=True)
-            q = _call(gm, operator.mul, q, _call(gm, "to", kept, dtype))
-            mask = _call(gm, torch.where, kept, mask, 0.0)
-        sdpa = _call(gm, F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
+            dtype = node_value(q).dtype
+            kept = call_node(gm, torch.any, call_node(gm, operator.ne, mask, torch.finfo(dtype).min), -1, keepdim=True)
+            q = call_node(gm, operator.mul, q, call_node(gm, "to", kept, dtype))
+            mask = call_node(gm, torch.where, kept, mask, 0.0)
+        sdpa = call_node(gm, F.scaled_dot_product_attention, q, k, v, attn_mask=mask,
                      scale=1.0 if found.scale is None else found.scale)
         result = sdpa
         if found.heads is not None:
-            result = _call(gm, torch.reshape, sdpa, tuple(_value(out).shape))
+            result = call_node(gm, torch.reshape, sdpa, tuple(node_value(out).shape))
     return result

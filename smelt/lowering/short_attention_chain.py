@@ -1,4 +1,4 @@
-"""Hand-written attention chains (lowering/handwritten_attention.py's matcher) as one
+"""Hand-written attention chains (lowering/attention_chain.py) as one
 smelt::short_attention call (runtime/short_attention.py): which chains the kernel takes, and the
 call that replaces one, its query's scale by a number and the scores' scale absorbed."""
 from __future__ import annotations
@@ -10,44 +10,44 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .handwritten_attention import _Attention, _call, _is, _number, _transposed_last_two, _value
+from .attention_chain import Attention, call_node, is_call, is_number, node_value, transposed_last_two
 
 
-def q_scale_of(found: _Attention) -> tuple | None:
+def q_scale_of(found: Attention) -> tuple | None:
     """(x, c) where the chain's query is x * c (a number) read by nothing but the product (Swin
     scales its query so), else None."""
     q = found.q
-    if not (_is(q, (operator.mul, torch.mul), ("mul", "__mul__", "__rmul__")) and len(q.args) == 2
+    if not (is_call(q, (operator.mul, torch.mul), ("mul", "__mul__", "__rmul__")) and len(q.args) == 2
             and not q.kwargs and len(q.users) == 1):
         return None
     x, c = q.args if isinstance(q.args[0], torch.fx.Node) else q.args[::-1]
-    xv = _value(x)
-    if not (_number(c) and isinstance(xv, torch.Tensor) and xv.dtype == _value(q).dtype and xv.shape == _value(q).shape):
+    xv = node_value(x)
+    if not (is_number(c) and isinstance(xv, torch.Tensor) and xv.dtype == node_value(q).dtype and xv.shape == node_value(q).shape):
         return None
     return x, float(c)
 
 
-def _score_scale_of(found: _Attention) -> tuple[float, bool]:
+def _score_scale_of(found: Attention) -> tuple[float, bool]:
     """(c, whether the scores are divided by it) for the chain's scale link; (1.0, False) without one."""
     if found.scale is None:
         return 1.0, False
     link = found.chain[1]
-    if _is(link, (operator.truediv, torch.div), ("div", "__truediv__")):
+    if is_call(link, (operator.truediv, torch.div), ("div", "__truediv__")):
         return float(link.args[1]), True
     return found.scale, False
 
 
-def _chain_operands(found: _Attention) -> list:
+def _chain_operands(found: Attention) -> list:
     """The example values the short kernel would read: q (before a scale it absorbs), k^T, v, the terms."""
     q_node = q_scale_of(found)[0] if q_scale_of(found) is not None else found.q
-    return [_value(q_node), _value(found.k_t), _value(found.v), *[_value(t) for t, _ in found.terms]]
+    return [node_value(q_node), node_value(found.k_t), node_value(found.v), *[node_value(t) for t, _ in found.terms]]
 
 
-def needs_gradients(found: _Attention, no_gradients: bool) -> bool:
+def needs_gradients(found: Attention, no_gradients: bool) -> bool:
     return not no_gradients and any(isinstance(t, torch.Tensor) and t.requires_grad for t in _chain_operands(found))
 
 
-def kernel_takes(found: _Attention) -> bool:
+def kernel_takes(found: Attention) -> bool:
     """Whether smelt::short_attention computes the chain: no masked_fill, operands the kernel takes."""
     from ..runtime import short_attention
     if found.fill is not None:
@@ -65,7 +65,7 @@ def kernel_takes(found: _Attention) -> bool:
     return short_attention.applies(q, k_t.transpose(-2, -1), v, expanded)
 
 
-def short_attention_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.fx.Node:
+def short_attention_nodes(gm: torch.fx.GraphModule, found: Attention) -> torch.fx.Node:
     """A smelt::short_attention node computing `found`'s chain, before its last link."""
     from ..runtime import short_attention  # noqa: F401  (registers the op)
     out, k_t = found.chain[-1], found.k_t
@@ -74,17 +74,17 @@ def short_attention_nodes(gm: torch.fx.GraphModule, found: _Attention) -> torch.
     score_scale, divides = _score_scale_of(found)
     users = list(out.users)
     # The caller's next op puts the heads next to each other per query: stored so, that is a view.
-    heads_last = (_value(out).dim() == 4 and len(users) == 1 and _is(users[0], (torch.transpose,), ("transpose",))
+    heads_last = (node_value(out).dim() == 4 and len(users) == 1 and is_call(users[0], (torch.transpose,), ("transpose",))
                   and users[0].args[0] is out and sorted(d % 4 for d in users[0].args[1:3]) == [1, 2])
     with gm.graph.inserting_before(out):
-        k = _transposed_last_two(k_t)
+        k = transposed_last_two(k_t)
         if k is None:
-            k = _call(gm, torch.transpose, k_t, -2, -1)
-        terms = [_call(gm, "expand", term, tuple(shape)) for term, shape in found.terms]
+            k = call_node(gm, torch.transpose, k_t, -2, -1)
+        terms = [call_node(gm, "expand", term, tuple(shape)) for term, shape in found.terms]
         op = torch.ops.smelt.short_attention.default
         args = (q_scale, score_scale, divides, heads_last)
         node = gm.graph.call_function(op, (q, k, found.v, terms, *args))
-        values = [_value(q), _value(k), _value(found.v), [_value(t) for t in terms]]
+        values = [node_value(q), node_value(k), node_value(found.v), [node_value(t) for t in terms]]
         fake_mode = next((v.fake_mode for v in values[:3] if isinstance(v, FakeTensor)), None)
         with fake_mode if fake_mode is not None else contextlib.nullcontext():
             node.meta["example_value"] = op(*values, *args)

@@ -9,6 +9,7 @@ from ..errors import KernelCompileError
 from ..progress import Progress
 from .compiled_graph import CompiledGraph
 from .cuda_graphs import GraphedCall
+from .kernel_binaries import keep_binaries_in
 from .loader import source_path
 
 
@@ -19,6 +20,7 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda
     `progress_bar`: a slow build draws a bar on a terminal (smelt/progress.py).
     `compile_workers`: processes a backend may compile kernels in at once (its `build_ahead`)."""
     namespace = {}
+    keep_binaries_in(cache_dir if keep_kernels else None)
     kernel_paths = {k.name: source_path(cache_dir, k.name, k.source) for k in generated.kernels}
     if compile_workers > 1:
         for backend in {k.backend for k in generated.kernels}:

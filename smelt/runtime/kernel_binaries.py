@@ -47,6 +47,20 @@ def variant_key(source: str, spec: tuple, constexprs: dict, num_warps: int, capa
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# Where the latest assembled graph keeps its binaries (None: not kept): smelt's own ops that launch
+# hand-written kernels (short_attention.py) keep theirs there too.
+_kept_in: str | None = None
+
+
+def keep_binaries_in(cache_dir: str | None) -> None:
+    global _kept_in
+    _kept_in = cache_dir
+
+
+def kept_in() -> str | None:
+    return _kept_in
+
+
 def folder_for(cache_dir: str, key: str) -> str:
     return os.path.join(cache_dir, "kernels", key[:2], key)
 

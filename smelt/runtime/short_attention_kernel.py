@@ -335,8 +335,6 @@ def _backward_binaries():
 
 
 def _variants(fn):
-    from smelt import cache_location, config
-    from .kernel_binaries import KernelVariants
-    folder, persists = cache_location.resolve(config.current().cache_dir)
-    with open(__file__, encoding="utf-8") as f:
-        return KernelVariants(fn, f.read(), folder if persists else None)
+    from .kernel_binaries import KernelVariants, kept_in
+    with open(__file__, encoding="utf-8") as f:  # kept where the graph that first calls it keeps its kernels
+        return KernelVariants(fn, f.read(), kept_in())
