@@ -324,17 +324,19 @@ def launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, out) -
     return args, constexprs
 
 
-@functools.lru_cache(maxsize=None)
 def _binaries():
-    return _variants(short_attention)
+    from .kernel_binaries import kept_in
+    return _variants(short_attention, kept_in())
+
+
+def _backward_binaries():
+    from .kernel_binaries import kept_in
+    return _variants(short_attention_backward, kept_in())
 
 
 @functools.lru_cache(maxsize=None)
-def _backward_binaries():
-    return _variants(short_attention_backward)
-
-
-def _variants(fn):
-    from .kernel_binaries import KernelVariants, kept_in
-    with open(__file__, encoding="utf-8") as f:  # kept where the graph that first calls it keeps its kernels
-        return KernelVariants(fn, f.read(), kept_in())
+def _variants(fn, folder: str | None):
+    """The kernel's binaries, kept in `folder`: where the latest assembled graph keeps its kernels."""
+    from .kernel_binaries import KernelVariants
+    with open(__file__, encoding="utf-8") as f:
+        return KernelVariants(fn, f.read(), folder)
