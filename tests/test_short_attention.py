@@ -285,7 +285,7 @@ def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monk
         def binary(self, args, constexprs, num_warps, device):
             looked_up.append(tuple(a.data_ptr() % 16 == 0 for a in args[:6]))
             return Binary()
-    monkeypatch.setattr(kernel, "_binaries", lambda: Variants())
+    variants = Variants()
     monkeypatch.setattr(kernel, "_launches", {})
     storage = torch.randn(4 * 2 * 8 * 16 + 1)
     q = storage[:4 * 2 * 8 * 16].view(4, 2, 8, 16)
@@ -293,12 +293,12 @@ def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monk
     args, constexprs = kernel.launch_arguments(q, q, q, [], 1.0, 1.0, False, out)
     site = kernel._Launch(8, args[6:], constexprs)  # 8 programs
     for _ in range(3):
-        assert kernel._launch_binary(site, args, 0)
+        assert kernel._launch_binary(site, args, 0, lambda: variants)
     assert looked_up == [(True,) * 6] and len(launched) == 3 and site.binaries
     shifted = storage[1:].view(4, 2, 8, 16)  # 4 bytes off: not 16-byte aligned
     misaligned = (shifted,) + args[1:]
     for _ in range(2):
-        assert kernel._launch_binary(site, misaligned, 0)
+        assert kernel._launch_binary(site, misaligned, 0, lambda: variants)
     assert looked_up[1:] == [(False,) + (True,) * 5] * 2
 
 

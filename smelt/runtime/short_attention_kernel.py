@@ -225,25 +225,28 @@ def run(q, k, v, terms, q_scale, score_scale, score_divides, out) -> torch.Tenso
     t0 = terms[0] if terms else q
     t1 = terms[1] if len(terms) > 1 else q
     args = (q, k, v, t0, t1, out, *known.values)
-    if not (q.is_cuda and _launch_binary(known, args, q.device.index)):
+    if not (q.is_cuda and _launch_binary(known, args, q.device.index, _binaries)):
         short_attention[(known.programs,)](*args, **known.constexprs, num_warps=NUM_WARPS)
     return out
 
 
-def _launch_binary(known: "_Launch", args: tuple, device: int) -> bool:
+def _launch_binary(known: "_Launch", args: tuple, device: int, variants) -> bool:
     """Launches through smelt's kept binaries and C launcher (Triton's JIT launch costs tens of us
-    of host); whether it did. The binary for all six pointers 16-byte aligned is kept with the call
-    site; any other is looked up by its arguments' description each call."""
-    aligned = (args[0].data_ptr() | args[1].data_ptr() | args[2].data_ptr() | args[3].data_ptr()
-               | args[4].data_ptr() | args[5].data_ptr()) & 15 == 0
-    binary = known.binaries.get(NUM_WARPS) if aligned else None
+    of host); whether it did. The binary for all the tensors 16-byte aligned is kept with the call
+    site; any other is looked up by its arguments' description each call. `variants()`: the
+    kernel's KernelVariants."""
+    pointers = 0
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            pointers |= a.data_ptr()
+    binary = known.binaries.get(NUM_WARPS) if pointers & 15 == 0 else None
     if binary is None:
         from .kernel_binaries import Unsupported
         try:
-            binary = _binaries().binary(args, known.constexprs, NUM_WARPS, device)
+            binary = variants().binary(args, known.constexprs, NUM_WARPS, device)
         except Unsupported:
             binary = False
-        if aligned:
+        if pointers & 15 == 0:
             known.binaries[NUM_WARPS] = binary
     if binary:
         binary.launch((known.programs,), args, device)
@@ -258,28 +261,25 @@ def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, stor
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ds = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=q.dtype, device=q.device) if store_score_gradients else None
-    matrices = q.shape[:-2].numel()
-    if matrices == 0:
+    key = ("backward", q.shape, q.stride(), k.stride(), v.shape, v.stride(), dout.stride(), q.dtype, q.device,
+           q_scale, score_scale, score_divides, store_score_gradients, MATRICES, *[(t.shape, t.stride()) for t in terms])
+    known = _launches.get(key)
+    if known is None:
+        if len(_launches) >= MAX_LAUNCHES:
+            _launches.clear()
+        forward, constexprs = launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, dout)
+        constexprs = {("gs_col" if name == "os_col" else name): value for name, value in constexprs.items()}
+        constexprs["STORE_SCORE_GRADIENTS"] = store_score_gradients
+        known = _launches[key] = _Launch(triton.cdiv(q.shape[:-2].numel(), MATRICES), forward[6:], constexprs)
+    if known.programs == 0:
         return dq, dk, dv, ds
-    forward, constexprs = launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, dout)
     # The forward's arguments with the output's place taken by its gradient, the four results after it.
-    args = (*forward[:6], dq, dk, dv, ds if ds is not None else dq, *forward[6:])
-    constexprs = {("gs_col" if name == "os_col" else name): value for name, value in constexprs.items()}
-    constexprs["STORE_SCORE_GRADIENTS"] = store_score_gradients
-    programs = triton.cdiv(matrices, constexprs["MATRICES"])
-    if not (q.is_cuda and _launch_backward_binary(programs, args, constexprs, q.device.index)):
-        short_attention_backward[(programs,)](*args, **constexprs, num_warps=NUM_WARPS)
+    t0 = terms[0] if terms else q
+    t1 = terms[1] if len(terms) > 1 else q
+    args = (q, k, v, t0, t1, dout, dq, dk, dv, ds if ds is not None else dq, *known.values)
+    if not (q.is_cuda and _launch_binary(known, args, q.device.index, _backward_binaries)):
+        short_attention_backward[(known.programs,)](*args, **known.constexprs, num_warps=NUM_WARPS)
     return dq, dk, dv, ds
-
-
-def _launch_backward_binary(programs: int, args: tuple, constexprs: dict, device: int) -> bool:
-    from .kernel_binaries import Unsupported
-    try:
-        binary = _backward_binaries().binary(args, constexprs, NUM_WARPS, device)
-    except Unsupported:
-        return False
-    binary.launch((programs,), args, device)
-    return True
 
 
 MAX_LAUNCHES = 256  # call sites' geometries kept (sizes that change every call start over past it)
