@@ -312,3 +312,20 @@ def test_several_matrices_a_program_give_the_same_bits(device, monkeypatch, matr
     one = short_attention(q, k, v, [bias], 0.25, 1.0, False, False)
     monkeypatch.setattr(kernel, "MATRICES", matrices)
     assert torch.equal(short_attention(q, k, v, [bias], 0.25, 1.0, False, False), one)
+
+
+def test_a_transposed_result_the_caller_receives_keeps_eagers_strides(device, kernel_runs, short_kernel):
+    """Heads-last storage only where the transpose is reshaped into concatenated heads."""
+    def transposed(q, k, v):
+        return ((q @ k.transpose(-2, -1)) * 0.25).softmax(-1).matmul(v).transpose(1, 2)
+
+    def concatenated(q, k, v):
+        return transposed(q, k, v).reshape(2, 16, -1)
+    q, k, v = (torch.randn(2, 3, 16, 8, device=device) for _ in range(3))
+    with torch.no_grad():
+        for fn in (transposed, concatenated):
+            torch._dynamo.reset()
+            out, want = torch.compile(fn, backend="smelt")(q, k, v), fn(q, k, v)
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+            assert out.stride() == want.stride()
+    assert len(kernel_runs) == 2

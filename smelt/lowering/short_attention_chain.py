@@ -72,10 +72,7 @@ def short_attention_nodes(gm: torch.fx.GraphModule, found: Attention) -> torch.f
     scaled = q_scale_of(found)
     q, q_scale = scaled if scaled is not None else (found.q, 1.0)
     score_scale, divides = _score_scale_of(found)
-    users = list(out.users)
-    # The caller's next op puts the heads next to each other per query: stored so, that is a view.
-    heads_last = (node_value(out).dim() == 4 and len(users) == 1 and is_call(users[0], (torch.transpose,), ("transpose",))
-                  and users[0].args[0] is out and sorted(d % 4 for d in users[0].args[1:3]) == [1, 2])
+    heads_last = _heads_concatenated_next(out)
     with gm.graph.inserting_before(out):
         k = transposed_last_two(k_t)
         if k is None:
@@ -89,3 +86,19 @@ def short_attention_nodes(gm: torch.fx.GraphModule, found: Attention) -> torch.f
         with fake_mode if fake_mode is not None else contextlib.nullcontext():
             node.meta["example_value"] = op(*values, *args)
     return node
+
+
+def _heads_concatenated_next(out: torch.fx.Node) -> bool:
+    """Whether the chain's [batch, heads, q, dv] result is only transposed to [batch, q, heads, dv]
+    and reshaped to [batch, q, heads * dv] (Swin's): stored heads-last, both are views, and the
+    reshape's result is contiguous as eager's is (a transposed view a caller receives would not be)."""
+    users = list(out.users)
+    if not (node_value(out).dim() == 4 and len(users) == 1 and is_call(users[0], (torch.transpose,), ("transpose",))
+            and users[0].args[0] is out and len(users[0].args) == 3
+            and sorted(d % 4 for d in users[0].args[1:3] if isinstance(d, int)) == [1, 2]):
+        return False
+    after = list(users[0].users)
+    if len(after) != 1 or not is_call(after[0], (torch.reshape,), ("reshape", "view")) or after[0].args[0] is not users[0]:
+        return False
+    b, h, n, d = node_value(out).shape
+    return tuple(node_value(after[0]).shape) == (b, n, h * d)
