@@ -469,3 +469,17 @@ def test_rows_shorter_than_a_fused_kernels_tile_are_left_as_written(device, comp
     mask = torch.zeros(2, 1, 1, keys, device=device)
     assert_close(compile_fn(albert)(q, k, v, mask), albert(q, k, v, mask), atol=1e-5, rtol=1e-5)
     assert rewrites == [rewritten]
+
+
+def test_a_mask_written_in_place_inside_the_chain_leaves_it_as_written(device, assert_close, rewrites):
+    """SDPA's call reads the mask where the chain's last product runs; eager read it before the write."""
+    def mask_written(q, k, v, mask):
+        s = torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask
+        mask.mul_(0)
+        return torch.matmul(F.softmax(s, dim=-1), v)
+    q, k, v = _qkv(device)
+    mask = _padding_mask(device, q.dtype)
+    with torch.no_grad():
+        want = mask_written(q, k, v, mask.clone())
+        assert_close(torch.compile(mask_written, backend="smelt")(q, k, v, mask.clone()), want, atol=1e-5, rtol=1e-5)
+    assert rewrites == [0]

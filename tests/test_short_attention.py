@@ -95,9 +95,9 @@ def test_the_kernel_computes_eagers_chain(device, dtype, case):
     k = torch.randn(*lead, n_k, d, device=device, dtype=dtype)
     v = torch.randn(*lead, n_k, dv, device=device, dtype=dtype)
     bias = torch.randn(*lead[1:], n_q, n_k, device=device, dtype=dtype).expand(*lead, n_q, n_k)
-    out = short_attention(q, k, v, [bias], d ** -0.5, 1.0, False, False)
+    out = short_attention(q, k, v, [bias], d ** -0.5, 1.0, False, False, False)
     _close(out, _chain(q, k, v, [bias], q_scale=d ** -0.5), dtype)
-    divided = short_attention(q, k, v, [], 1.0, 3.0, True, False)
+    divided = short_attention(q, k, v, [], 1.0, 3.0, True, False, False)
     _close(divided, _chain(q, k, v, [], score_scale=3.0, divides=True), dtype)
 
 
@@ -115,7 +115,7 @@ def test_the_backward_gives_eagers_gradients(device, dtype, case, scaled):
     expected = _chain(q, k, v, [bias.expand(*lead, n_q, n_k)], q_scale, score_scale, divides)
     grad = torch.randn_like(expected)
     want = torch.autograd.grad(expected, [q, k, v, bias], grad)
-    out = short_attention(q, k, v, [bias.expand(*lead, n_q, n_k)], q_scale, score_scale, divides, False)
+    out = short_attention(q, k, v, [bias.expand(*lead, n_q, n_k)], q_scale, score_scale, divides, False, False)
     got = torch.autograd.grad(out, [q, k, v, bias], grad)
     tolerance = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}[dtype]
     for g, w in zip(got, want):
@@ -135,7 +135,7 @@ def test_swins_two_terms_read_in_place_from_strided_operands(device, dtype):
     per_window = mask.unsqueeze(1).unsqueeze(0).expand(batch, windows, heads, n, n)
     expected = _chain(q, k, v, [bias, per_window], q_scale=0.25)
     for heads_last in (False, True):
-        out = short_attention(q, k, v, [bias, per_window], 0.25, 1.0, False, heads_last)
+        out = short_attention(q, k, v, [bias, per_window], 0.25, 1.0, False, heads_last, False)
         _close(out, expected, dtype)
         assert out.transpose(1, 2).is_contiguous() == heads_last
 
@@ -144,7 +144,7 @@ def test_a_row_of_no_keys_is_nan_as_in_eager(device):
     q, k, v = (torch.randn(1, 2, 4, 16, device=device) for _ in range(3))
     mask = torch.zeros(1, 2, 4, 4, device=device)
     mask[0, 1, 2] = float("-inf")
-    out = short_attention(q, k, v, [mask], 1.0, 1.0, False, False)
+    out = short_attention(q, k, v, [mask], 1.0, 1.0, False, False, False)
     expected = _chain(q, k, v, [mask])
     assert out[0, 1, 2].isnan().all() and expected[0, 1, 2].isnan().all()
     _close(torch.nan_to_num(out), torch.nan_to_num(expected), torch.float32)
@@ -305,13 +305,16 @@ def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monk
 @pytest.mark.parametrize("matrices", [2, 3, 4])
 def test_several_matrices_a_program_give_the_same_bits(device, monkeypatch, matrices):
     """15 matrices, so the last program has fewer than its share."""
-    from smelt.runtime import short_attention_kernel as kernel
+    from smelt.runtime import short_attention as short_attention_module
     torch.manual_seed(0)
     q, k, v = (torch.randn(5, 3, 49, 32, device=device, dtype=torch.bfloat16) for _ in range(3))
     bias = torch.randn(1, 3, 49, 49, device=device, dtype=torch.bfloat16).expand(5, 3, 49, 49)
-    one = short_attention(q, k, v, [bias], 0.25, 1.0, False, False)
-    monkeypatch.setattr(kernel, "MATRICES", matrices)
-    assert torch.equal(short_attention(q, k, v, [bias], 0.25, 1.0, False, False), one)
+    one = short_attention(q, k, v, [bias], 0.25, 1.0, False, False, False)
+    runs = short_attention_module._kernels(q.device)  # on the CPU a copy of the module, interpreted
+    monkeypatch.setattr(runs, "MATRICES", matrices)
+    several = short_attention(q, k, v, [bias], 0.25, 1.0, False, False, False)
+    assert any(launch.programs == -(-15 // matrices) for launch in runs._launches.values())  # it took effect
+    assert torch.equal(several, one)
 
 
 def test_a_transposed_result_the_caller_receives_keeps_eagers_strides(device, kernel_runs, short_kernel):
@@ -328,4 +331,75 @@ def test_a_transposed_result_the_caller_receives_keeps_eagers_strides(device, ke
             out, want = torch.compile(fn, backend="smelt")(q, k, v), fn(q, k, v)
             torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
             assert out.stride() == want.stride()
+    assert len(kernel_runs) == 2
+
+
+def test_operands_written_in_place_inside_the_chain_leave_it_as_written(device, kernel_runs, short_kernel):
+    """The call reads its operands where the chain's last op runs; eager read them earlier."""
+    def query_written(x, k, v, bias):
+        q = x * 0.25
+        x.add_(1.0)
+        return (q @ k.transpose(-2, -1) + bias).softmax(-1) @ v
+
+    def term_written(q, k, v, bias):
+        s = q @ k.transpose(-2, -1) + bias
+        bias.mul_(0)
+        return s.softmax(-1) @ v
+    torch.manual_seed(0)
+    x, k, v = (torch.randn(2, 3, 8, 16, device=device) for _ in range(3))
+    bias = torch.randn(3, 8, 8, device=device)
+    with torch.no_grad():
+        for fn in (query_written, term_written):
+            torch._dynamo.reset()
+            want = fn(x.clone(), k, v, bias.clone())
+            torch.testing.assert_close(torch.compile(fn, backend="smelt")(x.clone(), k, v, bias.clone()), want,
+                                       atol=1e-5, rtol=1e-5)
+    assert kernel_runs == []
+
+
+def test_an_operand_written_before_the_chain_is_read_after_the_write(device, kernel_runs, short_kernel):
+    """A cache updated in place before the attention reads it (decode's key cache) is no hazard."""
+    def cached(q, k_cache, v, k_new):
+        k_cache[:, :, -1:] = k_new
+        return ((q @ k_cache.transpose(-2, -1)) * 0.25).softmax(-1) @ v
+    torch.manual_seed(0)
+    q, cache, v = (torch.randn(2, 3, 8, 16, device=device) for _ in range(3))
+    k_new = torch.randn(2, 3, 1, 16, device=device)
+    with torch.no_grad():
+        want = cached(q, cache.clone(), v, k_new)
+        torch.testing.assert_close(torch.compile(cached, backend="smelt")(q, cache.clone(), v, k_new), want,
+                                   atol=1e-5, rtol=1e-5)
+    assert len(kernel_runs) == 1
+
+
+def test_two_terms_gradients_do_not_share_memory(device):
+    q, k, v = (torch.randn(2, 2, 8, 16, device=device, requires_grad=True) for _ in range(3))
+    t0, t1 = (torch.randn(2, 2, 8, 8, device=device, requires_grad=True) for _ in range(2))
+    short_attention(q, k, v, [t0, t1], 1.0, 1.0, False, False, False).sum().backward()
+    assert t0.grad.data_ptr() != t1.grad.data_ptr()
+    torch.testing.assert_close(t0.grad, t1.grad)
+
+
+def test_no_keys_are_not_taken():
+    from smelt.runtime.short_attention import applies
+    q, k = torch.randn(2, 4, 16), torch.randn(2, 0, 16)
+    assert not applies(q, k, torch.randn(2, 0, 16), []) and applies(q, q, q, [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_float32_softmax_cast_back_has_eagers_gradients(device, dtype, kernel_runs, short_kernel):
+    """Llama's form saves the float32 probabilities for softmax's backward: the kernel's backward
+    reads them unrounded too (rounded, float16 gradients were 2e-3 off eager's)."""
+    def float32_softmax(q, k, v, b):
+        return torch.softmax((q @ k.transpose(-2, -1)) * 0.25 + b, -1, dtype=torch.float32).to(q.dtype) @ v
+    torch.manual_seed(0)
+    base = [torch.randn(2, 3, 33, 32, device=device, dtype=dtype) for _ in range(3)]
+    base.append(torch.randn(3, 33, 33, device=device, dtype=dtype))
+    eager, compiled = ([t.clone().requires_grad_() for t in base] for _ in range(2))
+    out = float32_softmax(*eager)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    torch.compile(float32_softmax, backend="smelt")(*compiled).backward(grad)
+    for got, want in zip(compiled, eager):
+        torch.testing.assert_close(got.grad, want.grad, atol=2.5e-4 if dtype == torch.float16 else 8e-3, rtol=0)
     assert len(kernel_runs) == 2

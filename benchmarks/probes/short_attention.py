@@ -63,9 +63,9 @@ def main() -> None:
             row = []
             for warps, matrices in configs:
                 short_attention_kernel.NUM_WARPS, short_attention_kernel.MATRICES = warps, matrices
-                out = short_attention(q, k, v, terms, 0.25, 1.0, False, True)
+                out = short_attention(q, k, v, terms, 0.25, 1.0, False, True, False)
                 error = (out.float() - expected.float()).abs().max().item()
-                row.append(f"{bench_ms(lambda: short_attention(q, k, v, terms, 0.25, 1.0, False, True), dev) * 1e3:.1f} "
+                row.append(f"{bench_ms(lambda: short_attention(q, k, v, terms, 0.25, 1.0, False, True, False), dev) * 1e3:.1f} "
                            f"(err {error:.3g})")
             short_attention_kernel.NUM_WARPS, short_attention_kernel.MATRICES = 4, 1
             form = "shifted" if shifted else "plain"

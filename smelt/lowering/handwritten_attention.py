@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 from . import short_attention_chain
 from .attention_chain import SATURATING, Attention, call_node, match, node_value, transposed_last_two
-from .written_in_place import written_in_place
+from .written_in_place import memory_writers, written_in_place
 
 log = logging.getLogger("smelt.lowering")
 
@@ -74,6 +74,7 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
     # requires_grad (a leaf passed in under no_grad keeps it).
     no_gradients = not torch.is_grad_enabled() and not any(
         n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}  # the nodes this pass adds write nothing
     for node in list(gm.graph.nodes):
         found = match(node) if node not in erased else None
         if found is None:
@@ -85,6 +86,14 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
         if written_in_place(out):  # SDPA's fused kernels save the output the program writes
             log.debug("smelt: attention written by hand at %s left as written: its output is written in place",
                       node.name)
+            continue
+        # The call reads the chain's operands where its last op runs: none may be written in place
+        # between the op that read it (or a query's scale the call absorbs) and that point.
+        reads = [(found.q, node), (k_t, node), *[(x, found.q) for x in found.q.args if isinstance(x, torch.fx.Node)],
+                 *[(term, next((link for link in chain if term in link.args), node)) for term, _ in found.terms]]
+        if any(order[read] < order.get(w, -1) < order[out] for operand, read in reads for w in memory_writers(operand)):
+            log.debug("smelt: attention written by hand at %s left as written: an operand is written in place "
+                      "inside the chain", node.name)
             continue
         short = (isinstance(keys, int) and keys < SHORT_KEYS and short_attention_chain.kernel_takes(found)
                  and short_kernel(device_type, short_attention_chain.needs_gradients(found, no_gradients)))

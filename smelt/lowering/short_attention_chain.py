@@ -8,6 +8,7 @@ import operator
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .attention_chain import Attention, call_node, is_call, is_number, node_value, transposed_last_two
@@ -39,7 +40,8 @@ def _score_scale_of(found: Attention) -> tuple[float, bool]:
 
 def _chain_operands(found: Attention) -> list:
     """The example values the short kernel would read: q (before a scale it absorbs), k^T, v, the terms."""
-    q_node = q_scale_of(found)[0] if q_scale_of(found) is not None else found.q
+    scaled = q_scale_of(found)
+    q_node = scaled[0] if scaled is not None else found.q
     return [node_value(q_node), node_value(found.k_t), node_value(found.v), *[node_value(t) for t, _ in found.terms]]
 
 
@@ -79,7 +81,11 @@ def short_attention_nodes(gm: torch.fx.GraphModule, found: Attention) -> torch.f
             k = call_node(gm, torch.transpose, k_t, -2, -1)
         terms = [call_node(gm, "expand", term, tuple(shape)) for term, shape in found.terms]
         op = torch.ops.smelt.short_attention.default
-        args = (q_scale, score_scale, divides, heads_last)
+        # Llama's form: a float32 softmax of half-float scores, cast back (its backward reads float32).
+        float32_softmax = node_value(found.q).dtype != torch.float32 and any(
+            is_call(link, (F.softmax, torch.softmax), ("softmax",)) and node_value(link).dtype == torch.float32
+            for link in found.chain)
+        args = (q_scale, score_scale, divides, heads_last, float32_softmax)
         node = gm.graph.call_function(op, (q, k, found.v, terms, *args))
         values = [node_value(q), node_value(k), node_value(found.v), [node_value(t) for t in terms]]
         fake_mode = next((v.fake_mode for v in values[:3] if isinstance(v, FakeTensor)), None)

@@ -30,8 +30,8 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch
     lead = q.shape[:-2]
     if k.shape[:-2] != lead or v.shape[:-2] != lead or k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
         return False
-    if max(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) > MAX_ROWS:
-        return False
+    if max(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) > MAX_ROWS or k.shape[-2] == 0:
+        return False  # (no keys: eager's result is zeros, a softmax over nothing is NaN)
     scores = (*lead, q.shape[-2], k.shape[-2])
     return all(t.dtype == q.dtype and 2 < t.dim() <= 6 and t.shape[-2:] == scores[-2:]
                and t.shape[:-2].numel() == lead.numel() for t in terms)
@@ -39,14 +39,17 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch
 
 @torch.library.custom_op("smelt::short_attention", mutates_args=())
 def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch.Tensor],
-                    q_scale: float, score_scale: float, score_divides: bool, heads_last: bool) -> torch.Tensor:
+                    q_scale: float, score_scale: float, score_divides: bool, heads_last: bool,
+                    float32_softmax: bool) -> torch.Tensor:
     """softmax((q * q_scale) @ k^T * score_scale + terms[0] + terms[1]) @ v (the scores divided by
-    score_scale where score_divides), each op rounded as eager rounds it. q [*lead, Q, D], k [*lead, K, D], v [*lead, K, DV]; each term [*its lead, Q, K], its
-    lead a row-major split of q's (an expanded view where it broadcasts)."""
+    score_scale where score_divides), each op rounded as eager rounds it. q [*lead, Q, D],
+    k [*lead, K, D], v [*lead, K, DV]; each term [*its lead, Q, K], its lead a row-major split of
+    q's (an expanded view where it broadcasts). `float32_softmax`: the chain's softmax is a float32
+    one cast back to half floats (Llama's form), whose backward reads the unrounded probabilities."""
     return call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last)
 
 
-def call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last) -> torch.Tensor:
+def call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last, float32_softmax=False) -> torch.Tensor:
     """The op without the dispatcher (about 13 us of host a call): what compiled wrappers call."""
     out = _empty_output(q, v, heads_last)
     _kernels(q.device).run(q, k, v, terms, q_scale, score_scale, score_divides, out)
@@ -54,42 +57,48 @@ def call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last) -> tor
 
 
 @short_attention.register_fake
-def _(q, k, v, terms, q_scale, score_scale, score_divides, heads_last):
+def _(q, k, v, terms, q_scale, score_scale, score_divides, heads_last, float32_softmax):
     return _empty_output(q, v, heads_last)
 
 
 @torch.library.custom_op("smelt::short_attention_backward", mutates_args=())
 def short_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch.Tensor],
                              grad: torch.Tensor, q_scale: float, score_scale: float, score_divides: bool,
-                             score_gradients: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                             score_gradients: bool, float32_softmax: bool
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of q, k and v, and with `score_gradients` of the scores after their scale
     ([*lead, Q, K]: each added term's, before its broadcast is summed; else an empty tensor), from the
     output's gradient: the probabilities are computed again from q, k and the terms, never saved."""
     dq, dk, dv, ds = _kernels(q.device).run_backward(q, k, v, list(terms), grad, q_scale, score_scale, score_divides,
-                                                     score_gradients)
+                                                     score_gradients, float32_softmax)
     return dq, dk, dv, ds if ds is not None else q.new_empty(0)
 
 
 @short_attention_backward.register_fake
-def _(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients):
+def _(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients, float32_softmax):
     scores = (*q.shape[:-1], k.shape[-2]) if score_gradients else (0,)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), q.new_empty(scores)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, terms, q_scale, score_scale, score_divides, _ = inputs
+    q, k, v, terms, q_scale, score_scale, score_divides, _, float32_softmax = inputs
     ctx.save_for_backward(q, k, v, *terms)
     ctx.scales = (q_scale, score_scale, score_divides)
+    ctx.float32_softmax = float32_softmax
     ctx.term_gradients = [t.requires_grad for t in terms]
 
 
 def _backward(ctx, grad):
     q, k, v, *terms = ctx.saved_tensors
     wanted = any(ctx.term_gradients)
-    dq, dk, dv, ds = short_attention_backward(q, k, v, terms, grad, *ctx.scales, wanted)
-    # A term is an expanded view of the scores' shape: its gradient is theirs, summed by the expand's backward.
-    term_grads = [ds.view(t.shape) if needs else None for t, needs in zip(terms, ctx.term_gradients)]
-    return dq, dk, dv, term_grads, None, None, None, None
+    dq, dk, dv, ds = short_attention_backward(q, k, v, terms, grad, *ctx.scales, wanted, ctx.float32_softmax)
+    # A term is an expanded view of the scores' shape: its gradient is theirs, summed by the expand's
+    # backward. Each term gets its own tensor (two full-shape leaves' .grad must not share memory).
+    term_grads, given = [], False
+    for t, needs in zip(terms, ctx.term_gradients):
+        term_grads.append((ds.clone() if given else ds).view(t.shape) if needs else None)
+        given = given or needs
+    return dq, dk, dv, term_grads, None, None, None, None, None
 
 
 short_attention.register_autograd(_backward, setup_context=_setup_context)

@@ -83,6 +83,7 @@ def _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_
                                    t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
                                    t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype,
                                    TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD, qs_col, ks_col, t0s_col, t1s_col)
+    probs = probs.to(dtype)
     v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
     v = tl.load(v_at + rk[:, None] * vs_row + rdv[None, :] * vs_col, mask=in_k[:, None] & (rdv[None, :] < DV), other=0.0)
     out = _product(probs, v, EXACT_DOTS)
@@ -137,7 +138,7 @@ def _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scal
     row_max = tl.reduce(scores, 1, tl.standard._elementwise_max)
     weights = tl.exp(scores - row_max[:, None])
     total = tl.reduce(weights, 1, tl.standard._sum_combine)
-    return q, k_t, (weights / total[:, None]).to(dtype)
+    return q, k_t, weights / total[:, None]  # float32: the callers round it
 
 
 @triton.jit
@@ -151,7 +152,8 @@ def short_attention_backward(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, dout_ptr, dq_p
                              SCALE_SCORES: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr,
                              BDV: tl.constexpr, qs_col: tl.constexpr, ks_col: tl.constexpr, vs_col: tl.constexpr,
                              gs_col: tl.constexpr, t0s_col: tl.constexpr, t1s_col: tl.constexpr,
-                             STORE_SCORE_GRADIENTS: tl.constexpr, MATRICES: tl.constexpr):
+                             STORE_SCORE_GRADIENTS: tl.constexpr, FLOAT32_SOFTMAX: tl.constexpr,
+                             MATRICES: tl.constexpr):
     # The gradients of q, k, v (contiguous [M, Q, D], [M, K, D], [M, K, DV]) and, where a term needs
     # one, of the scores after their scale ([M, Q, K], the terms' gradient before their broadcast is
     # summed), from the output's gradient (strides gs*), the probabilities computed again.
@@ -165,12 +167,13 @@ def short_attention_backward(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, dout_ptr, dq_p
             rdv = tl.arange(0, BDV)
             in_q = rq < Q
             in_k = rk < K
-            q, k_t, probs = _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
+            q, k_t, exact = _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
                                            qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
                                            t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
                                            t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype,
                                            TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD,
                                            qs_col, ks_col, t0s_col, t1s_col)
+            probs = exact.to(dtype)
             v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
             v_t = tl.load(v_at + rdv[:, None] * vs_col + rk[None, :] * vs_row,
                           mask=(rdv[:, None] < DV) & in_k[None, :], other=0.0)
@@ -179,7 +182,8 @@ def short_attention_backward(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, dout_ptr, dq_p
                         mask=in_q[:, None] & (rdv[None, :] < DV), other=0.0)
             # softmax's backward as eager's: float32 from the rounded probabilities and their gradient
             dp = _product(g, v_t, EXACT_DOTS).to(dtype).to(tl.float32)
-            p = probs.to(tl.float32)
+            # A float32 softmax cast back (Llama's form) saves its float32 output for its backward.
+            p = exact if FLOAT32_SOFTMAX else probs.to(tl.float32)
             ds = (p * (dp - tl.reduce(dp * p, 1, tl.standard._sum_combine)[:, None])).to(dtype)
             inside = in_q[:, None] & in_k[None, :]
             if STORE_SCORE_GRADIENTS:
@@ -215,8 +219,8 @@ def run(q, k, v, terms, q_scale, score_scale, score_divides, out) -> torch.Tenso
     such op)."""
     # Per call site the operands' sizes and strides repeat: what they decide is worked out once
     # (50 integer arguments took about 40 us of host a call to build, 11 more to describe).
-    key = (q.shape, q.stride(), k.stride(), v.shape, v.stride(), out.stride(), q.dtype, q.device,
-           q_scale, score_scale, score_divides, MATRICES, *[(t.shape, t.stride()) for t in terms])
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), out.stride(), q.dtype, k.dtype, v.dtype,
+           q.device, q_scale, score_scale, score_divides, MATRICES, *[(t.shape, t.stride(), t.dtype) for t in terms])
     known = _launches.get(key)
     if known is None:
         if len(_launches) >= MAX_LAUNCHES:
@@ -256,7 +260,8 @@ def _launch_binary(known: "_Launch", args: tuple, device: int, variants) -> bool
     return bool(binary)
 
 
-def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, store_score_gradients):
+def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, store_score_gradients,
+                 float32_softmax=False):
     """The gradients of q, k, v (contiguous, in q's, k's and v's shapes) and, with
     store_score_gradients, of the scores after their scale ([*lead, Q, K], None otherwise), given
     the output's gradient `dout`: the probabilities computed again, never saved."""
@@ -264,8 +269,9 @@ def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, stor
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ds = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=q.dtype, device=q.device) if store_score_gradients else None
-    key = ("backward", q.shape, q.stride(), k.stride(), v.shape, v.stride(), dout.stride(), q.dtype, q.device,
-           q_scale, score_scale, score_divides, store_score_gradients, MATRICES, *[(t.shape, t.stride()) for t in terms])
+    key = ("backward", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), dout.stride(), q.dtype,
+           k.dtype, v.dtype, dout.dtype, q.device, q_scale, score_scale, score_divides, store_score_gradients,
+           float32_softmax, MATRICES, *[(t.shape, t.stride(), t.dtype) for t in terms])
     known = _launches.get(key)
     if known is None:
         if len(_launches) >= MAX_LAUNCHES:
@@ -273,6 +279,7 @@ def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, stor
         forward, constexprs = launch_arguments(q, k, v, terms, q_scale, score_scale, score_divides, dout)
         constexprs = {("gs_col" if name == "os_col" else name): value for name, value in constexprs.items()}
         constexprs["STORE_SCORE_GRADIENTS"] = store_score_gradients
+        constexprs["FLOAT32_SOFTMAX"] = float32_softmax
         known = _launches[key] = _Launch(triton.cdiv(q.shape[:-2].numel(), MATRICES), forward[6:], constexprs)
     if known.programs == 0:
         return dq, dk, dv, ds
