@@ -309,3 +309,17 @@ def peak_bytes_of_call(fn, device, setup=None) -> int:
             base = current
         peak = max(peak, current - base)
     return peak
+
+
+@pytest.fixture
+def rewrites(monkeypatch):
+    """How many hand-written attention chains each compile rewrote (lowering/handwritten_attention.py)."""
+    import smelt.backend
+    counts = []
+    real = smelt.backend.handwritten_attention_to_sdpa
+
+    def counting(gm, *args):
+        counts.append(real(gm, *args))
+        return counts[-1]
+    monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", counting)
+    return counts

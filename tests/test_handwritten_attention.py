@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import smelt.backend
 import smelt.config
 from smelt.lowering import handwritten_attention
 from smelt.lowering.handwritten_attention import handwritten_attention_to_sdpa
@@ -18,19 +17,6 @@ from smelt.lowering.handwritten_attention import handwritten_attention_to_sdpa
 def _every_length(monkeypatch):
     monkeypatch.setattr(handwritten_attention, "MIN_KEYS", {})  # the tests' rows are short
     monkeypatch.setattr(handwritten_attention, "SHORT_KEYS", 0)  # SDPA's path (test_short_attention: the other)
-
-
-@pytest.fixture
-def rewrites(monkeypatch):
-    """How many chains each compile rewrote."""
-    counts = []
-    real = smelt.backend.handwritten_attention_to_sdpa
-
-    def counting(gm, *args):
-        counts.append(real(gm, *args))
-        return counts[-1]
-    monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", counting)
-    return counts
 
 
 def _qkv(device, dtype=torch.float32, batch=(2, 3), queries=8, keys=8, dim=16, grad=False):

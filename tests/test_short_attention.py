@@ -14,19 +14,6 @@ TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
 @pytest.fixture
-def rewrites(monkeypatch):
-    """How many chains each compile rewrote."""
-    counts = []
-    real = smelt.backend.handwritten_attention_to_sdpa
-
-    def counting(gm, *args):
-        counts.append(real(gm, *args))
-        return counts[-1]
-    monkeypatch.setattr(smelt.backend, "handwritten_attention_to_sdpa", counting)
-    return counts
-
-
-@pytest.fixture
 def asked(monkeypatch):
     """For each chain the pass asks the setting about: whether it needs gradients."""
     flags = []
