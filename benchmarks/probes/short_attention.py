@@ -5,6 +5,10 @@ kernel at a few (warps, matrices a program) pairs, with the bytes its operands m
 copy bandwidth.
 
     python -m benchmarks.probes.short_attention [--batch 32] [--configs 2x1 4x1 4x2 8x4]
+    python -m benchmarks.probes.short_attention --host   # no GPU needed: the host side of one call
+
+--host times, on any machine, the host's part of a call of stage 1's shifted-window attention with the
+kernel's launch left out: through torch.ops' dispatcher, and as compiled wrappers call it.
 """
 from __future__ import annotations
 
@@ -30,12 +34,40 @@ def chain(q, k, v, bias, mask):
     return attn.softmax(-1) @ v
 
 
+def host_us(batch: int) -> None:
+    import time
+
+    from smelt.runtime import short_attention as op
+    b_, heads, n, d = batch * 64, 3, 49, 32
+    q, k, v = torch.empty(b_, n, 3, heads, d, dtype=torch.bfloat16).permute(2, 0, 3, 1, 4).unbind(0)
+    terms = [torch.empty(1, heads, n, n, dtype=torch.bfloat16).expand(b_, heads, n, n),
+             torch.empty(1, 64, 1, n, n, dtype=torch.bfloat16).expand(batch, 64, heads, n, n)]
+    # The launch left out: the interpreted kernel's module with its kernel replaced by a no-op.
+    module = op._kernels(q.device)
+    module.short_attention = type("NoLaunch", (), {"__getitem__": lambda self, grid: lambda *a, **kw: None})()
+
+    def best(fn, calls=2000):
+        for _ in range(100):
+            fn()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls * 1e6
+    dispatched = best(lambda: torch.ops.smelt.short_attention.default(q, k, v, terms, 0.177, 1.0, False, True, False))
+    direct = best(lambda: op.call(q, k, v, terms, 0.177, 1.0, False, True, False))
+    print(f"host us a call, launch left out: through torch.ops {dispatched:.1f}, as wrappers call it {direct:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--configs", nargs="+", default=["2x1", "4x1", "2x2", "4x2", "4x4"],
                         help="WARPSxMATRICES: warps a program, matrices a program")
+    parser.add_argument("--host", action="store_true", help="only the host side of a call, on any machine")
     args = parser.parse_args()
+    if args.host:
+        host_us(args.batch)
+        return
     dev, dtype, n, d = "cuda", torch.bfloat16, 49, 32
     bandwidth = copy_bandwidth(dev)
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
