@@ -1,5 +1,5 @@
 """smelt::short_attention: attention over rows of few keys (Swin's 7 x 7 windows: 49), written out
-by hand in the model, as one Triton kernel (short_attention_kernel.py) in inference graphs.
+by hand in the model, as one Triton kernel (short_attention_kernel.py), and its backward as another.
 
 Eager computes such an attention as a batched product, a softmax and a second product, writing the
 [*lead, Q, K] scores and probabilities to memory between them; PyTorch's fused attention kernels
@@ -10,9 +10,9 @@ v and the terms are read once, the output written once. lowering/handwritten_att
 in where a Target asks for it (Target.short_attention_kernel; in training graphs, with its backward
 below, Target.short_attention_training).
 
-The output is [*lead, Q, DV]; with `heads_last` (two lead dims, the caller's next op a transpose of
-them) it is stored as [lead0, Q, lead1, DV] memory, so that the transpose and the reshape after it
-(heads concatenated per query) are views.
+The output is [*lead, Q, DV]; with `heads_last` (two lead dims, the caller's next ops a transpose of
+them and a reshape concatenating the heads per query) it is stored as [lead0, Q, lead1, DV] memory,
+so that both are views.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: li
 
 
 def call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last, float32_softmax=False) -> torch.Tensor:
-    """The op without the dispatcher (about 13 us of host a call): what compiled wrappers call."""
+    """The op without the dispatcher (about 20 us of host a call on the 2-core CPU, `python -m
+    benchmarks.probes.short_attention --host`): what compiled wrappers call."""
     out = _empty_output(q, v, heads_last)
     _kernels(q.device).run(q, k, v, terms, q_scale, score_scale, score_divides, out)
     return out
