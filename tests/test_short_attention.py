@@ -390,3 +390,17 @@ def test_a_float32_softmax_cast_back_has_eagers_gradients(device, dtype, kernel_
     for got, want in zip(compiled, eager):
         torch.testing.assert_close(got.grad, want.grad, atol=2.5e-4 if dtype == torch.float16 else 8e-3, rtol=0)
     assert len(kernel_runs) == 2
+
+
+def test_an_attention_whose_query_is_the_last_ones_output(device, kernel_runs, short_kernel):
+    """The second chain reads a node the first rewrite made (and k's memory has a writer, before
+    both chains: the hazard check looks at where that node stands)."""
+    def stacked(q, k, v):
+        k.mul_(1.0)
+        first = ((q @ k.transpose(-2, -1)) * 0.25).softmax(-1) @ v
+        return ((first @ k.transpose(-2, -1)) * 0.25).softmax(-1) @ v
+    q, k, v = (torch.randn(2, 3, 8, 16, device=device) for _ in range(3))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(stacked, backend="smelt")(q, k, v), stacked(q, k, v),
+                                   atol=1e-5, rtol=1e-5)
+    assert len(kernel_runs) == 2

@@ -74,7 +74,7 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
     # requires_grad (a leaf passed in under no_grad keeps it).
     no_gradients = not torch.is_grad_enabled() and not any(
         n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes)
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}  # the nodes this pass adds write nothing
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}  # numbered again after each rewrite
     for node in list(gm.graph.nodes):
         found = match(node) if node not in erased else None
         if found is None:
@@ -129,6 +129,7 @@ def handwritten_attention_to_sdpa(gm: torch.fx.GraphModule, short_kernel=lambda 
             erased.add(dead)
         log.debug("smelt: attention written by hand at %s runs as %s", node.name, kind)
         rewritten += 1
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}  # a later chain may read this one's nodes
     if rewritten:
         gm.recompile()
     return rewritten
