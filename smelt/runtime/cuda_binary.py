@@ -102,7 +102,10 @@ def driver() -> _Driver:
 
 def describe(args) -> tuple | None:
     """What a compiled variant depends on, per argument: a tensor's dtype and 16-byte alignment,
-    an integer's width and divisibility by 16, or a float. None for arguments smelt never passes."""
+    an integer's width and divisibility by 16, or a float. None for arguments smelt never passes.
+    Unlike Triton's JIT, an integer equal to 1 is not made a constant: a hand-written kernel passes
+    its unit strides as constexprs (short_attention_kernel.py: as runtime values they cost its
+    loads their vectorization, 3x its time on the H200)."""
     spec = []
     for a in args:
         if isinstance(a, torch.Tensor):

@@ -53,42 +53,26 @@ def short_attention(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q
     for i in tl.static_range(MATRICES):
         m = tl.program_id(0).to(tl.int64) * MATRICES + i  # offsets of large operands pass 2**31
         if m < M:
-            _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_scale, score_scale,
-                        n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
-                        vs0, vs1, vs2, vs3, vs_row, os0, os1, os2, os3, os_row,
-                        t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
-                        t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row,
-                        TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD, BDV,
-                        qs_col, ks_col, vs_col, os_col, t0s_col, t1s_col)
-
-
-@triton.jit
-def _one_matrix(m, q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, out_ptr, Q, K, D, DV, q_scale, score_scale,
-                n1, n2, n3, qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
-                vs0, vs1, vs2, vs3, vs_row, os0, os1, os2, os3, os_row,
-                t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
-                t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row,
-                TERMS: tl.constexpr, EXACT_DOTS: tl.constexpr, SCALE_Q: tl.constexpr, SCALE_SCORES: tl.constexpr,
-                BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
-                qs_col: tl.constexpr, ks_col: tl.constexpr, vs_col: tl.constexpr, os_col: tl.constexpr,
-                t0s_col: tl.constexpr, t1s_col: tl.constexpr):
-    dtype = out_ptr.dtype.element_ty
-    rq = tl.arange(0, BQ)
-    rk = tl.arange(0, BK)
-    rdv = tl.arange(0, BDV)
-    in_q = rq < Q
-    in_k = rk < K
-    q, k_t, probs = _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
-                                   qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
-                                   t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
-                                   t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype,
-                                   TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD, qs_col, ks_col, t0s_col, t1s_col)
-    probs = probs.to(dtype)
-    v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
-    v = tl.load(v_at + rk[:, None] * vs_row + rdv[None, :] * vs_col, mask=in_k[:, None] & (rdv[None, :] < DV), other=0.0)
-    out = _product(probs, v, EXACT_DOTS)
-    out_at = out_ptr + _lead_offset(m, n1, n2, n3, os0, os1, os2, os3)
-    tl.store(out_at + rq[:, None] * os_row + rdv[None, :] * os_col, out.to(dtype), mask=in_q[:, None] & (rdv[None, :] < DV))
+            dtype = out_ptr.dtype.element_ty
+            rq = tl.arange(0, BQ)
+            rk = tl.arange(0, BK)
+            rdv = tl.arange(0, BDV)
+            in_q = rq < Q
+            in_k = rk < K
+            q, k_t, probs = _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scale, n1, n2, n3,
+                                           qs0, qs1, qs2, qs3, qs_row, ks0, ks1, ks2, ks3, ks_row,
+                                           t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3, t0s_row,
+                                           t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3, t1s_row, dtype,
+                                           TERMS, EXACT_DOTS, SCALE_Q, SCALE_SCORES, BQ, BK, BD,
+                                           qs_col, ks_col, t0s_col, t1s_col)
+            probs = probs.to(dtype)
+            v_at = v_ptr + _lead_offset(m, n1, n2, n3, vs0, vs1, vs2, vs3)
+            v = tl.load(v_at + rk[:, None] * vs_row + rdv[None, :] * vs_col,
+                        mask=in_k[:, None] & (rdv[None, :] < DV), other=0.0)
+            out = _product(probs, v, EXACT_DOTS)
+            out_at = out_ptr + _lead_offset(m, n1, n2, n3, os0, os1, os2, os3)
+            tl.store(out_at + rq[:, None] * os_row + rdv[None, :] * os_col, out.to(dtype),
+                     mask=in_q[:, None] & (rdv[None, :] < DV))
 
 
 @triton.jit
