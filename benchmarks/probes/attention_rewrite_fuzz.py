@@ -2,11 +2,14 @@
 gradients of q, k, v and a learned mask or bias, over the forms of tests/test_handwritten_attention.py,
 sizes down to one query or key, and masks of every broadcast shape (padding, random, learned, fills).
 
-    python -m benchmarks.probes.attention_rewrite_fuzz [SEED] [COUNT] [infer]
+    python -m benchmarks.probes.attention_rewrite_fuzz [SEED] [COUNT] [infer] [bf16]
 
 With `infer` the chains run under no_grad and only values are compared: with SMELT_CPU_BACKEND=triton
 (the GPU's target) those under 64 keys run as smelt::short_attention (runtime/short_attention.py),
-counted per case as `short=`. Prints a line per case (FAIL past 1e-4), then how many differed.
+counted per case as `short=`. With `bf16`, q, k and v are bfloat16, the masks stay float32 and the
+chains run under autocast: the masks promote the scores to float32, the float32 probabilities are
+cast for the product with v (autocast's Swin; errors relative to the largest value, FAIL past 3e-2,
+bfloat16's few ulps). Prints a line per case (FAIL past 1e-4), then how many differed.
 """
 import os
 import random
@@ -23,7 +26,9 @@ from test_handwritten_attention import (albert, deberta, divided_methods, filled
 
 from smelt.runtime import short_attention as short_op  # noqa: E402
 
-INFER = len(sys.argv) > 3 and sys.argv[3] == "infer"
+INFER = "infer" in sys.argv[3:]
+HALF = "bf16" in sys.argv[3:]
+DTYPE, LIMIT = (torch.bfloat16, 3e-2) if HALF else (torch.float32, 1e-4)
 counts, short_runs = [], []
 real = smelt.backend.handwritten_attention_to_sdpa
 def counting(gm, *args):
@@ -56,9 +61,7 @@ def case(rng, seed):
     b, h = rng.choice([1, 2, 3]), rng.choice([1, 2, 4])
     qn, kn, d = rng.choice([1, 3, 8, 17]), rng.choice([1, 5, 8, 16]), rng.choice([4, 8, 16, 32])
     kind = rng.choice(["additive", "additive", "filled", "three_d"])
-    q = torch.randn(b, h, qn, d, requires_grad=True)
-    k = torch.randn(b, h, kn, d, requires_grad=True)
-    v = torch.randn(b, h, kn, d, requires_grad=True)
+    q, k, v = (torch.randn(b, h, n, d, dtype=DTYPE, requires_grad=True) for n in (qn, kn, kn))
     leaves = [q, k, v]
     if kind == "additive":
         form = rng.choice(ADDITIVE)
@@ -96,19 +99,27 @@ def check(form, args, leaves):
     if INFER:
         with torch.no_grad():
             expected, actual = form(*args), torch.compile(form, backend="smelt")(*args)
-        return [(actual - expected).abs().max().item()], list(counts)
+        return [_error(actual, expected)], list(counts)
     expected = form(*args)
     g = torch.randn_like(expected)
     want = torch.autograd.grad(expected, leaves, g, allow_unused=True)
     actual = torch.compile(form, backend="smelt")(*args)
     got = torch.autograd.grad(actual, leaves, g, allow_unused=True)
-    errs = [(actual - expected).abs().max().item()]
+    errs = [_error(actual, expected)]
     for a, w in zip(got, want):
         if w is None and a is None: continue
         a = torch.zeros_like(w) if a is None else a
         w = torch.zeros_like(a) if w is None else w
-        errs.append(((a - w).abs().max() / (1 + w.abs().max())).item())
+        errs.append(((a.float() - w.float()).abs().max() / (1 + w.float().abs().max())).item())
     return errs, list(counts)
+
+def _error(actual, expected):
+    diff = (actual.float() - expected.float()).abs().max()
+    return (diff / (1 + expected.float().abs().max()) if HALF else diff).item()
+
+def check_in_autocast(form, args, leaves):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=HALF):
+        return check(form, args, leaves)
 
 rng = random.Random(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 50
@@ -116,11 +127,11 @@ bad = 0
 for i in range(n):
     form, args, leaves, name = case(rng, i)
     try:
-        errs, rw = check(form, args, leaves)
+        errs, rw = check_in_autocast(form, args, leaves)
     except Exception as e:
         print(f"ERROR {i} {name}: {type(e).__name__}: {str(e)[:200]}"); bad += 1; continue
     worst = max(errs)
-    flag = "FAIL" if worst > 1e-4 or any(e != e for e in errs) else "ok"
+    flag = "FAIL" if worst > LIMIT or any(e != e for e in errs) else "ok"
     if flag != "ok": bad += 1
     print(f"{flag} {i} {name} rewrites={rw} short={len(short_runs)} errs={[f'{e:.1e}' for e in errs]}", flush=True)
 print(f"{bad} bad of {n}")

@@ -21,7 +21,9 @@ def _device_name(device: torch.device) -> str:
 
 # smelt's own ops whose wrapper calls skip the dispatcher: the op's name -> (module, function, the
 # name the wrapper imports it as).
-DIRECT_CALLS = {"smelt::short_attention": ("smelt.runtime.short_attention", "call", "smelt_short_attention")}
+DIRECT_CALLS = {"smelt::short_attention": ("smelt.runtime.short_attention", "call", "smelt_short_attention"),
+                "smelt::short_attention_backward": ("smelt.runtime.short_attention", "call_backward",
+                                                    "smelt_short_attention_backward")}
 
 
 def op_source(op) -> str:

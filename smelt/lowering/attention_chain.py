@@ -78,7 +78,11 @@ def _mask(node, scores) -> torch.fx.Node | None:
     if mask is scores:  # scores + scores: no mask, twice the scores
         return None
     m, s = node_value(mask), node_value(scores)
-    if not (isinstance(m, torch.Tensor) and m.dtype == s.dtype and m.device == s.device and m.dim() <= s.dim()):
+    if not (isinstance(m, torch.Tensor) and m.device == s.device and m.dim() <= s.dim()):
+        return None
+    # A float32 term added to half-float scores makes float32 ones (type promotion: Swin's bias
+    # table under autocast); the softmax is then float32, the probabilities cast for the product.
+    if not (m.dtype == s.dtype or (m.dtype == torch.float32 and node_value(node).dtype == torch.float32)):
         return None
     return mask if torch.broadcast_shapes(m.shape, s.shape) == s.shape else None
 
@@ -99,7 +103,8 @@ def _softmax_output(node, scores, dtype) -> torch.fx.Node | None:
     cast = _only_user(node)  # `.to(q.dtype)` after a float32 softmax (a no-op where q is float32)
     if is_call(cast, (), ("to",)) and node_value(cast).dtype == dtype and node_value(cast).device == node_value(node).device:
         return cast
-    return node if node_value(node).dtype == dtype else None
+    # Float32 probabilities of half-float q: autocast casts them for the product with v (match checks).
+    return node if node_value(node).dtype in (dtype, torch.float32) else None
 
 
 def _heads_unfolded(node, scores) -> torch.Size | None:
@@ -165,8 +170,17 @@ class Attention:
     terms: list = dataclasses.field(default_factory=list)
     folded: bool = False
 
+    def score_dtype(self) -> torch.dtype:
+        """The dtype the terms are added and the softmax taken in: q's, or float32 where float32
+        terms promote half-float scores."""
+        at = next(i for i, link in enumerate(self.chain) if is_call(link, (F.softmax, torch.softmax), ("softmax",)))
+        return node_value(self.chain[at - 1]).dtype  # each link reads the one before it
+
     def sdpa_takes(self) -> bool:
-        """Whether the chain is one SDPA call (with at most one mask, at the scores' shape)."""
+        """Whether the chain is one SDPA call (with at most one mask, at the scores' shape, scores
+        in q's dtype)."""
+        if self.score_dtype() != node_value(self.q).dtype:
+            return False
         return len(self.terms) <= (self.mask is not None) and not self.folded and (
             self.heads is None or self.mask is None or node_value(self.mask).shape == node_value(self.chain[0]).shape)
 
@@ -214,6 +228,8 @@ def match(product: torch.fx.Node) -> Attention | None:
     v = nxt.args[1]
     vv = node_value(v)
     if not isinstance(vv, torch.Tensor) or vv.dtype != qv.dtype or vv.shape[:-1] != ktv.shape[:-2] + ktv.shape[-1:]:
+        return None
+    if node_value(nxt).dtype != qv.dtype:  # float32 probabilities with no autocast to cast them
         return None
     return Attention(q, k_t, v, mask, fill, scale, heads, chain + [nxt], terms, folded)
 

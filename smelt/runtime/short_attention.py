@@ -33,7 +33,10 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch
     if max(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) > MAX_ROWS or k.shape[-2] == 0:
         return False  # (no keys: eager's result is zeros, a softmax over nothing is NaN)
     scores = (*lead, q.shape[-2], k.shape[-2])
-    return all(t.dtype == q.dtype and 2 < t.dim() <= 6 and t.shape[-2:] == scores[-2:]
+    # Terms of q's dtype, or all float32: half-float scores promoted by them (autocast's Swin).
+    if terms and not (terms[0].dtype in (q.dtype, torch.float32) and all(t.dtype == terms[0].dtype for t in terms)):
+        return False
+    return all(2 < t.dim() <= 6 and t.shape[-2:] == scores[-2:]
                and t.shape[:-2].numel() == lead.numel() for t in terms)
 
 
@@ -42,7 +45,8 @@ def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: li
                     q_scale: float, score_scale: float, score_divides: bool, heads_last: bool,
                     float32_softmax: bool) -> torch.Tensor:
     """softmax((q * q_scale) @ k^T * score_scale + terms[0] + terms[1]) @ v (the scores divided by
-    score_scale where score_divides), each op rounded as eager rounds it. q [*lead, Q, D],
+    score_scale where score_divides), each op rounded as eager rounds it: float32 terms of half-float
+    q add in float32, the softmax float32, its result rounded for the product. q [*lead, Q, D],
     k [*lead, K, D], v [*lead, K, DV]; each term [*its lead, Q, K], its lead a row-major split of
     q's (an expanded view where it broadcasts). `float32_softmax`: the chain's softmax is a float32
     one cast back to half floats (Llama's form), whose backward reads the unrounded probabilities."""
@@ -68,17 +72,29 @@ def short_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              score_gradients: bool, float32_softmax: bool
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of q, k and v, and with `score_gradients` of the scores after their scale
-    ([*lead, Q, K]: each added term's, before its broadcast is summed; else an empty tensor), from the
+    ([*lead, Q, K] in the terms' dtype: each added term's, before its broadcast is summed; else an
+    empty tensor), from the
     output's gradient: the probabilities are computed again from q, k and the terms, never saved."""
+    return call_backward(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients, float32_softmax)
+
+
+def call_backward(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients, float32_softmax):
+    """The backward op without the dispatcher (what compiled wrappers call; through torch.ops a
+    Swin training step's 12 calls took about 2 ms of the H200 host's time, cProfile)."""
     dq, dk, dv, ds = _kernels(q.device).run_backward(q, k, v, list(terms), grad, q_scale, score_scale, score_divides,
                                                      score_gradients, float32_softmax)
-    return dq, dk, dv, ds if ds is not None else q.new_empty(0)
+    return dq, dk, dv, ds if ds is not None else q.new_empty(0, dtype=_score_dtype(q, terms))
 
 
 @short_attention_backward.register_fake
 def _(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients, float32_softmax):
     scores = (*q.shape[:-1], k.shape[-2]) if score_gradients else (0,)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), q.new_empty(scores)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), q.new_empty(scores, dtype=_score_dtype(q, terms))
+
+
+def _score_dtype(q: torch.Tensor, terms) -> torch.dtype:
+    """The dtype of the scores the terms are added to (their gradient's)."""
+    return terms[0].dtype if terms else q.dtype
 
 
 def _setup_context(ctx, inputs, output):

@@ -3,7 +3,9 @@ rows of at most 128 keys, one matrix a program, its scores never leaving registe
 
 Each value is rounded where eager's ops round it, so a half-float attention gives eager's result but
 for the products' order of summation: the scaled query, the scores, each sum with an added term
-and the probabilities are rounded to the inputs' dtype; the softmax itself is float32, with
+and the probabilities are rounded to the inputs' dtype (a sum with a term to the term's: float32
+terms of half-float q, as autocast adds Swin's bias table, keep the scores float32 up to the
+softmax, its float32 probabilities rounded for the product); the softmax itself is float32, with
 Triton's exp and division (a few float32 ulps, under the half float's rounding). A float32
 attention agrees with eager's to a few ulps, not bit for bit: its products sum in another order
 than cuBLAS's anyway.
@@ -112,11 +114,11 @@ def _probabilities(m, q_ptr, k_ptr, t0_ptr, t1_ptr, Q, K, D, q_scale, score_scal
     if TERMS > 0:
         t0_at = t0_ptr + _lead_offset(m, t0n1, t0n2, t0n3, t0s0, t0s1, t0s2, t0s3)
         t0 = tl.load(t0_at + rq[:, None] * t0s_row + rk[None, :] * t0s_col, mask=inside, other=0.0)
-        scores = (scores + t0.to(tl.float32)).to(dtype).to(tl.float32)
+        scores = (scores + t0.to(tl.float32)).to(t0_ptr.dtype.element_ty).to(tl.float32)
     if TERMS > 1:
         t1_at = t1_ptr + _lead_offset(m, t1n1, t1n2, t1n3, t1s0, t1s1, t1s2, t1s3)
         t1 = tl.load(t1_at + rq[:, None] * t1s_row + rk[None, :] * t1s_col, mask=inside, other=0.0)
-        scores = (scores + t1.to(tl.float32)).to(dtype).to(tl.float32)
+        scores = (scores + t1.to(tl.float32)).to(t1_ptr.dtype.element_ty).to(tl.float32)
     # A row of -inf scores gives NaN, as eager's softmax does; columns past K take no weight.
     scores = tl.where(in_k[None, :], scores, float("-inf"))
     row_max = tl.reduce(scores, 1, tl.standard._elementwise_max)
@@ -168,11 +170,11 @@ def short_attention_backward(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, dout_ptr, dq_p
             dp = _product(g, v_t, EXACT_DOTS).to(dtype).to(tl.float32)
             # A float32 softmax cast back (Llama's form) saves its float32 output for its backward.
             p = exact if FLOAT32_SOFTMAX else probs.to(tl.float32)
-            ds = (p * (dp - tl.reduce(dp * p, 1, tl.standard._sum_combine)[:, None])).to(dtype)
+            ds = p * (dp - tl.reduce(dp * p, 1, tl.standard._sum_combine)[:, None])
             inside = in_q[:, None] & in_k[None, :]
-            if STORE_SCORE_GRADIENTS:
-                tl.store(ds_ptr + m * Q * K + rq[:, None] * K + rk[None, :], ds, mask=inside)
-            d_raw = ds
+            if STORE_SCORE_GRADIENTS:  # in the terms' dtype (float32 ones: the scores' before rounding)
+                tl.store(ds_ptr + m * Q * K + rq[:, None] * K + rk[None, :], ds.to(ds_ptr.dtype.element_ty), mask=inside)
+            d_raw = ds.to(dtype)
             if SCALE_SCORES == 1:
                 d_raw = (ds.to(tl.float32) * score_scale).to(dtype)
             if SCALE_SCORES == 2:
@@ -252,7 +254,8 @@ def run_backward(q, k, v, terms, dout, q_scale, score_scale, score_divides, stor
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    ds = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=q.dtype, device=q.device) if store_score_gradients else None
+    score_dtype = terms[0].dtype if terms else q.dtype
+    ds = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=score_dtype, device=q.device) if store_score_gradients else None
     key = ("backward", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), dout.stride(), q.dtype,
            k.dtype, v.dtype, dout.dtype, q.device, q_scale, score_scale, score_divides, store_score_gradients,
            float32_softmax, MATRICES, *[(t.shape, t.stride(), t.dtype) for t in terms])
