@@ -292,6 +292,31 @@ def test_a_call_sites_launch_is_worked_out_once_and_its_aligned_binary_kept(monk
     assert looked_up[1:] == [(False,) + (True,) * 5] * 2
 
 
+def test_a_call_site_the_binary_path_refuses_says_so_once(monkeypatch, caplog):
+    """A binary smelt's launcher cannot launch leaves the call site to Triton's JIT (tens of us of
+    host a call): a debug line says so, once, and the JIT's launch is kept without asking again."""
+    import logging
+
+    from smelt.runtime import short_attention_kernel as kernel
+    from smelt.runtime.kernel_binaries import Unsupported
+    asked = []
+
+    class Refusing:
+        def binary(self, args, constexprs, num_warps, device):
+            asked.append(1)
+            raise Unsupported("kernel needs global scratch memory")
+    refusing = Refusing()
+    q = torch.randn(4, 2, 8, 16)
+    args, constexprs = kernel.launch_arguments(q, q, q, [], 1.0, 1.0, False, torch.empty_like(q))
+    site = kernel._Launch(8, args[6:], constexprs)
+    with caplog.at_level(logging.DEBUG, logger="smelt.runtime"):
+        for _ in range(3):
+            assert not kernel._launch_binary(site, args, 0, lambda: refusing)
+    assert len(asked) == 1
+    assert [r.getMessage() for r in caplog.records if "Triton's JIT" in r.getMessage()] == [
+        "smelt: short attention's forward launched through Triton's JIT: kernel needs global scratch memory"]
+
+
 @pytest.mark.parametrize("matrices", [2, 3, 4])
 def test_several_matrices_a_program_give_the_same_bits(device, monkeypatch, matrices):
     """15 matrices, so the last program has fewer than its share."""

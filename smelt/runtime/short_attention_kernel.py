@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 
 import torch
 import triton
 import triton.language as tl
+
+log = logging.getLogger("smelt.runtime")
 
 LEAD = 4  # lead dims each operand's index is split into, leading ones padded with size 1
 NUM_WARPS = 4
@@ -237,7 +240,11 @@ def _launch_binary(known: "_Launch", args: tuple, device: int, variants) -> bool
         from .kernel_binaries import Unsupported
         try:
             binary = variants().binary(args, known.constexprs, NUM_WARPS, device)
-        except Unsupported:
+        except Unsupported as e:
+            # Triton's JIT launches it instead, at tens of us of host a call: said once per call site.
+            if pointers & 15 == 0:
+                log.debug("smelt: short attention's %s launched through Triton's JIT: %s",
+                          "backward" if variants is _backward_binaries else "forward", e)
             binary = False
         if pointers & 15 == 0:
             known.binaries[NUM_WARPS] = binary
