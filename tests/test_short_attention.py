@@ -487,3 +487,52 @@ def test_swins_training_under_autocast_runs_through_the_kernel(device, kernel_ru
     for g, want in zip(got, expected):
         torch.testing.assert_close(g.float(), want.float(), atol=3e-2 * (1 + want.abs().max().item()), rtol=3e-2)
     assert len(kernel_runs) == 2  # the forward and its backward
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_half_softmax_of_promoted_scores_is_eagers(device, dtype, short_kernel):
+    """softmax(dtype=<half>) of scores a float32 term promoted rounds them to the half float
+    first, which the kernel does not: such a chain stays as written (a review found the kernel
+    taking it, 0.19 off eager's at a bias near 64)."""
+    def chain(q, k, v, bias):
+        return F.softmax(q @ k.transpose(-2, -1) * 0.25 + bias, dim=-1, dtype=dtype) @ v
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 16, device=device, dtype=dtype) for _ in range(3))
+    bias = torch.randn(2, 16, 16, device=device) + 64
+    with torch.no_grad():
+        _close(torch.compile(chain, backend="smelt")(q, k, v, bias), chain(q, k, v, bias), dtype)
+
+
+@pytest.mark.parametrize("divides", [False, True], ids=["times", "divided"])
+def test_a_scaled_scores_gradient_rounds_before_the_scale(device, divides):
+    """Eager rounds softmax's backward to bfloat16, then the scale's backward rounds again: on the
+    CPU q's and k's gradients are eager's bit for bit but for a few products summed in another
+    order (scaled before the rounding, a third to a half of them differed by an ulp)."""
+    if device != "cpu":
+        pytest.skip("the GPU's products sum in another order than eager's")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 12, 16, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    bias = torch.randn(2, 12, 12, dtype=torch.bfloat16).expand(2, 2, 12, 12)
+    expected = _chain(q, k, v, [bias], score_scale=3.0, divides=divides)
+    grad = torch.randn_like(expected)
+    want = torch.autograd.grad(expected, [q, k, v], grad)
+    out = short_attention(q, k, v, [bias], 1.0, 3.0, divides, False, False)
+    got = torch.autograd.grad(out, [q, k, v], grad)
+    for g, w in zip(got, want):
+        assert (g != w).float().mean() < 0.05, (g != w).float().mean()
+        torch.testing.assert_close(g.float(), w.float(), atol=1e-2, rtol=1e-2)
+
+
+def test_float32_q_whose_product_autocast_halves_is_not_taken(device, kernel_runs, short_kernel):
+    """float32 q and k under autocast make half-float scores, a float32 bias promotes them back:
+    the chain's scores are not q's dtype, so neither SDPA nor the kernel stands for it."""
+    def chain(q, k, v, bias):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            s = q @ k.transpose(-2, -1) + bias
+        return s.softmax(-1) @ v
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 16, device=device) for _ in range(3))
+    bias = torch.randn(2, 16, 16, device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(chain, backend="smelt")(q, k, v, bias), chain(q, k, v, bias))
+    assert kernel_runs == []

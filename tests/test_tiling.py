@@ -113,6 +113,20 @@ def test_flat_output_of_a_transposed_read(device, check, observe):
     assert "# tiled: 24 (x) x 40 (r)" in src, src
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_member_walking_memory_order_is_not_split_where_it_reads_a_value_elsewhere(device, check, dtype):
+    """v's float32 copy and its transpose's copy (strides (40, 1, 8), walked in memory order) fuse
+    with a [1, 8, 5] kernel: the 1-D walk reads each copied value where it was made, a split of the
+    flat range by the transpose's own dims would not. Found as wrong attention gradients (bf16 SDPA of
+    3-D inputs under CPU autocast, Halide: the saved v^T read transposed)."""
+    def copies(k, v):
+        a = k.transpose(1, 2).contiguous().transpose(1, 2).float().transpose(1, 2) * 0.5
+        c = v.float()
+        return a, a.transpose(1, 2).to(dtype), c, c.transpose(1, 2).to(dtype)
+    k, v = (torch.randn(1, 5, 8, device=device, dtype=dtype) for _ in range(2))
+    check(copies, k, v)
+
+
 def test_in_place_add_of_a_transpose(device, check, observe):
     x = torch.randn(24, 24, device=device)
     y = torch.randn(24, 24, device=device)

@@ -8,13 +8,22 @@ the whole sequence, so that an A/B of a setting reads against the host's drift.
     python -m benchmarks.probes.model_host_time resnet50 --mode infer_bf16 --backends smelt,inductor [--micro]
     python -m benchmarks.probes.model_host_time efficientnet --settings pointwise_convolutions=off \
         pointwise_convolutions=on --rounds 2 --no-profile
+    SMELT_GRAPH_CACHE=0 python -m benchmarks.probes.model_host_time swin --backends smelt,eager,inductor,smelt \
+        --suite-options
+
+--suite-options compiles each smelt row as the model suite's timed row does (the graph cache on, an empty
+cache folder of its own, kernels compiled by its workers), but a first row, compiled as the suite's accuracy
+check is: with SMELT_GRAPH_CACHE=0 and the backends above, the process is the suite's (its accuracy check,
+then eager, Inductor, smelt). `eager` is plain eager.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import cProfile
+import os
 import pstats
+import tempfile
 import time
 
 import torch
@@ -68,19 +77,25 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=["default"])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--suite-options", action="store_true")
     args = parser.parse_args()
+    folders = tempfile.TemporaryDirectory(prefix="smelt-host-")
     if args.micro:
         micro()
     runs = [(backend, setting) for backend in args.backends.split(",")
             for setting in (args.settings if backend == "smelt" else ["default"])]
     for name in args.models:
         spec = all_specs()[name]
-        for (backend, setting) in runs * args.rounds:
+        for row, (backend, setting) in enumerate(runs * args.rounds):
             torch._dynamo.reset()
             start = time.perf_counter()
             overrides = parse_setting(setting)
+            options = None
+            if args.suite_options and backend == "smelt" and row > 0:
+                options = {"graph_cache": True, "cache_dir": os.path.join(folders.name, f"{name}-{row}")}
             with smelt.config.override(**overrides) if overrides else contextlib.nullcontext():
-                fn = case_callable(spec, args.mode, "real", "cuda", 0, backend)
+                fn = case_callable(spec, args.mode, "real", "cuda", 0, None if backend == "eager" else backend,
+                                   options=options)
                 fn()
                 fn()
             torch.cuda.synchronize()

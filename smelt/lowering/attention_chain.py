@@ -71,7 +71,8 @@ def _scale(node, scores) -> float | None:
 
 
 def _mask(node, scores) -> torch.fx.Node | None:
-    """The additive mask `node` adds to `scores`, if it is one SDPA takes as it is."""
+    """The term `node` adds to `scores`, if it broadcasts to them and is of their dtype, or float32
+    promoting half-float scores (autocast's form, which only smelt::short_attention takes)."""
     if not is_call(node, (operator.add, torch.add), ("add", "__add__", "__radd__")) or len(node.args) != 2 or node.kwargs:
         return None
     mask = node.args[1] if node.args[0] is scores else node.args[0]
@@ -98,7 +99,9 @@ def _softmax_output(node, scores, dtype) -> torch.fx.Node | None:
         return None
     if not args or args.get("input") is not scores or args.get("dim") not in (-1, node_value(scores).dim() - 1):
         return None
-    if args.get("dtype") not in (None, dtype, torch.float32):
+    # A softmax in float32 (Llama's), or in the dtype its scores already have: not one that
+    # rounds float32 scores (promoted by a float32 term) to a half float first.
+    if args.get("dtype") not in (None, node_value(scores).dtype, torch.float32):
         return None
     cast = _only_user(node)  # `.to(q.dtype)` after a float32 softmax (a no-op where q is float32)
     if is_call(cast, (), ("to",)) and node_value(cast).dtype == dtype and node_value(cast).device == node_value(node).device:
@@ -171,8 +174,8 @@ class Attention:
     folded: bool = False
 
     def score_dtype(self) -> torch.dtype:
-        """The dtype the terms are added and the softmax taken in: q's, or float32 where float32
-        terms promote half-float scores."""
+        """The dtype of the scores the terms are added to, the softmax's input: q's, or float32
+        where float32 terms promote half-float scores."""
         at = next(i for i, link in enumerate(self.chain) if is_call(link, (F.softmax, torch.softmax), ("softmax",)))
         return node_value(self.chain[at - 1]).dtype  # each link reads the one before it
 
@@ -194,6 +197,8 @@ def match(product: torch.fx.Node) -> Attention | None:
     if not all(isinstance(t, torch.Tensor) for t in (qv, ktv, sv)) or qv.dim() < 3 or qv.dim() != ktv.dim():
         return None
     if qv.dtype not in _SDPA_DTYPES or ktv.dtype != qv.dtype or qv.shape[:-2] != ktv.shape[:-2]:
+        return None
+    if sv.dtype != qv.dtype:  # float32 q, k whose product autocast makes a half float
         return None
     chain = [product]
     scale, nxt = _optional_link(chain, _only_user(product), _scale)

@@ -11,11 +11,14 @@ The chain, each link read by nothing but the next:
 
     scores = matmul(q, transpose(k, -2, -1))     (or k already transposed, or so divided by a scale)
     scores = scores * c  |  scores / c           (optional; c a number)
-    scores = scores + mask                       (optional; mask of the scores' dtype, broadcast to them)
+    scores = scores + mask                       (optional; mask of the scores' dtype, broadcast to them,
+                                                  or float32 promoting half-float scores: autocast's
+                                                  form, which SDPA is not given)
     scores = scores.view(batch, heads, q, k)     (optional: heads folded into the batch for bmm)
     scores = scores.masked_fill(m, lowest)       (optional; the dtype's lowest value, float32 and wider
                                                   or bfloat16)
-    probs  = softmax(scores, dim=-1)             (optionally in float32, cast back to q's dtype)
+    probs  = softmax(scores, dim=-1)             (optionally in float32, cast back to q's dtype or
+                                                  left float32 for autocast's product to cast)
     probs  = dropout(probs, p, training)         (only as a no-op: p == 0 or not training)
     probs  = probs.view(batch * heads, q, k)     (with the view above)
     out    = matmul(probs, v)

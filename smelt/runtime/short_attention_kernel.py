@@ -177,11 +177,11 @@ def short_attention_backward(q_ptr, k_ptr, v_ptr, t0_ptr, t1_ptr, dout_ptr, dq_p
             inside = in_q[:, None] & in_k[None, :]
             if STORE_SCORE_GRADIENTS:  # in the terms' dtype (float32 ones: the scores' before rounding)
                 tl.store(ds_ptr + m * Q * K + rq[:, None] * K + rk[None, :], ds.to(ds_ptr.dtype.element_ty), mask=inside)
-            d_raw = ds.to(dtype)
+            d_raw = ds.to(dtype)  # the scaled scores' gradient, rounded, then the scale's backward
             if SCALE_SCORES == 1:
-                d_raw = (ds.to(tl.float32) * score_scale).to(dtype)
+                d_raw = (d_raw.to(tl.float32) * score_scale).to(dtype)
             if SCALE_SCORES == 2:
-                d_raw = (ds.to(tl.float32) / score_scale).to(dtype)
+                d_raw = (d_raw.to(tl.float32) / score_scale).to(dtype)
             dq = _product(d_raw, tl.trans(k_t), EXACT_DOTS).to(dtype)
             if SCALE_Q:
                 dq = (dq.to(tl.float32) * q_scale).to(dtype)

@@ -23,7 +23,7 @@ import sympy
 
 from ..ir.ops import is_indirect
 from ..symbolic import FloorDiv, ModularIndexing, product, static_int
-from .fusion import FusedGroup
+from .fusion import FusedGroup, dependencies_line_up
 from .nodes import RINDEX, SchedulerNode, XINDEX, same
 from .placement import Placement
 
@@ -133,7 +133,7 @@ def choose_tiling(group: FusedGroup, stored: list[str], target=None) -> Tiling |
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         outer = sympy.cancel(numel / inner)
-        if any(n.placement(outer, inner) != Placement.XR for n in group.nodes):
+        if not _places_every_member(group, outer, inner):
             continue
         accesses = _accesses(group.nodes, stored, Placement.XR, outer, inner)
         score = _score(accesses, (XINDEX, RINDEX))
@@ -170,7 +170,7 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel, tile
         if tile_width is not None and not _whole_tiles(rows, tile_width):
             continue
         outer = sympy.cancel(numel / inner)
-        if any(n.placement(outer, inner) != Placement.XR for n in group.nodes):
+        if not _places_every_member(group, outer, inner):
             continue
         accesses = _accesses(group.nodes, stored, Placement.XR, outer, inner)
         per_row = columns = 0
@@ -194,6 +194,15 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel, tile
             best_key = key
             best = Tiling(outer, inner, *_contiguous_buffers(accesses), row_values=True)
     return best
+
+
+def _places_every_member(group: FusedGroup, outer, inner) -> bool:
+    """Whether every member walks the (outer, inner) tile and still reads each value an earlier
+    member makes at the point it was made. A member that iterates its flat range in memory order
+    (a transposed copy) may be split by its own dims instead: the 1-D walk lined up, the tile not
+    (a bf16 copy of v^T fused with v's float32 copy read v^T's values transposed, Halide, CPU)."""
+    return (all(n.placement(outer, inner) == Placement.XR for n in group.nodes)
+            and dependencies_line_up(group.nodes, outer, inner))
 
 
 def _whole_tiles(rows: int, width: int) -> bool:
