@@ -73,8 +73,8 @@ def short_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of q, k and v, and with `score_gradients` of the scores after their scale
     ([*lead, Q, K] in the terms' dtype: each added term's, before its broadcast is summed; else an
-    empty tensor), from the
-    output's gradient: the probabilities are computed again from q, k and the terms, never saved."""
+    empty tensor), from the output's gradient: the probabilities are computed again from q, k and
+    the terms, never saved."""
     return call_backward(q, k, v, terms, grad, q_scale, score_scale, score_divides, score_gradients, float32_softmax)
 
 
