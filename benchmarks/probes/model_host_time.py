@@ -109,6 +109,7 @@ def main() -> None:
                 fn()
                 walls.append((time.perf_counter() - start) * 1e3)
                 torch.cuda.synchronize()
+            print("  idle calls in order (ms):", " ".join(f"{w:.2f}" for w in walls))
             walls.sort()
             gpu = triton.testing.do_bench(fn, return_mode="median")
             print(f"{name} {args.mode} {backend}: host ms/call {walls[15]:.3f} (min {walls[0]:.3f}), "
