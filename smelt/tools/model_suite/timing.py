@@ -1,7 +1,13 @@
 """Timings of one (model, mode) case for eager, Inductor and smelt: the cold first call (compile
 included: the CLI turns both compilers' on-disk caches off), then the steady time per call
 (median of triton.testing.do_bench on CUDA, median of N calls on the CPU) and the peak memory
-of a call (CUDA only)."""
+of a call (CUDA only).
+
+The default-mode backends' steady times are taken in ROUNDS, each backend once a round in turn, and
+each figure is the median of its rounds. The GPU machine's host runs in phases of some seconds at
+about 1.6x different speeds (2026-11-30: Swin's host time per call stepped 3.3 -> 2.1 ms in one
+process, Inductor's 3.0 -> 4.8 -> 3.0), and a host-bound row measured alone read whichever phase it
+fell in; turns of about a tenth of a second put every backend under the same phases."""
 from __future__ import annotations
 
 import functools
@@ -20,6 +26,7 @@ from .spec import Sample, autocast_for, build_model, seeded
 BACKENDS = ("eager", "inductor", "smelt")
 # With CUDA graphs: both compilers again, in torch.compile's mode="reduce-overhead".
 GRAPHED = ("inductor-ro", "smelt-ro")
+ROUNDS = 7
 
 
 def _sync(device):
@@ -119,10 +126,16 @@ def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, 
 def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders) -> None:
     cuda = torch.device(device).type == "cuda"
     names = BACKENDS + (GRAPHED if cuda_graphs and cuda else ())
+    steady = {}  # the default-mode backends' calls, kept for the rounds
+    torch._dynamo.reset()
     for name in names:
         if name.startswith("inductor") and not inductor:
             continue
-        torch._dynamo.reset()
+        graphed = name.endswith("-ro")
+        if graphed and steady:  # graphed rows are GPU-bound: timed alone, after the rounds
+            _rounds(steady, device, cpu_calls, result)
+            steady.clear()
+            torch._dynamo.reset()
         # The last backend's model and compiled graphs, freed now rather than by a collection in the
         # middle of this one's measurement (Inductor's reduce-overhead row measured -66 MiB so).
         gc.collect()
@@ -137,8 +150,7 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
         # every kernel to Triton's JIT in this process, one after another.)
         options = {"graph_cache": True, "cache_dir": os.path.join(folders, name)} if backend == "smelt" else None
         fn = case_callable(spec, mode, size, device, seed, backend,
-                           "reduce-overhead" if name.endswith("-ro") else None, options)
-        graphed = name.endswith("-ro")
+                           "reduce-overhead" if graphed else None, options)
         _sync(device)
         if cuda:
             torch.cuda.empty_cache()
@@ -165,8 +177,31 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
             _sync(device)
             result["peak_bytes"][name] = torch.cuda.max_memory_allocated() - base
             result["peak_reserved"][name] = torch.cuda.max_memory_reserved() - base_reserved
+        if not graphed:
+            # Kept for the rounds; the models of all three stay alive together, so a later backend's
+            # compile sees an earlier one's cache entries (Dynamo's guards tell them apart by model).
+            steady[name] = fn
+            continue
         result["ms"][name] = _steady_ms(fn, device, cpu_calls)
         del fn
         if cuda:
             torch.cuda.empty_cache()
+        torch._dynamo.reset()
+    if steady:
+        _rounds(steady, device, cpu_calls, result)
+    steady.clear()
     torch._dynamo.reset()
+
+
+def _rounds(steady: dict, device, cpu_calls: int, result: dict) -> None:
+    """Each backend's steady ms a call, the median of ROUNDS turns in which the backends take turns
+    (the order rotates, so none always follows another); each turn's figure is kept too."""
+    names = list(steady)
+    turns = {name: [] for name in names}
+    calls = max(3, cpu_calls // 3)  # CPU turns: fewer calls each, more turns than one long run
+    for r in range(ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            turns[name].append(_steady_ms(steady[name], device, calls))
+    for name in names:
+        result["ms"][name] = statistics.median(turns[name])
+        result.setdefault("ms_turns", {})[name] = turns[name]
