@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=["default"])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--profile-all", action="store_true", help="cProfile every compiled backend, not only smelt")
     parser.add_argument("--suite-options", action="store_true")
     args = parser.parse_args()
     folders = tempfile.TemporaryDirectory(prefix="smelt-host-")
@@ -114,7 +115,8 @@ def main() -> None:
             gpu = triton.testing.do_bench(fn, return_mode="median")
             print(f"{name} {args.mode} {backend}: host ms/call {walls[15]:.3f} (min {walls[0]:.3f}), "
                   f"back-to-back {gpu:.3f} ms", flush=True)
-            if backend.startswith("smelt") and not args.no_profile:
+            profiled = backend.startswith("smelt") or (args.profile_all and backend != "eager")
+            if profiled and not args.no_profile:
                 profiler = cProfile.Profile()
                 profiler.enable()
                 for _ in range(20):

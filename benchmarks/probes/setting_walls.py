@@ -1,7 +1,7 @@
 """A smelt setting's effect on a real model's wall time (issue 22), read against the GPU host's drift:
 smelt compiled once per setting (as torch.compile options, so each is its own cache entry) and,
 with --inductor, Inductor, all alive in one process and timed in interleaved turns (the model
-suite's timing._rounds: each figure the median of its turns, each turn a do_bench median).
+suite's timing._rounds: each figure the best of its turns, each turn a do_bench median).
 
     python -m benchmarks.probes.setting_walls efficientnet resnet50 \\
         --settings default pointwise_convolutions=on --inductor [--turns 9]
@@ -54,8 +54,8 @@ def main(argv=None) -> None:
         for name, ms in result["ms"].items():
             turns = result["ms_turns"][name]
             ratio = result["ms"][first] / ms
-            print(f"{model} {args.mode} {name}: {ms:.3f} ms (turns {min(turns):.3f}-{max(turns):.3f}, "
-                  f"sd {statistics.pstdev(turns):.3f}); {first} / this {ratio:.3f}x", flush=True)
+            print(f"{model} {args.mode} {name}: best {ms:.3f} ms, median {statistics.median(turns):.3f} (turns "
+                  f"{' '.join(f'{t:.2f}' for t in turns)}); {first} / this {ratio:.3f}x", flush=True)
         calls.clear()
 
 
