@@ -49,7 +49,10 @@ class Target:
     # Whether a 1x1 convolution (stride 1, no padding, one group) over a channels-last activation
     # runs as the matrix product it is (lowering/convolution_calls.py): on the H100 host, cuDNN's
     # convolution call costs 22-33 us (EfficientNet-B0's 81 a call: 2.0-2.6 ms of host, the GPU's
-    # 1.5 ms of work), cuBLAS's product about 8.
+    # 1.5 ms of work), cuBLAS's product about 8. On the H200, bf16 inference: GPU time even
+    # (EfficientNet-B0 1.471 -> 1.454 ms, MobileNetV3 0.831 -> 0.815, ResNet-50 1.497 -> 1.507;
+    # RESULTS 2026-11-30, twenty-sixth session), walls in interleaved turns EfficientNet-B0
+    # 2.394 -> 2.174 ms, ResNet-50 1.866 -> 1.896 (twenty-ninth session).
     pointwise_convolutions_as_products: bool = False
     # Whether float32 CPU convolutions run through oneDNN with their weight packed in its blocked
     # layout (runtime/packed_convolution.py) rather than ATen's convolution, which converts the weight
@@ -75,7 +78,7 @@ def switched_on(setting: str, target: Target, field: str) -> bool:
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
               channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
               rows_for_row_values=True, row_value_tile_width=64, short_attention_kernel=True,
-              short_attention_training=True)
+              short_attention_training=True, pointwise_convolutions_as_products=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,
