@@ -113,12 +113,27 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _keep_shard(config, items)
     if IS_SMELT:
         return
     skip = pytest.mark.skip(reason=SMELT_ONLY_REASON)
     for item in items:
         if "smelt_only" in item.keywords:
             item.add_marker(skip)
+
+
+def _keep_shard(config, items):
+    """SMELT_TEST_SHARD=K/N keeps every Nth collected test from the Kth (scripts/gpu_check runs N
+    processes so): a file's slow tests spread over the processes instead of holding one of them."""
+    shard = os.environ.get("SMELT_TEST_SHARD")
+    if not shard:
+        return
+    k, n = (int(part) for part in shard.split("/"))
+    if not 0 <= k < n:
+        raise pytest.UsageError(f"SMELT_TEST_SHARD={shard}: wants K/N with 0 <= K < N")
+    kept = [item for i, item in enumerate(items) if i % n == k]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % n != k])
+    items[:] = kept
 
 
 def pytest_report_header(config):
