@@ -35,28 +35,35 @@ def main(argv=None) -> None:
     size = "real" if device == "cuda" else "tiny"
     timing.ROUNDS = args.turns
     folders = tempfile.TemporaryDirectory(prefix="smelt-walls-")
-    for model in args.models:
-        spec = all_specs()[model]
-        torch._dynamo.reset()
-        calls = {}
-        for i, setting in enumerate(args.settings):
-            options = {"graph_cache": True, "cache_dir": os.path.join(folders.name, f"{model}-{i}"),
-                       **parse_setting(setting)}
-            calls[f"smelt {setting}"] = case_callable(spec, args.mode, size, device, 0, "smelt", options=options)
-        if args.inductor:
-            calls["inductor"] = case_callable(spec, args.mode, size, device, 0, "inductor")
-        for fn in calls.values():  # compiled before any turn
-            fn()
-            fn()
-        result = {"ms": {}}
-        timing._rounds(calls, device, 15, result)
-        first = next(iter(calls))
-        for name, ms in result["ms"].items():
-            turns = result["ms_turns"][name]
-            ratio = result["ms"][first] / ms
-            print(f"{model} {args.mode} {name}: best {ms:.3f} ms, median {statistics.median(turns):.3f} (turns "
-                  f"{' '.join(f'{t:.2f}' for t in turns)}); {first} / this {ratio:.3f}x", flush=True)
-        calls.clear()
+    with timing._recompiles_counted():  # each setting is another entry of the model's code objects
+        for model in args.models:
+            measure(model, args, device, size, folders.name)
+
+
+def measure(model, args, device, size, folder) -> None:
+    """One model's settings (and Inductor) compiled, then timed in turns."""
+    spec = all_specs()[model]
+    torch._dynamo.reset()
+    calls = {}
+    for i, setting in enumerate(args.settings):
+        options = {"graph_cache": True, "cache_dir": os.path.join(folder, f"{model}-{i}"),
+                   **parse_setting(setting)}
+        calls[f"smelt {setting}"] = case_callable(spec, args.mode, size, device, 0, "smelt", options=options)
+    if args.inductor:
+        calls["inductor"] = case_callable(spec, args.mode, size, device, 0, "inductor")
+    for fn in calls.values():  # compiled before any turn, each as it would be alone
+        timing._fresh_code_state()
+        fn()
+        fn()
+    result = {"ms": {}}
+    timing._rounds(calls, device, 15, result)
+    first = next(iter(calls))
+    for name, ms in result["ms"].items():
+        turns = result["ms_turns"][name]
+        ratio = result["ms"][first] / ms
+        print(f"{model} {args.mode} {name}: best {ms:.3f} ms, median {statistics.median(turns):.3f} (turns "
+              f"{' '.join(f'{t:.2f}' for t in turns)}); {first} / this {ratio:.3f}x", flush=True)
+    calls.clear()
 
 
 if __name__ == "__main__":
