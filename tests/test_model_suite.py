@@ -132,3 +132,36 @@ def test_a_graphed_smelt_row_compiles_with_its_cache_folder(tmp_path):
                        {"graph_cache": True, "cache_dir": str(tmp_path)})
     fn()
     assert any(tmp_path.iterdir())  # compiled into its own folder
+
+
+def test_timings_take_turns_with_no_compile_between(monkeypatch):
+    # The suite keeps its backends alive together and times them in turns, the order rotating, each
+    # figure the best of its turns (timing.py: the GPU host's speed runs in phases), with no compile
+    # during the turns.
+    from smelt import observe
+    from smelt.tools.model_suite import timing
+    spec = all_specs()["multihead_attention"]
+    order, compiled_before = [], {}
+    plain_rounds = timing._rounds
+
+    def fake_steady(fn, device, calls):
+        fn()
+        order.append(fn)
+        return 10.0 - len(order) % 5  # some spread: the best is not the last
+
+    def rounds(steady, device, cpu_calls, result):
+        compiled_before["graphs"] = len(list(observe.compiled_graphs()))
+        plain_rounds(steady, device, cpu_calls, result)
+        compiled_before["after"] = len(list(observe.compiled_graphs()))
+        compiled_before["names"] = {id(fn): name for name, fn in steady.items()}
+
+    monkeypatch.setattr(timing, "_steady_ms", fake_steady)
+    monkeypatch.setattr(timing, "_rounds", rounds)
+    result = timing.measure_case(spec, "infer_fp32", "tiny", "cpu", inductor=False)
+    names = [compiled_before["names"][id(fn)] for fn in order]
+    assert len(names) == 2 * timing.ROUNDS
+    assert [names[2 * r] for r in range(timing.ROUNDS)] == ["eager", "smelt"] * (timing.ROUNDS // 2) + ["eager"]
+    for name in ("eager", "smelt"):
+        assert len(result["ms_turns"][name]) == timing.ROUNDS
+        assert result["ms"][name] == min(result["ms_turns"][name])
+    assert compiled_before["after"] == compiled_before["graphs"], "a compile during the turns"
