@@ -201,8 +201,8 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
             if graphed or not steady:
                 result["peak_reserved"][name] = torch.cuda.max_memory_reserved() - base_reserved
         if not graphed:
-            # Kept for the rounds; the models of all three stay alive together, so a later backend's
-            # compile sees an earlier one's cache entries (Dynamo's guards tell them apart by model).
+            # Kept for the rounds: the backends' models stay alive together, their Dynamo cache entries
+            # on the same code objects (told apart by backend before any guard runs).
             steady[name] = fn
             continue
         result["ms"][name] = _steady_ms(fn, device, cpu_calls)
