@@ -492,3 +492,32 @@ def test_a_training_graph_with_torch_cond_hits_with_its_branches(cache_dir, devi
         loss(x, w).backward()
         assert_close(got, w.grad)
         assert {k: v for k, v in graph_cache.stats.items() if k.startswith("aten")} == expected, dict(graph_cache.stats)
+
+
+def test_a_graph_compiled_under_autocast_hits_at_the_dynamo_level_and_runs_as_compiled(cache_dir, device,
+                                                                                        compile_fn, assert_close):
+    # AOTAutograd's wrapper turns autocast off around a graph traced under it (its casts are in the
+    # graph): a hit must too, or a float32 product the model asked for (autocast off around it)
+    # would be cast to bfloat16. The autocast state is in the key: without autocast it compiles afresh.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 32).to(device)
+    w = torch.randn(32, 8, device=device)
+
+    def fn(x):
+        a = F.gelu(lin(x))
+        with torch.autocast(device, enabled=False):
+            return a.float() @ w, a
+
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+        expected = fn(x)
+        first, stats = compile_again(fn, x, compile_fn=compile_fn)
+        assert stats["dynamo_stored"] == 1, stats
+        again, stats = compile_again(fn, x, compile_fn=compile_fn)
+    assert stats == {"dynamo_hit": 1}
+    assert again[0].dtype == torch.float32 and again[1].dtype == expected[1].dtype == torch.bfloat16
+    assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    assert_close(again[0], expected[0], atol=1e-2, rtol=1e-2)
+    with torch.no_grad():
+        plain, stats = compile_again(fn, x, compile_fn=compile_fn)
+    assert stats.get("dynamo_hit", 0) == 0 and plain[1].dtype == torch.float32

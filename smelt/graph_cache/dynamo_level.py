@@ -7,7 +7,9 @@ graph directly and skip AOTAutograd's tracing. A graph qualifies only when that 
 checked on AOTAutograd's own metadata while the first process compiles it: no input mutations
 other than data written inside the graph (an optimizer's in-place updates; the wrapper then only
 bumps those inputs' version counters, as AOTAutograd's does), no outputs aliasing inputs or each other, no effect tokens, no tensor subclasses, no grad-mode change
-inside, no autocast, a single inference graph. Anything else compiles as usual.
+inside, a single inference graph. Anything else compiles as usual. A graph compiled under autocast
+(whose state is in the key) runs with autocast off, as AOTAutograd's wrapper runs it: the casts
+autocast made are in the ATen graph, and its ATen calls must not be cast again.
 """
 from __future__ import annotations
 
@@ -42,11 +44,10 @@ class DynamoCacheSlot:
         self.inference_key = None
         self.bumped: list[int] = []  # inputs written in the graph whose version counters move
         self.reason = None  # why the graph does not qualify, once known
+        self.autocast = torch._C._is_any_autocast_enabled()  # AOTAutograd's disable_amp
         if not enabled(cfg):
             return
         try:
-            if torch._C._is_any_autocast_enabled():
-                raise Uncacheable("autocast is on")
             graph_text = dynamo_graph_text(gm, [*self.held, *example_inputs], frozenset(held))
             self.key = digest(f"{environment_text(cfg)}\n{graph_text}")
         except Uncacheable as e:
@@ -63,7 +64,8 @@ class DynamoCacheSlot:
             return None
         bumped = body.get("bump_versions", [])
         if body.get("num_inputs") != self.num_inputs or not isinstance(body.get("aten_key"), str) \
-                or not all(isinstance(i, int) and 0 <= i < self.num_inputs for i in bumped):
+                or not all(isinstance(i, int) and 0 <= i < self.num_inputs for i in bumped) \
+                or body.get("autocast", False) != self.autocast:
             log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
             return None
         generated = load_generated(body["aten_key"], self.cfg)
@@ -76,7 +78,7 @@ class DynamoCacheSlot:
         observe.record(compiled)
         stats["dynamo_hit"] += 1
         log.debug("smelt: graph cache hit for a Dynamo graph (%s): AOTAutograd skipped", self.key[:16])
-        return InferenceGraph(compiled.call, bumped, self.held)
+        return InferenceGraph(compiled.call, bumped, self.held, self.autocast)
 
     def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:
         """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph."""
@@ -100,19 +102,21 @@ class DynamoCacheSlot:
                       self.reason or f"AOTAutograd compiled {', '.join(self.compiled_kinds) or 'nothing'}")
             return
         write_entry(self.cfg.cache_dir, "dynamo", self.key,
-                    {"aten_key": self.inference_key, "num_inputs": self.num_inputs, "bump_versions": self.bumped})
+                    {"aten_key": self.inference_key, "num_inputs": self.num_inputs, "bump_versions": self.bumped,
+                     "autocast": self.autocast})
         stats["dynamo_stored"] += 1
 
 
 class InferenceGraph:
-    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: with grad mode off,
-    then the version counters of the inputs it wrote moved on (autograd's check for tensors
-    changed in place after being saved relies on them)."""
+    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: with grad mode off (and
+    autocast off, for a graph compiled under it), then the version counters of the inputs it wrote
+    moved on (autograd's check for tensors changed in place after being saved relies on them)."""
 
-    def __init__(self, call, bumped=(), held=()):
+    def __init__(self, call, bumped=(), held=(), autocast: bool = False):
         self.call = call
         self.bumped = tuple(bumped)
         self.held = list(held)
+        self.autocast = autocast
         self._written = items_getter(self.bumped)  # no generator per call: an optimizer writes hundreds
 
     def __call__(self, *args):
@@ -121,7 +125,11 @@ class InferenceGraph:
             torch._C._set_grad_enabled(False)
         try:
             args = self.held + list(args)
-            result = self.call(list(args))
+            if self.autocast:
+                with torch._C._DisableAutocast():
+                    result = self.call(list(args))
+            else:
+                result = self.call(list(args))
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)

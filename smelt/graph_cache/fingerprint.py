@@ -54,6 +54,9 @@ def torch_state_text() -> str:
                        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark],
              "sdp": [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
                      torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled()]}
+    # Autocast changes the ATen graph AOTAutograd traces, and whether its wrapper turns autocast off
+    # around the compiled call (graph_cache.dynamo_level).
+    parts["autocast"] = {d: [torch.is_autocast_enabled(d), str(torch.get_autocast_dtype(d))] for d in ("cpu", "cuda")}
     guard = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
     if guard is not None and hasattr(guard.GlobalStateGuard, "__getstate__"):
         parts["dynamo_global_state"] = guard.GlobalStateGuard().__getstate__()
