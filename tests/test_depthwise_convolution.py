@@ -74,6 +74,38 @@ def test_depthwise_fuses_with_norm_and_activation(device, compile_fn, assert_clo
 
 
 @pytest.mark.smelt_only
+@pytest.mark.parametrize("reads", ["once", "twice"])
+def test_the_norm_and_activation_before_is_computed_once_not_per_tap(device, compile_fn, assert_close, observe,
+                                                                     reads):
+    """EfficientNet's block: batch norm and SiLU, then a 3x3 depthwise convolution and a mean (the
+    squeeze). The activation is cheap enough that a reader would recompute it, but the window reads
+    each element 9 times: it is stored once, and the convolution's kernel loads it (the lowering had
+    realized a copy and still loaded through the loop nest, 9 SiLUs an output element). Read a
+    second time (a residual), it is stored for both readers alike."""
+    torch.manual_seed(0)
+    scale, shift = torch.randn(1, 16, 1, 1, device=device), torch.randn(1, 16, 1, 1, device=device)
+    conv = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False).to(device)
+
+    def block(x):
+        a = F.silu(x * scale + shift)
+        y = conv(a)
+        return (y.mean((2, 3)), y + a) if reads == "twice" else y.mean((2, 3))
+
+    x = torch.randn(2, 16, 10, 10, device=device).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(block)(x)
+        expected = block(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    names = _kernels(observe)
+    assert "convolution(" not in _externs(observe)
+    assert any("silu" in n and "convolution" not in n for n in names), names  # stored by a kernel of its own
+    inspects_triton_kernels()
+    (source,) = [s for g in observe.compiled_graphs() for n, s in g.kernel_sources.items() if "convolution" in n]
+    # One exp at most: the residual's reader may recompute its SiLU once an element, never per tap.
+    assert source.count("exp(") <= (1 if reads == "twice" else 0), source
+
+
+@pytest.mark.smelt_only
 def test_convnext_block_stores_the_convolution_once(device, compile_fn, assert_close, observe):
     """ConvNeXt permutes the convolution's output before its layer norm, which reads it twice:
     the window is summed into memory once, not recomputed by each read."""

@@ -64,11 +64,9 @@ def lower_depthwise(g, x, weight, bias, windows: list[Window]) -> TensorBox:
     compute = upcast_half(dtype)
     # Each input element is read by every window over it (up to 49): a norm and activation before
     # the convolution are computed once into memory, not once per read.
-    for box, fx_node in ((x, g.node.args[0]), (weight, g.node.args[1])):
-        if isinstance(box.data, StorageBox) and not box.data.is_realized():
-            realize_in_traced_order(g, box.data, fx_node)
+    load_x, load_w = (_stored(g, box, fx_node).make_loader() for box, fx_node in ((x, g.node.args[0]),
+                                                                                  (weight, g.node.args[1])))
     multiplier = static_int(weight.get_size()[0]) // static_int(x.get_size()[1])
-    load_x, load_w = x.make_loader(), weight.make_loader()
     load_bias = bias.make_loader() if bias is not None else None
     n = len(windows)
 
@@ -96,6 +94,16 @@ def lower_depthwise(g, x, weight, bias, windows: list[Window]) -> TensorBox:
         # would sum the window twice per element. Stored once, as cuDNN would.
         realize_in_traced_order(g, result.data, g.node)
     return result
+
+
+def _stored(g, box: TensorBox, fx_node):
+    """`box` in memory: its loop nest realized, or for a value its other readers recompute
+    (StorageBox.keep_recomputed), the stored copy realizing it gives; the box itself would still
+    load through the loop nest (EfficientNet's batch norm and SiLU were computed again for each of
+    a 3x3 window's 9 reads, and the copy, read by nothing, dropped)."""
+    if isinstance(box.data, StorageBox) and not box.data.is_realized():
+        return realize_in_traced_order(g, box.data, fx_node)
+    return box
 
 
 def _read_through_views(node: torch.fx.Node) -> bool:
