@@ -870,3 +870,23 @@ def test_a_launch_describes_its_buffers_in_c_and_checks_its_arguments():
         launcher([1.0], out, int(size))
     with pytest.raises(HalideLaunchError, match=rf"{name}: buffer 1 has a dtype"):
         launcher(x, torch.empty(64, 3, dtype=torch.complex64), int(size))
+
+
+def test_a_store_loop_of_many_gathers_keeps_one_register_of_lanes():
+    # A 5x5 depthwise window over 192 channels: 25 masked loads (gathers) in one store loop. At four
+    # registers of lanes LLVM took past 7 minutes to compile it (at one, about 3 s); a loop of few
+    # gathers keeps four (a softmax's exp chains overlap there).
+    import smelt.config
+    from smelt.codegen.halide.schedule import VECTOR, WIDE_VECTOR
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(192, 192, 5, 2, 2, groups=192, bias=False)
+    x = torch.randn(2, 192, 4, 4).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        run_both(conv, x, atol=1e-4, rtol=1e-4)
+    (source,) = [s for n, s in last_graph().kernel_sources.items() if "convolution" in n]
+    assert source.count("load_clamped(") > 4
+    assert f"vectorize(xr_dom.x, {VECTOR}," in source and f"vectorize(xr_dom.x, {WIDE_VECTOR}," not in source
+    with torch.no_grad():
+        run_both(lambda a: torch.relu(a) * 2, torch.randn(8, 192))
+    (source,) = last_graph().kernel_sources.values()
+    assert f"{WIDE_VECTOR}," in source

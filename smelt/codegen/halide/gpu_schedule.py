@@ -56,6 +56,7 @@ def _pow2_at_least(n: int) -> int:
 class HalideGpuSchedule:
     plan: object
     entries: list[str] = dataclasses.field(default_factory=list)
+    gathers: int = 0  # counted by the kernel for the CPU's schedule; GPU threads take one element each
     device = "cuda"
     bf16_as_bits = True
 

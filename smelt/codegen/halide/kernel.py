@@ -308,6 +308,7 @@ class HalideKernel(PrintedKernel):
             return fused
         dtype = self.graph.dtype_of(buffer)
         clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
+        self.schedule.gathers += clamped
         stored = self.plan.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
         if self.tiles and self.tiles.transposes_loads and not clamped and self.transposes(index, RINDEX, XINDEX):

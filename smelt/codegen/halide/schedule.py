@@ -69,6 +69,10 @@ GUARD = "hl.TailStrategy.GuardWithIf"
 # little tail: their exp or division chains overlap (silu_mul 2048x2048, one thread 2.19 -> 1.92
 # ms; rms_norm 1.26 -> 1.15 ms).
 WIDE_VECTOR = 4 * VECTOR
+# Masked or indirect loads (gathers) a store loop may take and still get WIDE_VECTOR: LLVM's compile
+# time grows steeply with a gather's width (a 5x5 depthwise window over 192 channels, 25 of them:
+# 1.7 s at 8 lanes, 2.8 at 16, 15.9 at 32, past 7 minutes at 64).
+WIDE_GATHERS = 4
 # Partial results per row a contiguous row reduction keeps: four vectors, so four independent
 # chains of adds overlap (one vector: 2048x2048 row sum 1.9 ms, four: see RESULTS.md).
 LANES = 4 * VECTOR
@@ -218,6 +222,7 @@ class HalideSchedule:
     stored_rows: list[str] = dataclasses.field(default_factory=list)
     scans: list[str] = dataclasses.field(default_factory=list)
     scatters: int = 0
+    gathers: int = 0  # masked or indirect loads in the kernel (kernel.py's load_clamped)
     tile_loads: list[str] = dataclasses.field(default_factory=list)  # loads transposed in registers
     blocked: list[tuple[list[str], str]] = dataclasses.field(default_factory=list)  # blocked scans' Funcs
     device = "cpu"  # the target the schedule is for (halide_gpu_schedule: cuda)
@@ -253,7 +258,8 @@ class HalideSchedule:
             rows = ROWS_PER_TASK if self.rows_contiguous else ROWS_PER_TASK * VECTOR
         xnumel, rnumel = self.plan.static_sizes()
         extent = rnumel if per_element else xnumel
-        wide = extent is not None and (extent % WIDE_VECTOR == 0 or extent >= 16 * WIDE_VECTOR)
+        wide = extent is not None and (extent % WIDE_VECTOR == 0 or extent >= 16 * WIDE_VECTOR) \
+            and self.gathers <= WIDE_GATHERS
         task_rows = ROWS_PER_TASK
         if per_element and xnumel and rnumel:
             task_rows = max(ROWS_PER_TASK, min(TASK_ELEMENTS // rnumel, xnumel // MIN_TASKS))
