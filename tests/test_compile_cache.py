@@ -46,6 +46,13 @@ def entries(cache_dir, section):
     return sorted((cache_dir / "graphs" / section).rglob("*.json"))
 
 
+def drop_dynamo_entries(cache_dir):
+    """Training steps hit at the Dynamo level (test_training_graph_cache.py); without those entries
+    their forward and backward hit at the ATen level, as a graph that does not qualify does."""
+    for path in entries(cache_dir, "dynamo"):
+        path.unlink()
+
+
 def softmax(x):
     return torch.softmax(x * 2, dim=-1)
 
@@ -198,6 +205,7 @@ def test_training_graphs_hit_at_the_aten_level(cache_dir, device, compile_fn, as
         x = torch.randn(8, 16, device=device)
         w = torch.randn(16, 12, device=device, requires_grad=True)
         w_eager = w.detach().clone().requires_grad_()
+        drop_dynamo_entries(cache_dir)
         out, _ = compile_again(fn, x, w, compile_fn=compile_fn)
         out.backward()  # compiles the backward graph
         stats = dict(graph_cache.stats)
@@ -205,7 +213,7 @@ def test_training_graphs_hit_at_the_aten_level(cache_dir, device, compile_fn, as
         expected.backward()
         assert_close(out, expected, atol=1e-4, rtol=1e-4)
         assert_close(w.grad, w_eager.grad, atol=1e-4, rtol=1e-4)
-        assert stats.get("dynamo_stored", 0) == 0 and stats.get("dynamo_hit", 0) == 0
+        assert stats.get("dynamo_hit", 0) == 0
         assert stats.get("aten_hit" if attempt else "aten_miss") == 2, stats  # forward and backward
 
 
@@ -255,6 +263,7 @@ def test_a_training_graph_of_symbolic_sizes_hits_at_the_aten_level(cache_dir, de
     def f(x):
         return (softmax(x) @ w).square().sum()
     for expected in ("aten_miss", "aten_hit"):
+        drop_dynamo_entries(cache_dir)
         torch._dynamo.reset()
         graph_cache.stats.clear()
         x = torch.randn(8, 24, device=device)
@@ -442,6 +451,7 @@ def test_a_planned_training_step_hits_without_planning_again(cache_dir, device, 
     for attempt in range(2):
         model.zero_grad()
         plans.clear()
+        drop_dynamo_entries(cache_dir)
         torch._dynamo.reset()
         graph_cache.stats.clear()
         with smelt.config.override(channels_last="on"):

@@ -4,9 +4,9 @@ Two levels, both under SMELT_CACHE_DIR and both off with SMELT_GRAPH_CACHE=0:
   - ATen graphs (every graph AOTAutograd hands smelt): keyed by the graph and its metadata, the
     entry holds the generated wrapper and kernel sources, so lowering, scheduling and code
     generation are skipped (`load_or_generate`).
-  - Dynamo graphs that AOTAutograd turns into a plain inference graph: keyed by Dynamo's graph and
-    its inputs, the entry points at the ATen entry, so AOTAutograd's tracing is skipped as well
-    (`dynamo_level`).
+  - Dynamo graphs that AOTAutograd turns into a plain inference graph, or a plain forward and
+    backward pair: keyed by Dynamo's graph and its inputs, the entry points at the ATen entries, so
+    AOTAutograd's tracing is skipped as well (`dynamo_level`, `training_graph`).
 `stats` counts hits and misses in this process; hits and misses are logged at debug level on the
 "smelt.graph_cache" logger, corrupted entries as warnings.
 """

@@ -1,4 +1,5 @@
-"""The cache one level up: a Dynamo graph whose AOTAutograd result is a plain inference graph.
+"""The cache one level up: a Dynamo graph whose AOTAutograd result is a plain inference graph (this
+module) or a plain forward and backward pair (training_graph.py).
 
 For such a graph AOTAutograd's runtime wrapper only turns grad mode off around the compiled ATen
 graph, whose inputs are Dynamo's inputs in the same order and whose outputs are Dynamo's outputs.
@@ -23,6 +24,7 @@ from ..runtime.launcher import items_getter
 from . import enabled, load_generated, stats
 from .fingerprint import Uncacheable, digest, dynamo_graph_text, environment_text
 from .store import read_entry, write_entry
+from .training_graph import TrainingGraph, TrainingLayout, check_forward, describe, saved_kinds, training_function
 
 log = logging.getLogger("smelt.graph_cache")
 
@@ -42,6 +44,7 @@ class DynamoCacheSlot:
         self.key = None
         self.compiled_kinds: list[str] = []
         self.inference_key = None
+        self.forward = None  # a training graph's (forward key, forward ATen graph), once compiled
         self.bumped: list[int] = []  # inputs written in the graph whose version counters move
         self.reason = None  # why the graph does not qualify, once known
         self.autocast = torch._C._is_any_autocast_enabled()  # AOTAutograd's disable_amp
@@ -63,39 +66,74 @@ class DynamoCacheSlot:
             stats["dynamo_miss"] += 1
             return None
         bumped = body.get("bump_versions", [])
-        if body.get("num_inputs") != self.num_inputs or not isinstance(body.get("aten_key"), str) \
+        training = body.get("kind") == "training"
+        keys = [body.get("forward_key"), body.get("backward_key")] if training else [body.get("aten_key")]
+        try:
+            layout = TrainingLayout.from_json(body["layout"]) if training else None
+        except (KeyError, TypeError):
+            layout = None
+        if body.get("num_inputs") != self.num_inputs or not all(isinstance(k, str) for k in keys) \
                 or not all(isinstance(i, int) and 0 <= i < self.num_inputs for i in bumped) \
-                or body.get("autocast", False) != self.autocast:
+                or body.get("autocast", False) != self.autocast or (training and layout is None) \
+                or (layout is not None and not all(0 <= i < self.num_inputs for i in layout.detach)):
             log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
             return None
-        generated = load_generated(body["aten_key"], self.cfg)
-        if generated is None:
-            stats["dynamo_miss"] += 1
-            return None
-        generated.cache_key = body["aten_key"]
-        compiled = assemble(generated, self.cfg.cache_dir, keep_kernels=True, cuda_graphs=self.cfg.cuda_graphs)
-        compiled.kind = "inference"
-        observe.record(compiled)
+        graphs = []
+        for key in keys:
+            generated = load_generated(key, self.cfg)
+            if generated is None:
+                stats["dynamo_miss"] += 1
+                return None
+            generated.cache_key = key
+            graphs.append(generated)
+        compiled = []
+        for generated, kind in zip(graphs, ["forward", "backward"] if training else ["inference"]):
+            graph = assemble(generated, self.cfg.cache_dir, keep_kernels=True, cuda_graphs=self.cfg.cuda_graphs)
+            graph.kind = kind
+            observe.record(graph)
+            compiled.append(graph)
         stats["dynamo_hit"] += 1
         log.debug("smelt: graph cache hit for a Dynamo graph (%s): AOTAutograd skipped", self.key[:16])
-        return InferenceGraph(compiled.call, bumped, self.held, self.autocast)
+        if training:
+            function = training_function(compiled[0].call, compiled[1].call, layout, self.autocast)
+            return TrainingGraph(function, layout, bumped, self.held)
+        return InferenceGraph(compiled[0].call, bumped, self.held, self.autocast)
 
     def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:
-        """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph."""
+        """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph; a
+        training graph's entry is written when its backward has compiled (AOTAutograd compiles it at
+        the first backward)."""
         self.compiled_kinds.append(kind)
-        if self.key is None or kind != "inference":
+        if self.key is None or self.reason is not None:
             return
         try:
-            self.bumped = _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
             if compiled.cache_key is None:
-                raise Uncacheable("its ATen graph is not cached")
-            self.inference_key = compiled.cache_key
+                raise Uncacheable(f"its {kind} ATen graph is not cached")
+            if kind == "inference":
+                self.bumped = _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
+                self.inference_key = compiled.cache_key
+            elif kind == "forward":
+                meta = _fw_metadata()
+                check_forward(meta, aten_gm, self.num_inputs, self.num_outputs)
+                self.bumped = _bumped_versions(meta)
+                self.forward = (compiled.cache_key, meta, saved_kinds(aten_gm, self.num_outputs))
+            elif kind == "backward" and self.forward is not None:
+                forward_key, meta, saved = self.forward
+                layout = describe(meta, saved, aten_gm, self.num_outputs,
+                                  donates=bool(aten_gm.meta.get("smelt_donated_inputs")))
+                write_entry(self.cfg.cache_dir, "dynamo", self.key,
+                            {"kind": "training", "forward_key": forward_key, "backward_key": compiled.cache_key,
+                             "layout": layout.to_json(), "num_inputs": self.num_inputs, "bump_versions": self.bumped,
+                             "autocast": self.autocast})
+                stats["dynamo_stored"] += 1
         except Uncacheable as e:
             self.reason = str(e)
+            if kind != "inference":  # an inference graph's reason is logged by commit
+                log.debug("smelt: Dynamo graph not cached: %s", e)
 
     def commit(self) -> None:
-        """After AOTAutograd: write the entry if the graph turned out to qualify."""
-        if self.key is None:
+        """After AOTAutograd: write the entry of an inference graph that turned out to qualify."""
+        if self.key is None or self.compiled_kinds == ["forward"]:  # a training graph's waits for its backward
             return
         if self.compiled_kinds != ["inference"] or self.inference_key is None:
             log.debug("smelt: Dynamo graph not cached: %s",
@@ -144,18 +182,27 @@ def _count_outputs(gm: torch.fx.GraphModule) -> int:
     return len(results) if isinstance(results, (list, tuple)) else -1
 
 
+def _fw_metadata():
+    return getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+
+
+def _bumped_versions(meta) -> list[int]:
+    """The inputs written inside the graph whose version counters AOTAutograd's wrapper moves on."""
+    bumped = getattr(meta, "mutated_graph_handled_indices_seen_by_autograd", None)
+    if any(i.mutates_data for i in meta.input_info) and (bumped is None or meta.mutated_inp_runtime_indices):
+        raise Uncacheable("it mutates an input outside the graph")
+    return list(bumped or [])
+
+
 def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> list[int]:
     """The inputs whose version counters AOTAutograd's wrapper moves; raises Uncacheable unless
     that and turning grad mode off is all the wrapper does (see the module docstring)."""
-    context = torch._guards.TracingContext.try_get()
-    meta = getattr(context, "fw_metadata", None)
+    meta = _fw_metadata()
     if meta is None:
         raise Uncacheable("AOTAutograd's metadata is not available")
     if any(i.mutates_metadata or getattr(i, "mutates_storage_metadata", False) for i in meta.input_info):
         raise Uncacheable("it changes an input's shape or strides")
-    bumped = getattr(meta, "mutated_graph_handled_indices_seen_by_autograd", None)
-    if any(i.mutates_data for i in meta.input_info) and (bumped is None or meta.mutated_inp_runtime_indices):
-        raise Uncacheable("it mutates an input outside the graph")
+    bumped = _bumped_versions(meta)
     if any(o.output_type.name != "non_alias" for o in meta.output_info):
         raise Uncacheable("an output aliases an input or another output")
     if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0):
@@ -168,4 +215,4 @@ def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> list[i
     placeholders = sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder")
     if placeholders != num_inputs or len(meta.output_info) != num_outputs or _count_outputs(aten_gm) != num_outputs:
         raise Uncacheable("AOTAutograd changed the inputs or outputs")
-    return list(bumped or [])
+    return bumped

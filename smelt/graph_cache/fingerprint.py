@@ -207,6 +207,8 @@ def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs, attributes=froze
         lines.append(value_text(x, shapes))
         if x.device.type == "cuda":
             lines.append(f"{torch.cuda.get_device_name(x.device)} {torch.cuda.get_device_capability(x.device)}")
+    # Whether an input needing grad is a leaf decides whether a training graph detaches it (training_graph.py).
+    lines.append("leaves " + "".join(str(int(x.is_leaf)) for x in example_inputs if isinstance(x, torch.Tensor)))
     lines.append(shapes.text())
     functorch_config = torch._functorch.config.get_config_copy()
     lines.append(json.dumps(functorch_config, sort_keys=True, default=repr))

@@ -1,0 +1,232 @@
+"""The Dynamo level of the graph cache for training graphs: a Dynamo graph that AOTAutograd split
+into a forward and a backward ATen graph runs, on a hit, through smelt's own autograd.Function over
+the two cached graphs, so a warm start skips AOTAutograd's joint trace and partition.
+
+What AOTAutograd's autograd.Function does for a graph is read off its metadata and the two graphs
+while the first process compiles them (`describe`), and a graph qualifies only where that is all of
+it: the forward returns the user's outputs, then the tensors it saves for the backward, then the
+sizes it saves; the backward takes the sizes, the tensors, then one gradient for each output that
+requires grad, and returns one gradient (or None) for each input. Outputs that do not require grad
+are marked non-differentiable; incoming gradients are given the layout the backward was traced for;
+inputs whose gradient is always None and that are not leaves are detached, as AOTAutograd does.
+Anything else (inputs mutated outside the graph, outputs aliasing inputs or each other, effect
+tokens, functionalized RNG, tensor subclasses, saved values of other kinds) compiles as usual.
+
+The layout is a small JSON record (`TrainingLayout`), so nothing of AOTAutograd's private
+structures is stored: those differ between torch 2.11 and 2.13, the graphs' calling convention
+does not.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .fingerprint import Uncacheable
+
+
+@dataclasses.dataclass
+class TrainingLayout:
+    num_outputs: int  # the user's outputs, first among the forward's
+    differentiable: list[int]  # the outputs that require grad: one backward tangent each, in order
+    num_saved_tensors: int  # then the tensors the forward saves
+    num_saved_sizes: int  # then the sizes it saves (graphs of symbolic sizes)
+    tangents: list  # each tangent's traced layout: "contiguous", "channels_last" or its strides
+    detach: list[int]  # inputs detached before the call (non-leaves whose gradient is None)
+    donates: bool  # the backward writes over saved tensors: it may run once only
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, body: dict) -> "TrainingLayout":
+        layout = cls(**body)
+        if not all(isinstance(v, int) for v in
+                   (layout.num_outputs, layout.num_saved_tensors, layout.num_saved_sizes, *layout.differentiable,
+                    *layout.detach)) or len(layout.tangents) != len(layout.differentiable):
+            raise TypeError("a training layout of the wrong form")
+        return layout
+
+
+def check_forward(meta, fw_gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int) -> None:
+    """Raises Uncacheable unless AOTAutograd's wrapper around this forward does only what
+    TrainingGraph does."""
+    if meta is None:
+        raise Uncacheable("AOTAutograd's metadata is not available")
+    if any(i.mutates_metadata or getattr(i, "mutates_storage_metadata", False) for i in meta.input_info):
+        raise Uncacheable("it changes an input's shape or strides")
+    if meta.mutated_inp_runtime_indices:
+        raise Uncacheable("it mutates an input outside the graph")
+    if any(o.output_type.name != "non_alias" for o in meta.output_info):
+        raise Uncacheable("an output aliases an input or another output")
+    if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0) \
+            or getattr(meta, "is_rng_op_functionalized", False):
+        raise Uncacheable("AOTAutograd adds outputs, effect tokens or RNG state")
+    if getattr(meta, "grad_enabled_mutation", None) is not None:
+        raise Uncacheable("it changes grad mode")
+    if getattr(meta, "num_tensors_saved_with_no_vc_check", None):
+        raise Uncacheable("it saves tensors outside autograd's version checks")
+    if any(type(m).__name__ == "SubclassCreationMeta"
+           for m in [*getattr(meta, "subclass_inp_meta", []), *getattr(meta, "subclass_fw_graph_out_meta", [])]):
+        raise Uncacheable("it involves tensor subclasses")
+    if len(list(fw_gm.graph.find_nodes(op="placeholder"))) != num_inputs or len(meta.output_info) != num_outputs \
+            or meta.num_forward != num_outputs:
+        raise Uncacheable("AOTAutograd changed the inputs or outputs")
+    if not all(issubclass(o.raw_type, torch.Tensor) for o in meta.output_info):
+        raise Uncacheable("an output is not a tensor")
+
+
+def saved_kinds(fw_gm: torch.fx.GraphModule, num_outputs: int) -> tuple[int, int]:
+    """How many tensors, then sizes, the forward saves for the backward (after the user's outputs)."""
+    kinds = [_kind(v) for v in _output_values(fw_gm)[num_outputs:]]
+    num_tensors = kinds.count("tensor")
+    if kinds != ["tensor"] * num_tensors + ["size"] * (len(kinds) - num_tensors):
+        raise Uncacheable("the forward saves values other than tensors then sizes")
+    return num_tensors, len(kinds) - num_tensors
+
+
+def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outputs: int,
+             donates: bool) -> TrainingLayout:
+    """The layout of a forward and backward pair (raises Uncacheable where it is not the plain one)."""
+    num_tensors, num_sizes = saved
+    num_saved = num_tensors + num_sizes
+    placeholders = list(bw_gm.graph.find_nodes(op="placeholder"))
+    is_tangent = [p.name.startswith("tangents") for p in placeholders]
+    num_tangents = sum(is_tangent)
+    if len(placeholders) != num_saved + num_tangents or any(is_tangent[:num_saved]) \
+            or [_kind(p) for p in placeholders[:num_saved]] != ["size"] * num_sizes + ["tensor"] * num_tensors:
+        raise Uncacheable("the backward does not take the saved sizes, the saved tensors, then the tangents")
+    differentiable = [i for i, o in enumerate(meta.output_info)
+                      if getattr(o, "requires_grad_for_backward", o.requires_grad)]
+    if len(differentiable) != num_tangents:
+        raise Uncacheable("the backward's tangents are not one for each output that requires grad")
+    grads = _output_values(bw_gm)
+    if len(grads) != len(meta.input_info):
+        raise Uncacheable("the backward does not return one gradient for each input")
+    detach = [i for i, (info, grad) in enumerate(zip(meta.input_info, grads))
+              if grad is None and info.requires_grad and not getattr(info, "is_leaf", True)]
+    return TrainingLayout(
+        num_outputs=num_outputs, differentiable=differentiable, num_saved_tensors=num_tensors,
+        num_saved_sizes=num_sizes, tangents=[_tangent_layout(p.meta.get("val")) for p in placeholders[num_saved:]],
+        detach=detach, donates=donates)
+
+
+def _output_values(gm: torch.fx.GraphModule) -> list:
+    output = next(iter(reversed(gm.graph.find_nodes(op="output"))))
+    values = output.args[0]
+    return list(values) if isinstance(values, (list, tuple)) else [values]
+
+
+def _kind(value) -> str:
+    if isinstance(value, torch.fx.Node):
+        value = value.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        return "size"
+    return type(value).__name__
+
+
+def _tangent_layout(val):
+    if not isinstance(val, torch.Tensor):
+        raise Uncacheable("a tangent is not a tensor")
+    if val.is_contiguous():
+        return "contiguous"
+    if val.dim() == 4 and val.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    strides = val.stride()
+    if not all(isinstance(s, int) for s in strides):
+        raise Uncacheable("a tangent of symbolic strides in neither contiguous nor channels-last order")
+    return list(strides)
+
+
+def _coerced(grad: torch.Tensor, layout) -> torch.Tensor:
+    """The incoming gradient in the layout the backward was compiled for."""
+    if layout == "contiguous":
+        return grad if grad.is_contiguous() else grad.contiguous()
+    if layout == "channels_last":
+        return grad if grad.is_contiguous(memory_format=torch.channels_last) else \
+            grad.contiguous(memory_format=torch.channels_last)
+    if list(grad.stride()) == layout:
+        return grad
+    return torch.empty_strided(grad.shape, layout, dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
+def training_function(forward, backward, layout: TrainingLayout, autocast: bool) -> type[torch.autograd.Function]:
+    """An autograd.Function running the compiled `forward` and `backward` (boxed calls: each takes
+    its argument list and may clear it)."""
+    n_out, n_tensors = layout.num_outputs, layout.num_saved_tensors
+    differentiable, tangents = tuple(layout.differentiable), tuple(layout.tangents)
+    not_differentiable = [i for i in range(n_out) if i not in set(differentiable)]
+
+    def run(call, args):
+        if autocast:  # the casts autocast made are in the graphs: their ATen calls must not be cast again
+            with torch._C._DisableAutocast():
+                return call(args)
+        return call(args)
+
+    class TrainingFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            outs = run(forward, list(args))
+            del args
+            saved = outs[n_out:n_out + n_tensors]
+            # A saved view would keep its base's autograd history; its data is all the backward reads.
+            ctx.save_for_backward(*(t.detach() if t._is_view() else t for t in saved))
+            ctx.sizes = tuple(outs[n_out + n_tensors:])
+            results = tuple(outs[:n_out])
+            ctx.mark_non_differentiable(*(results[i] for i in not_differentiable))
+            ctx._materialize_non_diff_grads = False
+            return results
+
+        @staticmethod
+        def backward(ctx, *grads):
+            if layout.donates and torch._C._autograd._get_current_graph_task_keep_graph():
+                raise RuntimeError(
+                    "smelt: this compiled backward writes over the activations it was given, so it runs once: "
+                    "call backward without retain_graph=True (or create_graph=True), or compile with "
+                    "torch._functorch.config.donated_buffer = False")
+            args = [*ctx.sizes, *ctx.saved_tensors, *(_coerced(grads[i], t) for i, t in zip(differentiable, tangents))]
+            del grads
+            ctx.maybe_clear_saved_tensors()  # the backward frees each saved tensor after its last read
+            if torch.is_grad_enabled():  # create_graph=True: first-order gradients only, as AOTAutograd gives
+                return _FirstOrderOnly.apply(lambda: run(backward, args), torch.empty(0, requires_grad=True))
+            return tuple(run(backward, args))
+
+    return TrainingFunction
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Gradients computed under create_graph=True: they are part of autograd's graph (so a later
+    backward through them is not silently a constant) and differentiating them raises."""
+
+    @staticmethod
+    def forward(ctx, compute, dummy):
+        return tuple(compute())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("smelt: a compiled graph's backward cannot be differentiated again (double backward); "
+                           "run that part of the program without torch.compile")
+
+
+class TrainingGraph:
+    """Runs a cached training graph as AOTAutograd's runtime wrapper would: inputs held by the graph
+    first, some inputs detached, the autograd.Function applied with grad mode on, then the version
+    counters of the inputs the graph wrote moved on (a batch norm's running statistics)."""
+
+    def __init__(self, function: type[torch.autograd.Function], layout: TrainingLayout, bumped=(), held=()):
+        self.function = function
+        self.detach = tuple(layout.detach)
+        self.bumped = tuple(bumped)
+        self.held = list(held)
+
+    def __call__(self, *args):
+        args = self.held + list(args)
+        for i in self.detach:
+            args[i] = args[i].detach()
+        with torch.enable_grad():
+            results = self.function.apply(*args)
+        if self.bumped:
+            torch.autograd.graph.increment_version(tuple(args[i] for i in self.bumped))
+        return list(results)

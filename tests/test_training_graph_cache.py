@@ -1,0 +1,296 @@
+"""Training graphs at the graph cache's Dynamo level (smelt/graph_cache/training_graph.py): a later
+compile of the same training step runs the cached forward and backward through smelt's own
+autograd.Function, skipping AOTAutograd, and must give what eager gives: outputs, every gradient,
+buffers a step writes, and the same errors where AOTAutograd's wrapper raises.
+
+Each test compiles twice (the first compile stores, the second hits; `torch._dynamo.reset()` in
+between, as a fresh process would) and checks both against eager.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from test_compile_cache import REPO_ROOT, cache_dir  # noqa: F401  (the fixture)
+
+from smelt import graph_cache
+
+pytestmark = pytest.mark.smelt_only
+
+
+def compiled_step(fn, *args, compile_fn, **kw):
+    """`fn(*args)` compiled from scratch (Dynamo's in-memory cache cleared), and this compile's counts."""
+    torch._dynamo.reset()
+    graph_cache.stats.clear()
+    return compile_fn(fn, **kw)(*args), graph_cache.stats
+
+
+def grads(module) -> dict:
+    return {n: p.grad.clone() for n, p in module.named_parameters()}
+
+
+def expect_counts(stats, attempt):
+    """The first compile stores the entry (once its backward has compiled), the second hits it."""
+    if attempt == 0:
+        assert stats["dynamo_stored"] == 1 and stats.get("dynamo_hit", 0) == 0, dict(stats)
+    else:
+        assert dict(stats) == {"dynamo_hit": 1}, dict(stats)
+
+
+def test_a_training_step_hits_and_gives_eagers_gradients(cache_dir, device, compile_fn, assert_close):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4)).to(device)
+    x = torch.randn(8, 16, device=device)
+
+    def step(x):
+        return model(x).square().mean()
+    expected = step(x)
+    expected.backward()
+    expected_grads = grads(model)
+    for attempt in range(2):
+        model.zero_grad()
+        out, stats = compiled_step(step, x, compile_fn=compile_fn)
+        out.backward()
+        expect_counts(stats, attempt)
+        assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        for name, grad in grads(model).items():
+            assert_close(grad, expected_grads[name], atol=1e-5, rtol=1e-5)
+
+
+def test_outputs_without_grad_and_unused_outputs(cache_dir, device, compile_fn, assert_close):
+    """An output that needs no grad is not differentiable (its grad is never asked for); an output
+    the loss does not use gets a zero gradient; only the outputs that need grad take tangents."""
+    torch.manual_seed(0)
+    w = torch.randn(12, 6, device=device, requires_grad=True)
+    x = torch.randn(5, 12, device=device)
+
+    def fn(x):
+        h = x @ w
+        return h.relu(), h.argmax(-1), h.detach() * 2, h.sigmoid()
+    expected = fn(x)
+    expected[0].sum().backward()
+    expected_grad = w.grad.clone()
+    for attempt in range(2):
+        w.grad = None
+        out, stats = compiled_step(fn, x, compile_fn=compile_fn)
+        assert [o.requires_grad for o in out] == [True, False, False, True]
+        out[0].sum().backward()  # the fourth output's gradient arrives as None
+        expect_counts(stats, attempt)
+        for got, want in zip(out, expected):
+            assert_close(got, want)
+        assert_close(w.grad, expected_grad)
+
+
+def test_batch_norm_running_statistics_and_version_counters(cache_dir, device, compile_fn, assert_close, monkeypatch):
+    """A training step writes the running statistics inside the graph: after a hit they match eager's,
+    and their version counters moved on (autograd's check for tensors written after being saved)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)).to(device)
+    eager_model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)).to(device)
+    x = torch.randn(2, 3, 8, 8, device=device)
+    for attempt in range(2):
+        eager_model.load_state_dict(model.state_dict())
+        model.zero_grad()
+        eager_model.zero_grad()
+        eager_model(x).square().sum().backward()
+        mean = model[1].running_mean
+        version = mean._version
+        out, stats = compiled_step(lambda x: model(x).square().sum(), x, compile_fn=compile_fn)
+        out.backward()
+        expect_counts(stats, attempt)
+        assert mean._version > version
+        assert_close(model[1].running_mean, eager_model[1].running_mean, atol=1e-5, rtol=1e-5)
+        assert_close(model[1].running_var, eager_model[1].running_var, atol=1e-5, rtol=1e-5)
+        for (name, p), q in zip(model.named_parameters(), eager_model.parameters()):
+            assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_a_non_leaf_input_gets_its_gradient_through_the_hit(cache_dir, device, compile_fn, assert_close):
+    """A compiled region in the middle of a model: its input is an intermediate that requires grad,
+    and gradients flow through the cached backward to the leaves before it."""
+    torch.manual_seed(0)
+    a = torch.randn(6, 10, device=device, requires_grad=True)
+    w = torch.randn(10, 10, device=device, requires_grad=True)
+
+    def region(h, unused):
+        return F.silu(h @ w).sum(-1)
+    for attempt in range(2):
+        a.grad = w.grad = None
+        h = a * 3
+        unused = a + 1  # requires grad, gets no gradient from the region: detached, as AOTAutograd does
+        out, stats = compiled_step(region, h, unused, compile_fn=compile_fn)
+        out.square().sum().backward()
+        expect_counts(stats, attempt)
+        got = a.grad.clone(), w.grad.clone()
+        a.grad = w.grad = None
+        region(a * 3, None).square().sum().backward()
+        assert_close(got[0], a.grad, atol=1e-4, rtol=1e-4)
+        assert_close(got[1], w.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_autocast_training_step(cache_dir, device, compile_fn, assert_close):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).to(device)
+    x = torch.randn(4, 16, device=device)
+
+    def step(x):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return model(x).float().square().mean()
+    expected = step(x)
+    expected.backward()
+    expected_grads = grads(model)
+    for attempt in range(2):
+        model.zero_grad()
+        out, stats = compiled_step(step, x, compile_fn=compile_fn)
+        out.backward()
+        expect_counts(stats, attempt)
+        assert_close(out, expected, atol=2e-2, rtol=2e-2)
+        for name, grad in grads(model).items():
+            assert grad.dtype == torch.float32
+            assert_close(grad, expected_grads[name], atol=2e-2, rtol=2e-2)
+
+
+def test_a_gradient_in_another_layout_is_given_the_traced_one(cache_dir, device, compile_fn, assert_close):
+    """The backward is compiled for its tangents' traced strides: a transposed incoming gradient
+    is copied into them, not read as if it had them."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    x = torch.randn(8, 8, device=device)
+    grad_out = torch.randn(8, 8, device=device).t()  # not contiguous
+    for attempt in range(2):
+        w.grad = None
+        out, stats = compiled_step(lambda x: torch.tanh(x @ w), x, compile_fn=compile_fn)
+        out.backward(grad_out)
+        expect_counts(stats, attempt)
+        got = w.grad.clone()
+        w.grad = None
+        torch.tanh(x @ w).backward(grad_out)
+        assert_close(got, w.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_double_backward_raises_after_a_hit(cache_dir, device, compile_fn, assert_close):
+    """create_graph=True gives first-order gradients that stay in autograd's graph: using them in a
+    loss (a gradient penalty) raises rather than treating them as constants."""
+    torch.manual_seed(0)
+    w = torch.randn(6, 6, device=device, requires_grad=True)
+    x = torch.randn(4, 6, device=device)
+
+    def fn(x):
+        return torch.sin(x @ w).sum()
+    expected = torch.autograd.grad(fn(x), w)[0]
+    for attempt in range(2):
+        out, stats = compiled_step(fn, x, compile_fn=compile_fn)
+        (grad,) = torch.autograd.grad(out, w, create_graph=True)
+        expect_counts(stats, attempt)
+        assert_close(grad, expected, atol=1e-5, rtol=1e-5)
+        assert grad.requires_grad
+        with pytest.raises(RuntimeError, match="double backward"):
+            grad.square().sum().backward()
+
+
+def test_retain_graph_on_a_backward_that_writes_over_its_activations_raises(cache_dir, device, compile_fn,
+                                                                            assert_close):
+    """A backward compiled to write over its saved activations runs once: after a hit, as on the
+    first compile, retain_graph=True raises instead of reading overwritten values the second time."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 1)).to(device)
+    x = torch.randn(32, 16, device=device)
+    layouts = []
+    for attempt in range(2):
+        model.zero_grad()
+        out, stats = compiled_step(lambda x: model(x).sum(), x, compile_fn=compile_fn)
+        out.backward()
+        expect_counts(stats, attempt)
+        out, _ = compiled_step(lambda x: model(x).sum(), x, compile_fn=compile_fn)
+        donating = _entry_layout(cache_dir)["donates"]
+        layouts.append(donating)
+        if donating:
+            with pytest.raises(RuntimeError, match="retain_graph"):
+                out.backward(retain_graph=True)
+        else:
+            out.backward(retain_graph=True)
+            out.backward()
+    assert layouts[0] == layouts[1]
+
+
+def _entry_layout(cache_dir) -> dict:
+    import json
+    (path,) = sorted((cache_dir / "graphs" / "dynamo").rglob("*.json"))
+    return json.loads(path.read_text())["body"]["layout"]
+
+
+def test_dropout_masks_the_gradient_as_it_masked_the_output(cache_dir, device, compile_fn, assert_close):
+    """Random ops run in the cached forward; the backward reads the mask the forward drew."""
+    torch.manual_seed(0)
+    scale = torch.tensor(1.5, device=device, requires_grad=True)
+    x = torch.rand(64, 64, device=device) + 0.5
+    for attempt in range(2):
+        scale.grad = None
+        out, stats = compiled_step(lambda x: F.dropout(x * scale, p=0.5, training=True), x, compile_fn=compile_fn)
+        out.sum().backward()
+        expect_counts(stats, attempt)
+        assert 0.3 < (out == 0).float().mean().item() < 0.7
+        assert_close(scale.grad, out.sum() / scale.detach(), atol=1e-3, rtol=1e-4)
+
+
+def test_symbolic_sizes_save_sizes_for_the_backward(cache_dir, device, compile_fn, assert_close):
+    """A graph of symbolic sizes saves sizes for its backward beside its tensors; the hit passes
+    them in the order the backward takes them, at sizes other than the traced one."""
+    torch.manual_seed(0)
+    w = torch.randn(24, 16, device=device, requires_grad=True)
+
+    def fn(x):
+        return (torch.softmax(x, -1) @ w).view(-1).square().sum()
+    for attempt in range(2):
+        x = torch.randn(8, 24, device=device)
+        w.grad = None
+        out, stats = compiled_step(fn, x, compile_fn=compile_fn, dynamic=True)
+        out.backward()
+        expect_counts(stats, attempt)
+        got = w.grad.clone()
+        w.grad = None
+        fn(x).backward()
+        assert_close(got, w.grad, atol=1e-4, rtol=1e-4)
+    compiled = compile_fn(fn, dynamic=True)
+    for rows in (3, 11):
+        x = torch.randn(rows, 24, device=device)
+        w.grad = None
+        compiled(x).backward()
+        got = w.grad.clone()
+        w.grad = None
+        fn(x).backward()
+        assert_close(got, w.grad, atol=1e-4, rtol=1e-4)
+
+
+SECOND_PROCESS = textwrap.dedent("""
+    import json, sys, torch, torch.nn as nn, smelt
+    from smelt import graph_cache
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)).to(sys.argv[1])
+    x = torch.randn(8, 16, device=sys.argv[1])
+    torch.compile(lambda x: model(x).square().mean(), backend="smelt")(x).backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().mean().backward()
+    error = max((g - p.grad).abs().max().item() for g, p in zip(got, model.parameters()))
+    print(json.dumps({"stats": dict(graph_cache.stats), "error": error}))
+""")
+
+
+def test_a_second_process_skips_aotautograd_for_a_training_step(cache_dir, device):
+    import json
+    env = dict(os.environ, SMELT_CACHE_DIR=str(cache_dir), PYTHONPATH=REPO_ROOT)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", SECOND_PROCESS, device], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0]["stats"].get("dynamo_stored") == 1, runs[0]
+    assert runs[1]["stats"] == {"dynamo_hit": 1}, runs[1]
+    assert runs[0]["error"] < 1e-5 and runs[1]["error"] < 1e-5, runs
