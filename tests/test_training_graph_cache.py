@@ -185,8 +185,10 @@ def test_double_backward_raises_after_a_hit(cache_dir, device, compile_fn, asser
     expected = torch.autograd.grad(fn(x), w)[0]
     for attempt in range(2):
         out, stats = compiled_step(fn, x, compile_fn=compile_fn)
-        (grad,) = torch.autograd.grad(out, w, create_graph=True)
+        incoming = torch.ones((), device=device)
+        (grad,) = torch.autograd.grad(out, w, grad_outputs=incoming, create_graph=True)
         expect_counts(stats, attempt)
+        assert incoming.is_leaf and incoming.grad_fn is None and not incoming.requires_grad
         assert_close(grad, expected, atol=1e-5, rtol=1e-5)
         if attempt == 0 and not grad.requires_grad:
             continue  # AOTAutograd in torch 2.11 hands them back as constants; 2.13 as the hit does
@@ -195,29 +197,26 @@ def test_double_backward_raises_after_a_hit(cache_dir, device, compile_fn, asser
             grad.square().sum().backward()
 
 
-def test_retain_graph_on_a_backward_that_writes_over_its_activations_raises(cache_dir, device, compile_fn,
-                                                                            assert_close):
-    """A backward compiled to write over its saved activations runs once: after a hit, as on the
-    first compile, retain_graph=True raises instead of reading overwritten values the second time."""
+def test_retain_graph_on_a_backward_that_writes_over_its_activations(cache_dir, device, compile_fn, assert_close):
+    """A backward compiled to write over its saved activations, run with retain_graph=True after a
+    hit: it is given copies of those, so the second backward reads the values the forward saved."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 1)).to(device)
     x = torch.randn(32, 16, device=device)
-    layouts = []
-    for attempt in range(2):
-        model.zero_grad()
-        out, stats = compiled_step(lambda x: model(x).sum(), x, compile_fn=compile_fn)
-        out.backward()
-        expect_counts(stats, attempt)
-        out, _ = compiled_step(lambda x: model(x).sum(), x, compile_fn=compile_fn)
-        donating = _entry_layout(cache_dir)["donates"]
-        layouts.append(donating)
-        if donating:
-            with pytest.raises(RuntimeError, match="retain_graph"):
-                out.backward(retain_graph=True)
-        else:
-            out.backward(retain_graph=True)
-            out.backward()
-    assert layouts[0] == layouts[1]
+    model(x).sum().backward()
+    expected = grads(model)
+    model.zero_grad()
+    out, stats = compiled_step(lambda x: model(x).sum(), x, compile_fn=compile_fn)
+    out.backward()
+    expect_counts(stats, 0)
+    assert _entry_layout(cache_dir)["donated"], "this graph's backward no longer writes over its activations"
+    model.zero_grad()
+    out, stats = compiled_step(lambda x: model(x).sum(), x, compile_fn=compile_fn)
+    expect_counts(stats, 1)
+    out.backward(retain_graph=True)
+    out.backward()
+    for name, grad in grads(model).items():
+        assert_close(grad, 2 * expected[name], atol=1e-4, rtol=1e-4)
 
 
 def _entry_layout(cache_dir) -> dict:
@@ -296,3 +295,62 @@ def test_a_second_process_skips_aotautograd_for_a_training_step(cache_dir, devic
     assert runs[0]["stats"].get("dynamo_stored") == 1, runs[0]
     assert runs[1]["stats"] == {"dynamo_hit": 1}, runs[1]
     assert runs[0]["error"] < 1e-5 and runs[1]["error"] < 1e-5, runs
+
+
+def test_inputs_sharing_memory_are_part_of_the_key(cache_dir, device, compile_fn, assert_close):
+    """Two inputs that overlap are traced as views of one base: an entry stored for separate
+    tensors of the same sizes and strides must not serve them (it would read the old values)."""
+    def fn(x, a, b):
+        a.add_(1)
+        return (x * b).sum()
+
+    def inputs(overlap):
+        first, second = torch.zeros(8, device=device), torch.zeros(8, device=device)
+        return (torch.ones(4, device=device, requires_grad=True), first[0:4], (first if overlap else second)[2:6])
+    for overlap in (False, True):
+        x, a, b = inputs(overlap)
+        out, stats = compiled_step(fn, x, a, b, compile_fn=compile_fn)
+        out.backward()
+        assert stats.get("dynamo_hit", 0) == 0, dict(stats)
+        x_eager, a_eager, b_eager = inputs(overlap)
+        expected = fn(x_eager, a_eager, b_eager)
+        expected.backward()
+        assert_close(out, expected)
+        assert_close(x.grad, x_eager.grad)
+
+
+def test_versions_move_before_the_graph_saves_its_inputs(cache_dir, device, compile_fn, assert_close):
+    """An input the graph writes and an input it saves share a version counter (views of one
+    base): the writes are counted before the call, so the saved input is not taken for changed."""
+    def fn(x, a, b):
+        a.add_(1)
+        return (x * b).sum()
+    for attempt in range(2):
+        base = torch.zeros(8, device=device)
+        x = torch.ones(4, device=device, requires_grad=True)
+        out, stats = compiled_step(fn, x, base[0:4], base[4:8], compile_fn=compile_fn)
+        out.backward()
+        expect_counts(stats, attempt)
+        assert_close(x.grad, torch.zeros(4, device=device))
+        assert_close(base, torch.tensor([1.0] * 4 + [0.0] * 4, device=device))
+
+
+def test_deterministic_algorithms_turned_on_before_the_backward_raise(cache_dir, device, compile_fn):
+    torch.manual_seed(0)
+    w = torch.randn(4, 4, device=device, requires_grad=True)
+    x = torch.randn(2, 4, device=device)
+
+    def fn(x):
+        return (x @ w).sin().sum()
+    for attempt in range(2):
+        out, stats = compiled_step(fn, x, compile_fn=compile_fn)
+        if attempt == 0:
+            out.backward()  # stores the entry
+            continue
+        expect_counts(stats, attempt)
+        torch.use_deterministic_algorithms(True)
+        try:
+            with pytest.raises(RuntimeError, match="deterministic"):
+                out.backward()
+        finally:
+            torch.use_deterministic_algorithms(False)

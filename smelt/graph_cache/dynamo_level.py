@@ -119,8 +119,7 @@ class DynamoCacheSlot:
                 self.forward = (compiled.cache_key, meta, saved_kinds(aten_gm, self.num_outputs))
             elif kind == "backward" and self.forward is not None:
                 forward_key, meta, saved = self.forward
-                layout = describe(meta, saved, aten_gm, self.num_outputs,
-                                  donates=bool(aten_gm.meta.get("smelt_donated_inputs")))
+                layout = describe(meta, saved, aten_gm, self.num_outputs)
                 write_entry(self.cfg.cache_dir, "dynamo", self.key,
                             {"kind": "training", "forward_key": forward_key, "backward_key": compiled.cache_key,
                              "layout": layout.to_json(), "num_inputs": self.num_inputs, "bump_versions": self.bumped,
@@ -146,9 +145,10 @@ class DynamoCacheSlot:
 
 
 class InferenceGraph:
-    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: with grad mode off (and
-    autocast off, for a graph compiled under it), then the version counters of the inputs it wrote
-    moved on (autograd's check for tensors changed in place after being saved relies on them)."""
+    """Runs a cached inference graph as AOTAutograd's runtime wrapper would: the version counters of
+    the inputs it writes moved on (autograd's check for tensors changed in place after being saved
+    relies on them), then the graph called with grad mode off (and autocast off, for a graph
+    compiled under it)."""
 
     def __init__(self, call, bumped=(), held=(), autocast: bool = False):
         self.call = call
@@ -158,11 +158,13 @@ class InferenceGraph:
         self._written = items_getter(self.bumped)  # no generator per call: an optimizer writes hundreds
 
     def __call__(self, *args):
+        args = self.held + list(args)
+        if self.bumped:  # before the call, as AOTAutograd's wrapper does
+            torch.autograd.graph.increment_version(self._written(args))
         grad = torch.is_grad_enabled()
         if grad:
             torch._C._set_grad_enabled(False)
         try:
-            args = self.held + list(args)
             if self.autocast:
                 with torch._C._DisableAutocast():
                     result = self.call(list(args))
@@ -171,8 +173,6 @@ class InferenceGraph:
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
-        if self.bumped:
-            torch.autograd.graph.increment_version(self._written(args))
         return result
 
 

@@ -207,8 +207,13 @@ def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs, attributes=froze
         lines.append(value_text(x, shapes))
         if x.device.type == "cuda":
             lines.append(f"{torch.cuda.get_device_name(x.device)} {torch.cuda.get_device_capability(x.device)}")
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     # Whether an input needing grad is a leaf decides whether a training graph detaches it (training_graph.py).
-    lines.append("leaves " + "".join(str(int(x.is_leaf)) for x in example_inputs if isinstance(x, torch.Tensor)))
+    lines.append("leaves " + "".join(str(int(x.is_leaf)) for x in tensors))
+    # Inputs sharing memory are traced as views of one base: for each, the first input of its storage.
+    first_of: dict = {}
+    lines.append("storages " + ",".join(str(first_of.setdefault(x.untyped_storage()._cdata, i))
+                                        for i, x in enumerate(tensors)))
     lines.append(shapes.text())
     functorch_config = torch._functorch.config.get_config_copy()
     lines.append(json.dumps(functorch_config, sort_keys=True, default=repr))

@@ -33,7 +33,8 @@ class TrainingLayout:
     num_saved_sizes: int  # then the sizes it saves (graphs of symbolic sizes)
     tangents: list  # each tangent's traced layout: "contiguous", "channels_last" or its strides
     detach: list[int]  # inputs detached before the call (non-leaves whose gradient is None)
-    donates: bool  # the backward writes over saved tensors: it may run once only
+    donated: list[int]  # the backward's arguments it writes over (saved tensors read last there)
+    deterministic: bool | None  # torch.are_deterministic_algorithms_enabled() when traced
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -43,7 +44,7 @@ class TrainingLayout:
         layout = cls(**body)
         if not all(isinstance(v, int) for v in
                    (layout.num_outputs, layout.num_saved_tensors, layout.num_saved_sizes, *layout.differentiable,
-                    *layout.detach)) or len(layout.tangents) != len(layout.differentiable):
+                    *layout.detach, *layout.donated)) or len(layout.tangents) != len(layout.differentiable):
             raise TypeError("a training layout of the wrong form")
         return layout
 
@@ -85,8 +86,7 @@ def saved_kinds(fw_gm: torch.fx.GraphModule, num_outputs: int) -> tuple[int, int
     return num_tensors, len(kinds) - num_tensors
 
 
-def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outputs: int,
-             donates: bool) -> TrainingLayout:
+def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outputs: int) -> TrainingLayout:
     """The layout of a forward and backward pair (raises Uncacheable where it is not the plain one)."""
     num_tensors, num_sizes = saved
     num_saved = num_tensors + num_sizes
@@ -96,6 +96,7 @@ def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outp
     if len(placeholders) != num_saved + num_tangents or any(is_tangent[:num_saved]) \
             or [_kind(p) for p in placeholders[:num_saved]] != ["size"] * num_sizes + ["tensor"] * num_tensors:
         raise Uncacheable("the backward does not take the saved sizes, the saved tensors, then the tangents")
+    donated = bw_gm.meta.get("smelt_donated_inputs") or ()
     differentiable = [i for i, o in enumerate(meta.output_info)
                       if getattr(o, "requires_grad_for_backward", o.requires_grad)]
     if len(differentiable) != num_tangents:
@@ -108,7 +109,8 @@ def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outp
     return TrainingLayout(
         num_outputs=num_outputs, differentiable=differentiable, num_saved_tensors=num_tensors,
         num_saved_sizes=num_sizes, tangents=[_tangent_layout(p.meta.get("val")) for p in placeholders[num_saved:]],
-        detach=detach, donates=donates)
+        detach=detach, donated=[i for i, p in enumerate(placeholders) if p.name in donated],
+        deterministic=getattr(meta, "deterministic", None))
 
 
 def _output_values(gm: torch.fx.GraphModule) -> list:
@@ -156,7 +158,7 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
     """An autograd.Function running the compiled `forward` and `backward` (boxed calls: each takes
     its argument list and may clear it)."""
     n_out, n_tensors = layout.num_outputs, layout.num_saved_tensors
-    differentiable, tangents = tuple(layout.differentiable), tuple(layout.tangents)
+    differentiable, tangents, donated = tuple(layout.differentiable), tuple(layout.tangents), tuple(layout.donated)
     not_differentiable = [i for i in range(n_out) if i not in set(differentiable)]
 
     def run(call, args):
@@ -181,39 +183,52 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
 
         @staticmethod
         def backward(ctx, *grads):
-            if layout.donates and torch._C._autograd._get_current_graph_task_keep_graph():
-                raise RuntimeError(
-                    "smelt: this compiled backward writes over the activations it was given, so it runs once: "
-                    "call backward without retain_graph=True (or create_graph=True), or compile with "
-                    "torch._functorch.config.donated_buffer = False")
+            if layout.deterministic is False and torch.are_deterministic_algorithms_enabled():
+                raise RuntimeError("smelt: this compiled backward is being run with torch.use_deterministic_algorithms(True), "
+                                   "but its forward was compiled while deterministic algorithms were off")
             args = [*ctx.sizes, *ctx.saved_tensors, *(_coerced(grads[i], t) for i, t in zip(differentiable, tangents))]
             del grads
+            if torch._C._autograd._get_current_graph_task_keep_graph():
+                # The graph is kept (retain_graph, create_graph): a later backward reads these again.
+                for i in donated:
+                    args[i] = _separate_copy(args[i])
             ctx.maybe_clear_saved_tensors()  # the backward frees each saved tensor after its last read
             if torch.is_grad_enabled():  # create_graph=True: first-order gradients only, as AOTAutograd gives
-                return _FirstOrderOnly.apply(lambda: run(backward, args), torch.empty(0, requires_grad=True))
+                needs_anchor = not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+                return _FirstOrderOnly.apply(lambda args: run(backward, args),
+                                             torch.empty(0, requires_grad=True) if needs_anchor else None, *args)
             return tuple(run(backward, args))
 
     return TrainingFunction
 
 
+def _separate_copy(t: torch.Tensor) -> torch.Tensor:
+    """`t` over a copy of its whole storage: a backward reading a saved value as padded rows reads
+    past the view's own elements."""
+    copy = torch.empty(0, dtype=t.dtype, device=t.device)
+    return copy.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+
+
 class _FirstOrderOnly(torch.autograd.Function):
-    """Gradients computed under create_graph=True: they are part of autograd's graph (so a later
-    backward through them is not silently a constant) and differentiating them raises."""
+    """Gradients computed under create_graph=True: connected to what they were computed from (the
+    incoming gradients, saved values; an anchor when nothing there needs grad), so a later backward
+    through them is not silently a constant, and differentiating them raises."""
 
     @staticmethod
-    def forward(ctx, compute, dummy):
-        return tuple(compute())
+    def forward(ctx, compute, anchor, *args):
+        return tuple(compute(list(args)))
 
     @staticmethod
     def backward(ctx, *grads):
-        raise RuntimeError("smelt: a compiled graph's backward cannot be differentiated again (double backward); "
-                           "run that part of the program without torch.compile")
+        raise RuntimeError("smelt: torch.compile does not currently support double backward (a compiled graph's "
+                           "backward differentiated again); run that part of the program without torch.compile")
 
 
 class TrainingGraph:
     """Runs a cached training graph as AOTAutograd's runtime wrapper would: inputs held by the graph
-    first, some inputs detached, the autograd.Function applied with grad mode on, then the version
-    counters of the inputs the graph wrote moved on (a batch norm's running statistics)."""
+    first, some inputs detached, the version counters of the inputs the graph writes moved on (a
+    batch norm's running statistics; before the call, so that what the graph saves is not taken for
+    changed since), then the autograd.Function applied with grad mode on."""
 
     def __init__(self, function: type[torch.autograd.Function], layout: TrainingLayout, bumped=(), held=()):
         self.function = function
@@ -225,8 +240,7 @@ class TrainingGraph:
         args = self.held + list(args)
         for i in self.detach:
             args[i] = args[i].detach()
-        with torch.enable_grad():
-            results = self.function.apply(*args)
         if self.bumped:
             torch.autograd.graph.increment_version(tuple(args[i] for i in self.bumped))
-        return list(results)
+        with torch.enable_grad():
+            return list(self.function.apply(*args))
