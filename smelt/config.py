@@ -147,7 +147,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_COMMIT": Setting(lambda name, raw: raw.strip(), None, "a commit name"),
 }
 # Read by smelt's tests and benchmarks, not by smelt: known, so not warned about.
-OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_MODEL_SUITE")
+OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_TEST_SHARD", "SMELT_MODEL_SUITE")
 
 
 def setting(name: str) -> Any:
