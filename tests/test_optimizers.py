@@ -170,6 +170,36 @@ def test_big_kernels_share_a_launch_only_with_their_own_body(device, compile_fn,
     assert len(combos) == 2 and not any("elif kind == 1:" in c for c in combos), graph.kernel_names
 
 
+def test_a_combo_body_is_generated_only_for_steps_some_alike_step_is_not_ordered_with(device, compile_fn,
+                                                                                       assert_close, observe,
+                                                                                       monkeypatch):
+    """The same small norm in each of several layers, each reading the last: no two can share a
+    launch, so none has its combo body generated (it would be generated again as its own kernel);
+    the same norm over independent tensors shares one launch."""
+    from smelt.codegen.triton import combo
+    inspects_triton_kernels()
+    generated = []
+    real = combo.ComboBodies._generate
+    monkeypatch.setattr(combo.ComboBodies, "_generate", lambda self, step: generated.append(step) or real(self, step))
+    weights = [torch.randn(32, 32, device=device) for _ in range(4)]
+
+    def layers(x):
+        for w in weights:
+            x = torch.nn.functional.layer_norm(x, (32,)) @ w
+        return x
+
+    def apart(xs):
+        return [torch.nn.functional.layer_norm(x, (32,)) for x in xs]
+    x = torch.randn(8, 32, device=device)
+    assert_close(compile_fn(layers)(x), layers(x), atol=1e-4, rtol=1e-4)
+    assert generated == [] and not any("combo" in n for g in observe.compiled_graphs() for n in g.kernel_names)
+    xs = [torch.randn(8, 32, device=device) for _ in range(4)]
+    torch._dynamo.reset()
+    assert_close(compile_fn(apart)(xs), apart(xs), atol=1e-5, rtol=1e-5)
+    assert len(generated) == 4
+    assert sum("combo" in n for n in observe.compiled_graphs()[-1].kernel_names) == 1
+
+
 def test_combo_kernels_off_launches_each_member_alone(device, compile_fn, assert_close, observe):
     import smelt.config
     xs = [torch.randn(s, device=device) for s in SIZES]

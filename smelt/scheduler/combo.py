@@ -214,3 +214,53 @@ def orders_everything(step: Step) -> bool:
     the kernels before and after it."""
     buffer = step.group.nodes[0].buffer
     return buffer.has_side_effects or not buffer.binds_name
+
+
+def with_unordered_partner(steps: list[Step], family: Callable[[Step], Hashable | None]) -> set[int]:
+    """The ids of the steps some other step of the same `family` (None: no family) is not ordered
+    with, directly or through steps between them, by what they read and write, as `combine`
+    orders them. Only those can share a launch: a key that costs work to compute (a generated body)
+    need not be computed for the rest (the same norm in each of a model's layers, each reading the
+    last one's output)."""
+    before: list[int] = []  # per step, a bit per earlier step it is ordered after
+    parents: list[set[int]] = []  # the earlier steps it is directly ordered after
+    last_write: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}  # since the last write
+    fillers: dict[str, list[int]] = {}  # of slices of a shared storage, since the last write
+    for i, step in enumerate(steps):
+        accesses = _Accesses(step)
+        after: set[int] = set()
+        for name in accesses.reads:
+            after.update(fillers.get(name, ()))
+            if name in last_write:
+                after.add(last_write[name])
+        for name in accesses.writes:
+            after.update(readers.get(name, ()))
+            if name in last_write:
+                after.add(last_write[name])
+        for name in accesses.fills:
+            after.update(readers.get(name, ()))
+        bits = 0
+        for j in after:
+            bits |= before[j] | (1 << j)
+        before.append(bits)
+        parents.append(after)
+        for name in accesses.reads:
+            readers.setdefault(name, []).append(i)
+        for name in accesses.writes:
+            last_write[name] = i
+            readers.pop(name, None)
+            fillers.pop(name, None)
+        for name in accesses.fills:
+            fillers.setdefault(name, []).append(i)
+    later = [0] * len(steps)  # per step, a bit per later step ordered after it
+    for i in range(len(steps) - 1, -1, -1):
+        for j in parents[i]:
+            later[j] |= later[i] | (1 << i)
+    families: dict[Hashable, int] = {}
+    family_of = [family(step) for step in steps]
+    for i, f in enumerate(family_of):
+        if f is not None:
+            families[f] = families.get(f, 0) | (1 << i)
+    return {id(step) for i, (step, f) in enumerate(zip(steps, family_of))
+            if f is not None and families[f] & ~(before[i] | later[i] | (1 << i))}

@@ -30,6 +30,7 @@ import dataclasses
 import math
 
 from ...artifact import BlockConfig
+from ...scheduler.combo import with_unordered_partner
 from ...scheduler.schedule import Step
 from ...symbolic import static_int
 from .candidates import combo_candidates
@@ -78,6 +79,8 @@ class ComboBodies:
         # generated twice (once here, once as their own kernel).
         counts = collections.Counter(_outline(s) for s in steps if not s.is_extern)
         self.shared = {outline for outline, n in counts.items() if n > 1}
+        self.steps = steps
+        self._partnered: set[int] | None = None
 
     def alike(self, step: Step) -> bool:
         """Whether another step surely shares this one's body (its outline)."""
@@ -86,10 +89,12 @@ class ComboBodies:
     def key(self, step: Step):
         """(which launches the step may share, its kind), as scheduler/combo.py takes them; None
         for a step never combined."""
+        if self._partnered is None:
+            self._partnered = with_unordered_partner(self.steps, self._family)
+        if id(step) not in self._partnered:  # every step it could share a launch with is ordered with it
+            return None
         elements = _elements(step)
         small = bool(elements and elements <= SMALL)
-        if _outline(step) not in self.shared and not small:
-            return None
         body = self.body(step)
         if body is None:
             return None
@@ -97,6 +102,17 @@ class ComboBodies:
         # A launch runs every member at its widest member's registers and one num_warps: a Qwen2
         # norm's persistent row reduction and its weight's column sum took 90 us together, 65 apart.
         return (launch if small else (*launch, kind)), kind
+
+    def _family(self, step: Step):
+        """What a step's key surely shares with another's: small steps may share any launch on
+        their device; a bigger one only one of its outline."""
+        if step.is_extern:
+            return None
+        elements = _elements(step)
+        if elements and elements <= SMALL:
+            return "small", str(step.group.nodes[0].buffer.get_device()), self.interpret_for(step)
+        outline = _outline(step)
+        return ("outline", outline) if outline in self.shared else None
 
     def body(self, step: Step) -> MemberBody | None:
         if id(step) in self.bodies:
