@@ -24,6 +24,7 @@ per kind of kernel, not one per tensor.
 """
 from __future__ import annotations
 
+import bisect
 import copy
 from typing import Callable, Hashable
 
@@ -216,14 +217,16 @@ def orders_everything(step: Step) -> bool:
     return buffer.has_side_effects or not buffer.binds_name
 
 
-def with_unordered_partner(steps: list[Step], family: Callable[[Step], Hashable | None]) -> set[int]:
-    """The ids of the steps some other step of the same `family` (None: no family) is not ordered
-    with, directly or through steps between them, by what they read and write, as `combine`
-    orders them. Only those can share a launch: a key that costs work to compute (a generated body)
-    need not be computed for the rest (the same norm in each of a model's layers, each reading the
-    last one's output)."""
-    before: list[int] = []  # per step, a bit per earlier step it is ordered after
-    parents: list[set[int]] = []  # the earlier steps it is directly ordered after
+def with_a_possible_partner(steps: list[Step], family: Callable[[Step], Hashable | None]) -> set[int]:
+    """The ids of the steps that `combine` could put in one launch with another step of the same
+    `family` (None: no family): a later step joins an earlier one's combo only by moving back to
+    it, so none of the later step's ancestors (the steps it is ordered after by what they read and
+    write, directly or through others) may lie at or after the earlier one. A key that costs work
+    (a generated body) need not be computed for the others: the same norm in each of a model's
+    layers, each reading the last one's output. (Necessary, not sufficient: the peak memory and
+    the kinds per launch decide too.)"""
+    latest: list[int] = []  # per step, the position of its latest ancestor (-1: none)
+    before: list[int] = []  # per step, a bit per ancestor
     last_write: dict[str, int] = {}
     readers: dict[str, list[int]] = {}  # since the last write
     fillers: dict[str, list[int]] = {}  # of slices of a shared storage, since the last write
@@ -244,7 +247,7 @@ def with_unordered_partner(steps: list[Step], family: Callable[[Step], Hashable 
         for j in after:
             bits |= before[j] | (1 << j)
         before.append(bits)
-        parents.append(after)
+        latest.append(bits.bit_length() - 1)
         for name in accesses.reads:
             readers.setdefault(name, []).append(i)
         for name in accesses.writes:
@@ -253,14 +256,17 @@ def with_unordered_partner(steps: list[Step], family: Callable[[Step], Hashable 
             fillers.pop(name, None)
         for name in accesses.fills:
             fillers.setdefault(name, []).append(i)
-    later = [0] * len(steps)  # per step, a bit per later step ordered after it
-    for i in range(len(steps) - 1, -1, -1):
-        for j in parents[i]:
-            later[j] |= later[i] | (1 << i)
-    families: dict[Hashable, int] = {}
-    family_of = [family(step) for step in steps]
-    for i, f in enumerate(family_of):
+    members: dict[Hashable, list[int]] = {}
+    for i, step in enumerate(steps):
+        f = family(step)
         if f is not None:
-            families[f] = families.get(f, 0) | (1 << i)
-    return {id(step) for i, (step, f) in enumerate(zip(steps, family_of))
-            if f is not None and families[f] & ~(before[i] | later[i] | (1 << i))}
+            members.setdefault(f, []).append(i)
+    possible: set[int] = set()
+    for indices in members.values():
+        for j in indices:
+            # the nearest earlier member past j's latest ancestor, if any
+            k = bisect.bisect_right(indices, latest[j])
+            if k < len(indices) and indices[k] < j:
+                possible.update((id(steps[indices[k]]), id(steps[j])))
+                possible.update(id(steps[i]) for i in indices[k:] if i < j)
+    return possible

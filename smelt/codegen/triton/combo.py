@@ -30,7 +30,7 @@ import dataclasses
 import math
 
 from ...artifact import BlockConfig
-from ...scheduler.combo import with_unordered_partner
+from ...scheduler.combo import with_a_possible_partner
 from ...scheduler.schedule import Step
 from ...symbolic import static_int
 from .candidates import combo_candidates
@@ -90,7 +90,7 @@ class ComboBodies:
         """(which launches the step may share, its kind), as scheduler/combo.py takes them; None
         for a step never combined."""
         if self._partnered is None:
-            self._partnered = with_unordered_partner(self.steps, self._family)
+            self._partnered = with_a_possible_partner(self.steps, self._family)
         if id(step) not in self._partnered:  # every step it could share a launch with is ordered with it
             return None
         elements = _elements(step)
