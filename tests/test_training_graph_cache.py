@@ -85,6 +85,28 @@ def test_outputs_without_grad_and_unused_outputs(cache_dir, device, compile_fn, 
         assert_close(w.grad, expected_grad)
 
 
+def test_an_output_viewing_an_intermediate(cache_dir, device, compile_fn, assert_close):
+    """An output that is a view of the graph's own intermediate (GPT-2's hidden states, reshaped):
+    AOTAutograd returns it through `_unsafe_view`, and so does the hit; such graphs hit too."""
+    torch.manual_seed(0)
+    w = torch.randn(12, 12, device=device, requires_grad=True)
+    x = torch.randn(2, 6, 12, device=device)
+
+    def fn(x):
+        h = torch.tanh(x @ w)
+        return h.view(12, 12), h.sum()
+    expected = fn(x)
+    (expected[0].square().sum() + expected[1]).backward()
+    expected_grad = w.grad.clone()
+    for attempt in range(2):
+        w.grad = None
+        out, stats = compiled_step(fn, x, compile_fn=compile_fn)
+        (out[0].square().sum() + out[1]).backward()
+        expect_counts(stats, attempt)
+        assert_close(out[0], expected[0], atol=1e-5, rtol=1e-5)
+        assert_close(w.grad, expected_grad, atol=1e-4, rtol=1e-4)
+
+
 def test_batch_norm_running_statistics_and_version_counters(cache_dir, device, compile_fn, assert_close, monkeypatch):
     """A training step writes the running statistics inside the graph: after a hit they match eager's,
     and their version counters moved on (autograd's check for tensors written after being saved)."""

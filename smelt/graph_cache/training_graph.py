@@ -35,6 +35,7 @@ class TrainingLayout:
     detach: list[int]  # inputs detached before the call (non-leaves whose gradient is None)
     donated: list[int]  # the backward's arguments it writes over (saved tensors read last there)
     deterministic: bool | None  # torch.are_deterministic_algorithms_enabled() when traced
+    unsafe_views: list[int]  # outputs that are views of an intermediate: returned as plain tensors
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -44,7 +45,7 @@ class TrainingLayout:
         layout = cls(**body)
         if not all(isinstance(v, int) for v in
                    (layout.num_outputs, layout.num_saved_tensors, layout.num_saved_sizes, *layout.differentiable,
-                    *layout.detach, *layout.donated)) or len(layout.tangents) != len(layout.differentiable):
+                    *layout.detach, *layout.donated, *layout.unsafe_views)) or len(layout.tangents) != len(layout.differentiable):
             raise TypeError("a training layout of the wrong form")
         return layout
 
@@ -58,7 +59,7 @@ def check_forward(meta, fw_gm: torch.fx.GraphModule, num_inputs: int, num_output
         raise Uncacheable("it changes an input's shape or strides")
     if meta.mutated_inp_runtime_indices:
         raise Uncacheable("it mutates an input outside the graph")
-    if any(o.output_type.name != "non_alias" for o in meta.output_info):
+    if any(o.output_type.name not in ("non_alias", "unsafe_view_alias") for o in meta.output_info):
         raise Uncacheable("an output aliases an input or another output")
     if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0) \
             or getattr(meta, "is_rng_op_functionalized", False):
@@ -110,7 +111,8 @@ def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outp
         num_outputs=num_outputs, differentiable=differentiable, num_saved_tensors=num_tensors,
         num_saved_sizes=num_sizes, tangents=[_tangent_layout(p.meta.get("val")) for p in placeholders[num_saved:]],
         detach=detach, donated=[i for i, p in enumerate(placeholders) if p.name in donated],
-        deterministic=getattr(meta, "deterministic", None))
+        deterministic=getattr(meta, "deterministic", None),
+        unsafe_views=[i for i, o in enumerate(meta.output_info) if o.output_type.name == "unsafe_view_alias"])
 
 
 def _output_values(gm: torch.fx.GraphModule) -> list:
@@ -159,6 +161,7 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
     its argument list and may clear it)."""
     n_out, n_tensors = layout.num_outputs, layout.num_saved_tensors
     differentiable, tangents, donated = tuple(layout.differentiable), tuple(layout.tangents), tuple(layout.donated)
+    unsafe_views = tuple(layout.unsafe_views)
     not_differentiable = [i for i in range(n_out) if i not in set(differentiable)]
 
     def run(call, args):
@@ -176,7 +179,10 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
             # A saved view would keep its base's autograd history; its data is all the backward reads.
             ctx.save_for_backward(*(t.detach() if t._is_view() else t for t in saved))
             ctx.sizes = tuple(outs[n_out + n_tensors:])
-            results = tuple(outs[:n_out])
+            results = list(outs[:n_out])
+            for i in unsafe_views:  # a view of the graph's own intermediate: autograd is to see a fresh tensor
+                results[i] = torch.ops.aten._unsafe_view(results[i], results[i].shape)
+            results = tuple(results)
             ctx.mark_non_differentiable(*(results[i] for i in not_differentiable))
             ctx._materialize_non_diff_grads = False
             return results
