@@ -90,6 +90,23 @@ def test_the_runner_tells_memory_shared_where_eager_shares_none(monkeypatch, fn,
     assert status == "pass" or "memory with" in result.messages[0]
 
 
+def test_with_cache_hits_the_second_compile_is_judged(monkeypatch):
+    """--cache-hits: each program compiles twice and the second, which the graph cache serves, is
+    the one judged (here a wrong second compile fails the program)."""
+    monkeypatch.setenv(runner.CACHE_HITS, "1")
+    compiles = []
+    real = torch.compile
+
+    def counted(fn, backend, **kw):
+        if backend != "smelt":
+            return real(fn, backend=backend, **kw)
+        compiles.append(fn)
+        return fn if len(compiles) == 1 else (lambda x: (fn(x)[0] * 1.01,))
+    monkeypatch.setattr(runner.torch, "compile", counted)
+    result = runner.judge(lambda x: (x.sin(),), lambda: [torch.linspace(0, 1, 6, requires_grad=True)], backward=True)
+    assert len(compiles) == 2 and result.status == "fail", result.messages
+
+
 def test_an_answer_made_of_rounding_noise_is_ill_conditioned_not_a_failure(monkeypatch):
     # CPU fuzzer #21: the sign of layer_norm's outputs' sum, which is 0 up to rounding. Eager's sign
     # is its noise; a float64 run on inputs scaled by 1 + 2**-30 gets the other sign.

@@ -21,7 +21,7 @@ import warnings
 from .generator import generate
 from .journal import Journal
 from .program import Program, merged
-from .runner import Result, judge_in_subprocess, judge_program
+from .runner import CACHE_HITS, Result, judge_in_subprocess, judge_program
 from .shrinker import shrink
 
 
@@ -243,6 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shrink-budget", type=float, default=120.0, help="seconds spent shrinking each failure")
     ap.add_argument("--cuda-compile-check", action="store_true",
                     help="also compile interpreted Triton kernels for sm_90 (sets SMELT_CHECK_CUDA_COMPILE=1)")
+    ap.add_argument("--cache-hits", action="store_true",
+                    help="judge each program's second compile, served by the graph cache (a fresh folder)")
     ap.add_argument("--in-process", action="store_true",
                     help="run here, without a supervising process (a segfault then ends the run)")
     ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
@@ -251,6 +253,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cuda_compile_check:  # read per compile; the judging and shrinking subprocesses inherit it
         os.environ["SMELT_CHECK_CUDA_COMPILE"] = "1"
+    if args.cache_hits and not os.environ.get(CACHE_HITS):  # the supervised children inherit all three
+        os.environ.update({CACHE_HITS: "1", "SMELT_GRAPH_CACHE": "1",
+                           "SMELT_CACHE_DIR": tempfile.mkdtemp(prefix="smelt-fuzz-cache-")})
     warnings.filterwarnings("ignore")
     logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
     import smelt  # noqa: F401  (registers the backend)
