@@ -41,13 +41,8 @@ def expect_counts(stats, attempt):
         assert dict(stats) == {"dynamo_hit": 1}, dict(stats)
 
 
-def test_a_training_step_hits_and_gives_eagers_gradients(cache_dir, device, compile_fn, assert_close):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4)).to(device)
-    x = torch.randn(8, 16, device=device)
-
-    def step(x):
-        return model(x).square().mean()
+def matches_eager_twice(model, step, x, compile_fn, assert_close, tolerance):
+    """`step(x)`'s loss and the model's gradients (same dtype as eager's), stored then hit."""
     expected = step(x)
     expected.backward()
     expected_grads = grads(model)
@@ -56,9 +51,20 @@ def test_a_training_step_hits_and_gives_eagers_gradients(cache_dir, device, comp
         out, stats = compiled_step(step, x, compile_fn=compile_fn)
         out.backward()
         expect_counts(stats, attempt)
-        assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        assert_close(out, expected, atol=tolerance, rtol=tolerance)
         for name, grad in grads(model).items():
-            assert_close(grad, expected_grads[name], atol=1e-5, rtol=1e-5)
+            assert grad.dtype == expected_grads[name].dtype
+            assert_close(grad, expected_grads[name], atol=tolerance, rtol=tolerance)
+
+
+def test_a_training_step_hits_and_gives_eagers_gradients(cache_dir, device, compile_fn, assert_close):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4)).to(device)
+    x = torch.randn(8, 16, device=device)
+
+    def step(x):
+        return model(x).square().mean()
+    matches_eager_twice(model, step, x, compile_fn, assert_close, tolerance=1e-5)
 
 
 def test_outputs_without_grad_and_unused_outputs(cache_dir, device, compile_fn, assert_close):
@@ -163,18 +169,7 @@ def test_autocast_training_step(cache_dir, device, compile_fn, assert_close):
     def step(x):
         with torch.autocast(device, dtype=torch.bfloat16):
             return model(x).float().square().mean()
-    expected = step(x)
-    expected.backward()
-    expected_grads = grads(model)
-    for attempt in range(2):
-        model.zero_grad()
-        out, stats = compiled_step(step, x, compile_fn=compile_fn)
-        out.backward()
-        expect_counts(stats, attempt)
-        assert_close(out, expected, atol=2e-2, rtol=2e-2)
-        for name, grad in grads(model).items():
-            assert grad.dtype == torch.float32
-            assert_close(grad, expected_grads[name], atol=2e-2, rtol=2e-2)
+    matches_eager_twice(model, step, x, compile_fn, assert_close, tolerance=2e-2)
 
 
 def test_a_gradient_in_another_layout_is_given_the_traced_one(cache_dir, device, compile_fn, assert_close):
