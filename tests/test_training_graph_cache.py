@@ -371,3 +371,32 @@ def test_deterministic_algorithms_turned_on_before_the_backward_raise(cache_dir,
                 out.backward()
         finally:
             torch.use_deterministic_algorithms(False)
+
+
+def test_outputs_aliasing_inputs_are_views_of_them_again(cache_dir, device, compile_fn, assert_close):
+    """An output that views an input, or is one, is made again from the input after the call, as
+    AOTAutograd makes it: it shares the input's memory, writes through it show in the input (a
+    buffer the graph itself wrote included), and gradients flow through the view to the input."""
+    torch.manual_seed(0)
+
+    def fn(x, w, buffer):
+        buffer.add_(1)
+        return x.t(), w, (x * w).sum(), buffer.view(-1)
+    for attempt in range(2):
+        x = torch.randn(3, 4, device=device, requires_grad=True)
+        w = torch.randn(3, 4, device=device, requires_grad=True)
+        buffer = torch.zeros(2, 2, device=device)
+        out, stats = compiled_step(fn, x, w, buffer, compile_fn=compile_fn)
+        (out[0].square().sum() + out[1].sum() * 2 + out[2]).backward()
+        expect_counts(stats, attempt)
+        assert out[1] is w and out[0].data_ptr() == x.data_ptr() and out[0]._base is x
+        assert out[3].data_ptr() == buffer.data_ptr()
+        assert_close(buffer, torch.ones(2, 2, device=device))
+        out[3].add_(1)
+        assert_close(buffer, torch.full((2, 2), 2.0, device=device))
+        x_eager, w_eager = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = fn(x_eager, w_eager, torch.zeros(2, 2, device=device))
+        (expected[0].square().sum() + expected[1].sum() * 2 + expected[2]).backward()
+        assert_close(x.grad, x_eager.grad, atol=1e-5, rtol=1e-5)
+        assert_close(w.grad, w_eager.grad, atol=1e-5, rtol=1e-5)
+        assert [o.requires_grad for o in out] == [o.requires_grad for o in expected]

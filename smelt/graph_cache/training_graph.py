@@ -24,6 +24,11 @@ import torch
 
 from .fingerprint import Uncacheable
 
+# AOTAutograd's output types: outputs the autograd.Function returns, and outputs it makes again from
+# an input after the call (a view of it, or the input itself).
+PLAIN = ("non_alias", "unsafe_view_alias")
+INPUT_ALIASES = ("alias_of_input", "is_input")
+
 
 @dataclasses.dataclass
 class TrainingLayout:
@@ -36,6 +41,7 @@ class TrainingLayout:
     donated: list[int]  # the backward's arguments it writes over (saved tensors read last there)
     deterministic: bool | None  # torch.are_deterministic_algorithms_enabled() when traced
     unsafe_views: list[int]  # outputs that are views of an intermediate: returned as plain tensors
+    aliases: list[list]  # [output, input, whether it is the input itself, requires grad]: made from the input
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -45,7 +51,8 @@ class TrainingLayout:
         layout = cls(**body)
         if not all(isinstance(v, int) for v in
                    (layout.num_outputs, layout.num_saved_tensors, layout.num_saved_sizes, *layout.differentiable,
-                    *layout.detach, *layout.donated, *layout.unsafe_views)) or len(layout.tangents) != len(layout.differentiable):
+                    *layout.detach, *layout.donated, *layout.unsafe_views, *(v for a in layout.aliases for v in a))) \
+                or any(len(a) != 4 for a in layout.aliases) or len(layout.tangents) != len(layout.differentiable):
             raise TypeError("a training layout of the wrong form")
         return layout
 
@@ -59,8 +66,15 @@ def check_forward(meta, fw_gm: torch.fx.GraphModule, num_inputs: int, num_output
         raise Uncacheable("it changes an input's shape or strides")
     if meta.mutated_inp_runtime_indices:
         raise Uncacheable("it mutates an input outside the graph")
-    if any(o.output_type.name not in ("non_alias", "unsafe_view_alias") for o in meta.output_info):
-        raise Uncacheable("an output aliases an input or another output")
+    if any(o.output_type.name not in PLAIN + INPUT_ALIASES for o in meta.output_info):
+        raise Uncacheable("an output aliases another output or an intermediate")
+    inputs = [p.meta.get("val") for p in fw_gm.graph.find_nodes(op="placeholder")]
+    for o, value in zip(meta.output_info, _output_values(fw_gm)):
+        if o.output_type.name in INPUT_ALIASES:
+            value, base = _kind_value(value), inputs[o.base_idx] if 0 <= o.base_idx < len(inputs) else None
+            if not isinstance(base, torch.Tensor) or not isinstance(value, torch.Tensor) \
+                    or value.dtype != base.dtype or value.is_complex():
+                raise Uncacheable("an output views an input as another dtype")
     if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0) \
             or getattr(meta, "is_rng_op_functionalized", False):
         raise Uncacheable("AOTAutograd adds outputs, effect tokens or RNG state")
@@ -98,8 +112,8 @@ def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outp
             or [_kind(p) for p in placeholders[:num_saved]] != ["size"] * num_sizes + ["tensor"] * num_tensors:
         raise Uncacheable("the backward does not take the saved sizes, the saved tensors, then the tangents")
     donated = bw_gm.meta.get("smelt_donated_inputs") or ()
-    differentiable = [i for i, o in enumerate(meta.output_info)
-                      if getattr(o, "requires_grad_for_backward", o.requires_grad)]
+    differentiable = [i for i, o in enumerate(meta.output_info) if o.output_type.name in PLAIN
+                      and getattr(o, "requires_grad_for_backward", o.requires_grad)]
     if len(differentiable) != num_tangents:
         raise Uncacheable("the backward's tangents are not one for each output that requires grad")
     grads = _output_values(bw_gm)
@@ -112,13 +126,19 @@ def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outp
         num_saved_sizes=num_sizes, tangents=[_tangent_layout(p.meta.get("val")) for p in placeholders[num_saved:]],
         detach=detach, donated=[i for i, p in enumerate(placeholders) if p.name in donated],
         deterministic=getattr(meta, "deterministic", None),
-        unsafe_views=[i for i, o in enumerate(meta.output_info) if o.output_type.name == "unsafe_view_alias"])
+        unsafe_views=[i for i, o in enumerate(meta.output_info) if o.output_type.name == "unsafe_view_alias"],
+        aliases=[[i, o.base_idx, o.output_type.name == "is_input", bool(o.requires_grad)]
+                 for i, o in enumerate(meta.output_info) if o.output_type.name in INPUT_ALIASES])
 
 
 def _output_values(gm: torch.fx.GraphModule) -> list:
     output = next(iter(reversed(gm.graph.find_nodes(op="output"))))
     values = output.args[0]
     return list(values) if isinstance(values, (list, tuple)) else [values]
+
+
+def _kind_value(value):
+    return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
 
 
 def _kind(value) -> str:
@@ -158,11 +178,15 @@ def _coerced(grad: torch.Tensor, layout) -> torch.Tensor:
 
 def training_function(forward, backward, layout: TrainingLayout, autocast: bool) -> type[torch.autograd.Function]:
     """An autograd.Function running the compiled `forward` and `backward` (boxed calls: each takes
-    its argument list and may clear it)."""
+    its argument list and may clear it). Its first argument is a list it puts the outputs aliasing
+    inputs in (TrainingGraph makes them again from the inputs); it returns the other outputs."""
     n_out, n_tensors = layout.num_outputs, layout.num_saved_tensors
-    differentiable, tangents, donated = tuple(layout.differentiable), tuple(layout.tangents), tuple(layout.donated)
-    unsafe_views = tuple(layout.unsafe_views)
-    not_differentiable = [i for i in range(n_out) if i not in set(differentiable)]
+    aliased = {a[0] for a in layout.aliases}
+    returned = [i for i in range(n_out) if i not in aliased]
+    position = {i: k for k, i in enumerate(returned)}
+    differentiable = tuple(position[i] for i in layout.differentiable)
+    tangents, donated, unsafe_views = tuple(layout.tangents), tuple(layout.donated), tuple(layout.unsafe_views)
+    not_differentiable = [position[i] for i in returned if i not in set(layout.differentiable)]
 
     def run(call, args):
         if autocast:  # the casts autocast made are in the graphs: their ATen calls must not be cast again
@@ -172,7 +196,7 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
 
     class TrainingFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, *args):
+        def forward(ctx, aliases, *args):
             outs = run(forward, list(args))
             del args
             saved = outs[n_out:n_out + n_tensors]
@@ -182,8 +206,9 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
             results = list(outs[:n_out])
             for i in unsafe_views:  # a view of the graph's own intermediate: autograd is to see a fresh tensor
                 results[i] = torch.ops.aten._unsafe_view(results[i], results[i].shape)
-            results = tuple(results)
-            ctx.mark_non_differentiable(*(results[i] for i in not_differentiable))
+            aliases.extend(results[a[0]] for a in layout.aliases)
+            results = tuple(results[i] for i in returned)
+            ctx.mark_non_differentiable(*(results[k] for k in not_differentiable))
             ctx._materialize_non_diff_grads = False
             return results
 
@@ -192,7 +217,7 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
             if layout.deterministic is False and torch.are_deterministic_algorithms_enabled():
                 raise RuntimeError("smelt: this compiled backward is being run with torch.use_deterministic_algorithms(True), "
                                    "but its forward was compiled while deterministic algorithms were off")
-            args = [*ctx.sizes, *ctx.saved_tensors, *(_coerced(grads[i], t) for i, t in zip(differentiable, tangents))]
+            args = [*ctx.sizes, *ctx.saved_tensors, *(_coerced(grads[k], t) for k, t in zip(differentiable, tangents))]
             del grads
             if torch._C._autograd._get_current_graph_task_keep_graph():
                 # The graph is kept (retain_graph, create_graph): a later backward reads these again.
@@ -201,9 +226,9 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
             ctx.maybe_clear_saved_tensors()  # the backward frees each saved tensor after its last read
             if torch.is_grad_enabled():  # create_graph=True: first-order gradients only, as AOTAutograd gives
                 needs_anchor = not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-                return _FirstOrderOnly.apply(lambda args: run(backward, args),
-                                             torch.empty(0, requires_grad=True) if needs_anchor else None, *args)
-            return tuple(run(backward, args))
+                return (None, *_FirstOrderOnly.apply(lambda args: run(backward, args),
+                                                     torch.empty(0, requires_grad=True) if needs_anchor else None, *args))
+            return (None, *run(backward, args))
 
     return TrainingFunction
 
@@ -234,19 +259,42 @@ class TrainingGraph:
     """Runs a cached training graph as AOTAutograd's runtime wrapper would: inputs held by the graph
     first, some inputs detached, the version counters of the inputs the graph writes moved on (a
     batch norm's running statistics; before the call, so that what the graph saves is not taken for
-    changed since), then the autograd.Function applied with grad mode on."""
+    changed since), the autograd.Function applied with grad mode on, then the outputs aliasing an
+    input made again from it (a view of the input in autograd's eyes, as in eager)."""
 
     def __init__(self, function: type[torch.autograd.Function], layout: TrainingLayout, bumped=(), held=()):
         self.function = function
         self.detach = tuple(layout.detach)
         self.bumped = tuple(bumped)
         self.held = list(held)
+        self.num_outputs = layout.num_outputs
+        self.aliases = {a[0]: tuple(a[1:]) for a in layout.aliases}
 
     def __call__(self, *args):
-        args = self.held + list(args)
+        inputs = self.held + list(args)
+        args = list(inputs)
         for i in self.detach:
             args[i] = args[i].detach()
         if self.bumped:
             torch.autograd.graph.increment_version(tuple(args[i] for i in self.bumped))
+        aliases: list = []
         with torch.enable_grad():
-            return list(self.function.apply(*args))
+            returned = iter(self.function.apply(aliases, *args))
+        if not self.aliases:
+            return list(returned)
+        made = iter(aliases)
+        return [_alias_of(inputs, next(made), *self.aliases[i]) if i in self.aliases else next(returned)
+                for i in range(self.num_outputs)]
+
+
+def _alias_of(inputs: list, made: torch.Tensor, base: int, is_input: bool, requires_grad: bool) -> torch.Tensor:
+    """The output the graph made as a view of input `base` (or as that input), made again from it."""
+    if is_input:
+        return inputs[base]
+    source = inputs[base]
+    out = source.as_strided(made.size(), made.stride(), made.storage_offset())
+    if source.requires_grad and not requires_grad:
+        out = out.detach()
+    elif requires_grad and not source.requires_grad:
+        out.requires_grad_(True)
+    return out
