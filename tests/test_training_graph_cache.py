@@ -400,3 +400,17 @@ def test_outputs_aliasing_inputs_are_views_of_them_again(cache_dir, device, comp
         assert_close(x.grad, x_eager.grad, atol=1e-5, rtol=1e-5)
         assert_close(w.grad, w_eager.grad, atol=1e-5, rtol=1e-5)
         assert [o.requires_grad for o in out] == [o.requires_grad for o in expected]
+
+
+def test_a_view_of_an_expanded_input_keeps_its_elements_apart(cache_dir, device, compile_fn, assert_close):
+    """A view of an input whose elements share memory (expanded) is not made again with as_strided,
+    whose gradient would add the elements' gradients together (fuzz seed 3011 with --cache-hits):
+    such a graph compiles as before, and its gradients are eager's."""
+    def fn(x):
+        return x.squeeze(), (x * torch.arange(2.0, device=x.device)).sum()
+    for attempt in range(2):
+        x = torch.tensor([1.5], device=device).expand(2).requires_grad_()
+        out, stats = compiled_step(fn, x, compile_fn=compile_fn)
+        (out[0] * torch.tensor([1.0, 3.0], device=device)).sum().add(out[1]).backward()
+        assert stats.get("dynamo_hit", 0) == 0, dict(stats)
+        assert_close(x.grad, torch.tensor([1.0, 4.0], device=device))

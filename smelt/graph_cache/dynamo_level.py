@@ -7,8 +7,9 @@ When a later process meets the same Dynamo graph with the same inputs, it can ru
 graph directly and skip AOTAutograd's tracing. A graph qualifies only when that is provably so,
 checked on AOTAutograd's own metadata while the first process compiles it: no input mutations
 other than data written inside the graph (an optimizer's in-place updates; the wrapper then only
-bumps those inputs' version counters, as AOTAutograd's does), no outputs aliasing inputs or each other, no effect tokens, no tensor subclasses, no grad-mode change
-inside, a single inference graph. Anything else compiles as usual. A graph compiled under autocast
+bumps those inputs' version counters, as AOTAutograd's does), outputs aliasing an input made again
+from it after the call (as the wrapper makes them) and none aliasing each other or an intermediate,
+no effect tokens, no tensor subclasses, no grad-mode change inside, a single inference graph. Anything else compiles as usual. A graph compiled under autocast
 (whose state is in the key) runs with autocast off, as AOTAutograd's wrapper runs it: the casts
 autocast made are in the ATen graph, and its ATen calls must not be cast again.
 """
@@ -24,7 +25,8 @@ from ..runtime.launcher import items_getter
 from . import enabled, load_generated, stats
 from .fingerprint import Uncacheable, digest, dynamo_graph_text, environment_text
 from .store import read_entry, write_entry
-from .training_graph import TrainingGraph, TrainingLayout, check_forward, describe, saved_kinds, training_function
+from .training_graph import (TrainingGraph, TrainingLayout, check_forward, describe, input_aliases, made_again,
+                             saved_kinds, training_function)
 
 log = logging.getLogger("smelt.graph_cache")
 
@@ -46,6 +48,7 @@ class DynamoCacheSlot:
         self.inference_key = None
         self.forward = None  # a training graph's (forward key, forward ATen graph), once compiled
         self.bumped: list[int] = []  # inputs written in the graph whose version counters move
+        self.aliases: list[list] = []  # an inference graph's outputs aliasing inputs (training_graph.input_aliases)
         self.reason = None  # why the graph does not qualify, once known
         self.autocast = torch._C._is_any_autocast_enabled()  # AOTAutograd's disable_amp
         if not enabled(cfg):
@@ -97,7 +100,11 @@ class DynamoCacheSlot:
         if training:
             function = training_function(compiled[0].call, compiled[1].call, layout, self.autocast)
             return TrainingGraph(function, layout, bumped, self.held)
-        return InferenceGraph(compiled[0].call, bumped, self.held, self.autocast)
+        aliases = body.get("aliases", [])
+        if not all(isinstance(a, list) and len(a) == 4 and 0 <= a[1] < self.num_inputs for a in aliases):
+            log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
+            return None
+        return InferenceGraph(compiled[0].call, bumped, self.held, self.autocast, aliases)
 
     def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:
         """Called by smelt's AOTAutograd compilers for every ATen graph of this Dynamo graph; a
@@ -110,7 +117,7 @@ class DynamoCacheSlot:
             if compiled.cache_key is None:
                 raise Uncacheable(f"its {kind} ATen graph is not cached")
             if kind == "inference":
-                self.bumped = _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
+                self.bumped, self.aliases = _check_plain_inference(aten_gm, self.num_inputs, self.num_outputs)
                 self.inference_key = compiled.cache_key
             elif kind == "forward":
                 meta = _fw_metadata()
@@ -140,7 +147,7 @@ class DynamoCacheSlot:
             return
         write_entry(self.cfg.cache_dir, "dynamo", self.key,
                     {"aten_key": self.inference_key, "num_inputs": self.num_inputs, "bump_versions": self.bumped,
-                     "autocast": self.autocast})
+                     "autocast": self.autocast, "aliases": self.aliases})
         stats["dynamo_stored"] += 1
 
 
@@ -150,8 +157,9 @@ class InferenceGraph:
     relies on them), then the graph called with grad mode off (and autocast off, for a graph
     compiled under it)."""
 
-    def __init__(self, call, bumped=(), held=(), autocast: bool = False):
+    def __init__(self, call, bumped=(), held=(), autocast: bool = False, aliases=()):
         self.call = call
+        self.aliases = list(aliases)
         self.bumped = tuple(bumped)
         self.held = list(held)
         self.autocast = autocast
@@ -173,7 +181,7 @@ class InferenceGraph:
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
-        return result
+        return made_again(result, args, self.aliases) if self.aliases else result
 
 
 def _count_outputs(gm: torch.fx.GraphModule) -> int:
@@ -194,17 +202,17 @@ def _bumped_versions(meta) -> list[int]:
     return list(bumped or [])
 
 
-def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> list[int]:
-    """The inputs whose version counters AOTAutograd's wrapper moves; raises Uncacheable unless
-    that and turning grad mode off is all the wrapper does (see the module docstring)."""
+def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> tuple[list[int], list[list]]:
+    """The inputs whose version counters AOTAutograd's wrapper moves, and the outputs it makes again
+    from an input; raises Uncacheable unless that and turning grad mode off is all the wrapper
+    does (see the module docstring)."""
     meta = _fw_metadata()
     if meta is None:
         raise Uncacheable("AOTAutograd's metadata is not available")
     if any(i.mutates_metadata or getattr(i, "mutates_storage_metadata", False) for i in meta.input_info):
         raise Uncacheable("it changes an input's shape or strides")
     bumped = _bumped_versions(meta)
-    if any(o.output_type.name != "non_alias" for o in meta.output_info):
-        raise Uncacheable("an output aliases an input or another output")
+    aliases = input_aliases(meta, aten_gm)
     if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0):
         raise Uncacheable("AOTAutograd adds outputs, effect tokens or RNG state")
     if getattr(meta, "grad_enabled_mutation", None) is not None:
@@ -215,4 +223,4 @@ def _check_plain_inference(aten_gm, num_inputs: int, num_outputs: int) -> list[i
     placeholders = sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder")
     if placeholders != num_inputs or len(meta.output_info) != num_outputs or _count_outputs(aten_gm) != num_outputs:
         raise Uncacheable("AOTAutograd changed the inputs or outputs")
-    return bumped
+    return bumped, aliases

@@ -66,15 +66,7 @@ def check_forward(meta, fw_gm: torch.fx.GraphModule, num_inputs: int, num_output
         raise Uncacheable("it changes an input's shape or strides")
     if meta.mutated_inp_runtime_indices:
         raise Uncacheable("it mutates an input outside the graph")
-    if any(o.output_type.name not in PLAIN + INPUT_ALIASES for o in meta.output_info):
-        raise Uncacheable("an output aliases another output or an intermediate")
-    inputs = [p.meta.get("val") for p in fw_gm.graph.find_nodes(op="placeholder")]
-    for o, value in zip(meta.output_info, _output_values(fw_gm)):
-        if o.output_type.name in INPUT_ALIASES:
-            value, base = _kind_value(value), inputs[o.base_idx] if 0 <= o.base_idx < len(inputs) else None
-            if not isinstance(base, torch.Tensor) or not isinstance(value, torch.Tensor) \
-                    or value.dtype != base.dtype or value.is_complex():
-                raise Uncacheable("an output views an input as another dtype")
+    input_aliases(meta, fw_gm)
     if meta.num_intermediate_bases or getattr(meta, "tokens", None) or getattr(meta, "num_graphsafe_rng_states", 0) \
             or getattr(meta, "is_rng_op_functionalized", False):
         raise Uncacheable("AOTAutograd adds outputs, effect tokens or RNG state")
@@ -127,8 +119,36 @@ def describe(meta, saved: tuple[int, int], bw_gm: torch.fx.GraphModule, num_outp
         detach=detach, donated=[i for i, p in enumerate(placeholders) if p.name in donated],
         deterministic=getattr(meta, "deterministic", None),
         unsafe_views=[i for i, o in enumerate(meta.output_info) if o.output_type.name == "unsafe_view_alias"],
-        aliases=[[i, o.base_idx, o.output_type.name == "is_input", bool(o.requires_grad)]
-                 for i, o in enumerate(meta.output_info) if o.output_type.name in INPUT_ALIASES])
+        aliases=input_aliases(meta, None))
+
+
+def input_aliases(meta, gm: torch.fx.GraphModule | None) -> list[list]:
+    """[output, input, whether it is the input itself, whether it requires grad] for each output
+    aliasing an input; raises Uncacheable for outputs aliasing anything else, and (given the ATen
+    graph) for a view of an input as another dtype."""
+    if any(o.output_type.name not in PLAIN + INPUT_ALIASES for o in meta.output_info):
+        raise Uncacheable("an output aliases another output or an intermediate")
+    aliases = [[i, o.base_idx, o.output_type.name == "is_input", bool(o.requires_grad)]
+               for i, o in enumerate(meta.output_info) if o.output_type.name in INPUT_ALIASES]
+    if gm is not None and aliases:
+        inputs = [p.meta.get("val") for p in gm.graph.find_nodes(op="placeholder")]
+        values = _output_values(gm)
+        for i, base, _, _ in aliases:
+            value, source = _kind_value(values[i]), inputs[base] if 0 <= base < len(inputs) else None
+            if not isinstance(source, torch.Tensor) or not isinstance(value, torch.Tensor) \
+                    or value.dtype != source.dtype or value.is_complex():
+                raise Uncacheable("an output views an input as another dtype")
+            # as_strided's gradient treats an input's elements that share memory (an expanded
+            # input) as one: eager's view ops keep them apart.
+            if torch._debug_has_internal_overlap(source) != 0:
+                raise Uncacheable("an output views an input whose elements share memory")
+    return aliases
+
+
+def made_again(outputs: list, inputs: list, aliases: list[list]) -> list:
+    """An inference graph's outputs with those aliasing an input made again from it."""
+    by_output = {a[0]: a[1:] for a in aliases}
+    return [_alias_of(inputs, o, *by_output[i]) if i in by_output else o for i, o in enumerate(outputs)]
 
 
 def _output_values(gm: torch.fx.GraphModule) -> list:
