@@ -9,8 +9,8 @@ checked on AOTAutograd's own metadata while the first process compiles it: no in
 other than data written inside the graph (an optimizer's in-place updates; the wrapper then only
 bumps those inputs' version counters, as AOTAutograd's does), outputs aliasing an input made again
 from it after the call (as the wrapper makes them) and none aliasing each other or an intermediate,
-no effect tokens, no tensor subclasses, no grad-mode change inside, a single inference graph. Anything else compiles as usual. A graph compiled under autocast
-(whose state is in the key) runs with autocast off, as AOTAutograd's wrapper runs it: the casts
+no effect tokens, no tensor subclasses, no grad-mode change inside, a single inference graph.
+Anything else compiles as usual. A graph compiled under autocast (whose state is in the key) runs with autocast off, as AOTAutograd's wrapper runs it: the casts
 autocast made are in the ATen graph, and its ATen calls must not be cast again.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ class DynamoCacheSlot:
         self.key = None
         self.compiled_kinds: list[str] = []
         self.inference_key = None
-        self.forward = None  # a training graph's (forward key, forward ATen graph), once compiled
+        self.forward = None  # a training graph's (forward key, AOTAutograd's metadata, saved_kinds), once compiled
         self.bumped: list[int] = []  # inputs written in the graph whose version counters move
         self.aliases: list[list] = []  # an inference graph's outputs aliasing inputs (training_graph.input_aliases)
         self.reason = None  # why the graph does not qualify, once known
@@ -75,10 +75,13 @@ class DynamoCacheSlot:
             layout = TrainingLayout.from_json(body["layout"]) if training else None
         except (KeyError, TypeError):
             layout = None
+        aliases = layout.aliases if layout is not None else body.get("aliases", [])
+        inputs = range(self.num_inputs)
         if body.get("num_inputs") != self.num_inputs or not all(isinstance(k, str) for k in keys) \
-                or not all(isinstance(i, int) and 0 <= i < self.num_inputs for i in bumped) \
+                or not all(isinstance(i, int) and i in inputs for i in bumped) \
                 or body.get("autocast", False) != self.autocast or (training and layout is None) \
-                or (layout is not None and not all(0 <= i < self.num_inputs for i in layout.detach)):
+                or (layout is not None and not all(i in inputs for i in layout.detach)) \
+                or not all(isinstance(a, list) and len(a) == 4 and a[1] in inputs for a in aliases):
             log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
             return None
         graphs = []
@@ -100,10 +103,6 @@ class DynamoCacheSlot:
         if training:
             function = training_function(compiled[0].call, compiled[1].call, layout, self.autocast)
             return TrainingGraph(function, layout, bumped, self.held)
-        aliases = body.get("aliases", [])
-        if not all(isinstance(a, list) and len(a) == 4 and 0 <= a[1] < self.num_inputs for a in aliases):
-            log.warning("smelt: ignoring Dynamo graph cache entry %s with a wrong layout", self.key)
-            return None
         return InferenceGraph(compiled[0].call, bumped, self.held, self.autocast, aliases)
 
     def observe_compile(self, kind: str, aten_gm: torch.fx.GraphModule, compiled) -> None:

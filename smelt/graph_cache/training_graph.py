@@ -8,9 +8,12 @@ it: the forward returns the user's outputs, then the tensors it saves for the ba
 sizes it saves; the backward takes the sizes, the tensors, then one gradient for each output that
 requires grad, and returns one gradient (or None) for each input. Outputs that do not require grad
 are marked non-differentiable; incoming gradients are given the layout the backward was traced for;
-inputs whose gradient is always None and that are not leaves are detached, as AOTAutograd does.
-Anything else (inputs mutated outside the graph, outputs aliasing inputs or each other, effect
-tokens, functionalized RNG, tensor subclasses, saved values of other kinds) compiles as usual.
+inputs whose gradient is always None and that are not leaves are detached; outputs that view an
+input (or are one) are made again from it after the call, outputs that view the graph's own
+intermediate go through `_unsafe_view`: all as AOTAutograd does. Anything else (inputs mutated
+outside the graph, outputs aliasing each other or an intermediate, views of an input whose
+elements share memory, effect tokens, functionalized RNG, tensor subclasses, saved values of other
+kinds) compiles as usual.
 
 The layout is a small JSON record (`TrainingLayout`), so nothing of AOTAutograd's private
 structures is stored: those differ between torch 2.11 and 2.13, the graphs' calling convention
@@ -134,7 +137,7 @@ def input_aliases(meta, gm: torch.fx.GraphModule | None) -> list[list]:
         inputs = [p.meta.get("val") for p in gm.graph.find_nodes(op="placeholder")]
         values = _output_values(gm)
         for i, base, _, _ in aliases:
-            value, source = _kind_value(values[i]), inputs[base] if 0 <= base < len(inputs) else None
+            value, source = _value_of(values[i]), inputs[base] if 0 <= base < len(inputs) else None
             if not isinstance(source, torch.Tensor) or not isinstance(value, torch.Tensor) \
                     or value.dtype != source.dtype or value.is_complex():
                 raise Uncacheable("an output views an input as another dtype")
@@ -157,13 +160,13 @@ def _output_values(gm: torch.fx.GraphModule) -> list:
     return list(values) if isinstance(values, (list, tuple)) else [values]
 
 
-def _kind_value(value):
+def _value_of(value):
+    """A graph value's example (a node's "val")."""
     return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
 
 
 def _kind(value) -> str:
-    if isinstance(value, torch.fx.Node):
-        value = value.meta.get("val")
+    value = _value_of(value)
     if isinstance(value, torch.Tensor):
         return "tensor"
     if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
