@@ -223,8 +223,9 @@ def with_a_possible_partner(steps: list[Step], family: Callable[[Step], Hashable
     it, so none of the later step's ancestors (the steps it is ordered after by what they read and
     write, directly or through others) may lie at or after the earlier one. A key that costs work
     (a generated body) need not be computed for the others: the same norm in each of a model's
-    layers, each reading the last one's output. (Necessary, not sufficient: the peak memory and
-    the kinds per launch decide too.)"""
+    layers, each reading the last one's output. The peak memory and the kinds per launch decide
+    too; an ancestor that itself moves back into an earlier launch is not foreseen, and a step
+    left out for it stays alone (the same combos as keying every step, on six suite models' graphs)."""
     latest: list[int] = []  # per step, the position of its latest ancestor (-1: none)
     before: list[int] = []  # per step, a bit per ancestor
     last_write: dict[str, int] = {}
