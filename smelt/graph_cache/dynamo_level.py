@@ -138,7 +138,7 @@ class DynamoCacheSlot:
 
     def commit(self) -> None:
         """After AOTAutograd: write the entry of an inference graph that turned out to qualify."""
-        if self.key is None or self.compiled_kinds == ["forward"]:  # a training graph's waits for its backward
+        if self.key is None or "forward" in self.compiled_kinds:  # a training graph's is written by its backward
             return
         if self.compiled_kinds != ["inference"] or self.inference_key is None:
             log.debug("smelt: Dynamo graph not cached: %s",
