@@ -414,3 +414,35 @@ def test_a_view_of_an_expanded_input_keeps_its_elements_apart(cache_dir, device,
         (out[0] * torch.tensor([1.0, 3.0], device=device)).sum().add(out[1]).backward()
         assert stats.get("dynamo_hit", 0) == 0, dict(stats)
         assert_close(x.grad, torch.tensor([1.0, 4.0], device=device))
+
+
+def test_activation_checkpointing_hits(cache_dir, device, compile_fn, assert_close):
+    """A checkpointed region is a higher-order op over a subgraph in Dynamo's graph: keyed by the
+    subgraph's code, its training step hits and recomputes in the backward as compiled."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to(device)
+    x = torch.randn(8, 16, device=device)
+
+    def step(x):
+        return checkpoint(model, x, use_reentrant=False).square().mean()
+    matches_eager_twice(model, step, x, compile_fn, assert_close, tolerance=1e-5)
+
+
+def test_checkpointing_with_a_context_fn_compiles_as_before(cache_dir, device, compile_fn, assert_close):
+    """A checkpoint's context_fn (selective checkpointing) is user code the key cannot show."""
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    x = torch.randn(4, 8, device=device)
+
+    def policy_context():
+        return create_selective_checkpoint_contexts([torch.ops.aten.mm.default])
+
+    def step(x):
+        return checkpoint(lambda y: torch.sin(y @ w), x, use_reentrant=False, context_fn=policy_context).sum()
+    expected = torch.autograd.grad(step(x), w)[0]
+    for _ in range(2):
+        out, stats = compiled_step(step, x, compile_fn=compile_fn)
+        assert_close(torch.autograd.grad(out, w)[0], expected, atol=1e-5, rtol=1e-5)
+        assert stats.get("dynamo_hit", 0) == 0 and stats.get("dynamo_stored", 0) == 0, dict(stats)

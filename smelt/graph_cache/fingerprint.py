@@ -176,7 +176,9 @@ def _check_target(target) -> None:
             raise Uncacheable(f"it calls the custom op {target}")
         return
     if isinstance(target, torch._ops.HigherOrderOperator):
-        raise Uncacheable(f"it calls {target.name()}")
+        if target.name() not in _KEYED_HIGHER_ORDER:
+            raise Uncacheable(f"it calls {target.name()}")
+        return
     if target in (operator.getitem,):
         return
     module = getattr(target, "__module__", None) or ""
@@ -184,17 +186,40 @@ def _check_target(target) -> None:
         raise Uncacheable(f"it calls {getattr(target, '__qualname__', target)} from {module or 'unknown code'}")
 
 
-def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs, attributes=frozenset()) -> str:
-    """The code of a Dynamo graph and the metadata of its inputs. `attributes` are the names of
-    the tensors it holds (AOTAutograd's leading inputs), whose metadata `example_inputs` includes."""
+# Higher-order ops keyed by their printed call and their subgraphs' code, when every other argument
+# is a value or a literal (activation checkpointing without a user's context_fn).
+_KEYED_HIGHER_ORDER = frozenset({"tag_activation_checkpoint"})
+
+
+def _code_text(gm: torch.fx.GraphModule, attributes=frozenset()) -> list[str]:
+    """A Dynamo graph's code and its subgraphs', raising Uncacheable for what the code does not say."""
     lines = [gm.code]
     for node in gm.graph.nodes:
         if node.op == "get_attr" and node.target in attributes:
+            continue
+        if node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.fx.GraphModule) \
+                and all(isinstance(user.target, torch._ops.HigherOrderOperator) for user in node.users):
+            subgraph = getattr(gm, node.target)
+            if any(callable(v) for v in getattr(subgraph, "meta", {}).values()):
+                raise Uncacheable(f"its subgraph {node.target} carries code of its own (a checkpoint's context_fn)")
+            lines += [f"subgraph {node.target}:", *_code_text(subgraph)]
             continue
         if node.op in ("get_attr", "call_module"):
             raise Uncacheable(f"the graph holds {node.op} {node.target}")
         if node.op == "call_function":
             _check_target(node.target)
+            if isinstance(node.target, torch._ops.HigherOrderOperator) and not all(
+                    isinstance(v, (torch.fx.Node, bool, int, float, str, type(None)))
+                    for v in (*node.args, *node.kwargs.values())):
+                raise Uncacheable(f"{node.target.name()} takes an argument its printed call does not show")
+    return lines
+
+
+def dynamo_graph_text(gm: torch.fx.GraphModule, example_inputs, attributes=frozenset()) -> str:
+    """The code of a Dynamo graph (and of its subgraphs) and the metadata of its inputs. `attributes`
+    are the names of the tensors it holds (AOTAutograd's leading inputs), whose metadata
+    `example_inputs` includes."""
+    lines = _code_text(gm, attributes)
     shapes = SymbolicFacts()
     for x in example_inputs:
         if isinstance(x, torch.SymInt):  # a size Dynamo passes as an input of a graph of symbolic sizes
