@@ -266,8 +266,8 @@ def with_a_possible_partner(steps: list[Step], family: Callable[[Step], Hashable
     for indices in members.values():
         for j in indices:
             # the nearest earlier member past j's latest ancestor, if any
-            k = bisect.bisect_right(indices, latest[j])
-            if k < len(indices) and indices[k] < j:
-                possible.update((id(steps[indices[k]]), id(steps[j])))
-                possible.update(id(steps[i]) for i in indices[k:] if i < j)
+            k, own = bisect.bisect_right(indices, latest[j]), bisect.bisect_left(indices, j)
+            if k < own:  # j may join any of indices[k:own]
+                possible.add(id(steps[j]))
+                possible.update(id(steps[i]) for i in indices[k:own])
     return possible
