@@ -84,8 +84,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         try:
             halide_threads.wanted = cfg.halide_openmp  # read when the process first loads a Halide kernel
             with clock.stage("load"):
+                # A training graph's GPU kernels still compile when it returns: the forward's while
+                # its backward is lowered (backend.py), the backward's while the forward first runs.
                 compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg), cfg.cuda_graphs, cfg.progress,
-                                    cfg.compile_workers)
+                                    cfg.compile_workers, defer_builds=kind in ("forward", "backward"))
             break
         except HalideRefusedKernel as e:
             # Halide's own compiler rejects some valid programs (issue 20's fuzz finding Halide #4):

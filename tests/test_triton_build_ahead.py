@@ -73,3 +73,70 @@ def test_a_worker_starts_warm_for_triton_without_torch():
     finally:
         worker.close()
     assert reply["ok"] is False and "nonexistent" in reply["error"] and reply["torch_loaded"] is False
+
+
+def test_batches_submitted_together_share_the_workers_one_job_at_a_time():
+    # A training graph's forward batch still compiles when its backward's is submitted (assemble's
+    # defer_builds): each worker must take one job at a time, or replies go to the wrong batch.
+    def jobs(tag):
+        return [{"backend": "triton", "name": f"{tag}{i}", "path": f"/nonexistent/{tag}{i}.py", "spec": [],
+                 "constexprs": {}, "num_warps": 4, "capability": [9, 0], "options": {},
+                 "folder": f"/nonexistent/{tag}{i}"} for i in range(6)]
+    first, second = compile_pool.submit(jobs("a"), 2), compile_pool.submit(jobs("b"), 2)
+    for tag, batch in (("b", second), ("a", first)):
+        replies = batch.wait()
+        assert sorted(r["name"] for r in replies) == [f"{tag}{i}" for i in range(6)]
+        assert all(not r["ok"] and f"{tag}" in r["error"] for r in replies)
+    assert first.done and second.done
+
+
+def test_a_training_graph_waits_for_its_builds_at_its_first_call(tmp_path, monkeypatch):
+    # The forward's and backward's kernels are still compiling in the workers when each compile
+    # returns; each graph's first call waits for them, so no launch compiles in this process.
+    from smelt.runtime import assemble
+    compiled_here, deferred = [], []
+    compile_binary = kernel_binaries.compile_binary
+    monkeypatch.setattr(kernel_binaries, "compile_binary",
+                        lambda f, spec, *a, **k: compiled_here.append(spec) or compile_binary(f, spec, *a, **k))
+    after_builds = assemble._AfterBuilds
+    monkeypatch.setattr(assemble, "_AfterBuilds",
+                        lambda graph, building, call: deferred.append(graph.kind) or after_builds(graph, building, call))
+
+    def step(x, w, b):
+        return (torch.softmax(x @ w, -1).relu() + b).square().mean()
+
+    args = [torch.randn(32, 48, requires_grad=True), torch.randn(48, 48, requires_grad=True),
+            torch.randn(48, requires_grad=True)]
+    expected = torch.autograd.grad(step(*args), args)
+    torch._dynamo.reset()
+    with smelt.config.override(cpu_backend="triton", check_cuda_compile=True, graph_cache=True, compile_workers=2,
+                               cache_dir=str(tmp_path)):
+        loss = torch.compile(step, backend="smelt")(*args)
+        actual = torch.autograd.grad(loss, args)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    assert sorted(deferred) == ["backward", "forward"]
+    assert compiled_here == []
+
+
+@pytest.mark.parametrize("kept", ["retain_graph", "create_graph"])
+def test_a_backward_lowered_with_its_forward_runs_twice_over_a_kept_graph(kept, tmp_path):
+    # Lowered before its first backward, the backward writes over the activations AOTAutograd
+    # donates; a kept graph's backward gets copies of them, so a second backward reads the
+    # values the forward saved (AOTAutograd would refuse the kept graph: its check is smelt's now).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 1))
+    x = torch.randn(32, 16)
+    expected = [g * 2 for g in torch.autograd.grad(model(x).sum(), list(model.parameters()))]
+    torch._dynamo.reset()
+    with smelt.config.override(cpu_backend="triton", check_cuda_compile=True, graph_cache=True, compile_workers=2,
+                               cache_dir=str(tmp_path)):
+        loss = torch.compile(model, backend="smelt")(x).sum()
+        graphs = {g.kind: g for g in smelt.observe.compiled_graphs()}
+        assert "backward" in graphs  # lowered with its forward, before any backward ran
+        assert graphs["backward"].copied_when_kept  # and writing over saved activations
+        first = torch.autograd.grad(loss, list(model.parameters()), **{kept: True})
+        second = torch.autograd.grad(loss, list(model.parameters()))
+    for a, b, e in zip(first, second, expected):
+        torch.testing.assert_close(a.detach() + b, e)

@@ -14,9 +14,12 @@ host or its GPU is slower, and where.
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import os
 import pstats
+import statistics
+import time
 
 import torch
 
@@ -26,16 +29,44 @@ from smelt.tools.model_suite.timing import measure_case
 from smelt.tools.model_suite.zoo import all_specs
 
 
-def gpu_kernels(fn) -> tuple[int, float]:
-    """Kernels one call launches and their summed GPU ms."""
+def gpu_kernels(fn) -> tuple[int, float, str]:
+    """Kernels one call launches, their summed GPU ms, and the CUDA runtime calls other than launches
+    with the GPU's copies (a blocking copy or a free makes the host wait for the GPU every call,
+    which cProfile does not show as Python time)."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return len(events), sum(e.device_time for e in events) / 1e3
+    runtime = collections.Counter()
+    for e in prof.events():
+        name = e.name
+        if e.device_type == torch.autograd.DeviceType.CUDA and not name.startswith(("Memcpy", "Memset")):
+            continue
+        if e.device_type != torch.autograd.DeviceType.CUDA and not name.startswith(("cuda", "cu")):
+            continue
+        if "LaunchKernel" in name or name.startswith(("cudaGetDevice", "cudaDeviceSynchronize")):
+            continue
+        runtime[name] += 1
+    other = ", ".join(f"{n} x{c}" for n, c in runtime.most_common(12)) or "none"
+    return len(events), sum(e.device_time for e in events) / 1e3, other
+
+
+def idle_calls(fn, device, calls: int = 15) -> str:
+    """Host ms of a call started on an idle GPU (returning before its kernels end, unless the call
+    waits for the GPU inside) and the call's ms to the GPU's end, medians."""
+    host, total = [], []
+    for _ in range(calls):
+        timing._sync(device)
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        timing._sync(device)
+        host.append((t1 - t0) * 1e3)
+        total.append((time.perf_counter() - t0) * 1e3)
+    return f"idle calls: host {statistics.median(host):.3f} ms, to the GPU's end {statistics.median(total):.3f} ms"
 
 
 def profiled_rounds(lines: int):
@@ -47,8 +78,9 @@ def profiled_rounds(lines: int):
             turns = " ".join(f"{t:.2f}" for t in result["ms_turns"][name])
             kernels = ""
             if torch.device(device).type == "cuda":
-                count, gpu_ms = gpu_kernels(fn)
-                kernels = f"; one call's GPU kernels: {count}, {gpu_ms:.3f} ms"
+                count, gpu_ms, other = gpu_kernels(fn)
+                kernels = (f"; one call's GPU kernels: {count}, {gpu_ms:.3f} ms; other CUDA calls: {other}; "
+                           f"{idle_calls(fn, device)}")
             print(f"== {name}: turns {turns}{kernels}", flush=True)
             if name == "eager":
                 continue

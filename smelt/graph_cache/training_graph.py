@@ -25,6 +25,7 @@ import dataclasses
 
 import torch
 
+from ..runtime.compiled_graph import separate_copy
 from .fingerprint import Uncacheable
 
 # AOTAutograd's output types: outputs the autograd.Function returns, and outputs it makes again from
@@ -245,7 +246,7 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
             if torch._C._autograd._get_current_graph_task_keep_graph():
                 # The graph is kept (retain_graph, create_graph): a later backward reads these again.
                 for i in donated:
-                    args[i] = _separate_copy(args[i])
+                    args[i] = separate_copy(args[i])
             ctx.maybe_clear_saved_tensors()  # the backward frees each saved tensor after its last read
             if torch.is_grad_enabled():  # create_graph=True: first-order gradients only, as AOTAutograd gives
                 needs_anchor = not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
@@ -254,13 +255,6 @@ def training_function(forward, backward, layout: TrainingLayout, autocast: bool)
             return (None, *run(backward, args))
 
     return TrainingFunction
-
-
-def _separate_copy(t: torch.Tensor) -> torch.Tensor:
-    """`t` over a copy of its whole storage: a backward reading a saved value as padded rows reads
-    past the view's own elements."""
-    copy = torch.empty(0, dtype=t.dtype, device=t.device)
-    return copy.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
 
 
 class _FirstOrderOnly(torch.autograd.Function):

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib
+import time
 
+from .. import compile_stages
 from ..artifact import GeneratedGraph, GeneratedKernel
 from ..backend_registry import BACKENDS
 from ..errors import KernelCompileError
@@ -14,20 +16,29 @@ from .loader import source_path
 
 
 def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda_graphs: bool = False,
-             progress_bar: bool = False, compile_workers: int = 1) -> CompiledGraph:
+             progress_bar: bool = False, compile_workers: int = 1, defer_builds: bool = False) -> CompiledGraph:
     """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries).
     `cuda_graphs`: a graph on CUDA is called through CUDA graph recordings (see cuda_graphs.py).
     `progress_bar`: a slow build draws a bar on a terminal (smelt/progress.py).
-    `compile_workers`: processes a backend may compile kernels in at once (its `build_ahead`)."""
+    `compile_workers`: processes a backend may compile kernels in at once (its `build_ahead`).
+    `defer_builds`: kernels whose binaries are first needed at their launch (Triton's) may still be
+    compiling when this returns; the graph's first call waits for them."""
     namespace = {}
     keep_binaries_in(cache_dir if keep_kernels else None)
     kernel_paths = {k.name: source_path(cache_dir, k.name, k.source) for k in generated.kernels}
+    building = []  # compile_pool.Batch-es the first call waits for
     if compile_workers > 1:
-        for backend in {k.backend for k in generated.kernels}:
-            build_ahead = getattr(runtime_module(backend), "build_ahead", None)
-            if build_ahead is not None:  # kernels compiled in parallel, then loaded below from the cache
-                build_ahead([k for k in generated.kernels if k.backend == backend], kernel_paths, cache_dir,
-                            compile_workers, keep_kernels)
+        for backend in sorted({k.backend for k in generated.kernels}):
+            module = runtime_module(backend)
+            build_ahead = getattr(module, "build_ahead", None)
+            if build_ahead is None:
+                continue
+            kernels = [k for k in generated.kernels if k.backend == backend]
+            if defer_builds and getattr(module, "BINARIES_AT_FIRST_LAUNCH", False):
+                batch = build_ahead(kernels, kernel_paths, cache_dir, compile_workers, keep_kernels, wait=False)
+                building += [batch] if batch is not None else []
+            else:  # kernels compiled in parallel, then loaded below from the cache
+                build_ahead(kernels, kernel_paths, cache_dir, compile_workers, keep_kernels)
     progress = Progress(generated.title, len(generated.kernels), bar=progress_bar)
     for kernel in generated.kernels:
         namespace[kernel.name] = loader(kernel)(kernel, kernel_paths[kernel.name], cache_dir, keep_kernels)
@@ -40,12 +51,33 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda
     if cuda_graphs and "cuda" in namespace["GRAPH_DEVICE_TYPES"]:
         call = GraphedCall(call, generated.title, namespace["size_key"], namespace["MUTATED_INPUTS"],
                            namespace["CUDA_GRAPH_BLOCKERS"])
-    return CompiledGraph(
+    compiled = CompiledGraph(
         kind=generated.kind, call=call, kernel_names=[k.name for k in generated.kernels],
         kernel_sources={k.name: k.source for k in generated.kernels}, kernel_paths=kernel_paths,
         fallback_ops=list(generated.fallback_ops), wrapper_source=generated.wrapper_source,
         wrapper_path=wrapper_path, cache_key=generated.cache_key,
         planned_peak_bytes=namespace.get("PLANNED_PEAK_BYTES"))
+    if building:
+        compiled.call = _AfterBuilds(compiled, building, call)
+    return compiled
+
+
+class _AfterBuilds:
+    """A graph's call until its first: waits for its kernels' builds (their wait counts in the graph's
+    `load` stage), then leaves the plain call, `call`, in its place."""
+
+    def __init__(self, graph: CompiledGraph, building: list, call):
+        self.graph, self.building, self.call = graph, building, call
+
+    def __call__(self, args):
+        start = time.perf_counter()
+        for batch in self.building:
+            batch.wait()
+        waited = time.perf_counter() - start
+        self.graph.stage_seconds["load"] = self.graph.stage_seconds.get("load", 0.0) + waited
+        compile_stages.totals["load"] += waited
+        self.graph.call = self.call
+        return self.call(args)
 
 
 def runtime_module(backend: str):

@@ -12,7 +12,8 @@ Processes, not threads: Halide's compiler writes its messages to fd 1, which hal
 redirects process-wide, and Triton's compile holds the GIL for most of its time. A worker imports
 no torch, so it starts in about 0.1 s (0.4 s more for Triton); workers stay up for the process's
 later graphs and end with it. `start` launches them ahead of need, already importing a backend's
-compiler, while Dynamo and AOTAutograd trace.
+compiler, while Dynamo and AOTAutograd trace. `submit` returns without waiting: a training graph's
+forward kernels compile while the main process lowers its backward (pipeline.py).
 """
 from __future__ import annotations
 
@@ -35,9 +36,14 @@ class _Worker:
         self.process = subprocess.Popen([sys.executable, WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, bufsize=1)
         self.unread = 0  # replies to jobs sent without waiting (warm-ups), read before the next reply
+        self.lock = threading.Lock()  # one job at a time: batches submitted together share the workers
 
     def send(self, job: dict) -> None:
         """Sends a job whose reply is not awaited (a warm-up)."""
+        with self.lock:
+            self._send(job)
+
+    def _send(self, job: dict) -> None:
         try:
             self.process.stdin.write(json.dumps(job) + "\n")
             self.process.stdin.flush()
@@ -46,6 +52,10 @@ class _Worker:
             pass
 
     def compile(self, job: dict) -> dict:
+        with self.lock:
+            return self._compile(job)
+
+    def _compile(self, job: dict) -> dict:
         try:
             self.process.stdin.write(json.dumps(job) + "\n")
             self.process.stdin.flush()
@@ -103,9 +113,33 @@ def _close_all() -> None:
     _workers.clear()
 
 
-def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
-    """Runs the jobs (each names its "backend" and "name"; compile_worker.py reads the rest)
-    `workers` at a time; returns the replies, each {"name", "ok", "error"?, "seconds"}."""
+class Batch:
+    """Jobs handed to the workers; `wait` returns their replies once every one is in."""
+
+    def __init__(self, threads: list[threading.Thread], replies: list[dict]):
+        self.threads = threads
+        self.replies = replies
+        self.waited = False
+
+    def wait(self) -> list[dict]:
+        for t in self.threads:
+            t.join()
+        if not self.waited:
+            self.waited = True
+            for reply in self.replies:
+                if not reply["ok"]:
+                    log.debug("smelt: kernel %s did not compile in a worker (%s)", reply["name"], reply.get("error"))
+        return self.replies
+
+    @property
+    def done(self) -> bool:
+        return not any(t.is_alive() for t in self.threads)
+
+
+def submit(jobs: list[dict], workers: int) -> Batch:
+    """Starts the jobs (each names its "backend" and "name"; compile_worker.py reads the rest)
+    `workers` at a time and returns at once; the Batch's `wait` gives the replies, each
+    {"name", "ok", "error"?, "seconds"}."""
     pending: queue.Queue = queue.Queue()
     for job in jobs:
         pending.put(job)
@@ -122,12 +156,12 @@ def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     threads = [threading.Thread(target=drain, args=(w,), name="smelt-compile") for w in _pool(min(workers, len(jobs)))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
-    for reply in replies:
-        if not reply["ok"]:
-            log.debug("smelt: kernel %s did not compile in a worker (%s)", reply["name"], reply.get("error"))
-    return replies
+    return Batch(threads, replies)
+
+
+def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
+    """`submit`, then wait for the replies."""
+    return submit(jobs, workers).wait()
 
 
 def compile_ahead(kernels: list[tuple[str, str, str | None]], cache_dir: str, workers: int) -> int:

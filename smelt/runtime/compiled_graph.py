@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 
 @dataclasses.dataclass
 class CompiledGraph:
@@ -22,6 +24,10 @@ class CompiledGraph:
     padded_saved: dict = dataclasses.field(default_factory=dict)
     # With SMELT_FREEZE_WEIGHTS: the prologue computing values from weights alone (lowering/frozen_weights.py).
     folded_weights: object = None
+    # A backward's arguments it writes over, given as copies when autograd keeps the graph
+    # (retain_graph, create_graph): set where smelt, not AOTAutograd, guards its donated buffers
+    # (backend._take_over_donation).
+    copied_when_kept: tuple = ()
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs
@@ -31,6 +37,15 @@ class CompiledGraph:
     def __call__(self, *args):
         # Some AOTAutograd paths (a lazily compiled backward) call unboxed; graph inputs are
         # tensors and numbers, never lists, so a single list argument is the boxed form.
-        if len(args) == 1 and isinstance(args[0], list):
-            return self.call(args[0])
-        return self.call(list(args))
+        args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
+        if self.copied_when_kept and torch._C._autograd._get_current_graph_task_keep_graph():
+            for i in self.copied_when_kept:  # a later backward over the kept graph reads them again
+                args[i] = separate_copy(args[i])
+        return self.call(args)
+
+
+def separate_copy(t: torch.Tensor) -> torch.Tensor:
+    """`t` over a copy of its whole storage: a backward reading a saved value as padded rows reads
+    past the view's own elements."""
+    copy = torch.empty(0, dtype=t.dtype, device=t.device)
+    return copy.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())

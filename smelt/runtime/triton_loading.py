@@ -10,7 +10,7 @@ from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import LAUNCH_DESCRIPTION, ComboLauncher
-from .compile_pool import run_jobs
+from .compile_pool import submit
 from .cuda_binary import keep_launcher_in
 from .cuda_compile_check import CAPABILITY, CudaCompileCheck
 from .kernel_binaries import KernelVariants, folder_for, variant_key
@@ -20,18 +20,24 @@ from . import table_writer
 from .table_writer import writer_for
 from .triton_cubin import compile_options
 
+# A kernel's binary is looked for at its first launch, not when it is loaded: a graph's builds may
+# still run when it is assembled (assemble's `defer_builds`).
+BINARIES_AT_FIRST_LAUNCH = True
+
 # CPU tables are host tensors. The tests write them with the interpreted writer instead, to check on
 # the CPU the logic of the GPU's written tables (tests/test_combo_tables.py).
 WRITE_CPU_TABLES = False
 
 
 def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir: str, workers: int,
-                keep_kernels: bool) -> None:
+                keep_kernels: bool, wait: bool = True):
     """The GPU binaries of kernels whose launch codegen could describe (GeneratedKernel.launch_guess),
     compiled `workers` at a time into the cache (compile_pool.py), where their first launch finds
-    them. Also the CUDA forms that SMELT_CHECK_CUDA_COMPILE compiles for interpreted kernels."""
+    them. Also the CUDA forms that SMELT_CHECK_CUDA_COMPILE compiles for interpreted kernels.
+    `wait=False`: returns the compile_pool.Batch still compiling (None when there is nothing to
+    compile), which must be waited for before the first launch."""
     if workers < 2 or not keep_kernels:  # binaries are found only where they are kept
-        return
+        return None
     jobs = {}
     for kernel in kernels:
         job = _ahead_job(kernel, paths[kernel.name], cache_dir)
@@ -43,8 +49,13 @@ def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir
             for job in table_writer.ahead_jobs(count, cache_dir, torch.cuda.get_device_capability()):
                 if not os.path.isdir(job["folder"]):
                     jobs[job["folder"]] = job
-    if jobs:
-        run_jobs(list(jobs.values()), workers)
+    if not jobs:
+        return None
+    batch = submit(list(jobs.values()), workers)
+    if wait:
+        batch.wait()
+        return None
+    return batch
 
 
 def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | None:
