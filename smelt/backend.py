@@ -101,16 +101,29 @@ class _Compiler:
         return compiled
 
 
+def lowers_backward_with_forward(cfg, cuda: bool) -> bool:
+    """Whether a training graph's backward is lowered right after its forward, while the workers
+    build the forward's GPU kernels (pipeline.py), rather than at the first backward after waiting
+    for them: ResNet-50's cold AMP training first call 45.8 -> 33.2 s on the H200. A forward whose
+    backward never runs pays for the backward's compile."""
+    builds_deferred = graph_cache.enabled(cfg) and cfg.compile_workers > 1 and (
+        cuda or (cfg.check_cuda_compile and cfg.backend_for("cpu") == "triton"))  # the CPU's stand-in for tests
+    return builds_deferred and hasattr(functorch_config, "force_non_lazy_backward_lowering")
+
+
 def _take_over_donation(gm: torch.fx.GraphModule, compiled) -> None:
     """A backward lowered with its forward is compiled before its first backward says whether the
     graph is kept (retain_graph, create_graph). AOTAutograd's lazy compile would then leave out its
     donated buffers; its runtime refuses a kept graph on a backward compiled with them. smelt keeps
-    them and takes the check over: under a kept graph the backward gets copies of what it writes over
-    (CompiledGraph.copied_when_kept), and AOTAutograd's list, which its check reads at each backward,
-    is emptied in place (the forward's metadata and the runtime's share the list)."""
-    placeholders = gm.graph.find_nodes(op="placeholder")
-    donated = gm.meta.get("smelt_donated_inputs") or ()
-    compiled.copied_when_kept = tuple(i for i, p in enumerate(placeholders) if p.name in donated)
+    them and takes the check over: under a kept graph the backward gets copies of the ones whose memory
+    it hands to other buffers (CompiledGraph.copied_when_kept; about what a backward compiled without
+    donation would allocate), and AOTAutograd's list, which its check reads at each backward, is
+    emptied in place (the forward's metadata and the runtime's share the list)."""
+    written = compiled.namespace.get("WRITTEN_DONATED_INPUTS")
+    if written is None:  # a wrapper from before it said which (graph cache): every donated input
+        donated = gm.meta.get("smelt_donated_inputs") or ()
+        written = [i for i, p in enumerate(gm.graph.find_nodes(op="placeholder")) if p.name in donated]
+    compiled.copied_when_kept = tuple(written)
     meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
     listed = getattr(meta, "bw_donated_idxs", None)
     if listed:
@@ -122,7 +135,22 @@ class _BackwardCompiler(_Compiler):
     # compile the backward lazily, from inside a compiled region.
     def __call__(self, gm, example_inputs):
         compile_backward = torch._dynamo.disable(super().__call__)
-        return torch._dynamo.disable(compile_backward(gm, example_inputs))
+        try:
+            return torch._dynamo.disable(compile_backward(gm, example_inputs))
+        except Exception as e:
+            if not self.pair.get("lowered_with_forward"):
+                raise
+            # Lowered with its forward, the backward's failure would fail the forward's compile:
+            # it is raised where a lazily compiled backward's is, at the first backward.
+            log.debug("smelt: the backward did not compile; raised at the first backward: %s", e)
+            return _raises_when_called(e)
+
+
+def _raises_when_called(error: Exception):
+    def backward(args):
+        raise error
+    backward._boxed_call = True
+    return backward
 
 
 def _partition_joint_graph(joint_module, joint_inputs, **kwargs):
@@ -158,12 +186,7 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         prepare_compiler()
         if graph_cache.enabled(cfg):  # where binaries are kept, workers compile them (triton_loading.build_ahead):
             compile_pool.start(cfg.compile_workers, "triton")  # they import Triton's compiler while AOTAutograd traces
-    # The backward lowered right after the forward, while the workers build the forward's GPU kernels
-    # (pipeline.py), rather than at the first backward after waiting for them: ResNet-50's cold AMP
-    # training compile 45.8 -> 33.2 s on the H200. A forward whose backward never runs pays for it.
-    builds_deferred = graph_cache.enabled(cfg) and cfg.compile_workers > 1 and (
-        cuda or (cfg.check_cuda_compile and cfg.backend_for("cpu") == "triton"))  # the CPU's stand-in for tests
-    pair["lowered_with_forward"] = builds_deferred and hasattr(functorch_config, "force_non_lazy_backward_lowering")
+    pair["lowered_with_forward"] = lowers_backward_with_forward(cfg, cuda)
     if cfg.attention_rewrite:
         target_for = targets_for(cfg)
         handwritten_attention_to_sdpa(gm, lambda device_type, training: switched_on(

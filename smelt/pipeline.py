@@ -9,7 +9,7 @@ import time
 import torch
 
 from . import config as config_module
-from . import graph_cache, observe
+from . import compile_stages, graph_cache, observe
 from .artifact import GeneratedGraph
 from .codegen import backends
 from .codegen.wrapper import WrapperCodegen
@@ -87,7 +87,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
                 # A training graph's GPU kernels still compile when it returns: the forward's while
                 # its backward is lowered (backend.py), the backward's while the forward first runs.
                 compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg), cfg.cuda_graphs, cfg.progress,
-                                    cfg.compile_workers, defer_builds=kind in ("forward", "backward"))
+                                    cfg.compile_workers, defer_builds=kind in ("forward", "backward"),
+                                    builds_waited=_count_waited_builds)
             break
         except HalideRefusedKernel as e:
             # Halide's own compiler rejects some valid programs (issue 20's fuzz finding Halide #4):
@@ -118,6 +119,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     log.debug("smelt: %s graph compiled in %s", kind, ", ".join(f"{k} {v:.3f} s" for k, v in clock.seconds.items()))
     observe.record(compiled)
     return compiled
+
+
+def _count_waited_builds(compiled: CompiledGraph, seconds: float) -> None:
+    """A graph's first call waited `seconds` for its kernels' builds: part of its `load` stage."""
+    compiled.stage_seconds["load"] = compiled.stage_seconds.get("load", 0.0) + seconds
+    compile_stages.totals["load"] += seconds
 
 
 def _compile_subgraphs_read_back(gm: torch.fx.GraphModule, generated: GeneratedGraph) -> None:

@@ -254,6 +254,13 @@ class WrapperCodegen:
                         written.add(names[arg.name])
         return sorted(written)
 
+    def written_donated_inputs(self) -> list[int]:
+        """Positions of the donated inputs (a backward's saved activations) whose memory a later
+        buffer takes over, in place or from the pool."""
+        taken = set(self.schedule.reuses.values()) | set(self.schedule.pool.values())
+        return [position for position, (name, _) in enumerate(self.graph.inputs)
+                if name in self.graph.donated_inputs and name in taken]
+
     def graph_facts(self, out: IndentedBuffer) -> None:
         """What runtime/cuda_graphs.py reads of the graph: the values its sizes are made of (one
         recording per distinct tuple), the inputs it writes, and why it cannot be recorded."""
@@ -264,6 +271,8 @@ class WrapperCodegen:
             self.graph_blockers.append("it has CPU tensors")
         out.writeline(f"GRAPH_DEVICE_TYPES = {tuple(sorted(devices))!r}")
         out.writeline(f"MUTATED_INPUTS = {tuple(self.mutated_inputs())!r}")
+        if self.graph.donated_inputs:  # what a kept graph's backward must be given copies of (backend.py)
+            out.writeline(f"WRITTEN_DONATED_INPUTS = {tuple(self.written_donated_inputs())!r}")
         out.writeline(f"CUDA_GRAPH_BLOCKERS = {tuple(dict.fromkeys(self.graph_blockers))!r}")
         # The most bytes of buffers this wrapper allocates that are alive at once (inputs not counted).
         out.writeline(f"PLANNED_PEAK_BYTES = {self.peak!r}{self.peak_comment()}")

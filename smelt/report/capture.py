@@ -103,8 +103,10 @@ class Capture:
 
     def _on_graph(self, graph) -> None:
         self.graphs.append(graph)
-        call = getattr(graph.call, "call", graph.call)  # a CUDA graph recording's own call
-        namespace = getattr(call, "__globals__", {})
+        namespace = getattr(graph, "namespace", None)
+        if not namespace:  # a graph assembled elsewhere: its call's module
+            call = getattr(graph.call, "call", graph.call)  # a CUDA graph recording's own call
+            namespace = getattr(call, "__globals__", {})
         for name in graph.kernel_names:
             launcher = namespace.get(name)
             if launcher is not None and not isinstance(launcher, _Counted):

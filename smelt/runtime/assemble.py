@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib
 import time
 
-from .. import compile_stages
 from ..artifact import GeneratedGraph, GeneratedKernel
 from ..backend_registry import BACKENDS
 from ..errors import KernelCompileError
@@ -16,13 +15,15 @@ from .loader import source_path
 
 
 def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda_graphs: bool = False,
-             progress_bar: bool = False, compile_workers: int = 1, defer_builds: bool = False) -> CompiledGraph:
+             progress_bar: bool = False, compile_workers: int = 1, defer_builds: bool = False,
+             builds_waited=None) -> CompiledGraph:
     """`keep_kernels`: GPU kernels' compiled binaries are kept in `cache_dir` (see kernel_binaries).
     `cuda_graphs`: a graph on CUDA is called through CUDA graph recordings (see cuda_graphs.py).
     `progress_bar`: a slow build draws a bar on a terminal (smelt/progress.py).
     `compile_workers`: processes a backend may compile kernels in at once (its `build_ahead`).
     `defer_builds`: kernels whose binaries are first needed at their launch (Triton's) may still be
-    compiling when this returns; the graph's first call waits for them."""
+    compiling when this returns; the graph's first call waits for them, then calls
+    `builds_waited(graph, seconds)`."""
     namespace = {}
     keep_binaries_in(cache_dir if keep_kernels else None)
     kernel_paths = {k.name: source_path(cache_dir, k.name, k.source) for k in generated.kernels}
@@ -56,26 +57,25 @@ def assemble(generated: GeneratedGraph, cache_dir: str, keep_kernels: bool, cuda
         kernel_sources={k.name: k.source for k in generated.kernels}, kernel_paths=kernel_paths,
         fallback_ops=list(generated.fallback_ops), wrapper_source=generated.wrapper_source,
         wrapper_path=wrapper_path, cache_key=generated.cache_key,
-        planned_peak_bytes=namespace.get("PLANNED_PEAK_BYTES"))
+        planned_peak_bytes=namespace.get("PLANNED_PEAK_BYTES"), namespace=namespace)
     if building:
-        compiled.call = _AfterBuilds(compiled, building, call)
+        compiled.call = _AfterBuilds(compiled, building, call, builds_waited)
     return compiled
 
 
 class _AfterBuilds:
-    """A graph's call until its first: waits for its kernels' builds (their wait counts in the graph's
-    `load` stage), then leaves the plain call, `call`, in its place."""
+    """A graph's call until its first: waits for its kernels' builds, then leaves the plain call,
+    `call`, in its place."""
 
-    def __init__(self, graph: CompiledGraph, building: list, call):
-        self.graph, self.building, self.call = graph, building, call
+    def __init__(self, graph: CompiledGraph, building: list, call, waited=None):
+        self.graph, self.building, self.call, self.waited = graph, building, call, waited
 
     def __call__(self, args):
         start = time.perf_counter()
         for batch in self.building:
             batch.wait()
-        waited = time.perf_counter() - start
-        self.graph.stage_seconds["load"] = self.graph.stage_seconds.get("load", 0.0) + waited
-        compile_stages.totals["load"] += waited
+        if self.waited is not None:
+            self.waited(self.graph, time.perf_counter() - start)
         self.graph.call = self.call
         return self.call(args)
 

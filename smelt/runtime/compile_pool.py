@@ -48,7 +48,7 @@ class _Worker:
             self.process.stdin.write(json.dumps(job) + "\n")
             self.process.stdin.flush()
             self.unread += 1
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):  # ValueError: its pipe closed at exit
             pass
 
     def compile(self, job: dict) -> dict:
@@ -63,7 +63,7 @@ class _Worker:
                 self.process.stdout.readline()
                 self.unread -= 1
             line = self.process.stdout.readline()
-        except (BrokenPipeError, OSError) as e:
+        except (BrokenPipeError, OSError, ValueError) as e:  # ValueError: its pipe closed at exit
             return {"name": job["name"], "ok": False, "error": f"worker gone: {e}"}
         if not line:  # the worker died (a crash inside Halide's or Triton's compiler)
             return {"name": job["name"], "ok": False, "error": f"worker exited with {self.process.wait()}"}
@@ -87,11 +87,12 @@ _warmed: dict[int, set] = {}  # id(worker) -> the backends it was sent a warm-up
 
 
 def _pool(count: int) -> list[_Worker]:
+    """`count` live workers, those not busy with another batch's job first."""
     with _lock:
         _workers[:] = [w for w in _workers if w.alive]
         while len(_workers) < count:
             _workers.append(_Worker())
-        return _workers[:count]
+        return sorted(_workers, key=lambda w: w.lock.locked())[:count]
 
 
 def start(count: int, backend: str) -> None:
@@ -106,8 +107,12 @@ def start(count: int, backend: str) -> None:
             done.add(backend)
 
 
+_closing = threading.Event()  # set at exit: batches nobody waited for take no more jobs
+
+
 @atexit.register
 def _close_all() -> None:
+    _closing.set()
     for worker in _workers:
         worker.close()
     _workers.clear()
@@ -146,14 +151,17 @@ def submit(jobs: list[dict], workers: int) -> Batch:
     replies: list[dict] = []
 
     def drain(worker: _Worker) -> None:
-        while True:
+        while not _closing.is_set():
             try:
                 job = pending.get_nowait()
             except queue.Empty:
                 return
             replies.append(worker.compile(job))
 
-    threads = [threading.Thread(target=drain, args=(w,), name="smelt-compile") for w in _pool(min(workers, len(jobs)))]
+    # Daemon threads: a batch nobody waits for (a forward whose backward never ran) does not hold the
+    # process's exit, where _close_all ends the workers.
+    threads = [threading.Thread(target=drain, args=(w,), name="smelt-compile", daemon=True)
+               for w in _pool(min(workers, len(jobs)))]
     for t in threads:
         t.start()
     return Batch(threads, replies)

@@ -28,6 +28,8 @@ class CompiledGraph:
     # (retain_graph, create_graph): set where smelt, not AOTAutograd, guards its donated buffers
     # (backend._take_over_donation).
     copied_when_kept: tuple = ()
+    # The wrapper module's globals: its kernels' launchers and the facts it states (codegen/wrapper.py graph_facts).
+    namespace: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         # AOTAutograd passes the argument list itself, which the wrapper clears to free inputs

@@ -299,7 +299,7 @@ def plan_frees(steps: list[Step], outputs: set[str], graph) -> None:
     kept = {k: v for step in steps for s in [step, *step.combo, *step.finishers] for k, v in s.kept_in_input.items()}
     for k, step in enumerate(steps):
         for node in step.nodes:
-            for name in node.read_names:
+            for name in sorted(node.read_names):  # sorted: the frees' order decides reuses (reuse.py)
                 last_use[kept.get(name, name)] = k
             if node.write_name != node.name:  # a write into a graph input uses that input too
                 last_use[node.write_name] = k
