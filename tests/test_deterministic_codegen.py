@@ -50,8 +50,9 @@ print(json.dumps(digests))
 """
 
 
-@pytest.mark.parametrize("backend", ["halide", "triton"])
-def test_generated_code_is_the_same_under_any_string_hashing(backend):
+def test_generated_code_is_the_same_under_any_string_hashing():
+    # Each `make test` stage checks its own CPU backend (SMELT_CPU_BACKEND): Halide's, then Triton's.
+    backend = os.environ.get("SMELT_CPU_BACKEND", "halide")
     runs = []
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
@@ -60,4 +61,4 @@ def test_generated_code_is_the_same_under_any_string_hashing(backend):
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert len(runs[0]) >= 6
-    assert runs[1] == runs[0] and runs[2] == runs[0]
+    assert runs[1] == runs[0] and runs[2] == runs[0]  # seeds 1, 2, 3 reused different buffers before
