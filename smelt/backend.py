@@ -97,7 +97,7 @@ class _Compiler:
             self.pair["padded_saved"] = compiled.padded_saved
         self.slot.observe_compile(self.kind, gm, compiled)
         if self.kind == "backward" and self.pair.get("lowered_with_forward"):
-            _take_over_donation(gm, compiled)
+            _take_over_donation(compiled)
         return compiled
 
 
@@ -111,7 +111,7 @@ def lowers_backward_with_forward(cfg, cuda: bool) -> bool:
     return builds_deferred and hasattr(functorch_config, "force_non_lazy_backward_lowering")
 
 
-def _take_over_donation(gm: torch.fx.GraphModule, compiled) -> None:
+def _take_over_donation(compiled) -> None:
     """A backward lowered with its forward is compiled before its first backward says whether the
     graph is kept (retain_graph, create_graph). AOTAutograd's lazy compile would then leave out its
     donated buffers; its runtime refuses a kept graph on a backward compiled with them. smelt keeps
@@ -119,11 +119,7 @@ def _take_over_donation(gm: torch.fx.GraphModule, compiled) -> None:
     it hands to other buffers (CompiledGraph.copied_when_kept; about what a backward compiled without
     donation would allocate), and AOTAutograd's list, which its check reads at each backward, is
     emptied in place (the forward's metadata and the runtime's share the list)."""
-    written = compiled.namespace.get("WRITTEN_DONATED_INPUTS")
-    if written is None:  # a wrapper from before it said which (graph cache): every donated input
-        donated = gm.meta.get("smelt_donated_inputs") or ()
-        written = [i for i, p in enumerate(gm.graph.find_nodes(op="placeholder")) if p.name in donated]
-    compiled.copied_when_kept = tuple(written)
+    compiled.copied_when_kept = tuple(compiled.namespace.get("WRITTEN_DONATED_INPUTS", ()))
     meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
     listed = getattr(meta, "bw_donated_idxs", None)
     if listed:

@@ -102,9 +102,9 @@ class DynamoCacheSlot:
         stats["dynamo_hit"] += 1
         log.debug("smelt: graph cache hit for a Dynamo graph (%s): AOTAutograd skipped", self.key[:16])
         if training:
-            written = compiled[1].namespace.get("WRITTEN_DONATED_INPUTS")
-            if written is not None:  # copied under a kept graph: those the backward hands to other buffers
-                layout = dataclasses.replace(layout, donated=[i for i in layout.donated if i in written])
+            # Copied under a kept graph: the donated inputs the backward hands to other buffers.
+            written = compiled[1].namespace.get("WRITTEN_DONATED_INPUTS", ())
+            layout = dataclasses.replace(layout, donated=[i for i in layout.donated if i in written])
             function = training_function(compiled[0].call, compiled[1].call, layout, self.autocast)
             return TrainingGraph(function, layout, bumped, self.held)
         return InferenceGraph(compiled[0].call, bumped, self.held, self.autocast, aliases)
