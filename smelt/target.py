@@ -63,7 +63,12 @@ class Target:
     # with the kernel's backward (on the H200, Swin-T's AMP training step: 10.04 -> 7.94 GPU ms).
     short_attention_kernel: bool = False
     short_attention_training: bool = False
-
+    # Whether a zero-dimensional float CPU input (an epsilon or scale Dynamo passes as a tensor
+    # when it does not specialize a Python float) is read on the host and handed to the kernels
+    # reading it as a float64 argument, rather than read from memory: in a GPU graph that memory is
+    # on the wrong device, and each op reading it ran in ATen (Qwen2's dynamic row: 18 such
+    # inputs, 19 ATen calls a call, each norm split around its epsilon).
+    host_scalar_args: bool = False
 
 
 def switched_on(setting: str, target: Target, field: str) -> bool:
@@ -78,7 +83,7 @@ def switched_on(setting: str, target: Target, field: str) -> bool:
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
               channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
               rows_for_row_values=True, row_value_tile_width=64, short_attention_kernel=True,
-              short_attention_training=True, pointwise_convolutions_as_products=True)
+              short_attention_training=True, pointwise_convolutions_as_products=True, host_scalar_args=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

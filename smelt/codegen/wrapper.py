@@ -69,6 +69,7 @@ class WrapperCodegen:
         self.devices: dict[str, torch.device] = {}
         self.bound: set[sympy.Symbol] = set()
         self.uses_layout_check = False
+        self.uses_host_scalars = False
         self.direct_calls: set[tuple[str, str, str]] = set()  # DIRECT_CALLS entries the wrapper imports
         self.uses_cpu_allocator = False
         # The one CUDA device the graph's buffers are on, if one: allocated through ATen's C++ core
@@ -225,6 +226,11 @@ class WrapperCodegen:
         out.writeline("])")
 
     def bind_sizes(self, out: IndentedBuffer) -> None:
+        passed = {arg for kernel in self.kernels.values() for arg in getattr(kernel, "size_args", ())}
+        for name, value in self.graph.host_scalars.items():
+            if value in passed:  # a Triton kernel reads it
+                out.writeline(f"{value} = HostDouble({name}.item())")
+                self.uses_host_scalars = True
         for position, (name, value) in enumerate(self.graph.inputs):
             if isinstance(value, sympy.Symbol) and value not in self.bound:
                 out.writeline(f"{value} = {name}")
@@ -337,6 +343,8 @@ class WrapperCodegen:
             out.writeline("from torch._C._dynamo.guards import _empty_strided_cuda as empty_strided_cuda")
         if self.uses_layout_check:
             out.writeline("from smelt.runtime.extern_layout import as_planned")
+        if self.uses_host_scalars:
+            out.writeline("from smelt.runtime.host_scalar import HostDouble")
         for module, function, name in sorted(self.direct_calls):
             out.writeline(f"from {module} import {function} as {name}")
         for name, device in self.devices.items():

@@ -50,6 +50,9 @@ class IRGraph:
         # Inputs whose memory the graph may take once it has read them for the last time: a
         # backward's saved activations that AOTAutograd donates (smelt/saved_inputs.py).
         self.donated_inputs: frozenset[str] = frozenset(getattr(gm, "meta", {}).get("smelt_donated_inputs", ()))
+        # Zero-dimensional float CPU inputs Triton kernels read as a value argument, not from memory
+        # (Target.host_scalar_args): input name -> the wrapper's variable holding its value.
+        self.host_scalars: dict[str, str] = {}
         self.constants: dict[str, ConstantBuffer] = {}
         self.outputs: list[OutputSpec] = []
         self.fallback_ops: list[str] = []

@@ -93,6 +93,8 @@ def _lower_placeholder(graph: IRGraph, node, val):
         buffer = InputBuffer(node.name, layout_of(val))
         buffer.storage_offset = sympify(val.storage_offset())
         graph.inputs.append((node.name, buffer))
+        if _is_host_scalar(graph, val):
+            graph.host_scalars[node.name] = f"{node.name}_value"
         return TensorBox.of_storage(buffer)
     if _is_symbolic_scalar(val):
         expr = sympify(val)
@@ -100,6 +102,20 @@ def _lower_placeholder(graph: IRGraph, node, val):
         return expr
     graph.inputs.append((node.name, None))
     return val
+
+
+def _is_host_scalar(graph: IRGraph, val: torch.Tensor) -> bool:
+    """Whether a graph input is a CPU float scalar that the kernels of the graph's device take
+    by value (Target.host_scalar_args)."""
+    if val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
+        return False
+    devices = {v.device.type for v in _placeholder_values(graph.gm) if isinstance(v, torch.Tensor)}
+    kernel_device = next((d for d in sorted(devices) if d != "cpu"), "cpu")
+    return graph.target_for(kernel_device).host_scalar_args
+
+
+def _placeholder_values(gm):
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
 
 
 def _lower_constant(graph: IRGraph, node):
@@ -121,7 +137,7 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
         # No kernel computes it (float8, complex, a tensor past Halide's extents...): ATen does, as eager would.
         log.debug("smelt: %s runs through its ATen kernel: %s", origin_name(node), why)
         fn = None
-    if _mixes_devices(args, kwargs):
+    if _mixes_devices(graph, args, kwargs):
         fn = None  # a kernel reads one device's memory (e.g. CPU indices into a CUDA tensor): ATen moves them
     try:
         if fn is not None:
@@ -143,9 +159,10 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
                             f"with inputs {_describe_inputs(node)}: {type(e).__name__}: {e}") from e
 
 
-def _mixes_devices(args, kwargs) -> bool:
+def _mixes_devices(graph: IRGraph, args, kwargs) -> bool:
     """Whether the op reads the memory of more than one device. A value computed from inlined
-    constants (a CPU scalar tensor in a CUDA graph) reads no memory and goes with any device."""
+    constants or host scalar inputs (a CPU scalar tensor in a CUDA graph) reads no memory and goes
+    with any device."""
     boxes = []
 
     def visit(a):
@@ -158,14 +175,15 @@ def _mixes_devices(args, kwargs) -> bool:
     visit(tuple(kwargs.values()))
     if len({b.get_device() for b in boxes}) < 2:
         return False  # the common case: no body needs tracing
-    return len({b.get_device() for b in boxes if _loads_a_buffer(b)}) > 1
+    return len({b.get_device() for b in boxes if _loads_a_buffer(graph, b)}) > 1
 
 
-def _loads_a_buffer(box: TensorBox) -> bool:
+def _loads_a_buffer(graph: IRGraph, box: TensorBox) -> bool:
+    """Whether the box's values read memory (a host scalar input is read on the host)."""
     handler = ReadsHandler()
     with use_handler(handler):
         box.make_loader()([index_var(f"i{k}") for k in range(len(box.get_size()))])
-    return bool(handler.reads)
+    return any(name not in graph.host_scalars for name, _ in handler.reads)
 
 
 def _describe_inputs(node) -> str:

@@ -23,6 +23,7 @@ import threading
 import torch
 
 # The compile itself and the kept files import no torch: compile workers (compile_worker.py) share them.
+from .host_scalar import HostDouble
 from .triton_cubin import CUDA_COMPILE_OPTIONS, CudaError, compile_cubin, read_kept, write_kept
 
 log = logging.getLogger("smelt.runtime")
@@ -116,6 +117,8 @@ def describe(args) -> tuple | None:
             if not -2**63 <= a < 2**63:
                 return None
             spec.append(("i32" if -2**31 <= a < 2**31 else "i64", a % 16 == 0))
+        elif isinstance(a, HostDouble):
+            spec.append(("fp64",))
         elif isinstance(a, float):
             spec.append(("fp32",))
         else:
@@ -134,14 +137,15 @@ class CudaBinary:
     cubin: bytes
     num_warps: int
     shared: int  # bytes of dynamic shared memory
-    arg_kinds: tuple[str, ...]  # per runtime argument: "ptr", "i32", "i64" or "fp32"
+    arg_kinds: tuple[str, ...]  # per runtime argument: "ptr", "i32", "i64", "fp32" or "fp64"
     extra_params: int  # parameters Triton appends (scratch pointers), passed as NULL
 
     def __post_init__(self):
         self._functions: dict[int, ctypes.c_void_p] = {}  # CUDA device -> loaded function
         self._lock = threading.Lock()
         # Argument storage that the parameter array points at: a launch only writes values in.
-        ctype = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
+        ctype = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float,
+                 "fp64": ctypes.c_double}
         self._slots = [ctype[k]() for k in self.arg_kinds] + [ctypes.c_uint64(0) for _ in range(self.extra_params)]
         self._params = (ctypes.c_void_p * len(self._slots))(*(ctypes.addressof(v) for v in self._slots))
         self._setters = [_pointer_value if k == "ptr" else None for k in self.arg_kinds]
@@ -216,7 +220,7 @@ class CudaBinary:
         return None if fields is None else cls(**fields)
 
 
-_KIND_LETTERS = {"ptr": "p", "i32": "i", "i64": "l", "fp32": "f"}
+_KIND_LETTERS = {"ptr": "p", "i32": "i", "i64": "l", "fp32": "f", "fp64": "d"}
 
 
 def _pointer_value(tensor: torch.Tensor) -> int:

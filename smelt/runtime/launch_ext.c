@@ -3,7 +3,7 @@
  * launch(function, gx, gy, gz, threads, shared, stream, kinds, args, extra, aligned), for CUDA kernels
  * (runtime/cuda_binary.py), writes each argument into the parameter array cuLaunchKernel takes and launches:
  * `kinds` has one letter per argument ('p' a tensor, passed as its data_ptr(); 'i' int32; 'l' int64; 'f'
- * float32) and `extra` more parameters are passed as null pointers (Triton's scratch pointers). It returns the
+ * float32; 'd' float64) and `extra` more parameters are passed as null pointers (Triton's scratch pointers). It returns the
  * CUresult, or -1 without launching when `aligned` is true and a pointer is not 16-byte aligned (the binary
  * was compiled for aligned pointers). cuLaunchKernel is called through the address set_driver() is given
  * (ctypes finds it in libcuda), so no CUDA header or library is needed here.
@@ -76,6 +76,13 @@ static int write_argument(char kind, PyObject *value, uint64_t *slot, int aligne
             return -1;
         float narrow = (float)v;
         memcpy(slot, &narrow, sizeof narrow);
+        return 0;
+    }
+    case 'd': {
+        double v = PyFloat_AsDouble(value);
+        if (v == -1.0 && PyErr_Occurred())
+            return -1;
+        memcpy(slot, &v, sizeof v);
         return 0;
     }
     default:

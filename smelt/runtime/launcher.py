@@ -115,12 +115,13 @@ class TritonLauncher:
 
     def _recall_key(self, args):
         """What a resolved launch of these arguments is found by. The binary depends on dtypes
-        (fixed by the graph and Dynamo's guards), 16-byte alignment and the scalars; the grid and
-        buffers on the scalars. So: the scalars. Only launches with every pointer aligned are
+        (fixed by the graph and Dynamo's guards), 16-byte alignment and the integers; the grid and
+        buffers on the integers. So: the integers (a host scalar's float, whose kind is fixed by the
+        wrapper, may change every call). Only launches with every pointer aligned are
         remembered, and the binary's launch checks the pointers (CudaBinary.launch's `aligned`)."""
         if self._tensors is None:
             tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-            scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+            scalars = [i for i, a in enumerate(args) if isinstance(a, int)]
             self._tensors, self._scalars = items_getter(tensors), items_getter(scalars)
         return self._scalars(args)
 

@@ -25,7 +25,9 @@ class HalideBackend:
         return False
 
     def target(self, device_type: str) -> Target:
-        return dataclasses.replace(H100 if device_type == "cuda" else CPU, max_storage_elements=MAX_STORAGE_ELEMENTS)
+        # (Halide's kernels read a host scalar input from memory, so its GPU graphs run those readers in ATen.)
+        return dataclasses.replace(H100 if device_type == "cuda" else CPU, max_storage_elements=MAX_STORAGE_ELEMENTS,
+                                   host_scalar_args=False)
 
     def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         return False

@@ -229,6 +229,9 @@ class TritonKernel(PrintedKernel):
         if fused is not None:
             return fused
         dtype = self._dtype_of(buffer)
+        if buffer in self.graph.host_scalars:  # its one value, passed by the wrapper as a float64
+            value = self.args.size(self.graph.host_scalars[buffer])
+            return self.emit(f"tl.full([], {value}, {triton_type(dtype)})", dtype, 0)
         rank = self.rank_of(index)
         ptr = self.args.input(self.plan.kept_in_input.get(buffer, buffer))
         address = f"{ptr} + ({self.index_text(index)})"

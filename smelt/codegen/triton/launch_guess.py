@@ -1,7 +1,7 @@
 """What a kernel's launch arguments will be, guessed at codegen so that its GPU binary can be
 compiled before the first call (runtime/triton_loading.build_ahead).
 
-The wrapper passes a kernel its buffers, then its size symbols, xnumel and rnumel. A GPU binary is
+The wrapper passes a kernel its buffers, then its size symbols and host scalars, xnumel and rnumel. A GPU binary is
 specialized on each pointer's dtype and 16-byte alignment and each integer's width and
 divisibility by 16 (runtime/cuda_binary.describe). Codegen knows all of that but the alignment of
 memory it does not allocate (inputs, ATen's results), which is nearly always aligned: a guess that
@@ -17,7 +17,8 @@ INT32 = (-2**31, 2**31)
 def launch_guess(kernel, graph) -> tuple | None:
     """The describe() of the arguments the wrapper will pass `kernel` (a TritonKernelSource), or
     None where a size is only known at run time."""
-    if kernel.size_args:
+    host_scalars = set(graph.host_scalars.values())
+    if any(arg not in host_scalars for arg in kernel.size_args):
         return None
     slices = {b.name: b.lives_in for b in graph.buffers if getattr(b, "lives_in", None)}
     spec = []
@@ -28,6 +29,7 @@ def launch_guess(kernel, graph) -> tuple | None:
             offset = static_int(slices[name][1])
             aligned = offset is not None and offset * dtype.itemsize % 16 == 0
         spec.append(("ptr", str(dtype), aligned))
+    spec += [("fp64",)] * len(kernel.size_args)  # each a HostDouble
     for count in (kernel.xnumel, kernel.rnumel):
         if count is None:
             continue
