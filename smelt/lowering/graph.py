@@ -346,11 +346,30 @@ def _reads_memory(node) -> bool:
 
 
 def _spans_more_than(node, numel) -> bool:
-    """Whether a node's value or one of its tensor inputs surely has more than `numel` elements:
-    its loop runs over more elements than a value of `numel` has, so it reads that value broadcast."""
+    """Whether a node's value or one of its tensor inputs has more than `numel` elements: its loop
+    runs over more elements than a value of `numel` has, so it reads that value broadcast. Where
+    symbolic sizes leave it open (Qwen2's rotary table of s * 64 against s * 1792 under
+    dynamic=True), the sizes traced decide."""
     values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    return any(isinstance(v, torch.Tensor) and sympy.expand(sympify(v.numel()) - numel).is_positive is True
-               for v in values)
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            continue
+        more = sympy.expand(sympify(v.numel()) - numel)
+        if more.is_positive is True:
+            return True
+        if more.free_symbols and _at_traced_sizes(values, more) > 0:
+            return True
+    return False
+
+
+def _at_traced_sizes(values, expr) -> float:
+    """expr's value at the sizes the graph was traced with (-1 where no shape environment says)."""
+    for v in values:
+        count = v.numel() if isinstance(v, torch.Tensor) else None
+        if isinstance(count, torch.SymInt):
+            traced = expr.xreplace(count.node.shape_env.var_to_val)
+            return float(traced) if traced.is_number else -1.0
+    return -1.0
 
 
 class ReaderDistances:

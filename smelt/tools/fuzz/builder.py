@@ -69,6 +69,8 @@ class Builder:
         return tuple(shape)
 
     def new_input(self, shape=None, dtype=None, kind="value", high=0, layout=None, grad=None) -> str:
+        if shape is None and dtype is None and kind == "value" and self.r.random() < 0.1:
+            shape, dtype, kind = (), self.r.choice((torch.float32, torch.float64)), "host"  # a CPU scalar
         shape = tuple(self.variant_of_base() if shape is None else shape)
         dtype = self.random_dtype() if dtype is None else dtype
         if layout is None:
@@ -78,7 +80,7 @@ class Builder:
                            and (lay != "transposed" or len(shape) >= 2) and len(shape) >= 1]
                 layout = self.r.choice(options) if options else "contiguous"
         if grad is None:
-            grad = (self.backward and dtype.is_floating_point and kind in ("value", "positive")
+            grad = (self.backward and dtype.is_floating_point and kind in ("value", "positive", "host")
                     and self.r.random() < 0.6)
         name = f"x{len(self.inputs)}"
         spec = Input(name, shape, dtype, layout, bool(grad), self.r.randrange(2 ** 31), kind, high)

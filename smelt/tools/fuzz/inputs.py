@@ -29,8 +29,12 @@ def make_input(shape, dtype=torch.float32, layout="contiguous", grad=False, seed
                device="cpu"):
     """A tensor of `shape` with `layout`'s strides (transposed: the last two dims swapped in memory;
     strided: every other element of a wider tensor; expanded: dim 0 broadcast from size 1;
-    channels_last: a 4-D tensor in NHWC order) and values drawn from `seed`."""
+    channels_last: a 4-D tensor in NHWC order) and values drawn from `seed`. kind "host" is a value
+    that stays on the CPU whatever `device` is: a 0-d CPU tensor read by another device's ops, as
+    Dynamo passes an unspecialized Python float."""
     shape = tuple(shape)
+    if kind == "host":
+        device = "cpu"
     gen = torch.Generator().manual_seed(seed)
 
     def values(s):

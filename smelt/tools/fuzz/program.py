@@ -18,7 +18,7 @@ class Input:
     layout: str = "contiguous"
     grad: bool = False
     seed: int = 0
-    kind: str = "value"  # value | index | unique | positive (see inputs.make_input)
+    kind: str = "value"  # value | index | unique | positive | host (see inputs.make_input)
     high: int = 0
     group: int = 0  # which sub-program of a batch it belongs to
 
