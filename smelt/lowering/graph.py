@@ -367,7 +367,9 @@ def _at_traced_sizes(values, expr) -> float:
     for v in values:
         count = v.numel() if isinstance(v, torch.Tensor) else None
         if isinstance(count, torch.SymInt):
-            traced = expr.xreplace(count.node.shape_env.var_to_val)
+            env = count.node.shape_env
+            known = getattr(env, "backed_var_to_val", None)  # torch 2.11+; var_to_val warns there
+            traced = expr.xreplace(env.var_to_val if known is None else known)
             return float(traced) if traced.is_number else -1.0
     return -1.0
 
