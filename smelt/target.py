@@ -69,6 +69,11 @@ class Target:
     # on the wrong device, and each op reading it ran in ATen (Qwen2's dynamic row: 18 such
     # inputs, 19 ATen calls a call, each norm split around its epsilon).
     host_scalar_args: bool = False
+    # Whether a float32 addmm runs as mm, its bias added by the kernel after it (lowering/extern_calls.py):
+    # ATen's float32 addmm goes through cuBLASLt's bias epilogue, which on the H200 ran
+    # cutlass_80_simt_sgemm_256x128_8x4_nn_align1 (GPT-2's fp32 dynamic row: 36 of 49 products, 11.57 ms)
+    # where mm gets the xmma kernels Inductor's mm + add gets (RESULTS, thirty-first session).
+    float32_product_bias_in_kernel: bool = False
 
 
 def switched_on(setting: str, target: Target, field: str) -> bool:
@@ -83,7 +88,8 @@ def switched_on(setting: str, target: Target, field: str) -> bool:
 H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, global_split_min_numel=4096,
               channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
               rows_for_row_values=True, row_value_tile_width=64, short_attention_kernel=True,
-              short_attention_training=True, pointwise_convolutions_as_products=True, host_scalar_args=True)
+              short_attention_training=True, pointwise_convolutions_as_products=True, host_scalar_args=True,
+              float32_product_bias_in_kernel=True)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

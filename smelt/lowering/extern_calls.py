@@ -125,7 +125,27 @@ def extern_call(g, *args, **kwargs):
     if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
             and g.target_for(g.out_meta.device.type).adds_convolution_bias:
         return _convolution_then_bias(g, *args)
+    if g.node.target is aten.addmm.default and _bias_in_a_kernel(g, kwargs):
+        bias, mat1, mat2 = args
+        return make_pointwise(g, [make_extern(g, aten.mm.default, (mat1, mat2), {}, is_fallback=False), bias], ops.add)
     return make_extern(g, g.node.target, args, kwargs, is_fallback=False)
+
+
+# Fewest rows of a float32 product whose bias a kernel adds: below it a product is short and its
+# bias kernel's launch may cost more than cuBLASLt's slower kernel (decode's one row a sequence).
+MIN_ROWS_FOR_BIAS_KERNEL = 256
+
+
+def _bias_in_a_kernel(g, kwargs) -> bool:
+    """Whether a float32 addmm runs as mm with its bias added by the kernel after it
+    (Target.float32_product_bias_in_kernel)."""
+    meta = g.out_meta
+    if kwargs or not isinstance(meta, torch.Tensor) or meta.dtype != torch.float32:
+        return False
+    if not g.target_for(meta.device.type).float32_product_bias_in_kernel:
+        return False
+    rows = meta.shape[0]
+    return not isinstance(rows, int) or rows >= MIN_ROWS_FOR_BIAS_KERNEL
 
 
 def _wants_packed(g) -> bool:
