@@ -105,13 +105,15 @@ def _lower_placeholder(graph: IRGraph, node, val):
 
 
 def _is_host_scalar(graph: IRGraph, val: torch.Tensor) -> bool:
-    """Whether a graph input is a CPU float scalar that the kernels of the graph's device take
-    by value (Target.host_scalar_args)."""
+    """Whether a graph input is a CPU float scalar that the kernels of the graph's GPU take by
+    value (Target.host_scalar_args). A CPU graph's kernels read it from memory like any input: a
+    value argument would keep them out of combo launches (an Adam step's per-parameter CPU step
+    counts), whose members take only pointers and sizes."""
     if val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
         return False
     devices = {v.device.type for v in _placeholder_values(graph.gm) if isinstance(v, torch.Tensor)}
-    kernel_device = next((d for d in sorted(devices) if d != "cpu"), "cpu")
-    return graph.target_for(kernel_device).host_scalar_args
+    kernel_device = next((d for d in sorted(devices) if d != "cpu"), None)
+    return kernel_device is not None and graph.target_for(kernel_device).host_scalar_args
 
 
 def _placeholder_values(gm):
