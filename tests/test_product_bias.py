@@ -46,3 +46,16 @@ def test_a_linear_in_training_gets_eagers_gradients(device, compile_fn):
     model.zero_grad()
     model(x).square().sum().backward()
     torch.testing.assert_close(grads, [p.grad for p in model.parameters()], rtol=1e-4, atol=1e-4)
+
+
+def test_a_product_an_aten_call_reads_keeps_its_bias_in_cublas(device, compile_fn, observe):
+    # GPT-2's fused q/k/v projection, split for attention: an add of its own would cost a pass.
+    w, b = torch.randn(3 * 16, 16, device=device), torch.randn(3 * 16, device=device)
+
+    def fn(x):
+        q, k, v = F.linear(x, w, b).view(2, 150, 3 * 16).split(16, dim=-1)
+        return F.scaled_dot_product_attention(q, k, v)
+    x = torch.randn(300, 16, device=device)
+    torch.testing.assert_close(compile_fn(fn)(x), fn(x))
+    (graph,) = observe.compiled_graphs()
+    assert "torch.addmm(" in graph.wrapper_source, graph.wrapper_source

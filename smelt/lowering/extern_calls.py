@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 
 import torch
 
@@ -138,14 +139,34 @@ MIN_ROWS_FOR_BIAS_KERNEL = 256
 
 def _bias_in_a_kernel(g, kwargs) -> bool:
     """Whether a float32 addmm runs as mm with its bias added by the kernel after it
-    (Target.float32_product_bias_in_kernel)."""
+    (Target.float32_product_bias_in_kernel): where elementwise ops alone read it, so the add joins
+    their kernel. A product read by an ATen call (GPT-2's fused q/k/v projection, split for
+    attention) keeps cuBLAS's epilogue, which costs no pass of its own; its mm got the same SIMT
+    kernel on the H200 and the add a kernel of its own (12 more launches, 0.2 ms)."""
     meta = g.out_meta
     if kwargs or not isinstance(meta, torch.Tensor) or meta.dtype != torch.float32:
         return False
     if not g.target_for(meta.device.type).float32_product_bias_in_kernel:
         return False
     rows = meta.shape[0]
-    return not isinstance(rows, int) or rows >= MIN_ROWS_FOR_BIAS_KERNEL
+    if isinstance(rows, int) and rows < MIN_ROWS_FOR_BIAS_KERNEL:
+        return False
+    readers = _readers_past_views(g.node)
+    return bool(readers) and all(isinstance(r.target, torch._ops.OpOverload) and torch.Tag.pointwise in r.target.tags
+                                 for r in readers)
+
+
+def _readers_past_views(node) -> list:
+    """The nodes reading `node`'s elements, past views, reshapes and the items of a split."""
+    readers = []
+    for user in node.users:
+        target = user.target
+        if target is operator.getitem or target is aten._unsafe_view.default \
+                or isinstance(target, torch._ops.OpOverload) and target.is_view:
+            readers += _readers_past_views(user)
+        else:
+            readers.append(user)
+    return readers
 
 
 def _wants_packed(g) -> bool:
