@@ -168,3 +168,34 @@ def test_a_backward_that_fails_to_compile_raises_at_the_first_backward(tmp_path,
         torch.testing.assert_close(out, (x @ w).tanh().sum())
         with pytest.raises(RuntimeError, match="no backward today"):
             out.backward()
+
+
+def test_a_binary_an_earlier_batch_still_builds_is_waited_for_not_built_again(monkeypatch):
+    # A backward's kernel its forward has too, or a graph alike another (one per layer): the second
+    # graph's build waits for the first's batch instead of compiling the same binary again.
+    import threading
+    from types import SimpleNamespace
+    from smelt.runtime import triton_loading
+    submitted, gate = [], threading.Event()
+
+    def held_submit(jobs, workers, after=()):
+        submitted.append(sorted(j["folder"] for j in jobs))
+        threads = [threading.Thread(target=gate.wait, daemon=True)] if jobs else []
+        for t in threads:
+            t.start()
+        return compile_pool.Batch(threads, [], after)
+    monkeypatch.setattr(triton_loading, "submit", held_submit)
+    monkeypatch.setattr(triton_loading, "_ahead_job", lambda kernel, path, cache_dir: {"folder": kernel.name})
+
+    def build(*names):
+        kernels = [SimpleNamespace(name=n, combo=None) for n in names]
+        return triton_loading.build_ahead(kernels, {n: n for n in names}, "/unused", 2, True, wait=False)
+    first = build("a", "b")
+    second = build("b", "c")
+    only_earlier = build("a")
+    assert submitted == [["a", "b"], ["c"], []]
+    assert second.after == (first,) and only_earlier.after == (first,) and not only_earlier.threads
+    assert not second.done and not only_earlier.done
+    gate.set()
+    second.wait()
+    assert first.done and second.done and only_earlier.done

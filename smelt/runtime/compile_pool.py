@@ -119,14 +119,19 @@ def _close_all() -> None:
 
 
 class Batch:
-    """Jobs handed to the workers; `wait` returns their replies once every one is in."""
+    """Jobs handed to the workers; `wait` returns their replies once every one is in. `after`:
+    earlier batches building jobs this one left out (the same binary asked for twice), which
+    `wait` and `done` wait for too; their replies stay theirs."""
 
-    def __init__(self, threads: list[threading.Thread], replies: list[dict]):
+    def __init__(self, threads: list[threading.Thread], replies: list[dict], after: tuple = ()):
         self.threads = threads
         self.replies = replies
+        self.after = tuple(after)
         self.waited = False
 
     def wait(self) -> list[dict]:
+        for batch in self.after:
+            batch.wait()
         for t in self.threads:
             t.join()
         if not self.waited:
@@ -138,13 +143,13 @@ class Batch:
 
     @property
     def done(self) -> bool:
-        return not any(t.is_alive() for t in self.threads)
+        return not any(t.is_alive() for t in self.threads) and all(b.done for b in self.after)
 
 
-def submit(jobs: list[dict], workers: int) -> Batch:
+def submit(jobs: list[dict], workers: int, after: tuple = ()) -> Batch:
     """Starts the jobs (each names its "backend" and "name"; compile_worker.py reads the rest)
     `workers` at a time and returns at once; the Batch's `wait` gives the replies, each
-    {"name", "ok", "error"?, "seconds"}."""
+    {"name", "ok", "error"?, "seconds"}, once `after`'s batches are done too."""
     pending: queue.Queue = queue.Queue()
     for job in jobs:
         pending.put(job)
@@ -161,10 +166,10 @@ def submit(jobs: list[dict], workers: int) -> Batch:
     # Daemon threads: a batch nobody waits for (a forward whose backward never ran) does not hold the
     # process's exit, where _close_all ends the workers.
     threads = [threading.Thread(target=drain, args=(w,), name="smelt-compile", daemon=True)
-               for w in _pool(min(workers, len(jobs)))]
+               for w in (_pool(min(workers, len(jobs))) if jobs else [])]
     for t in threads:
         t.start()
-    return Batch(threads, replies)
+    return Batch(threads, replies, after)
 
 
 def run_jobs(jobs: list[dict], workers: int) -> list[dict]:

@@ -3,6 +3,7 @@ the interpreter for CPU kernels), wrapped in a launcher with its autotuner, bina
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 
@@ -49,13 +50,27 @@ def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir
             for job in table_writer.ahead_jobs(count, cache_dir, torch.cuda.get_device_capability()):
                 if not os.path.isdir(job["folder"]):
                     jobs[job["folder"]] = job
-    if not jobs:
-        return None
-    batch = submit(list(jobs.values()), workers)
+    with _building_lock:
+        for folder in [f for f, b in _building.items() if b.done]:
+            del _building[folder]
+        # A binary an earlier graph's batch is still building (a backward's kernel its forward has
+        # too, a graph alike another's) is waited for, not built again.
+        earlier = {id(b): b for f, b in _building.items() if f in jobs}
+        for folder in [f for f in jobs if f in _building]:
+            del jobs[folder]
+        if not jobs and not earlier:
+            return None
+        batch = submit(list(jobs.values()), workers, after=tuple(earlier.values()))
+        _building.update((folder, batch) for folder in jobs)
     if wait:
         batch.wait()
         return None
     return batch
+
+
+# Binary folder -> the batch building it, while it builds (build_ahead).
+_building: dict[str, object] = {}
+_building_lock = threading.Lock()
 
 
 def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | None:
