@@ -47,12 +47,15 @@ def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effe
     args = _realize_args(g, tuple(args), traced_args)
     kwargs = {k: _realize_args(g, v, traced_kwargs.get(k)) for k, v in kwargs.items()}
     meta = g.out_meta if meta is None else meta
-    # An op that returns nothing (a check like _linalg_check_errors) is called for its effect.
-    has_side_effects = has_side_effects or (isinstance(op, torch._ops.OpOverload) and not op._schema.returns)
+    # An op that returns nothing (a check like _linalg_check_errors) is called for its effect, and
+    # one that writes into an argument (copy_ into a CPU input from a GPU value) for its write.
+    has_side_effects = has_side_effects or (isinstance(op, torch._ops.OpOverload)
+                                            and (not op._schema.returns or op._schema.is_mutable))
     origins = g.origin
     if isinstance(meta, torch.Tensor):
         node = ExternKernel(g.new_name(), layout_of(meta), op, args, kwargs, origins, is_fallback)
         node.storage_offset = sympify(meta.storage_offset())
+        node.has_side_effects = has_side_effects
         g.register_buffer(node)
         return TensorBox(StorageBox(node))
     node = ExternKernel(g.new_name(), None, op, args, kwargs, origins, is_fallback)

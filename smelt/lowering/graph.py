@@ -38,11 +38,12 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
     def lookup_env(a):
         return env[a] if isinstance(a, torch.fx.Node) else a
 
+    gpu = _gpu_of_inputs(gm)
     for node in gm.graph.nodes:
         graph.node = node
         val = node.meta.get("val")
         if node.op == "placeholder":
-            env[node] = _lower_placeholder(graph, node, val)
+            env[node] = _lower_placeholder(graph, node, val, gpu)
         elif node.op == "get_attr":
             env[node] = _lower_constant(graph, node)
         elif node.op == "call_function":
@@ -88,12 +89,12 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
     return graph
 
 
-def _lower_placeholder(graph: IRGraph, node, val):
+def _lower_placeholder(graph: IRGraph, node, val, gpu: str | None):
     if isinstance(val, torch.Tensor):
         buffer = InputBuffer(node.name, layout_of(val))
         buffer.storage_offset = sympify(val.storage_offset())
         graph.inputs.append((node.name, buffer))
-        if _is_host_scalar(graph, val):
+        if _is_host_scalar(graph, val, gpu):
             graph.host_scalars[node.name] = f"{node.name}_value"
         return TensorBox.of_storage(buffer)
     if _is_symbolic_scalar(val):
@@ -104,20 +105,21 @@ def _lower_placeholder(graph: IRGraph, node, val):
     return val
 
 
-def _is_host_scalar(graph: IRGraph, val: torch.Tensor) -> bool:
-    """Whether a graph input is a CPU float scalar that the kernels of the graph's GPU take by
-    value (Target.host_scalar_args). A CPU graph's kernels read it from memory like any input: a
-    value argument would keep them out of combo launches (an Adam step's per-parameter CPU step
-    counts), whose members take only pointers and sizes."""
-    if val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
+def _is_host_scalar(graph: IRGraph, val: torch.Tensor, gpu: str | None) -> bool:
+    """Whether a graph input is a CPU float scalar that the kernels of the graph's GPU (device type
+    `gpu`) take by value (Target.host_scalar_args). A CPU graph's kernels read it from memory like
+    any input: a value argument would keep them out of combo launches (an Adam step's
+    per-parameter CPU step counts), whose members take only pointers and sizes."""
+    if gpu is None or val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
         return False
-    devices = {v.device.type for v in _placeholder_values(graph.gm) if isinstance(v, torch.Tensor)}
-    kernel_device = next((d for d in sorted(devices) if d != "cpu"), None)
-    return kernel_device is not None and graph.target_for(kernel_device).host_scalar_args
+    return graph.target_for(gpu).host_scalar_args
 
 
-def _placeholder_values(gm):
-    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+def _gpu_of_inputs(gm) -> str | None:
+    """The device type of the graph's non-CPU tensor inputs (the first in sorted order), if any."""
+    devices = {n.meta["val"].device.type for n in gm.graph.nodes
+               if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)}
+    return next((d for d in sorted(devices) if d != "cpu"), None)
 
 
 def _lower_constant(graph: IRGraph, node):
@@ -177,15 +179,19 @@ def _mixes_devices(graph: IRGraph, args, kwargs) -> bool:
     visit(tuple(kwargs.values()))
     if len({b.get_device() for b in boxes}) < 2:
         return False  # the common case: no body needs tracing
-    return len({b.get_device() for b in boxes if _loads_a_buffer(graph, b)}) > 1
+    # Host scalars are arguments of GPU kernels only: a CPU result (a copy of a GPU value into a
+    # 0-d CPU input) would be a CPU kernel reading GPU memory.
+    on_gpu = any(isinstance(v, torch.Tensor) and v.device.type != "cpu"
+                 for v in torch.utils._pytree.tree_leaves(graph.node.meta.get("val")))
+    return len({b.get_device() for b in boxes if _loads_a_buffer(graph, b, on_gpu)}) > 1
 
 
-def _loads_a_buffer(graph: IRGraph, box: TensorBox) -> bool:
-    """Whether the box's values read memory (a host scalar input is read on the host)."""
+def _loads_a_buffer(graph: IRGraph, box: TensorBox, host_scalars_as_values: bool) -> bool:
+    """Whether the box's values read memory (a GPU kernel reads a host scalar input as a value)."""
     handler = ReadsHandler()
     with use_handler(handler):
         box.make_loader()([index_var(f"i{k}") for k in range(len(box.get_size()))])
-    return any(name not in graph.host_scalars for name, _ in handler.reads)
+    return any(not (host_scalars_as_values and name in graph.host_scalars) for name, _ in handler.reads)
 
 
 def _describe_inputs(node) -> str:

@@ -706,7 +706,10 @@ class TritonKernel(PrintedKernel):
         for s in sizes:
             self.args.size(s)
         pointers, size_params = self.launch_args()
-        params = [p for p, _ in pointers] + size_params + ["xnumel"]
+        # A host scalar is typed: Triton's JIT, where it launches, would take a Python float as float32.
+        host_scalars = set(self.graph.host_scalars.values())
+        params = [p for p, _ in pointers] + [f"{p}: tl.float64" if p in host_scalars else p for p in size_params]
+        params.append("xnumel")
         if plan.blocks_2d:
             params.append("rnumel")
         consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if plan.blocks_2d else [])
