@@ -132,6 +132,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_FLOAT32_PRODUCT_BIAS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_PACKED_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_SHORT_ATTENTION": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
@@ -235,6 +236,9 @@ class Config:
     # 1x1 convolutions over channels-last activations as matrix products
     # (lowering/convolution_calls.py): "auto" where the Target says so.
     pointwise_convolutions: str = _field("SMELT_POINTWISE_CONVOLUTIONS")
+    # A float32 addmm read only by elementwise ops as mm, its bias added by the kernel after it
+    # (lowering/extern_calls.py): "auto" where the Target says so.
+    float32_product_bias: str = _field("SMELT_FLOAT32_PRODUCT_BIAS")
     # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
     # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.
     packed_convolutions: str = _field("SMELT_PACKED_CONVOLUTIONS")

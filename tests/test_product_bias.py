@@ -59,3 +59,13 @@ def test_a_product_an_aten_call_reads_keeps_its_bias_in_cublas(device, compile_f
     torch.testing.assert_close(compile_fn(fn)(x), fn(x))
     (graph,) = observe.compiled_graphs()
     assert "torch.addmm(" in graph.wrapper_source, graph.wrapper_source
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_the_setting_decides_over_the_target(device, compile_fn, observe, setting):
+    x = torch.randn(300, 32, device=device)
+    w, b = torch.randn(24, 32, device=device), torch.randn(24, device=device)
+    with config.override(float32_product_bias=setting):
+        torch.testing.assert_close(compile_fn(_linear_tanh)(x, w, b), _linear_tanh(x, w, b))
+    (graph,) = observe.compiled_graphs()
+    assert ("torch.addmm(" in graph.wrapper_source) == (setting == "off"), graph.wrapper_source

@@ -116,7 +116,7 @@ def test_the_readme_lists_every_setting_with_its_default():
     with open(os.path.join(REPO_ROOT, "README.md")) as f:
         readme = f.read()
     table = readme.split("## Settings (environment variables)")[1].split("\n## ")[0]
-    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(SMELT_[A-Z_]+)` \|.*$", table, re.M)}
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(SMELT_[A-Z0-9_]+)` \|.*$", table, re.M)}
     assert sorted(rows) == sorted(SETTINGS)
     for name, row in rows.items():
         assert row.count("|") >= 5, f"{name}: its row needs accepted values and a default"

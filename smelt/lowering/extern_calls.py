@@ -149,7 +149,8 @@ def _bias_in_a_kernel(g, kwargs) -> bool:
     meta = g.out_meta
     if kwargs or not isinstance(meta, torch.Tensor) or meta.dtype != torch.float32:
         return False
-    if not g.target_for(meta.device.type).float32_product_bias_in_kernel:
+    setting = g.config.float32_product_bias if g.config is not None else "auto"
+    if not switched_on(setting, g.target_for(meta.device.type), "float32_product_bias_in_kernel"):
         return False
     rows = meta.shape[0]
     if isinstance(rows, int) and rows < MIN_ROWS_FOR_BIAS_KERNEL:
