@@ -76,3 +76,19 @@ def test_an_aten_call_writing_into_an_input_is_kept():
     with smelt.config.override(cuda_backend="triton"):
         g = generate_graph(gm, "inference", smelt.config.current())
     assert "aten.copy_.default(" in g.wrapper_source, g.wrapper_source
+
+
+def test_only_the_arguments_an_aten_call_writes_count_as_mutated_inputs():
+    # copy_(s, src) writes s alone: an input passed as src is read, not written (CUDA graphs copy a
+    # mutated input back after each replay).
+    aten = torch.ops.aten
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, s, src):
+        aten.copy_.default(s, src)
+        return (x + 1,)
+    with FakeTensorMode():
+        gm = make_fx(fn)(torch.empty(4, 8, device="cuda"), torch.empty(3), torch.empty(3, device="cuda"))
+    with smelt.config.override(cuda_backend="triton"):
+        g = generate_graph(gm, "inference", smelt.config.current())
+    assert "MUTATED_INPUTS = (1,)" in g.wrapper_source, g.wrapper_source

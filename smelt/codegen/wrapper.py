@@ -60,6 +60,16 @@ def op_name(buffer) -> str:
     return str(op) if op is not None else type(buffer).__name__
 
 
+def _written_arguments(buffer) -> list:
+    """The arguments an ATen call may write into."""
+    op = buffer.op
+    if not isinstance(op, torch._ops.OpOverload) or not op._schema.is_mutable:
+        return [*buffer.args, *buffer.kwargs.values()]
+    writes = {a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    positional = [a for a, s in zip(buffer.args, op._schema.arguments) if s.name in writes]
+    return positional + [v for k, v in buffer.kwargs.items() if k in writes]
+
+
 class WrapperCodegen:
     def __init__(self, graph, schedule, kernels: dict, title: str):
         self.graph = graph
@@ -254,8 +264,9 @@ class WrapperCodegen:
             if getattr(buffer, "mutates", None) in names:
                 written.add(names[buffer.mutates])
             if isinstance(buffer, ExternKernel) and buffer.has_side_effects:
-                # An ATen call kept for its effect (copy_ into an input): any input it is passed.
-                for arg in (*buffer.args, *buffer.kwargs.values()):
+                # An ATen call kept for its effect (copy_ into an input): the inputs its schema says
+                # it writes, or any input it is passed where no schema says.
+                for arg in _written_arguments(buffer):
                     if getattr(arg, "name", None) in names:
                         written.add(names[arg.name])
         return sorted(written)
