@@ -92,3 +92,9 @@ def test_only_the_arguments_an_aten_call_writes_count_as_mutated_inputs():
     with smelt.config.override(cuda_backend="triton"):
         g = generate_graph(gm, "inference", smelt.config.current())
     assert "MUTATED_INPUTS = (1,)" in g.wrapper_source, g.wrapper_source
+
+
+def test_a_host_double_is_described_as_float64_and_a_plain_float_as_float32():
+    from smelt.runtime.cuda_binary import describe
+    from smelt.runtime.host_scalar import HostDouble
+    assert describe([HostDouble(0.1), 0.1, 3]) == (("fp64",), ("fp32",), ("i32", False))
