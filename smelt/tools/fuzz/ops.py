@@ -113,9 +113,12 @@ def reduction(b: Builder) -> bool:
     dims, d = _dims(b, t), _dim(b, t)
     keep = b.r.random() < 0.4
     kd = f", keepdim={keep}"
-    forms = [f"{{a}}.sum({dims}{kd})", f"{{a}}.sum()", f"{{a}}.amax({dims}{kd})", f"{{a}}.amin({d}{kd})",
-             f"{{a}}.prod({d}{kd})", f"{{a}}.any({d}{kd})", f"{{a}}.all({d}{kd})",
-             f"{{a}}.sum({dims}, dtype=torch.float64)", f"torch.max({{a}}, {d}{kd}).values"]
+    forms = [f"{{a}}.sum({dims}{kd})", f"{{a}}.sum()", f"{{a}}.prod({d}{kd})", f"{{a}}.any({d}{kd})",
+             f"{{a}}.all({d}{kd})", f"{{a}}.sum({dims}, dtype=torch.float64)"]
+    if b.stable(a) or not t.requires_grad:
+        # Their gradients pick positions: over half floats eager rounded differently (index_put's
+        # accumulation rounds per duplicate on the CPU, once on CUDA and in smelt), ties differ (seed 3206).
+        forms += [f"{{a}}.amax({dims}{kd})", f"{{a}}.amin({d}{kd})", f"torch.max({{a}}, {d}{kd}).values"]
     if t.is_floating_point():
         forms += [f"{{a}}.mean({dims}{kd})", f"{{a}}.var({dims}, correction={b.r.choice((0, 1))}{kd})",
                   f"{{a}}.std({d}{kd})", f"torch.logsumexp({{a}}, {dims}{kd})",
