@@ -71,8 +71,9 @@ class Target:
     host_scalar_args: bool = False
     # Whether a float32 addmm runs as mm, its bias added by the kernel after it (lowering/extern_calls.py):
     # ATen's float32 addmm goes through cuBLASLt's bias epilogue, which on the H200 ran
-    # cutlass_80_simt_sgemm_256x128_8x4_nn_align1 (GPT-2's fp32 dynamic row: 36 of 49 products, 11.57 ms)
-    # where mm gets the xmma kernels Inductor's mm + add gets (RESULTS, thirty-first session).
+    # cutlass_80_simt_sgemm_256x128_8x4_nn_align1 for 36 of GPT-2's 49 fp32 products (dynamic row); as mm,
+    # 24 of them got the xmma kernels Inductor's mm + add gets and the other 12 (q/k/v, which keep addmm
+    # now) the same SIMT kernel: cuBLAS 24.76 -> 24.41 ms a call (RESULTS, thirty-second session).
     float32_product_bias_in_kernel: bool = False
 
 
