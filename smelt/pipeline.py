@@ -51,7 +51,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             merge_common_subexpressions(gm)
             drop_redundant_clones(gm)
             return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
-                                _wants(cfg, "matmul_padding", "pads_matmul_rows"))
+                                _wants_padded_products(cfg))
 
     def plan_and_generate(gm, kind, cfg, **kw) -> GeneratedGraph:
         # The layouts are planned after the cache lookup: a hit skips the re-trace. The graph is
@@ -163,6 +163,18 @@ def _wants(cfg, setting: str, target_field: str):
     """Whether a layout pass applies on a device: setting `setting` ("auto": the Target's field)."""
     target_for, value = targets_for(cfg), getattr(cfg, setting)
     return lambda device: switched_on(value, target_for(device.type), target_field)
+
+
+def _wants_padded_products(cfg):
+    """Whether a product of (device, dtype) gets aligned rows: "on" any; "auto" where the Target pads
+    and the product runs on tensor cores. Without TF32, cuBLAS runs float32 products on CUDA cores,
+    where aligned rows bought nothing: BERT's float32 head 3,767 us unpadded against 3,753 over a
+    weight already padded, and padding it each call raised the call's peak by the weight's copy
+    (1.15x eager's; RESULTS, thirty-third session)."""
+    wants = _wants(cfg, "matmul_padding", "pads_matmul_rows")
+    if cfg.matmul_padding != "auto":
+        return lambda device, dtype: wants(device)
+    return lambda device, dtype: wants(device) and (dtype != torch.float32 or torch.get_float32_matmul_precision() != "highest")
 
 
 def _report_output_strides(strides: list) -> None:

@@ -92,7 +92,7 @@ class LayoutPlan(NamedTuple):
 
 def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants_padded_matmuls) -> LayoutPlan | None:
     """Channels-last convolutions where `wants_channels_last(device)` says so, and aligned matrix
-    product rows (lowering/matmul_padding.py) where `wants_padded_matmuls(device)` does; `kind` is
+    product rows (lowering/matmul_padding.py) where `wants_padded_matmuls(device, dtype)` does; `kind` is
     "inference", "forward" or "backward". Changes `gm` in place; returns the plan when layouts
     changed (None otherwise)."""
     if not all(_static(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")):

@@ -54,7 +54,7 @@ _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
-    """Pads the products `wants(device)` says to pad, as described above; returns the nodes
+    """Pads the products `wants(device, dtype)` says to pad, as described above; returns the nodes
     inserted (for fx_retrace), in the order they were made."""
     inserted: list[torch.fx.Node] = []
     # value -> its zero-padded rows; ("rows of", the view of them its readers read) -> value
@@ -64,7 +64,7 @@ def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
             continue
         a, b = node.args[-2], node.args[-1]
         va, vb = _val(a), _val(b)
-        if va is None or vb is None or not wants(va.device):
+        if va is None or vb is None or not wants(va.device, va.dtype):
             continue
         align = ALIGN_BYTES // va.element_size()
         m, k, n = va.shape[-2], va.shape[-1], vb.shape[-1]
