@@ -162,6 +162,8 @@ def _rows_for_row_values(group: FusedGroup, stored: list[str], flat, numel, tile
     contiguous vector per row, where the flat walk gathered them at index % C. The split with most
     such loads, then the longest rows. `tile_width` (Target.row_value_tile_width): rows must be
     covered by whole tiles of at most that width."""
+    if all(stride_along(index, XINDEX) == 1 and _affine_in(index, XINDEX) for _, index in flat):
+        return None  # every access walks the flat index itself: split anywhere, each walks its rows
     best, best_key = None, None
     for inner in _inner_sizes(group.nodes, flat, numel):
         rows = static_int(inner)
