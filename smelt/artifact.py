@@ -59,7 +59,7 @@ class GeneratedKernel:
     ticket: bool = False  # its last program runs a finisher (codegen/triton/finisher.py)
     backend: str = "triton"  # the name of the backend that printed it (codegen/backends.py)
     # A combo kernel (codegen/triton/combo.py): its members' sizes, its members' kinds, pointers
-    # per kind, XBLOCK per kind, written pointers per kind.
+    # per kind, XBLOCK per kind, written pointers per kind, host scalars after the buffers.
     combo: tuple | None = None
     # With SMELT_CHECK_CUDA_COMPILE, an interpreted kernel's CUDA form, compiled at launch for sm_90.
     cuda_twin: CudaTwin | None = None
@@ -78,7 +78,8 @@ class GeneratedKernel:
                 "workspace": list(self.workspace) if self.workspace is not None else None,
                 "xnumel_arg": self.xnumel_arg, "interpret": self.interpret, "ticket": self.ticket,
                 "backend": self.backend,
-                "combo": [list(part) for part in self.combo] if self.combo is not None else None,
+                "combo": [list(part) if isinstance(part, tuple) else part for part in self.combo]
+                if self.combo is not None else None,
                 "cuda_twin": self.cuda_twin.to_json() if self.cuda_twin is not None else None,
                 "launch_guess": [list(a) for a in self.launch_guess] if self.launch_guess is not None else None}
 
@@ -123,9 +124,9 @@ class CudaTwin:
 
 
 def _combo(parts: list) -> tuple:
-    sizes, kinds, pointers, xblocks, written = parts
+    sizes, kinds, pointers, xblocks, written, scalars = parts
     return (tuple(tuple(s) for s in sizes), tuple(kinds), tuple(pointers), tuple(xblocks),
-            tuple(tuple(w) for w in written))
+            tuple(tuple(w) for w in written), scalars)
 
 
 def _block_config(data: dict) -> BlockConfig:

@@ -98,3 +98,35 @@ def test_a_host_double_is_described_as_float64_and_a_plain_float_as_float32():
     from smelt.runtime.cuda_binary import describe
     from smelt.runtime.host_scalar import HostDouble
     assert describe([HostDouble(0.1), 0.1, 3]) == (("fp64",), ("fp32",), ("i32", False))
+
+
+def test_updates_reading_one_rate_are_one_launch_that_takes_it_as_a_double(tmp_path):
+    # A learning rate given as a CPU tensor: the per-tensor updates share one combo launch, whose
+    # kernel takes the rate after its two tables and compiles for an H100 with it as a double.
+    from smelt.runtime.combo_launcher import launch_description
+
+    aten = torch.ops.aten
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(p0, g0, p1, g1, p2, g2, lr):  # as AOTAutograd gives p.sub_(g * lr): the update, copied back
+        for p, g in ((p0, g0), (p1, g1), (p2, g2)):
+            aten.copy_.default(p, aten.sub.Tensor(p, aten.mul.Tensor(g, lr)))
+        return ()
+    shapes = [(300,), (64, 5), (1000,)]
+    with FakeTensorMode():
+        args = [torch.empty(s, device="cuda") for s in shapes for _ in range(2)] + [torch.empty(())]
+        gm = make_fx(fn)(*args)
+    with smelt.config.override(cuda_backend="triton"):
+        g = generate_graph(gm, "inference", smelt.config.current())
+    assert not g.fallback_ops
+    (kernel,) = [k for k in g.kernels if not k.interpret]
+    assert kernel.combo is not None and kernel.combo[-1] == 1, kernel.combo
+    assert ": tl.float64" in kernel.source, kernel.source
+    call = [line for line in g.wrapper_source.splitlines() if line.strip().startswith(kernel.name)]
+    assert call and call[0].rstrip(")").endswith("_value"), g.wrapper_source  # the rate, after the buffers
+    path = tmp_path / f"{kernel.name}.py"
+    path.write_text(kernel.source)
+    fn = getattr(load_module(str(path), interpret=False), kernel.name)
+    binary = KernelVariants(fn, kernel.source, None).load_or_compile(
+        launch_description(1), block_constants(kernel.config, True, None), kernel.config.num_warps, (9, 0))
+    assert "fp64" in binary.arg_kinds

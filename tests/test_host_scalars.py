@@ -109,3 +109,38 @@ def test_a_scalar_the_graph_writes_into(compile_fn, device):
     s, s_eager = torch.tensor(2.0), torch.tensor(2.0)
     torch.testing.assert_close(compile_fn(fn)(x, s), fn(x, s_eager), atol=0, rtol=0)
     assert s.item() == s_eager.item() == 3.5
+
+
+def test_per_tensor_updates_reading_one_rate_share_a_launch(compile_fn, device, observe, monkeypatch):
+    """A learning rate passed as a CPU tensor (so that a scheduler's new rates do not recompile): the
+    per-parameter updates reading it are combined into one launch, which takes the rate once. On
+    the CPU the rule that makes such a scalar an argument is widened to CPU graphs, so that the
+    interpreter runs the combined kernel with the rate passed by value."""
+    if config.current().backend_for(torch.device(device).type) != "triton":
+        pytest.skip("host scalars are arguments of Triton kernels only")
+    if torch.device(device).type == "cpu":
+        from smelt.lowering import graph as lowering_graph
+        monkeypatch.setattr(lowering_graph, "_is_host_scalar", lambda graph, val, gpu: val.dim() == 0 and
+                            val.device.type == "cpu" and val.dtype in (torch.float32, torch.float64))
+    torch.manual_seed(0)
+    shapes = [(7,), (33,), (5, 4), (130,), (2, 3, 5), (64,)] * 2
+
+    def step(params, grads, lr):
+        for p, g in zip(params, grads):
+            p.sub_(g * lr)
+
+    params = [torch.randn(s, device=device) for s in shapes]
+    grads = [torch.randn(s, device=device) for s in shapes]
+    ours = [p.clone() for p in params]
+    compiled = compile_fn(step)
+    for rate in (0.1, 0.025):  # a new rate: the same graph
+        lr = torch.tensor(rate)
+        step(params, grads, lr)
+        compiled(ours, grads, lr)
+        torch.testing.assert_close(ours, params, atol=1e-6, rtol=1e-6)
+    (graph,) = observe.compiled_graphs()
+    wrapper = graph.wrapper_source
+    assert "HostDouble(" in wrapper, wrapper
+    launches = [line for line in wrapper.splitlines() if line.strip().startswith("triton_")]
+    assert len(launches) == 1 and "triton_combo_" in launches[0], wrapper
+    assert launches[0].rstrip(")").endswith("_value"), launches[0]  # the rate, after the buffers

@@ -328,7 +328,7 @@ class WrapperCodegen:
                     else:
                         self.allocate_buffer(body, buffers[name], allocated)
                 if step.combo:
-                    args = [buffer for member in kernel.member_buffers for buffer in member]
+                    args = [buffer for member in kernel.member_buffers for buffer in member] + list(kernel.scalars)
                     body.writeline(f"{kernel.name}({', '.join(args)})")
                     self.free(body, step.frees)
                     continue

@@ -108,8 +108,8 @@ def _lower_placeholder(graph: IRGraph, node, val, gpu: str | None):
 def _is_host_scalar(graph: IRGraph, val: torch.Tensor, gpu: str | None) -> bool:
     """Whether a graph input is a CPU float scalar that the kernels of the graph's GPU (device type
     `gpu`) take by value (Target.host_scalar_args). A CPU graph's kernels read it from memory like
-    any input: a value argument would keep them out of combo launches (an Adam step's
-    per-parameter CPU step counts), whose members take only pointers and sizes."""
+    any input: a combo launch takes only the scalars all its members read, so a value argument
+    would give each parameter of an Adam step its own launch (their CPU step counts differ)."""
     if gpu is None or val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
         return False
     return graph.target_for(gpu).host_scalar_args

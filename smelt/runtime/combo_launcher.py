@@ -10,6 +10,9 @@ values as arguments (table_writer.py), in stream order before the combo kernel r
 CUDA graph records, and where the writer does not compile, tables are copied from pinned memory
 instead, kept per distinct set of addresses; on the CPU they are host tensors.
 
+Host scalars (a learning rate passed as a CPU tensor, read once by the wrapper) come after the
+buffers and are passed to the kernel as they are, after its two tables.
+
 With autotuning on, the first call times the launch's candidate configs (its pointwise kinds'
 XBLOCK and num_warps) as whole launches, and the choice is cached on disk like a kernel's.
 """
@@ -33,15 +36,21 @@ STAGING = 4
 LAUNCH_DESCRIPTION = (("ptr", "torch.int32", True), ("ptr", "torch.int64", True))
 
 
+def launch_description(scalars: int) -> tuple:
+    """A combo launch's arguments described: the tables, then its host scalars (float64 values)."""
+    return LAUNCH_DESCRIPTION + (("fp64",),) * scalars
+
+
 class ComboLauncher:
     def __init__(self, launcher, member_sizes: list[tuple[int, ...]], member_kinds: list[int],
                  pointers_per_kind: list[int], xblock_per_kind: list[int], written_per_kind: list[tuple[int, ...]],
-                 autotuner=None, writer=None):
+                 scalars: int = 0, autotuner=None, writer=None):
         self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
         self.sizes = member_sizes
         self.kinds = member_kinds
         self.xblock_per_kind = xblock_per_kind
         self.pointers = [pointers_per_kind[k] for k in member_kinds]  # each member's
+        self.scalars = scalars  # host scalars after the buffers in a call's arguments
         # Where each member's row starts in the pointer table, and its buffers in the call's arguments.
         self.rows = [0]
         for n, sizes in zip(self.pointers, self.sizes):
@@ -77,13 +86,17 @@ class ComboLauncher:
     @classmethod
     def programs(cls, launch: tuple, xblock: int) -> int:
         """The grid of a combo kernel, from its `launch` (codegen/triton/combo.py)."""
-        member_sizes, member_kinds, _, xblock_per_kind, _ = launch
+        member_sizes, member_kinds, _, xblock_per_kind, _, _ = launch
         return sum(cls.blocks_of(member_sizes, member_kinds, xblock_per_kind, xblock))
 
-    def __call__(self, *buffers):
+    def __call__(self, *args):
+        if self.scalars:
+            buffers, scalars = args[:-self.scalars], args[-self.scalars:]
+        else:
+            buffers, scalars = args, ()
         device = buffers[0].device
         if self.autotuner is not None:
-            self._tune(buffers, device)
+            self._tune(buffers, scalars, device)
         work = self.work.get(device)
         if work is None:
             work = self.work[device] = self._work_table(device, self.blocks)
@@ -94,7 +107,7 @@ class ComboLauncher:
                 table = self._table_while_recording(addresses, device)
             self.kept_for_graphs.append(table)  # a recording reads it on every replay: never freed
         elif self.writer is not None:
-            self._launch_written(work, addresses, device)
+            self._launch_written(work, addresses, device, scalars)
             return
         else:
             table = self.tables.get((device, addresses))
@@ -102,9 +115,9 @@ class ComboLauncher:
                 if len(self.tables) >= MAX_TABLES:
                     self.tables.clear()
                 table = self.tables[(device, addresses)] = self._pointer_table(addresses, device)
-        self.launcher(work, table)
+        self.launcher(work, table, *scalars)
 
-    def _launch_written(self, work, addresses: tuple[int, ...], device) -> None:
+    def _launch_written(self, work, addresses: tuple[int, ...], device, scalars: tuple) -> None:
         """Launches with this stream's table, written first where its buffers moved."""
         stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
         with self.lock:
@@ -112,12 +125,12 @@ class ComboLauncher:
             if held is None:
                 held = self._new_written_table(device, stream)
                 if held is None:  # no writer on this machine: tables copied from now on
-                    self.launcher(work, self._pointer_table(addresses, device))
+                    self.launcher(work, self._pointer_table(addresses, device), *scalars)
                     return
             if held[1] != addresses:
                 self.writer.write(held[0], self._table_values(addresses))
                 held[1] = addresses
-            self.launcher(work, held[0])
+            self.launcher(work, held[0], *scalars)
 
     def _new_written_table(self, device, stream) -> list | None:
         try:
@@ -131,7 +144,7 @@ class ComboLauncher:
         held = self.written_tables[(device, stream)] = [table, None]
         return held
 
-    def _tune(self, buffers, device) -> None:
+    def _tune(self, buffers, scalars, device) -> None:
         """Times the candidate configs as whole launches (or reads the choice from disk) and keeps
         the fastest. The trials store into copies of the written buffers: a combo that updates its
         inputs in place (an optimizer's) would otherwise apply its update once per trial."""
@@ -139,13 +152,13 @@ class ComboLauncher:
         key = (tuple(self.sizes), tuple(self.kinds))
         config = tuner.known(key, device)  # chosen before: no copies, no trials
         if config is None:
-            config = self._time_candidates(tuner, key, buffers, device)
+            config = self._time_candidates(tuner, key, buffers, scalars, device)
         if config is not None:
             self.blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
             self.work.clear()
             self.launcher.reconfigure(config, sum(self.blocks))
 
-    def _time_candidates(self, tuner, key, buffers, device):
+    def _time_candidates(self, tuner, key, buffers, scalars, device):
         """The fastest candidate, timed on copies of the written buffers; None where they do not fit."""
         written = [buffers[i] for i in self.written]
         needed = sum(b.numel() * b.element_size() for b in written)
@@ -169,7 +182,7 @@ class ComboLauncher:
                 prepared[shape] = self._work_table(device, blocks), sum(blocks)
             work, programs = prepared[shape]
             self.launcher.reconfigure(config, programs)
-            self.launcher(work, table)
+            self.launcher(work, table, *scalars)
 
         return tuner.pick(key, device, run)
 

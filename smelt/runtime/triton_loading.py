@@ -10,7 +10,7 @@ import torch
 from ..artifact import GeneratedKernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
-from .combo_launcher import LAUNCH_DESCRIPTION, ComboLauncher
+from .combo_launcher import ComboLauncher, launch_description
 from .compile_pool import submit
 from .cuda_binary import keep_launcher_in
 from .cuda_compile_check import CAPABILITY, CudaCompileCheck
@@ -77,7 +77,7 @@ def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | Non
     if len(kernel.candidates) > 1:  # autotuned: each candidate compiles as it is timed
         return None
     if kernel.combo:
-        guess = LAUNCH_DESCRIPTION
+        guess = launch_description(kernel.combo[-1])
     elif kernel.launch_guess is not None:
         guess = kernel.launch_guess
     else:

@@ -15,7 +15,10 @@ block of the member to run, from a work table; a chain of ifs on the kind picks 
     ...
 
 So the kernel's source, and its compile, grow with the kinds, not with the members: an Adam step
-over 150 parameters is one compile of one Adam body. Members are pointwise kernels over a flat
+over 150 parameters is one compile of one Adam body. A CPU scalar that GPU kernels take by value
+(Target.host_scalar_args: a learning rate passed as a tensor, so that a scheduler's changes do not
+recompile) is an argument of the launch, passed to each body that reads it; only members reading
+the same such scalars share a launch. Members are pointwise kernels over a flat
 range or reductions whose rows one program each finishes (not tiled, not split across programs,
 no scans), with static sizes. A reduction kind keeps the block sizes the member would have alone
 (a small norm's RBLOCK is not a big one's); pointwise kinds share the launch's XBLOCK, a constexpr
@@ -59,6 +62,7 @@ class MemberBody:
     written: tuple[int, ...]  # which of the pointers the body stores through
     sizes: tuple[int, ...]  # (xnumel,) or, for a reduction, (xnumel, rnumel)
     config: BlockConfig
+    scalars: tuple[str, ...] = ()  # the host scalars it takes by value (their wrapper names), in its order
 
     def kind(self, graph) -> tuple:
         """What members of one branch share: the body, its buffers' dtypes, its block sizes."""
@@ -98,7 +102,8 @@ class ComboBodies:
         body = self.body(step)
         if body is None:
             return None
-        launch, kind = (str(step.group.nodes[0].buffer.get_device()), self.interpret_for(step)), body.kind(self.graph)
+        launch = (str(step.group.nodes[0].buffer.get_device()), self.interpret_for(step), tuple(sorted(body.scalars)))
+        kind = body.kind(self.graph)
         # A launch runs every member at its widest member's registers and one num_warps: a Qwen2
         # norm's persistent row reduction and its weight's column sum took 90 us together, 65 apart.
         return (launch if small else (*launch, kind)), kind
@@ -139,10 +144,11 @@ class ComboBodies:
                               masks=(True, plan.is_reduction), eviction_hints=self.eviction_hints, program_arg=True)
         text = kernel.function_source("BODY")
         pointers, named_sizes = kernel.launch_args()
-        if named_sizes:  # a size passed by name would differ between members
+        host_scalars = set(self.graph.host_scalars.values())
+        if any(name not in host_scalars for name in named_sizes):  # a size passed by name would differ between members
             return None
         written = tuple(j for j, (_, buffer) in enumerate(pointers) if buffer in kernel.args.outputs)
-        return MemberBody(kernel, text, pointers, written, sizes, config)
+        return MemberBody(kernel, text, pointers, written, sizes, config, tuple(named_sizes))
 
 
 def _elements(step: Step) -> int | None:
@@ -173,6 +179,7 @@ class ComboKernelSource:
     pointers_per_kind: list[int]
     xblock_per_kind: list[int]  # a reduction kind's own; 0 for a pointwise kind (the launch's XBLOCK)
     written_per_kind: list[tuple[int, ...]]  # the pointers each kind stores through
+    scalars: list[str]  # the host scalars the launch passes after its buffers (their wrapper names)
     config: BlockConfig  # the launch's: its warps and its pointwise kinds' XBLOCK
     candidates: list[BlockConfig]  # more than one: timed as a whole on the first launch
     origins: list[str]
@@ -180,9 +187,14 @@ class ComboKernelSource:
     @property
     def launch(self) -> tuple:
         """What runtime/combo_launcher.py takes besides the kernel: each member's sizes and kind,
-        each kind's pointers, XBLOCK and written pointers."""
+        each kind's pointers, XBLOCK and written pointers, and how many host scalars follow the buffers."""
         return (tuple(self.member_sizes), tuple(self.member_kinds), tuple(self.pointers_per_kind),
-                tuple(self.xblock_per_kind), tuple(self.written_per_kind))
+                tuple(self.xblock_per_kind), tuple(self.written_per_kind), len(self.scalars))
+
+    @property
+    def size_args(self) -> list[str]:
+        """The wrapper's values the launch takes after its buffers (codegen/wrapper.py binds them)."""
+        return self.scalars
 
 
 def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index: int,
@@ -207,10 +219,13 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
     if len(texts) == 1:
         texts = {text: f"{name}_body" for text in texts}
     several = len(kind_bodies) > 1
+    # The key gave every member the same host scalars (scheduler/combo.py groups by it).
+    scalars = sorted({s for m in members for s in m.scalars})
+    typed = "".join(f"{s}: tl.float64, " for s in scalars)
     lines = [
         "",
         "@triton.jit",
-        f"def {name}(work_ptr, table_ptr, XBLOCK: tl.constexpr):",
+        f"def {name}(work_ptr, table_ptr, {typed}XBLOCK: tl.constexpr):",
         "    # This program's kind of member, where its member's buffers and sizes are listed and",
         "    # which block of it to run (work table).",
         "    row = work_ptr + 3 * tl.program_id(0)",
@@ -233,7 +248,8 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
             lines.append(f"{indent}{size} = tl.load(slots + {len(params) + j})")
         blocks = ([str(body.config.XBLOCK), str(body.config.RBLOCK)] if body.config.RBLOCK is not None
                   else ["XBLOCK"])
-        lines.append(f"{indent}{texts[body.text]}({', '.join(params + size_names + ['block'] + blocks)})")
+        arguments = params + list(body.scalars) + size_names + ["block"] + blocks
+        lines.append(f"{indent}{texts[body.text]}({', '.join(arguments)})")
     config = BlockConfig(XBLOCK=POINTWISE_CONFIG.XBLOCK, RBLOCK=None,
                          num_warps=max(b.config.num_warps for b in kind_bodies), persistent=False)
     pointwise = [m.sizes[0] for m in members if len(m.sizes) == 1]
@@ -260,7 +276,8 @@ def combo_kernel(step: Step, bodies: ComboBodies, graph, interpret: bool, index:
         member_sizes=[m.sizes for m in members], member_kinds=member_kinds,
         pointers_per_kind=[len(b.pointers) for b in kind_bodies],
         xblock_per_kind=[b.config.XBLOCK if b.config.RBLOCK is not None else 0 for b in kind_bodies],
-        written_per_kind=[b.written for b in kind_bodies], config=config, candidates=candidates, origins=origins)
+        written_per_kind=[b.written for b in kind_bodies], scalars=scalars, config=config, candidates=candidates,
+        origins=origins)
 
 
 def _blocks_text(body: MemberBody) -> str:
