@@ -133,6 +133,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_FLOAT32_PRODUCT_BIAS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_HOST_SCALAR_ARGS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_PACKED_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_SHORT_ATTENTION": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
@@ -239,6 +240,10 @@ class Config:
     # A float32 addmm read only by elementwise ops as mm, its bias added by the kernel after it
     # (lowering/extern_calls.py): "auto" where the Target says so.
     float32_product_bias: str = _field("SMELT_FLOAT32_PRODUCT_BIAS")
+    # A zero-dimensional float CPU input passed to Triton kernels by value (lowering/graph.py): "auto"
+    # in GPU graphs where the Target says so; "on" in CPU graphs too (the GPU's form, run by Triton's
+    # interpreter: tests and the fuzzer); "off" never (read from memory; GPU ops reading it run in ATen).
+    host_scalar_args: str = _field("SMELT_HOST_SCALAR_ARGS")
     # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
     # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.
     packed_convolutions: str = _field("SMELT_PACKED_CONVOLUTIONS")

@@ -111,17 +111,18 @@ def test_a_scalar_the_graph_writes_into(compile_fn, device):
     assert s.item() == s_eager.item() == 3.5
 
 
-def test_per_tensor_updates_reading_one_rate_share_a_launch(compile_fn, device, observe, monkeypatch):
+def test_per_tensor_updates_reading_one_rate_share_a_launch(compile_fn, device, observe):
     """A learning rate passed as a CPU tensor (so that a scheduler's new rates do not recompile): the
     per-parameter updates reading it are combined into one launch, which takes the rate once. On
-    the CPU the rule that makes such a scalar an argument is widened to CPU graphs, so that the
+    the CPU, SMELT_HOST_SCALAR_ARGS=on makes such a scalar an argument in CPU graphs too, so that the
     interpreter runs the combined kernel with the rate passed by value."""
     if config.current().backend_for(torch.device(device).type) != "triton":
         pytest.skip("host scalars are arguments of Triton kernels only")
-    if torch.device(device).type == "cpu":
-        from smelt.lowering import graph as lowering_graph
-        monkeypatch.setattr(lowering_graph, "_is_host_scalar", lambda graph, val, gpu: val.dim() == 0 and
-                            val.device.type == "cpu" and val.dtype in (torch.float32, torch.float64))
+    with config.override(host_scalar_args="on"):
+        _per_tensor_updates_share_a_launch(compile_fn, device, observe)
+
+
+def _per_tensor_updates_share_a_launch(compile_fn, device, observe):
     torch.manual_seed(0)
     shapes = [(7,), (33,), (5, 4), (130,), (2, 3, 5), (64,)] * 2
 

@@ -109,10 +109,14 @@ def _is_host_scalar(graph: IRGraph, val: torch.Tensor, gpu: str | None) -> bool:
     """Whether a graph input is a CPU float scalar that the kernels of the graph's GPU (device type
     `gpu`) take by value (Target.host_scalar_args). A CPU graph's kernels read it from memory like
     any input: a combo launch takes only the scalars all its members read, so a value argument
-    would give each parameter of an Adam step its own launch (their CPU step counts differ)."""
-    if gpu is None or val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
+    would give each parameter of an Adam step its own launch (their CPU step counts differ).
+    SMELT_HOST_SCALAR_ARGS=on takes them by value there too; off, nowhere."""
+    if val.dim() != 0 or val.device.type != "cpu" or val.dtype not in (torch.float32, torch.float64):
         return False
-    return graph.target_for(gpu).host_scalar_args
+    setting = graph.config.host_scalar_args if graph.config is not None else "auto"
+    if setting == "off" or (gpu is None and setting != "on"):
+        return False
+    return graph.target_for(gpu or "cpu").host_scalar_args
 
 
 def _gpu_of_inputs(gm) -> str | None:

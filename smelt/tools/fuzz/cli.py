@@ -245,6 +245,9 @@ def main(argv=None) -> int:
                     help="also compile interpreted Triton kernels for sm_90 (sets SMELT_CHECK_CUDA_COMPILE=1)")
     ap.add_argument("--cache-hits", action="store_true",
                     help="judge each program's second compile, served by the graph cache (a fresh folder)")
+    ap.add_argument("--host-scalar-args", action="store_true",
+                    help="CPU scalar inputs as Triton kernel arguments in CPU graphs too, as GPU graphs take them "
+                         "(sets SMELT_HOST_SCALAR_ARGS=on; with SMELT_CPU_BACKEND=triton)")
     ap.add_argument("--in-process", action="store_true",
                     help="run here, without a supervising process (a segfault then ends the run)")
     ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
@@ -253,6 +256,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cuda_compile_check:  # read per compile; the judging and shrinking subprocesses inherit it
         os.environ["SMELT_CHECK_CUDA_COMPILE"] = "1"
+    if args.host_scalar_args:
+        os.environ["SMELT_HOST_SCALAR_ARGS"] = "on"
     if args.cache_hits and not os.environ.get(CACHE_HITS):  # the supervised children inherit all three
         os.environ.update({CACHE_HITS: "1", "SMELT_GRAPH_CACHE": "1",
                            "SMELT_CACHE_DIR": tempfile.mkdtemp(prefix="smelt-fuzz-cache-")})
