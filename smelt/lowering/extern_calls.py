@@ -13,6 +13,7 @@ from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .depthwise_convolution import depthwise_windows, lower_depthwise
 from .convolution_calls import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
+from .input_writes import InputWrite
 from .kernel_support import why_aten
 from .traced_layout import realize_as_traced
 from ..target import switched_on
@@ -213,21 +214,22 @@ def copy_(g, dst, src, non_blocking=False):
     if why_aten(g, g.node) is not None:  # a dtype no kernel computes (float8), a tensor past Halide's extents
         return _copy_in_aten(g, dst, src)
     size = target.get_size()
-    load = broadcast_loader(src, size)
     dtype = target.get_dtype()
-    loops = Pointwise(target.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype), size,
-                      g.origin | src.origins)
+    origins = g.origin
 
-    def write():
+    def write(src):
         # After the graph's outputs: a value read here and by an output realized later (or recomputed
-        # by its readers) is computed from the input's old contents everywhere.
+        # by its readers) is computed from the input's old contents everywhere (input_writes.py).
+        load = broadcast_loader(src, size)
+        loops = Pointwise(target.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype), size,
+                          origins | src.origins)
         written = g.register_computed(loops, layout=target.layout, mutates=target.name)
         source = src.data.data if isinstance(src.data, StorageBox) and src.data.is_realized() else None
         if isinstance(source, ComputedBuffer) and source.mutates is None and source.get_dtype() == dtype \
                 and list(source.get_size()) == list(size):
             written.copy_of = source.name  # the scheduler may keep `source` in the input alone
 
-    g.input_writes.append(write)
+    g.input_writes.append(InputWrite(target, src, write))
     return dst
 
 
@@ -243,11 +245,11 @@ def _copy_in_aten(g, dst, src):
     log.debug("smelt: the write into %s runs through ATen's copy_: %s", target.name, why_aten(g, g.node))
     g.fallback_ops.append("aten.copy_")
 
-    def write():
+    def write(src):
         node.args = (target, g.realize(src))
         g.register_buffer(node)
 
-    g.input_writes.append(write)
+    g.input_writes.append(InputWrite(target, src, write))
     return dst
 
 

@@ -18,6 +18,7 @@ from ..symbolic import index_var, product, sympify
 from . import registry
 from .common import layout_of
 from .extern_calls import extern_call, fallback
+from .input_writes import run_input_writes
 from .kernel_support import why_aten
 from .online_softmax import SoftmaxRows
 from .traced_layout import realize_as_traced, realize_in_traced_order, realize_view_base, view_base_node
@@ -82,8 +83,7 @@ def lower_graph(gm: torch.fx.GraphModule, config=None, target_for=None, compile_
                     returned.setdefault(spec.name, fx_out)
                 graph.outputs.append(spec)
             graph.node = None
-            for write in graph.input_writes:
-                write()
+            run_input_writes(graph, graph.input_writes)
         else:
             raise LoweringError(f"smelt: unsupported FX node kind {node.op!r} ({node.format_node()})")
     return graph

@@ -203,7 +203,13 @@ def inplace(b: Builder) -> bool:
     t = b.t(a)
     sl, shape = _slice_of(b, t)
     value = b.r.choice(("2", "0.5", "{c}", "{c}"))
-    c = b.new_input(tuple(1 if b.r.random() < 0.3 else s for s in shape)) if "{c}" in value else None
+    c = None
+    if "{c}" in value and b.r.random() < 0.6:
+        # A value the program has (another input it may write too, or `a` itself): each write must
+        # read what eager's program order gives it, whatever order the compiled writes run in.
+        c = b.pick(lambda v: tuple(v.shape) == tuple(shape) and v.dtype == t.dtype)
+    if "{c}" in value and c is None:
+        c = b.new_input(tuple(1 if b.r.random() < 0.3 else s for s in shape))
     method = b.r.choice(("add_", "mul_", "copy_", "sub_", "clamp_", "fill_", "zero_", "masked_fill_"))
     if method == "clamp_":
         call = "clamp_(min=-0.5)"
