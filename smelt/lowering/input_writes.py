@@ -10,16 +10,21 @@ changed (`a.mul_(0.5); b.add_(a)` added a quarter of a, not a half). So:
 - copies that read each other's inputs in a cycle (a swap), and a copy whose value reads its own
   input at another element than the one it writes (`a.copy_(a.flip(0))`: its programs would read
   elements others already wrote), have their values computed into new buffers before any write.
+
+A value may read an input through a view ATen made (`z.real` of a complex input): that counts as
+reading the input.
 """
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from typing import Callable
 
 import sympy
 
 from ..ir import TensorBox, use_handler
-from ..ir.ops import ReadsHandler
+from ..ir.extern import ExternKernel, MultiOutput, returns_fresh_buffer
+from ..ir.ops import TextHandler
 from ..symbolic import index_var
 from .common import broadcast_loader
 
@@ -38,39 +43,85 @@ def run_input_writes(graph, writes: list[InputWrite]) -> None:
     """Registers the writes in an order (and with copies) under which each reads old contents."""
     from .scatter import copy_to_new_buffer  # scatter.py imports the lowerings' common helpers
 
-    reads = [_reads(w) for w in writes]
-    copied = set()
-    for k, (w, found) in enumerate(zip(writes, reads)):
-        if any(name == w.target.name and not _same(index, w) for name, index in found):
+    buffers = {b.name: b for b in graph.buffers}
+    writer = {w.target.name: k for k, w in enumerate(writes)}
+    reads: list[set[str]] = []  # per write, the inputs (and buffers) its value reads
+    copied: set[int] = set()
+    for k, w in enumerate(writes):
+        loads = _loads(w)
+        names = _behind_views({name for name, _ in loads}, buffers)
+        reads.append(names)
+        # Its own input read at another element, or through an ATen view (no index to compare).
+        direct = [index for name, index in loads if name == w.target.name]
+        if any(not _same(index, w) for index in direct) or (w.target.name in names and not direct):
             copied.add(k)
-    # Each write before the writes of the inputs its value reads; what is left over is in a cycle.
-    before = {k: {j for j, other in enumerate(writes) if j != k and other.target.name in
-                  {name for name, _ in reads[k]}} for k in range(len(writes)) if k not in copied}
+    # Kahn's order over "runs before": a write runs before the write of each input its value reads.
+    waits = {k: 0 for k in range(len(writes)) if k not in copied}
+    then: dict[int, list[int]] = {k: [] for k in waits}
+    for j in waits:
+        for name in reads[j]:
+            k = writer.get(name)
+            if k is not None and k != j and k in waits:
+                waits[k] += 1
+                then[j].append(k)
+    ready = [k for k, n in waits.items() if n == 0]
+    heapq.heapify(ready)  # the first write ready first: input order where nothing decides
     order: list[int] = []
-    waiting = {k: {j for j in before if k in before[j]} for k in before}  # k waits for the writes reading its input
-    while True:
-        ready = [k for k in sorted(waiting) if not waiting[k]]
-        if not ready:
-            break
-        k = ready[0]
-        order.append(k)
-        del waiting[k]
-        for rest in waiting.values():
-            rest.discard(k)
-    copied |= set(waiting)
-    sources = {k: writes[k].source for k in range(len(writes))}
+    while ready:
+        j = heapq.heappop(ready)
+        order.append(j)
+        for k in then[j]:
+            waits[k] -= 1
+            if waits[k] == 0:
+                heapq.heappush(ready, k)
+    copied |= set(waits) - set(order)  # in a cycle, or after one
+    sources = {k: w.source for k, w in enumerate(writes)}
     for k in sorted(copied):  # before any write: from the old contents
         sources[k] = TensorBox.of_storage(copy_to_new_buffer(graph, writes[k].source))
     for k in order + sorted(copied):
         writes[k].run(sources[k])
 
 
-def _reads(write: InputWrite) -> list[tuple[str, sympy.Expr]]:
+def _behind_views(names: set[str], buffers: dict) -> set[str]:
+    """`names` with, for each ATen call's result that views its arguments (`z.real`, a complex
+    input's `view_as_real`: calls smelt leaves to ATen), the buffers it views, transitively."""
+    found, todo = set(names), list(names)
+    while todo:
+        buffer = buffers.get(todo.pop())
+        if isinstance(buffer, MultiOutput):
+            buffer = buffer.parent
+        if not isinstance(buffer, ExternKernel) or returns_fresh_buffer(buffer):
+            continue
+        for viewed in buffer.inputs():
+            name = viewed.storage_name
+            if name not in found:
+                found.add(name)
+                todo.append(name)
+    return found
+
+
+class _Loads(TextHandler):
+    """Records each (buffer, index) a value loads; prints nothing it need not (an optimizer step
+    has thousands of writes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loads: list[tuple[str, sympy.Expr]] = []
+
+    def load(self, name, index):
+        self.loads.append((name, index))
+        return "v"
+
+    def index_expr(self, expr, dtype):
+        return "i"
+
+
+def _loads(write: InputWrite) -> list[tuple[str, sympy.Expr]]:
     """(buffer, flat index) of each load the write's value makes, over the input's index."""
-    handler = ReadsHandler()
+    handler = _Loads()
     with use_handler(handler):
         broadcast_loader(write.source, write.target.get_size())(_index_vars(write))
-    return handler.reads
+    return handler.loads
 
 
 def _index_vars(write: InputWrite) -> list[sympy.Symbol]:
@@ -80,4 +131,4 @@ def _index_vars(write: InputWrite) -> list[sympy.Symbol]:
 def _same(index, write: InputWrite) -> bool:
     """Whether a read of the written input is of the element it writes (an update in place)."""
     stored = write.target.layout.index(_index_vars(write))
-    return sympy.expand(sympy.sympify(index) - stored) == 0
+    return index == stored or sympy.expand(sympy.sympify(index) - stored) == 0  # equal as written: the common case
