@@ -431,6 +431,22 @@ class IndexPrinter(StrPrinter):
     def _print_TruncToInt(self, e):
         return f"int({self._print(e.args[0])})"
 
+    # A SymFloat's functions (BatchNorm's unbiased n / (n - 1) under dynamic shapes), printed as Python
+    # for the wrapper: ops reading such a value run in ATen (lowering/graph.py), never in a kernel.
+    def _print_FloatTrueDiv(self, e):
+        return f"({self._operand(e.args[0])} / {self._operand(e.args[1])})"
+
+    _print_IntTrueDiv = _print_FloatTrueDiv
+
+    def _print_ToFloat(self, e):
+        return f"float({self._print(e.args[0])})"
+
+    def _print_FloatPow(self, e):
+        return f"({self._operand(e.args[0])} ** {self._operand(e.args[1])})"
+
+    def _print_TruncToFloat(self, e):
+        return f"float(math.trunc({self._print(e.args[0])}))"
+
     def _print_Function(self, e):
         raise NotImplementedError(f"smelt: cannot print {type(e).__name__} in the index or size expression {e}")
 

@@ -119,3 +119,19 @@ def test_a_loop_bound_from_an_argument_under_triton_36s_interpreter(monkeypatch,
     for rows, length in [(3, 7), (5, 9)]:
         x = torch.randn(rows, length)
         assert_close(compiled(x), fn(x))
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_batch_norm_training_under_dynamic_shapes(device, compile_fn, dims):
+    """The running variance's unbiased correction n / (n - 1) is a symbolic float when the batch is
+    symbolic: the op reading it runs in ATen, the wrapper computing it (a kernel takes sizes as
+    integers; printing it in one failed to compile, as every BatchNorm training step did)."""
+    torch.manual_seed(0)
+    make = torch.nn.BatchNorm1d if dims == 1 else torch.nn.BatchNorm2d
+    ours, eager = make(8).to(device).train(), make(8).to(device).train()
+    compiled = compile_fn(ours, dynamic=True)
+    for batch in (16, 5, 33):
+        x = torch.randn(batch, 8, *([6, 7] if dims == 2 else []), device=device)
+        torch.testing.assert_close(compiled(x), eager(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours.running_var, eager.running_var, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(ours.running_mean, eager.running_mean, atol=1e-6, rtol=1e-6)

@@ -147,6 +147,10 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
         fn = None
     if _mixes_devices(graph, args, kwargs):
         fn = None  # a kernel reads one device's memory (e.g. CPU indices into a CUDA tensor): ATen moves them
+    if fn is not None and _reads_a_symbolic_float(args, kwargs):
+        # Kernels take symbolic sizes as integers; the wrapper computes a SymFloat as a Python float.
+        log.debug("smelt: %s runs through its ATen kernel: it reads a symbolic float", origin_name(node))
+        fn = None
     try:
         if fn is not None:
             result = fn(graph, *args, **kwargs)
@@ -165,6 +169,12 @@ def _lower_call(graph: IRGraph, node, args, kwargs):
     except Exception as e:
         raise LoweringError(f"smelt: lowering {origin_name(node)} failed for `{node.format_node()}` "
                             f"with inputs {_describe_inputs(node)}: {type(e).__name__}: {e}") from e
+
+
+def _reads_a_symbolic_float(args, kwargs) -> bool:
+    """Whether an argument is a non-integer symbolic scalar (a SymFloat: n / (n - 1) of a symbolic n)."""
+    return any(isinstance(a, sympy.Expr) and a.free_symbols and not a.is_integer
+               for a in torch.utils._pytree.tree_leaves((args, kwargs)))
 
 
 def _mixes_devices(graph: IRGraph, args, kwargs) -> bool:
