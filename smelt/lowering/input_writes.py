@@ -17,7 +17,6 @@ reading the input.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from typing import Callable
 
 import sympy
@@ -25,6 +24,7 @@ import sympy
 from ..ir import TensorBox, use_handler
 from ..ir.extern import ExternKernel, MultiOutput, returns_fresh_buffer
 from ..ir.ops import TextHandler
+from ..scheduler.schedule import kahn_order
 from ..symbolic import index_var
 from .common import broadcast_loader
 
@@ -55,26 +55,15 @@ def run_input_writes(graph, writes: list[InputWrite]) -> None:
         direct = [index for name, index in loads if name == w.target.name]
         if any(not _same(index, w) for index in direct) or (w.target.name in names and not direct):
             copied.add(k)
-    # Kahn's order over "runs before": a write runs before the write of each input its value reads.
-    waits = {k: 0 for k in range(len(writes)) if k not in copied}
-    then: dict[int, list[int]] = {k: [] for k in waits}
-    for j in waits:
-        for name in reads[j]:
+    # A write runs after the writes whose values read its input.
+    after: list[set[int]] = [set() for _ in writes]
+    for j, names in enumerate(reads):
+        for name in names:
             k = writer.get(name)
-            if k is not None and k != j and k in waits:
-                waits[k] += 1
-                then[j].append(k)
-    ready = [k for k, n in waits.items() if n == 0]
-    heapq.heapify(ready)  # the first write ready first: input order where nothing decides
-    order: list[int] = []
-    while ready:
-        j = heapq.heappop(ready)
-        order.append(j)
-        for k in then[j]:
-            waits[k] -= 1
-            if waits[k] == 0:
-                heapq.heappush(ready, k)
-    copied |= set(waits) - set(order)  # in a cycle, or after one
+            if k is not None and k != j and j not in copied and k not in copied:
+                after[k].add(j)
+    order = [k for k in kahn_order(after) if k not in copied]
+    copied |= set(range(len(writes))) - set(order)  # in a cycle, or after one
     sources = {k: w.source for k, w in enumerate(writes)}
     for k in sorted(copied):  # before any write: from the old contents
         sources[k] = TensorBox.of_storage(copy_to_new_buffer(graph, writes[k].source))

@@ -116,6 +116,27 @@ def _add_scalar_reads(nodes: list[SchedulerNode]) -> None:
                 node.read_names = node.read_names | {binders[symbol]}
 
 
+def kahn_order(after) -> list[int]:
+    """Indices 0..len(after)-1, each after every index `after[i]` names, the smallest ready one
+    first (the given order where nothing decides); indices in a cycle, or after one, are left out."""
+    waiting = [len(a) for a in after]
+    followers: list[list[int]] = [[] for _ in after]
+    for i, a in enumerate(after):
+        for j in a:
+            followers[j].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in followers[i]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                heapq.heappush(ready, k)
+    return order
+
+
 def in_dependency_order(nodes: list[SchedulerNode]) -> list[SchedulerNode]:
     """The nodes in program order, but each after the buffers it reads.
 
@@ -149,23 +170,10 @@ def in_dependency_order(nodes: list[SchedulerNode]) -> list[SchedulerNode]:
         after[i].discard(i)
     if all(j < i for i in range(len(nodes)) for j in after[i]):
         return nodes  # already in order: the usual case
-    waiting = [len(a) for a in after]
-    followers: list[list[int]] = [[] for _ in nodes]
-    for i, a in enumerate(after):
-        for j in a:
-            followers[j].append(i)
-    ready = [i for i, n in enumerate(waiting) if n == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for k in followers[i]:
-            waiting[k] -= 1
-            if waiting[k] == 0:
-                heapq.heappush(ready, k)
+    order = kahn_order(after)
     if len(order) != len(nodes):
-        stuck = [nodes[i].name for i in range(len(nodes)) if waiting[i]]
+        placed = set(order)
+        stuck = [nodes[i].name for i in range(len(nodes)) if i not in placed]
         raise RuntimeError(f"smelt: no order of the graph's steps lets each read what it needs: {', '.join(stuck[:8])}")
     ordered = [nodes[i] for i in order]
     for position, node in enumerate(ordered):  # fusion and codegen take a member's position as its turn
