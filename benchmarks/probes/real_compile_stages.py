@@ -2,7 +2,10 @@
 (smelt/compile_stages.py), at the suite's real sizes: where a long cold compile goes.
 
     python -m benchmarks.probes.real_compile_stages [smelt|eager|inductor] [--model deberta_v2]
-        [--mode infer_fp32] [--device cpu]
+        [--mode infer_fp32] [--device cpu] [--size tiny]
+
+--size tiny builds the suite's tiny configs (SMELT_CPU_BACKEND=triton with SMELT_CACHE_DIR set to a new
+folder: the GPU's kernels and schedule, as RESULTS' CPU schedule-stage figures were taken).
 """
 import argparse
 import time
@@ -19,8 +22,11 @@ def main() -> None:
     parser.add_argument("--model", default="deberta_v2")
     parser.add_argument("--mode", default="infer_fp32")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", default="real", choices=("tiny", "real"))
     args = parser.parse_args()
-    fn = case_callable(all_specs()[args.model], args.mode, "real", args.device, 0, args.backend)
+    from smelt.tools.model_suite import torchvision_stub  # timm's models without torchvision (the CPU's venv)
+    torchvision_stub.install_if_missing()
+    fn = case_callable(all_specs()[args.model], args.mode, args.size, args.device, 0, args.backend)
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
