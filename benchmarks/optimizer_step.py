@@ -1,6 +1,6 @@
 """An Adam step over ~150 tensors of mixed sizes (issue 6): eager, Inductor and smelt.
 
-    python3 -m benchmarks.optimizer_step [--small] [--device cuda] [--foreach 1] [--clip 1.0]
+    python3 -m benchmarks.optimizer_step [--small] [--device cuda] [--foreach 1] [--clip 1.0] [--tensor-lr]
 
 Parameters: a few 16M-element matrices, dozens of 4k vectors and about a hundred tiny tensors,
 fp32, each with a gradient. Each backend gets its own copy (same seed) and its own optimizer; the
@@ -9,7 +9,9 @@ real step: the parameters keep moving, which does not change the work). The floo
 bytes: parameter, gradient and both moments read, parameter and moments written (28 bytes an
 element in fp32), over the measured copy bandwidth. With --clip, the step first clips the
 gradients' total norm (`clip_grad_norm_`), which reads each gradient for its norm and writes it
-scaled: 36 bytes an element. Kernel launches per step are counted with the profiler; compile
+scaled: 36 bytes an element. With --tensor-lr the learning rate is a 0-d CPU tensor, as PyTorch
+advises for compiled optimizers driven by a scheduler (no recompile when it changes); Adam then takes
+its per-tensor path (foreach does not take a tensor rate without capturable). Kernel launches per step are counted with the profiler; compile
 seconds are the first call's.
 """
 from __future__ import annotations
@@ -35,17 +37,19 @@ def shapes(small: bool) -> list[tuple[int, ...]]:
     return [(4096, 4096)] * 4 + [(4096,)] * 40 + [(7,)] * 100
 
 
-def make(device: str, small: bool, foreach: bool):
+def make(device: str, small: bool, foreach: bool, tensor_lr: bool = False):
     torch.manual_seed(0)
     params = [torch.randn(s, device=device, requires_grad=True) for s in shapes(small)]
     for p in params:
         p.grad = torch.randn_like(p) * 1e-2
+    if tensor_lr:
+        return params, torch.optim.Adam(params, lr=torch.tensor(1e-3))
     return params, torch.optim.Adam(params, lr=1e-3, foreach=foreach)
 
 
-def make_step(device: str, small: bool, foreach: bool, clip: float | None):
+def make_step(device: str, small: bool, foreach: bool, clip: float | None, tensor_lr: bool = False):
     """(parameters, the eager step): Adam's, after clipping the gradients' norm to `clip` if given."""
-    params, opt = make(device, small, foreach)
+    params, opt = make(device, small, foreach, tensor_lr)
     if clip is None:
         return params, opt.step
 
@@ -86,6 +90,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--foreach", type=int, default=1)
     parser.add_argument("--clip", type=float, default=None, help="clip the gradients' total norm to this first")
+    parser.add_argument("--tensor-lr", action="store_true", help="the learning rate as a 0-d CPU tensor")
     parser.add_argument("--backends", default="eager,inductor,smelt")
     parser.add_argument("--compile-time", action="store_true",
                         help="also cold and warm first-call seconds, each in a fresh process (Dynamo alone too)")
@@ -97,7 +102,7 @@ def main() -> None:
     numel = sum(torch.Size(s).numel() for s in shapes(args.small))
     floor_bytes = (28 if args.clip is None else 36) * numel
     bw = copy_bandwidth(args.device)
-    reference, ref_step = make_step(args.device, args.small, bool(args.foreach), args.clip)
+    reference, ref_step = make_step(args.device, args.small, bool(args.foreach), args.clip, args.tensor_lr)
     for _ in range(2):
         ref_step()
     rows = []
@@ -121,7 +126,7 @@ def main() -> None:
             from smelt.codegen.triton import combo as triton_combo
             xblock, warps = (int(v) for v in shape.split("x"))
             triton_combo.POINTWISE_CONFIG = triton_combo.BlockConfig(xblock, None, warps, False)
-        params, eager_step = make_step(args.device, args.small, bool(args.foreach), args.clip)
+        params, eager_step = make_step(args.device, args.small, bool(args.foreach), args.clip, args.tensor_lr)
         preload(backend) if backend != "eager" else None
         step = eager_step if backend == "eager" else compile_fn(backend, eager_step)
         synchronize(args.device)
@@ -138,8 +143,9 @@ def main() -> None:
         del params, eager_step, step
         torch._dynamo.reset()
     clipped = "" if args.clip is None else f", gradients clipped to norm {args.clip}"
+    clipped += ", learning rate a 0-d CPU tensor (per-tensor Adam)" if args.tensor_lr else ""
     print(f"\n### Adam step{clipped}, {len(shapes(args.small))} tensors, {numel / 1e6:.1f}M elements fp32 "
-          f"(floor {floor_bytes / 1e6:.0f} MB; copy BW {bw / 1e9:.0f} GB/s; foreach={bool(args.foreach)})\n")
+          f"(floor {floor_bytes / 1e6:.0f} MB; copy BW {bw / 1e9:.0f} GB/s; foreach={bool(args.foreach) and not args.tensor_lr})\n")
     print("| backend | ms | % of floor | host ms per step | launches per step | first call s | max abs diff vs eager |")
     print("|---|---|---|---|---|---|---|")
     for backend, ms, share, launches, first, error, host in rows:

@@ -96,16 +96,29 @@ def default_cache_dir() -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def _missing_for_halide() -> tuple[str, ...]:
+    return tuple(what for what, found in (("the halide package", importlib.util.find_spec("halide")),
+                                          ("a C compiler `cc`", shutil.which("cc"))) if not found)
+
+
 def default_cpu_backend() -> str:
     """Halide, where it can run: its package is installed and a C compiler links its kernels.
-    Otherwise the Triton interpreter, which is slow but needs neither (said once, in the log)."""
-    missing = [what for what, found in (("the halide package", importlib.util.find_spec("halide")),
-                                        ("a C compiler `cc`", shutil.which("cc"))) if not found]
-    if not missing:
-        return "halide"
-    log.warning("smelt: CPU graphs run through Triton's interpreter (slow): Halide needs %s. "
+    Otherwise the Triton interpreter, which is slow but needs neither (said once, in the log, when
+    a CPU kernel is first generated: note_cpu_backend)."""
+    return "triton" if _missing_for_halide() else "halide"
+
+
+@functools.lru_cache(maxsize=None)
+def _say_cpu_kernels_interpreted(missing: tuple[str, ...]) -> None:
+    log.warning("smelt: CPU kernels run through Triton's interpreter (slow): Halide needs %s. "
                 "Set SMELT_CPU_BACKEND to choose.", " and ".join(missing))
-    return "triton"
+
+
+def note_cpu_backend(backend: str) -> None:
+    """Says once that CPU kernels run interpreted when that was the default's choice, not the
+    user's: at the first CPU kernel, so a GPU program without any is not told about it."""
+    if backend == "triton" and not os.environ.get("SMELT_CPU_BACKEND", "").strip() and _missing_for_halide():
+        _say_cpu_kernels_interpreted(_missing_for_halide())
 
 
 _BOOL = "1/0, true/false, yes/no, on/off"

@@ -501,21 +501,32 @@ def test_kernel_halide_cannot_print_runs_in_triton(monkeypatch, caplog):
 
 
 def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog):
-    # Without `cc` Halide's kernels cannot be linked: the default falls back, and says why.
+    # Without `cc` Halide's kernels cannot be linked: the default falls back, and says why when a
+    # CPU kernel is generated; reading the settings alone (a GPU program's compile) says nothing.
     import logging
 
     from smelt import config
+
+    def clear():
+        config._missing_for_halide.cache_clear()
+        config._say_cpu_kernels_interpreted.cache_clear()
+
     monkeypatch.delenv("SMELT_CPU_BACKEND", raising=False)
-    config.default_cpu_backend.cache_clear()
+    clear()
     try:
         assert config.current().cpu_backend == "halide"
-        config.default_cpu_backend.cache_clear()
+        clear()
         monkeypatch.setattr(config.shutil, "which", lambda name: None)
         with caplog.at_level(logging.WARNING, logger="smelt"):
             assert config.current().cpu_backend == "triton"
-        assert "a C compiler `cc`" in caplog.text
+            assert "interpreter" not in caplog.text
+            torch._dynamo.reset()
+            x = torch.randn(33)
+            torch.testing.assert_close(torch.compile(lambda t: t * 2 + 1, backend="smelt")(x), x * 2 + 1)
+        assert "a C compiler `cc`" in caplog.text and "Triton's interpreter" in caplog.text
     finally:
-        config.default_cpu_backend.cache_clear()
+        clear()
+        torch._dynamo.reset()
 
 
 def test_compiler_warnings_go_to_the_log_not_stdout(capfd, caplog, tmp_path, monkeypatch):
