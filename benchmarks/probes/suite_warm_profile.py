@@ -97,12 +97,20 @@ def main(argv=None) -> None:
         ours = pstats.Stats(dumps["smelt"])
         ours.stats = {k: v for k, v in ours.stats.items() if "/smelt/" in k[0] or "/triton/" in k[0]}
         ours.sort_stats("cumulative").print_stats(args.top)
-        print(f"built-ins by own time (smelt warm / Dynamo alone), top {args.top // 2}:")
-        builtin = {k: v for k, v in stats["smelt"].stats.items() if k[0] == "~"}
-        eager_builtin = {k: v for k, v in stats["eager"].stats.items() if k[0] == "~"}
-        for key, value in sorted(builtin.items(), key=lambda kv: -kv[1][2])[: args.top // 2]:
-            other = eager_builtin.get(key, (0, 0, 0.0))[2]
-            print(f"  {value[2]:.3f} / {other:.3f} s  {value[1]} calls  {key[2][:110]}")
+        # Functions outside smelt, by how much more of their own time (and of their callees', where
+        # both ran them) the smelt process spent: what smelt's warm start made the rest do.
+        theirs = stats["eager"].stats
+        for column, label in ((2, "own"), (3, "cumulative")):
+            print(f"\nfunctions outside smelt by {label} time, smelt warm minus Dynamo alone, top {args.top}:")
+            gaps = []
+            for key, value in stats["smelt"].stats.items():
+                if "/smelt/" in key[0] or (column == 3 and key not in theirs):
+                    continue
+                other = theirs.get(key, (0, 0, 0.0, 0.0))
+                gaps.append((value[column] - other[column], value[1], other[1], key))
+            for gap, calls, other_calls, key in sorted(gaps, reverse=True)[: args.top]:
+                where = "built-in" if key[0] == "~" else f"{key[0].split('site-packages/')[-1]}:{key[1]}"
+                print(f"  {gap:+.3f} s  {calls} / {other_calls} calls  {where} {key[2][:80]}")
 
 
 if __name__ == "__main__":
