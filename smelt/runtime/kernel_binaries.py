@@ -18,6 +18,7 @@ import torch
 
 from ..source_digest import smelt_source_digest
 from .cuda_binary import CudaBinary, CudaError, compile_binary, describe
+from .loader import resolved
 from .triton_cubin import compile_options
 
 
@@ -94,7 +95,7 @@ class Unsupported(Exception):
 
 
 class KernelVariants:
-    """One kernel's compiled variants (fn is its JITFunction, source its text)."""
+    """One kernel's compiled variants (fn is its JITFunction or a loader.DeferredKernel, source its text)."""
 
     def __init__(self, fn, source: str, cache_dir: str | None):
         self.fn = fn
@@ -127,7 +128,7 @@ class KernelVariants:
                 return kept
         _compiler_ready()
         try:
-            binary = compile_binary(self.fn, spec, constexprs, num_warps, capability, compile_options(self.source))
+            binary = compile_binary(resolved(self.fn), spec, constexprs, num_warps, capability, compile_options(self.source))
         except CudaError as e:
             raise Unsupported(str(e)) from e
         if folder is not None:

@@ -22,6 +22,7 @@ from ..artifact import grid_for
 from ..errors import KernelCompileError
 from .cuda_binary import CUDA_COMPILE_OPTIONS, CudaError
 from .kernel_binaries import KernelVariants, Unsupported
+from .loader import resolved
 from .workspaces import RowSplitWorkspace, TicketCounter
 
 log = logging.getLogger("smelt.runtime")
@@ -162,8 +163,9 @@ class TritonLauncher:
                     raise self._failed(e) from e
                 self.launched = True
                 return binary
+        fn = resolved(self.fn)
         try:
-            self.fn[grid](*args, **self.constexprs)
+            fn[grid](*args, **self.constexprs)
         except Exception as e:
             if self.launched and not isinstance(e, triton.CompilationError):
                 raise

@@ -16,7 +16,7 @@ from .cuda_binary import keep_launcher_in
 from .cuda_compile_check import CAPABILITY, CudaCompileCheck
 from .kernel_binaries import KernelVariants, folder_for, variant_key
 from .launcher import TritonLauncher, appended_description, block_constants
-from .loader import load_module, source_path
+from .loader import DeferredKernel, load_module, source_path
 from . import table_writer
 from .table_writer import writer_for
 from .triton_cubin import compile_options
@@ -103,12 +103,17 @@ def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | Non
 
 
 def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool):
-    try:
-        module = load_module(path, interpret=kernel.interpret)
-    except Exception as e:
-        raise KernelCompileError(f"smelt: kernel {kernel.name} did not load; source: {path}; from ATen ops: "
-                                 f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}") from e
-    fn = getattr(module, kernel.name)
+    def failed(e: Exception) -> KernelCompileError:
+        return KernelCompileError(f"smelt: kernel {kernel.name} did not load; source: {path}; from ATen ops: "
+                                  f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}")
+
+    if kernel.interpret:  # the interpreter runs the function itself
+        try:
+            fn = getattr(load_module(path, interpret=True), kernel.name)
+        except Exception as e:
+            raise failed(e) from e
+    else:  # imported only if no kept binary launches it
+        fn = DeferredKernel(path, kernel.name, failed)
     tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir) if len(kernel.candidates) > 1 else None
     variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
     if not kernel.interpret:
