@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import smelt.config
 from smelt.lowering import layout_plan
@@ -278,3 +279,56 @@ def test_views_saved_as_traced_are_not_copied(device, compile_fn, assert_close):
         assert_close(p.grad, expected[name], atol=1e-4, rtol=1e-4)
     storages = {t.untyped_storage().data_ptr() for t in views}
     assert len(views) >= 3 and len(storages) < len(views), [(t.shape, t.stride()) for t in views]
+
+
+def _layouts(gm) -> dict:
+    """Each value's layout, but for the copies that give the caller eager's strides: their values
+    are set by the plan (`_restore_visible_outputs`), not traced."""
+    (output,) = gm.graph.find_nodes(op="output")
+    restored = {n for n in output.all_input_nodes if n.target is torch.ops.aten.clone.default and not n.kwargs}
+    return {n.name: (tuple(v.shape), v.stride(), v.storage_offset(), v.dtype) for n in gm.graph.nodes
+            for v in [n.meta.get("val")] if isinstance(v, torch.Tensor) and n not in restored}
+
+
+class _PaddedHead(nn.Module):
+    def __init__(self, vocab=37, dim=16):
+        super().__init__()
+        self.emb, self.up, self.head = nn.Embedding(vocab, dim), nn.Linear(dim, dim), nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        logits = self.head(F.gelu(self.up(self.emb(tokens))))
+        return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+
+@pytest.mark.parametrize("program", ["channels_last_training", "padded_head_training"])
+def test_a_retrace_gives_every_value_the_layout_a_whole_retrace_gives(device, monkeypatch, program):
+    """fx_retrace.retrace traces again only the values a change can reach; a whole trace of the same
+    graph afterwards must find nothing else to change (forward and backward plans both)."""
+    from smelt.lowering import fx_retrace, matmul_padding
+    checked = []
+    real = layout_plan.retrace
+
+    def retrace_then_check(gm, since):
+        ok = real(gm, since)
+        if ok:
+            partial = _layouts(gm)
+            whole = fx_retrace.Checkpoint(gm)
+            whole.changed = lambda gm: set(gm.graph.nodes)
+            assert real(gm, whole)
+            checked.append({k: (v, _layouts(gm)[k]) for k, v in partial.items() if _layouts(gm)[k] != v})
+        return ok
+    monkeypatch.setattr(layout_plan, "retrace", retrace_then_check)
+    torch.manual_seed(0)
+    if program == "channels_last_training":
+        model, x, setting = ResidualBlock().to(device), torch.randn(2, 3, 16, 16, device=device), {"channels_last": "on"}
+        loss = lambda m: sum(t.sum() for t in m(x))  # noqa: E731
+    else:
+        monkeypatch.setattr(matmul_padding, "MIN_MACS", 0)
+        monkeypatch.setattr(matmul_padding, "MIN_MATRIX_MACS", 0)
+        model, tokens, setting = _PaddedHead().to(device), torch.randint(0, 37, (2, 5), device=device), {"matmul_padding": "on"}
+        loss = lambda m: m(tokens)  # noqa: E731
+    torch._dynamo.reset()
+    with smelt.config.override(**setting):
+        loss(torch.compile(model, backend="smelt")).backward()
+    assert checked, "no layout was planned"
+    assert all(not d for d in checked), checked

@@ -55,6 +55,7 @@ def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
     activations, restrided by AOTAutograd after the forward reported its layouts); the values
     computed from them are re-traced. True when something changed."""
     visible = _visible_outputs(gm, "backward")
+    before = Checkpoint(gm)  # the placeholders' values change below
     traced: dict[torch.fx.Node, torch.Tensor] = {}
     for node, example in zip(gm.graph.find_nodes(op="placeholder"), example_inputs):
         val = node.meta.get("val")
@@ -64,7 +65,7 @@ def restride_placeholders(gm: torch.fx.GraphModule, example_inputs) -> bool:
             node.meta["val"] = example
     if not traced:
         return False
-    if retrace(gm, Checkpoint(gm)):
+    if retrace(gm, before):
         _restore_visible_outputs(gm, visible)
     else:
         # An op whose fake kernel refuses the new strides (or that has none): the graph reads each
