@@ -104,7 +104,7 @@ def _missing_for_halide() -> tuple[str, ...]:
 def default_cpu_backend() -> str:
     """Halide, where it can run: its package is installed and a C compiler links its kernels.
     Otherwise the Triton interpreter, which is slow but needs neither (said once, in the log, when
-    a CPU kernel is first generated: note_cpu_backend)."""
+    a CPU kernel is first loaded: note_interpreted_cpu_kernel)."""
     return "triton" if _missing_for_halide() else "halide"
 
 
@@ -114,10 +114,13 @@ def _say_cpu_kernels_interpreted(missing: tuple[str, ...]) -> None:
                 "Set SMELT_CPU_BACKEND to choose.", " and ".join(missing))
 
 
-def note_cpu_backend(backend: str) -> None:
-    """Says once that CPU kernels run interpreted when that was the default's choice, not the
-    user's: at the first CPU kernel, so a GPU program without any is not told about it."""
-    if backend == "triton" and not os.environ.get("SMELT_CPU_BACKEND", "").strip() and _missing_for_halide():
+def note_interpreted_cpu_kernel() -> None:
+    """Says once per process, as a CPU kernel for Triton's interpreter is loaded (compiled now or
+    read from the cache), that Halide could not be the default's choice, and why: not where the
+    user chose Triton (SMELT_CPU_BACKEND, an override or torch.compile's options), nor in a program
+    with no CPU kernel (a GPU model whose CPU scalars only reach ATen)."""
+    chosen = os.environ.get("SMELT_CPU_BACKEND", "").strip() or "cpu_backend" in _overrides.get()
+    if not chosen and _missing_for_halide():
         _say_cpu_kernels_interpreted(_missing_for_halide())
 
 

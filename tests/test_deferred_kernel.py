@@ -48,3 +48,17 @@ def test_a_kernel_that_does_not_import_says_so_at_its_first_use(tmp_path):
     deferred = _deferred(path)
     with pytest.raises(KernelCompileError, match="doubled_kernel did not load: .*SyntaxError|was never closed"):
         KernelVariants(deferred, SOURCE, None).load_or_compile(SPEC, {"XBLOCK": 128}, 4, (9, 0))
+
+
+def test_a_gpu_kernel_imported_while_the_interpreter_knob_is_on_still_compiles(tmp_path):
+    # Triton's interpreter knob is process-wide, and a CPU kernel's import turns it on: a GPU kernel
+    # first launched meanwhile (on another thread) must still get a compiled @triton.jit function.
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    from smelt.runtime.loader import interpreter_mode
+    deferred = _deferred(source_path(str(tmp_path), "doubled_kernel", SOURCE))
+    with interpreter_mode(True):
+        fn = deferred.get()
+        assert triton.knobs.runtime.interpret  # given back as it was
+    assert isinstance(fn, JITFunction), type(fn)

@@ -500,9 +500,10 @@ def test_kernel_halide_cannot_print_runs_in_triton(monkeypatch, caplog):
     assert any(n.startswith("halide_") for n in names) and any(n.startswith("triton_") for n in names), names
 
 
-def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog):
+def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog, tmp_path):
     # Without `cc` Halide's kernels cannot be linked: the default falls back, and says why when a
-    # CPU kernel is generated; reading the settings alone (a GPU program's compile) says nothing.
+    # CPU kernel is loaded (compiled or read from the cache); not for settings read alone (a GPU
+    # program's compile), a graph of ATen calls only, or a user's own choice of Triton.
     import logging
 
     from smelt import config
@@ -511,19 +512,28 @@ def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog):
         config._missing_for_halide.cache_clear()
         config._say_cpu_kernels_interpreted.cache_clear()
 
+    def said(fn, *args, **settings) -> bool:
+        caplog.clear()
+        clear()
+        torch._dynamo.reset()
+        with caplog.at_level(logging.WARNING, logger="smelt"), config.override(cache_dir=str(tmp_path), **settings):
+            torch.testing.assert_close(torch.compile(fn, backend="smelt")(*args), fn(*args))
+        return "Triton's interpreter" in caplog.text and "a C compiler `cc`" in caplog.text
+
     monkeypatch.delenv("SMELT_CPU_BACKEND", raising=False)
     clear()
     try:
         assert config.current().cpu_backend == "halide"
-        clear()
         monkeypatch.setattr(config.shutil, "which", lambda name: None)
+        clear()
         with caplog.at_level(logging.WARNING, logger="smelt"):
             assert config.current().cpu_backend == "triton"
-            assert "interpreter" not in caplog.text
-            torch._dynamo.reset()
-            x = torch.randn(33)
-            torch.testing.assert_close(torch.compile(lambda t: t * 2 + 1, backend="smelt")(x), x * 2 + 1)
-        assert "a C compiler `cc`" in caplog.text and "Triton's interpreter" in caplog.text
+        assert "interpreter" not in caplog.text
+        x, m = torch.randn(33), torch.randn(8, 8)
+        assert not said(lambda a: a @ a, m)  # an ATen call, no kernel
+        assert said(lambda t: t * 2 + 1, x)
+        assert said(lambda t: t * 2 + 1, x)  # the same graph from the cache
+        assert not said(lambda t: t * 3 + 1, x, cpu_backend="triton")
     finally:
         clear()
         torch._dynamo.reset()

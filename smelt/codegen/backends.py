@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
 import torch
 
 from ..backend_registry import BACKENDS as PACKAGES
-from ..config import note_cpu_backend
 from ..errors import SmeltError
 
 if TYPE_CHECKING:
@@ -89,8 +88,6 @@ def named(name: str) -> Backend:
 def for_device(cfg, device: torch.device) -> Backend:
     """The backend the settings choose for tensors on `device`."""
     backend = named(cfg.backend_for(device.type))
-    if device.type == "cpu":
-        note_cpu_backend(backend.name)
     if device.type not in backend.devices:
         raise SmeltError(f"smelt: backend {backend.name!r} for {device.type} tensors does not exist "
                          f"(set SMELT_{device.type.upper()}_BACKEND={FALLBACK})")

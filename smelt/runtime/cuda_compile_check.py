@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 
-import triton
-
 from ..artifact import CudaTwin
 from ..errors import KernelCompileError
 from . import interpreter_compat
@@ -73,12 +71,6 @@ class CudaCompileCheck:
 
     def _kernel_variants(self) -> KernelVariants:
         if self._variants is None:
-            runtime = triton.knobs.runtime
-            before = runtime.interpret
-            runtime.interpret = False  # TRITON_INTERPRET=1 would make @triton.jit an interpreted function
-            try:
-                module = load_module(self.path, interpret=False)
-            finally:
-                runtime.interpret = before
+            module = load_module(self.path, interpret=False)  # compiled @triton.jit functions, whatever the knob says
             self._variants = KernelVariants(getattr(module, self.twin.name), self.twin.source, self.cache_dir)
         return self._variants

@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 import types
 from typing import Callable
 
@@ -39,37 +40,42 @@ def source_path(cache_dir: str, name: str, source: str) -> str:
 
 @contextlib.contextmanager
 def interpreter_mode(enabled: bool):
-    """While a CPU kernel module is imported, @triton.jit makes interpreted functions."""
-    if not enabled:
-        yield
-        return
-    interpreter_compat.install()
+    """While a kernel module is imported, @triton.jit makes interpreted functions (a CPU kernel's)
+    or compiled ones (a GPU kernel's), whatever Triton's process-wide knob said before."""
+    if enabled:
+        interpreter_compat.install()
     knobs = triton.knobs.runtime
     before = knobs.interpret
-    knobs.interpret = True
+    knobs.interpret = enabled
     try:
         yield
     finally:
         knobs.interpret = before
 
 
+# Imports take turns: the interpreter knob is process-wide, and a GPU kernel's first launch imports
+# it (DeferredKernel) on whichever thread launches, maybe while a CPU kernel is imported on another.
+_import_lock = threading.RLock()
+
+
 def load_module(path: str, interpret: bool = False) -> types.ModuleType:
     key = f"{path}:{interpret}"
-    if key in _modules:
-        return _modules[key]
-    name = "smelt_generated_" + os.path.basename(path)[:-3]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    # Triton reads a kernel's source back through its module: it must be importable by name.
-    sys.modules[name] = module
-    with open(path, encoding="utf-8") as f:
-        code = compile(f.read(), path, "exec")
-    # Run from its source, not through the import system, which would keep and trust a
-    # __pycache__ file next to it: a damaged one fails the import.
-    with interpreter_mode(interpret):
-        exec(code, module.__dict__)
-    _modules[key] = module
-    return module
+    with _import_lock:
+        if key in _modules:
+            return _modules[key]
+        name = "smelt_generated_" + os.path.basename(path)[:-3]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        # Triton reads a kernel's source back through its module: it must be importable by name.
+        sys.modules[name] = module
+        with open(path, encoding="utf-8") as f:
+            code = compile(f.read(), path, "exec")
+        # Run from its source, not through the import system, which would keep and trust a
+        # __pycache__ file next to it: a damaged one fails the import.
+        with interpreter_mode(interpret):
+            exec(code, module.__dict__)
+        _modules[key] = module
+        return module
 
 
 class DeferredKernel:
