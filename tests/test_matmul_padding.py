@@ -560,3 +560,39 @@ def test_a_batch_of_matrices_smaller_than_a_tile_is_not_padded(device, compile_f
         actual = compile_fn(attention)(q, k, v)
     assert_close(actual, attention(q, k, v), atol=1e-4, rtol=1e-4)
     assert ("constant_pad_nd" in _wrappers(observe)) == padded
+
+
+def test_an_input_updated_in_place_after_its_padded_product(device, compile_fn, assert_close):
+    # The write-back of `a` once read the padded copy of `a` the product reads: the caller's tensor
+    # kept its old value, and the product read the doubled one.
+    def fn(a, b):
+        out = a @ b  # K = 3 pads to 4
+        a.mul_(2)
+        return out
+
+    a, b = torch.randn(4, 3, device=device), torch.randn(3, 5, device=device)
+    a0 = a.clone()
+    out = compile_fn(fn)(a, b)
+    assert_close(out, a0 @ b, atol=1e-5, rtol=1e-5)
+    assert_close(a, a0 * 2)
+
+
+def test_an_expanded_input_saved_for_the_backward_beside_its_padded_product(device, compile_fn, assert_close):
+    # The forward had saved the input as its padded rows, which the backward refused for an
+    # expanded input (a crash found by the fuzzer with the size thresholds at 0).
+    def fn(x1, x2, x3):
+        return F.linear(x1, x2), F.cross_entropy(x2, x3)
+
+    def inputs():
+        torch.manual_seed(0)
+        x2 = torch.randn(2, 1, dtype=torch.float64, device=device)[:1].expand(2, 1).detach().requires_grad_()
+        return torch.randn(1, dtype=torch.float64, device=device), x2, torch.zeros(2, dtype=torch.int64, device=device)
+
+    results = []
+    for f in (fn, compile_fn(fn)):
+        x1, x2, x3 = inputs()
+        a, b = f(x1, x2, x3)
+        (a.sum() + b).backward()
+        results.append((a, b, x2.grad))
+    for actual, expected in zip(results[1], results[0]):
+        assert_close(actual, expected)

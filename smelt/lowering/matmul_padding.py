@@ -186,9 +186,12 @@ def _permuted_from(view: torch.fx.Node, dim: int) -> int:
 
 def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx.Node:
     """Every reader of `source` reads a view of it in zero-padded rows instead; returns the padded
-    value."""
+    value. Not a write into it (the write-back of an input updated in place would land in the
+    padded copy, and the caller's tensor keep its old value), nor, for an input, the graph's output
+    (a saved input costs nothing where it is, and its layout may be one the padded rows are not)."""
     n = _val(source).shape[-1]
-    users = list(source.users)
+    users = [u for u in source.users if not _writes_into(u, source)
+             and not (source.op == "placeholder" and u.op == "output")]
     # After the value, or after the last input for an input: inputs stay first in the graph.
     anchor = source if source.op != "placeholder" else list(gm.graph.find_nodes(op="placeholder"))[-1]
     with gm.graph.inserting_after(anchor):
@@ -199,6 +202,16 @@ def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx
     for user in users:
         user.replace_input_with(source, view)
     return padded
+
+
+def _writes_into(node: torch.fx.Node, source: torch.fx.Node) -> bool:
+    """Whether `node` is an op that writes into `source` (an argument its schema marks as written)."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None:
+        return False
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    arguments = dict(zip((a.name for a in schema.arguments), node.args)) | dict(node.kwargs)
+    return any(arguments.get(name) is source for name in written)
 
 
 def _padded_bias(gm, bias, m: int, n: int, pad_m: int, pad_n: int, inserted: list):
