@@ -267,3 +267,19 @@ def test_open_finding_seed_1960_batch_norm_weight_gradient_in_bfloat16(device):
     if failures:
         pytest.xfail("open finding, seed 1960: " + failures[0][:200])
     pytest.fail("the seed 1960 finding passes now: move it to the resolved list and make this a plain test")
+
+
+def test_with_layouts_every_product_is_padded(monkeypatch):
+    """--layouts: products far below the size thresholds are padded too (their rows of 37 in 40)."""
+    import smelt.config
+    from smelt.lowering import layout_plan, matmul_padding
+    monkeypatch.setenv(runner.EVERY_PRODUCT_PADDED, "1")
+    for name in ("MIN_MACS", "MIN_MATRIX_MACS"):  # given back after the test
+        monkeypatch.setattr(matmul_padding, name, getattr(matmul_padding, name))
+    padded = []
+    real = layout_plan.pad_matmuls
+    monkeypatch.setattr(layout_plan, "pad_matmuls", lambda *a: padded.extend(real(*a)) or padded)
+    with smelt.config.override(matmul_padding="on"):
+        result = runner.judge(lambda a, b: (a @ b,), lambda: [torch.randn(6, 37), torch.randn(37, 5)], backward=False)
+    assert result.status == "pass", result.messages
+    assert padded, "no product was padded"

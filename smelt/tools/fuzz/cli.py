@@ -21,7 +21,7 @@ import warnings
 from .generator import generate
 from .journal import Journal
 from .program import Program, merged
-from .runner import CACHE_HITS, Result, judge_in_subprocess, judge_program
+from .runner import CACHE_HITS, EVERY_PRODUCT_PADDED, Result, judge_in_subprocess, judge_program
 from .shrinker import shrink
 
 
@@ -248,6 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--host-scalar-args", action="store_true",
                     help="CPU scalar inputs as Triton kernel arguments in CPU graphs too, as GPU graphs take them "
                          "(sets SMELT_HOST_SCALAR_ARGS=on; with SMELT_CPU_BACKEND=triton)")
+    ap.add_argument("--layouts", action="store_true",
+                    help="channels-last convolutions and padded matrix products in every program, however small "
+                         "(sets SMELT_CHANNELS_LAST=on and SMELT_MATMUL_PADDING=on): the layout plan's passes")
     ap.add_argument("--in-process", action="store_true",
                     help="run here, without a supervising process (a segfault then ends the run)")
     ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
@@ -258,6 +261,8 @@ def main(argv=None) -> int:
         os.environ["SMELT_CHECK_CUDA_COMPILE"] = "1"
     if args.host_scalar_args:
         os.environ["SMELT_HOST_SCALAR_ARGS"] = "on"
+    if args.layouts:
+        os.environ.update({"SMELT_CHANNELS_LAST": "on", "SMELT_MATMUL_PADDING": "on", EVERY_PRODUCT_PADDED: "1"})
     if args.cache_hits and not os.environ.get(CACHE_HITS):  # the supervised children inherit all three
         os.environ.update({CACHE_HITS: "1", "SMELT_GRAPH_CACHE": "1",
                            "SMELT_CACHE_DIR": tempfile.mkdtemp(prefix="smelt-fuzz-cache-")})

@@ -138,9 +138,15 @@ def _short(exc: BaseException) -> str:
 # Set by the CLI's --cache-hits: smelt's result is its second compile's, which the graph cache
 # serves (at the Dynamo level, AOTAutograd skipped, where the graph qualifies).
 CACHE_HITS = "FUZZ_CACHE_HITS"
+# Set (by the CLI's --layouts): every matrix product is padded, however small (the size thresholds
+# keep the fuzzer's products from it otherwise).
+EVERY_PRODUCT_PADDED = "FUZZ_EVERY_PRODUCT_PADDED"
 
 
 def _compiled_run(fn, make_inputs, backward, cot_dtypes, backend):
+    if os.environ.get(EVERY_PRODUCT_PADDED):
+        from smelt.lowering import matmul_padding
+        matmul_padding.MIN_MACS = matmul_padding.MIN_MATRIX_MACS = 0
     torch._dynamo.reset()
     try:
         if backend == "smelt" and os.environ.get(CACHE_HITS):
