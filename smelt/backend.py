@@ -174,7 +174,8 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         pair["weights"] = [len(slot.held) + i for i in weight_indices(example_inputs)]
         if pair["weights"]:
             slot.key = None  # a cached entry would come back without its prologue
-    cached = slot.lookup()
+    with config_module.override(**settings):
+        cached = slot.lookup()
     if cached is not None:
         return cached
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)

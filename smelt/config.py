@@ -104,7 +104,7 @@ def _missing_for_halide() -> tuple[str, ...]:
 def default_cpu_backend() -> str:
     """Halide, where it can run: its package is installed and a C compiler links its kernels.
     Otherwise the Triton interpreter, which is slow but needs neither (said once, in the log, when
-    a CPU kernel is first loaded: note_interpreted_cpu_kernel)."""
+    a CPU kernel is first loaded: note_interpreted_cpu_kernels)."""
     return "triton" if _missing_for_halide() else "halide"
 
 
@@ -114,13 +114,14 @@ def _say_cpu_kernels_interpreted(missing: tuple[str, ...]) -> None:
                 "Set SMELT_CPU_BACKEND to choose.", " and ".join(missing))
 
 
-def note_interpreted_cpu_kernel() -> None:
-    """Says once per process, as a CPU kernel for Triton's interpreter is loaded (compiled now or
-    read from the cache), that Halide could not be the default's choice, and why: not where the
-    user chose Triton (SMELT_CPU_BACKEND, an override or torch.compile's options), nor in a program
-    with no CPU kernel (a GPU model whose CPU scalars only reach ATen)."""
+def note_interpreted_cpu_kernels(kernels) -> None:
+    """Says once per process, where a graph's kernels are loaded (compiled now or read from the
+    cache) and one is a CPU kernel for Triton's interpreter, that Halide could not be the default's
+    choice, and why: not where the user chose Triton (SMELT_CPU_BACKEND, an override or
+    torch.compile's options), nor for a program with no such kernel (a GPU model whose CPU scalars
+    only reach ATen)."""
     chosen = os.environ.get("SMELT_CPU_BACKEND", "").strip() or "cpu_backend" in _overrides.get()
-    if not chosen and _missing_for_halide():
+    if not chosen and _missing_for_halide() and any(k.interpret for k in kernels):
         _say_cpu_kernels_interpreted(_missing_for_halide())
 
 

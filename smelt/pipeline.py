@@ -89,6 +89,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
                 compiled = assemble(generated, cfg.cache_dir, graph_cache.enabled(cfg), cfg.cuda_graphs, cfg.progress,
                                     cfg.compile_workers, defer_builds=kind in ("forward", "backward"),
                                     builds_waited=_count_waited_builds)
+            config_module.note_interpreted_cpu_kernels(generated.kernels)
             break
         except HalideRefusedKernel as e:
             # Halide's own compiler rejects some valid programs (issue 20's fuzz finding Halide #4):

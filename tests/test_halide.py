@@ -534,6 +534,13 @@ def test_default_cpu_backend_needs_a_c_compiler(monkeypatch, caplog, tmp_path):
         assert said(lambda t: t * 2 + 1, x)
         assert said(lambda t: t * 2 + 1, x)  # the same graph from the cache
         assert not said(lambda t: t * 3 + 1, x, cpu_backend="triton")
+        caplog.clear()
+        clear()
+        torch._dynamo.reset()
+        with caplog.at_level(logging.WARNING, logger="smelt"), config.override(cache_dir=str(tmp_path)):
+            # torch.compile's options choose it too, also for a graph the cache serves
+            torch.compile(lambda t: t * 3 + 1, backend="smelt", options={"cpu_backend": "triton"})(x)
+        assert "interpreter" not in caplog.text
     finally:
         clear()
         torch._dynamo.reset()

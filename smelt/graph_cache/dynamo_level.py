@@ -21,6 +21,7 @@ import logging
 import torch
 
 from .. import observe
+from ..config import note_interpreted_cpu_kernels
 from ..runtime.assemble import assemble
 from ..runtime.launcher import items_getter
 from . import enabled, load_generated, stats
@@ -96,6 +97,7 @@ class DynamoCacheSlot:
         compiled = []
         for generated, kind in zip(graphs, ["forward", "backward"] if training else ["inference"]):
             graph = assemble(generated, self.cfg.cache_dir, keep_kernels=True, cuda_graphs=self.cfg.cuda_graphs)
+            note_interpreted_cpu_kernels(generated.kernels)
             graph.kind = kind
             observe.record(graph)
             compiled.append(graph)

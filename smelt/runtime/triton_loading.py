@@ -8,7 +8,6 @@ import threading
 import torch
 
 from ..artifact import GeneratedKernel
-from ..config import note_interpreted_cpu_kernel
 from ..errors import KernelCompileError
 from .autotune import Autotuner
 from .combo_launcher import ComboLauncher, launch_description
@@ -109,7 +108,6 @@ def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool)
                                   f"{', '.join(kernel.origins)}; error: {type(e).__name__}: {e}")
 
     if kernel.interpret:  # the interpreter runs the function itself
-        note_interpreted_cpu_kernel()
         try:
             fn = getattr(load_module(path, interpret=True), kernel.name)
         except Exception as e:
