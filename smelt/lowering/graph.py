@@ -315,7 +315,7 @@ def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list) -> bool:
         return False  # an op the handler does not know (random numbers): computed once
     # Arithmetic, each value once as a kernel computes it; loads are priced by bytes below. (A
     # ViT's last norm gradient takes 9 ops and 6 loads; stored, it held 18 MiB at the peak.)
-    if reads.distinct_ops - len({(name, str(at)) for name, at in reads.reads}) > RECOMPUTE_MAX_OPS:
+    if reads.distinct_ops - len(set(reads.reads)) > RECOMPUTE_MAX_OPS:
         return False
     varying = {v for v, n in zip(index, size) if sympify(n) != 1}
     full = {name for name, at in reads.reads if varying <= sympify(at).free_symbols}
