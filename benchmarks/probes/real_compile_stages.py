@@ -23,18 +23,42 @@ def main() -> None:
     parser.add_argument("--mode", default="infer_fp32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--size", default="real", choices=("tiny", "real"))
+    parser.add_argument("--compile-only", action="store_true",
+                        help="stop at the first kernel launch (a real size's first call through Triton's interpreter "
+                             "takes minutes): the first graph's stages, without `load`'s kernel runs")
     args = parser.parse_args()
     from smelt.tools.model_suite import torchvision_stub  # timm's models without torchvision (the CPU's venv)
     torchvision_stub.install_if_missing()
     fn = case_callable(all_specs()[args.model], args.mode, args.size, args.device, 0, args.backend)
+    if args.compile_only:
+        _stop_at_first_launch()
     start = time.perf_counter()
-    fn()
+    try:
+        fn()
+    except Exception as e:  # Dynamo wraps what the launch raised
+        if not (args.compile_only and any(isinstance(x, _Compiled) for x in (e, e.__cause__, e.__context__))):
+            raise
+        stages = {k: round(v, 2) for k, v in compile_stages.totals.items()}
+        print(f"{args.backend}: until the first kernel launch {time.perf_counter() - start:.1f} s; stages {stages}")
+        return
     first = time.perf_counter() - start
     start = time.perf_counter()
     fn()
     second = time.perf_counter() - start
     stages = {k: round(v, 2) for k, v in compile_stages.totals.items()}
     print(f"{args.backend}: first call {first:.1f} s, second {second:.2f} s; stages {stages}")
+
+
+class _Compiled(Exception):
+    pass
+
+
+def _stop_at_first_launch() -> None:
+    from smelt.runtime import launcher
+
+    def stop(*args, **kwargs):
+        raise _Compiled
+    launcher.TritonLauncher.__call__ = stop
 
 
 if __name__ == "__main__":
