@@ -178,6 +178,9 @@ class OpCounter(TextHandler):
         token = self._loads.setdefault((name, index), f"{name}[#{len(self._loads)}]")
         return self._count(token)
 
+    def index_expr(self, expr, dtype):
+        return self._count(self._loads.setdefault(("index", expr), f"index(#{len(self._loads)})"))
+
 
 class ReadsHandler(OpCounter):
     """Records every (buffer name, index) a loop body loads (and counts its ops)."""

@@ -23,7 +23,7 @@ import sympy
 
 from ..ir import TensorBox, use_handler
 from ..ir.extern import ExternKernel, MultiOutput, returns_fresh_buffer
-from ..ir.ops import TextHandler
+from ..ir.ops import ReadsHandler
 from ..scheduler.schedule import kahn_order
 from ..symbolic import index_var
 from .common import broadcast_loader
@@ -89,28 +89,12 @@ def _behind_views(names: set[str], buffers: dict) -> set[str]:
     return found
 
 
-class _Loads(TextHandler):
-    """Records each (buffer, index) a value loads; prints nothing it need not (an optimizer step
-    has thousands of writes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.loads: list[tuple[str, sympy.Expr]] = []
-
-    def load(self, name, index):
-        self.loads.append((name, index))
-        return "v"
-
-    def index_expr(self, expr, dtype):
-        return "i"
-
-
 def _loads(write: InputWrite) -> list[tuple[str, sympy.Expr]]:
     """(buffer, flat index) of each load the write's value makes, over the input's index."""
-    handler = _Loads()
+    handler = ReadsHandler()  # records loads without printing their indices (an optimizer step has thousands)
     with use_handler(handler):
         broadcast_loader(write.source, write.target.get_size())(_index_vars(write))
-    return handler.loads
+    return handler.reads
 
 
 def _index_vars(write: InputWrite) -> list[sympy.Symbol]:
