@@ -522,12 +522,13 @@ def test_a_saved_batched_product_is_saved_as_its_padded_rows(device, compile_fn,
     assert (37, 40) in forward.padded_saved.values(), forward.padded_saved
 
 
-@pytest.mark.parametrize("form", ["mm", "addmm", "bmm"])
+@pytest.mark.parametrize("form", ["mm", "addmm", "addmm scaled", "bmm"])
 def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, compile_fn, assert_close, observe, form):
     """b of a @ b with K = 37 along b's rows (a weight read as [K, N], as a tied head's weight in the
     backward): b is read in place and the product split at K = 36, aligned, plus the product over
     the last row; no zero-padded copy of b. (Split where b is bigger than the result: here 37 x 24
-    against 10 x 24.)"""
+    against 10 x 24.) addmm's beta and alpha scale the split's parts as they scale the whole: the split
+    once dropped them (a wrong answer found by the fuzzer's --layouts)."""
     from conftest import allocated_shapes
     torch.manual_seed(0)
     batch = (3,) if form == "bmm" else ()
@@ -536,6 +537,8 @@ def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, comp
 
     def f(x, w, bias):
         h = torch.tanh(x)  # written into zero-padded rows by its kernel
+        if form == "addmm scaled":
+            return torch.addmm(bias, h, w, beta=0.5, alpha=-2.0)
         return torch.addmm(bias, h, w) if form == "addmm" else h @ w
 
     assert_close(compile_fn(f)(x, w, bias), f(x, w, bias), atol=1e-5, rtol=1e-5)

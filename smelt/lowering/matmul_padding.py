@@ -108,9 +108,14 @@ def _split_contraction(gm, node: torch.fx.Node, args: list, aligned: int, k: int
         if node.target is aten.bmm.default:
             rest = gm.graph.call_function(aten.bmm.default, (a_rest, b_rest))
             whole = gm.graph.call_function(aten.baddbmm.default, (rest, a_main, b_main))
+        elif node.target is aten.addmm.default:
+            # beta * bias + alpha * (a_rest @ b_rest), then + alpha * (a_main @ b_main)
+            alpha = node.kwargs.get("alpha", 1)
+            rest = gm.graph.call_function(aten.addmm.default, (args[0], a_rest, b_rest), dict(node.kwargs))
+            whole = gm.graph.call_function(aten.addmm.default, (rest, a_main, b_main),
+                                           {"alpha": alpha} if alpha != 1 else {})
         else:
-            rest = gm.graph.call_function(*((aten.addmm.default, (args[0], a_rest, b_rest))
-                                            if node.target is aten.addmm.default else (aten.mm.default, (a_rest, b_rest))))
+            rest = gm.graph.call_function(aten.mm.default, (a_rest, b_rest))
             whole = gm.graph.call_function(aten.addmm.default, (rest, a_main, b_main))
     inserted += [*parts, rest, whole]
     node.replace_all_uses_with(whole)
