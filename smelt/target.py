@@ -41,11 +41,13 @@ class Target:
     # Whether large matrix products get 16-byte aligned rows (lowering/matmul_padding.py): cuBLAS's
     # tensor-core kernels need them, and run element by element otherwise.
     pads_matmul_rows: bool = False
-    # Whether depthwise convolutions run as smelt kernels (lowering/depthwise_convolution.py), which
-    # fuse with what follows, rather than in ATen. Off on the H100: alone they beat cuDNN at 3x3 and
-    # some 5x5 shapes, but whole models ran slower (ConvNeXt 2.47 -> 3.82 GPU ms, EfficientNet-B0
-    # 1.63 -> 1.73, MobileNetV3 1.08 -> 1.16; RESULTS 2026-11-27, seventh session).
-    depthwise_convolution_kernels: bool = False
+    # The largest window (in elements) of a depthwise convolution run as a smelt kernel
+    # (lowering/depthwise_convolution.py) rather than in the library; 0: none. On the H200, smelt's
+    # 3x3 and 5x5 kernels cost 2% (EfficientNet-B0) and 8% (MobileNetV3) more GPU time than cuDNN's
+    # but take its host time and its plan built at each shape's first call (0.47 s a shape, per
+    # thread): walls 1.12x and 1.18x, warm starts 2 s shorter (RESULTS 2026-12-01, thirty-fifth
+    # session). 7x7 windows stay with cuDNN (ConvNeXt 2.47 -> 3.82 GPU ms, seventh session).
+    depthwise_kernel_taps: int = 0
     # Whether a 1x1 convolution (stride 1, no padding, one group) over a channels-last activation
     # runs as the matrix product it is (lowering/convolution_calls.py): on the H100 host, cuDNN's
     # convolution call costs 22-33 us (EfficientNet-B0's 81 a call: 2.0-2.6 ms of host, the GPU's
@@ -90,7 +92,7 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
               channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
               rows_for_row_values=True, row_value_tile_width=64, short_attention_kernel=True,
               short_attention_training=True, pointwise_convolutions_as_products=True, host_scalar_args=True,
-              float32_product_bias_in_kernel=True)
+              float32_product_bias_in_kernel=True, depthwise_kernel_taps=25)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

@@ -2,12 +2,16 @@
 against eager for every window shape the mobile nets and ConvNeXt use (strides, padding past the
 window, dilation, channel multipliers, 1-D and 3-D), fused with what follows, and the cases that
 stay in ATen."""
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import smelt.config
+import smelt.pipeline
 from conftest import inspects_triton_kernels
 
 
@@ -189,3 +193,39 @@ def test_other_convolutions_stay_in_aten(device, compile_fn, assert_close, obser
         expected = conv(x)
     assert_close(actual, expected, atol=1e-5, rtol=1e-5)
     assert "convolution(" in _externs(observe)
+
+
+@pytest.mark.smelt_only
+@pytest.mark.parametrize("kernel, lowered", [(3, True), (5, True), (7, False)])
+def test_auto_takes_the_windows_the_target_asks_for(device, compile_fn, assert_close, observe, monkeypatch,
+                                                    kernel, lowered):
+    """"auto" lowers windows up to the Target's `depthwise_kernel_taps` (the GPU's: 5x5) and leaves larger ones to
+    the library."""
+    as_set = smelt.pipeline._as_set
+    monkeypatch.setattr(smelt.pipeline, "_as_set",
+                        lambda cfg, target: dataclasses.replace(as_set(cfg, target), depthwise_kernel_taps=25))
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 4, kernel, padding=kernel // 2, groups=4).to(device)
+    x = torch.randn(1, 4, 12, 12, device=device)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="auto"):
+        actual = compile_fn(conv)(x)
+        expected = conv(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert ("convolution(" in _externs(observe)) is not lowered
+
+
+def test_auto_leaves_depthwise_to_the_library_under_cuda_graphs():
+    """A replay pays GPU time alone, where cuDNN's depthwise kernels are the faster: "auto" takes none then, and
+    "on" still does."""
+    from smelt.lowering.extern_calls import _depthwise_taps
+    from smelt.target import H100
+
+    def taps(**settings):
+        config = dataclasses.replace(smelt.config.current(), **settings)
+        return _depthwise_taps(SimpleNamespace(config=config, out_meta=SimpleNamespace(device=torch.device("cuda")),
+                                               target_for=lambda device_type: H100))
+
+    assert taps(depthwise_kernels="auto", cuda_graphs=False) == H100.depthwise_kernel_taps == 25
+    assert taps(depthwise_kernels="auto", cuda_graphs=True) == 0
+    assert taps(depthwise_kernels="on", cuda_graphs=True) == 49
+    assert taps(depthwise_kernels="off", cuda_graphs=False) == 0

@@ -4,14 +4,15 @@ fuses with the norm and activation that follow.
 
 cuDNN runs these slowly: ConvNeXt-tiny's 18 7x7 depthwise convolutions (bf16, batch 32, NHWC)
 took 0.737 of its 2.45 GPU ms on the H100, where reading and writing their tensors once takes
-about 0.1 ms. Where `Target.depthwise_convolution_kernels` (or SMELT_DEPTHWISE_KERNELS=on) asks for
-it, a convolution whose every group has one input channel and a window of at most `TAP_LIMIT`
-elements is lowered here; others go to ATen.
+about 0.1 ms. SMELT_DEPTHWISE_KERNELS=on lowers here every convolution whose every group has one
+input channel and a window of at most `TAP_LIMIT` elements; "auto" takes windows up to the
+Target's `depthwise_kernel_taps` (3x3 and 5x5 on the GPU, none on the CPU) outside CUDA graphs.
 
-No Target asks for it yet. Each tap is a load from L1 (nothing reuses a loaded row across the
-window), so a 7x7 window runs at 5-7% of the bandwidth floor, 2x slower than cuDNN; 3x3 windows
-beat cuDNN by 1.0-4.7x alone, but fused into reductions (ConvNeXt's layer norm, a squeeze-excite
-mean) they are slower again (benchmarks/probes/depthwise_conv.py, RESULTS 2026-11-27 seventh session).
+Each tap is a load from L1 (nothing reuses a loaded row across the window), so a 7x7 window runs
+at 5-7% of the bandwidth floor, 2x slower than cuDNN; 3x3 windows beat cuDNN by 1.0-4.7x alone,
+but fused into reductions (ConvNeXt's layer norm, a squeeze-excite mean) they are slower again
+(benchmarks/probes/depthwise_conv.py, RESULTS 2026-11-27 seventh session). In whole models they
+cost a few percent of GPU time and save cuDNN's host time and its first call per shape (target.py).
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ log = logging.getLogger("smelt.lowering")
 TAP_LIMIT = 49
 
 
-def depthwise_windows(g, x, weight, stride, padding, dilation, transposed, groups) -> list[Window] | None:
+def depthwise_windows(g, x, weight, stride, padding, dilation, transposed, groups,
+                      tap_limit: int = TAP_LIMIT) -> list[Window] | None:
     """The windows of a convolution to lower here, or None where ATen should run it (and why, logged)."""
     in_size, w_size = x.get_size(), weight.get_size()
     n = len(in_size) - 2
@@ -46,8 +48,8 @@ def depthwise_windows(g, x, weight, stride, padding, dilation, transposed, group
         why = "sizes not known at compile time"
     elif static_int(w_size[1]) != 1 or groups != channels or out_channels % channels:
         return None  # not depthwise: an ordinary convolution for cuDNN / oneDNN
-    elif product(taps) > TAP_LIMIT:
-        why = f"a window of {product(taps)} elements (over {TAP_LIMIT})"
+    elif product(taps) > tap_limit:
+        why = f"a window of {product(taps)} elements (over {tap_limit})"
     if why is not None:
         log.debug("smelt: depthwise convolution of %s runs in ATen: %s", list(in_size), why)
         return None

@@ -11,7 +11,7 @@ from ..ir.nodes import ComputedBuffer, InputBuffer
 from ..symbolic import sympify
 from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
-from .depthwise_convolution import depthwise_windows, lower_depthwise
+from .depthwise_convolution import TAP_LIMIT, depthwise_windows, lower_depthwise
 from .convolution_calls import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
 from .input_writes import InputWrite
 from .kernel_support import why_aten
@@ -113,8 +113,8 @@ def with_effects(g, token, op, *args, **kwargs):
           aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product,
           torch.ops.smelt.short_attention)
 def extern_call(g, *args, **kwargs):
-    if g.node.target is aten.convolution.default and not kwargs and _wants_depthwise_kernels(g):
-        windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8])
+    if g.node.target is aten.convolution.default and not kwargs and (taps := _depthwise_taps(g)):
+        windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8], tap_limit=taps)
         if windows is not None:
             return lower_depthwise(g, args[0], args[1], args[2], windows)
     if g.node.target is aten.convolution.default and _wants_products(g) and is_pointwise_convolution(g.node):
@@ -185,9 +185,14 @@ def _wants_products(g) -> bool:
     return switched_on(setting, g.target_for(g.out_meta.device.type), "pointwise_convolutions_as_products")
 
 
-def _wants_depthwise_kernels(g) -> bool:
+def _depthwise_taps(g) -> int:
+    """The largest depthwise window lowered as a smelt kernel here (0: none)."""
     setting = g.config.depthwise_kernels if g.config is not None else "auto"
-    return switched_on(setting, g.target_for(g.out_meta.device.type), "depthwise_convolution_kernels")
+    if setting != "auto":
+        return TAP_LIMIT if setting == "on" else 0
+    if g.config is not None and g.config.cuda_graphs:
+        return 0  # a replay pays GPU time alone, where cuDNN's depthwise kernels are the faster
+    return g.target_for(g.out_meta.device.type).depthwise_kernel_taps
 
 
 def _convolution_then_bias(g, x, weight, bias, *rest):
