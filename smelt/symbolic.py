@@ -279,7 +279,13 @@ def simplify_index(expr: Expr, ranges: dict) -> Expr:
     """Simplify expr knowing each index var v of `ranges` lies in [0, ranges[v])."""
     # Remembered: kernels of one graph (an optimizer's hundreds of per-tensor kernels) ask for
     # the same index under the same ranges again and again, and each answer costs sympy work.
-    return _simplify_index(expr, tuple(ranges.items()))
+    items = tuple(ranges.items())
+    # A constant term is left out and added back: the taps of a window (a depthwise convolution's
+    # 25 loads) differ by one, and share one simplification of the rest.
+    constant, rest = expr.as_coeff_Add() if isinstance(expr, sympy.Add) else (0, expr)
+    if constant != 0 and constant.is_Integer:
+        return _simplify_index(rest, items) + constant
+    return _simplify_index(expr, items)
 
 
 @functools.lru_cache(maxsize=8192)

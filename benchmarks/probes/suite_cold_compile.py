@@ -72,7 +72,6 @@ def main(argv=None) -> None:
     print("| case | run | first call s | vs Inductor | smelt stages s | compiles in the main process (s) |\n"
           "| --- | --- | --- | --- | --- | --- |")
     for case in args.cases:
-        rows = []
         with tempfile.TemporaryDirectory() as root:
             def env(tag: str, workers: int | None = None) -> dict:
                 folder = os.path.join(root, tag)
@@ -81,24 +80,27 @@ def main(argv=None) -> None:
                 if workers is not None:
                     out["SMELT_COMPILE_WORKERS"] = str(workers)
                 return out
+            # Each row printed as it is measured, so a time limit that ends the run keeps the rows before it.
             inductor = _run("inductor", case, args.device, env("inductor"), args.timeout)
-            rows.append(("Inductor, cold", inductor))
+            base = inductor["first_call"] if isinstance(inductor, dict) else None
+            _print_row(case, "Inductor, cold", inductor, base)
             for workers in args.workers:
-                rows.append((f"smelt, {workers} workers, cold", _run("smelt", case, args.device, env(f"w{workers}", workers),
-                                                                      args.timeout)))
-            rows.append((f"smelt, {args.workers[0]} workers, warm",
-                         _run("smelt", case, args.device, env(f"w{args.workers[0]}", args.workers[0]), args.timeout)))
-            rows.append(("Dynamo alone (backend eager)", _run("eager", case, args.device, env("eager"), args.timeout)))
-        base = inductor["first_call"] if isinstance(inductor, dict) else None
-        for label, r in rows:
-            if isinstance(r, str):
-                print(f"| {case} | {label} | {r} | | | |", flush=True)
-                continue
-            ratio = f"{r['first_call'] / base:.2f}x" if base else "-"
-            stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items() if v >= 0.005)
-            main_compiles = f"{r['compiles']} ({r['compile_s']:.1f})" if label.startswith("smelt") else ""
-            print(f"| {case} | {label} | {r['first_call']:.2f} | {ratio} | {stages} | {main_compiles} |", flush=True)
+                _print_row(case, f"smelt, {workers} workers, cold",
+                           _run("smelt", case, args.device, env(f"w{workers}", workers), args.timeout), base)
+            _print_row(case, f"smelt, {args.workers[0]} workers, warm",
+                       _run("smelt", case, args.device, env(f"w{args.workers[0]}", args.workers[0]), args.timeout), base)
+            _print_row(case, "Dynamo alone (backend eager)", _run("eager", case, args.device, env("eager"), args.timeout),
+                       base)
 
+
+def _print_row(case: str, label: str, r: dict | str, base: float | None) -> None:
+    if isinstance(r, str):
+        print(f"| {case} | {label} | {r} | | | |", flush=True)
+        return
+    ratio = f"{r['first_call'] / base:.2f}x" if base else "-"
+    stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items() if v >= 0.005)
+    main_compiles = f"{r['compiles']} ({r['compile_s']:.1f})" if label.startswith("smelt") else ""
+    print(f"| {case} | {label} | {r['first_call']:.2f} | {ratio} | {stages} | {main_compiles} |", flush=True)
 
 if __name__ == "__main__":
     main()
