@@ -123,6 +123,18 @@ def test_integer_sum_promotes_to_int64(device, check):
     assert actual[0].dtype == torch.int64
 
 
+@pytest.mark.parametrize("op", ["sum", "prod", "nansum"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_float_dtype_converts_the_input_first(device, check, op, dtype):
+    # As eager: float32 values are rounded to `dtype` before they are accumulated (past float16's
+    # range they are inf; under its least step, 0). smelt once accumulated the float32 values and
+    # rounded only the result.
+    x = torch.tensor([[7e4, -7e4, 1.0, 2.0], [1e5, 1e-3, 3.0, 1e-8], [1.0 + 2 ** -9] * 4], device=device)
+    f = getattr(torch, op)
+    # (a relative 1e-2 for bfloat16's products, which eager may round at each step)
+    check(lambda x: (f(x, 1, dtype=dtype), f(x[1:], dtype=dtype)), x, atol=0, rtol=1e-2)
+
+
 def test_bool_sum_counts_true(device, check):
     x = torch.rand(SHAPE, device=device) > 0.5
     check(lambda x: x.sum(dim=-1), x)

@@ -86,6 +86,10 @@ def _accumulating(kind: str):
                 return computed
         out = g.out_meta.dtype
         acc = accumulator_dtype(out)
+        if dtype is not None and dtype != x.get_dtype():
+            # As eager: the input converted to `dtype` first (float32 past a half float's range
+            # is inf there), then accumulated.
+            x = make_pointwise(g, [x], lambda v: v, compute_dtype=dtype, out_dtype=dtype, size=x.get_size())
         result = make_reduction(g, x, dims, keepdim, kind, acc, acc)
         return result if acc == out else make_pointwise(g, [result], lambda v: v, compute_dtype=acc)
     return lower
