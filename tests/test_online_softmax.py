@@ -143,6 +143,15 @@ def test_log_softmax_row_sum(looped, device, check):
     check(lambda x: F.log_softmax(x, dim=-1).sum(-1, keepdim=True), x, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.bfloat16])
+def test_log_softmax_row_sum_of_a_cast(dtype, looped, device, check):
+    # An integer or bool cast truncates each term; the row's total of the log-softmax, computed
+    # from the row's statistics, cannot stand in for it (it once did: a wrong answer).
+    x = torch.randn(4, ROW, device=device) * 3
+    tol = dict(atol=0.5, rtol=1e-2) if dtype == torch.bfloat16 else dict(atol=0, rtol=0)
+    check(lambda x: F.log_softmax(x, dim=-1).to(dtype).sum(-1), x, **tol)
+
+
 # ------------------------------------------------------------ what the kernels do
 
 

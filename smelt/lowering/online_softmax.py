@@ -124,7 +124,10 @@ class SoftmaxRows:
             for out in shift.users:
                 if out.target is aten.sub.Tensor and not out.kwargs and out.args[0] is shift \
                         and getattr(out.args[1], "target", None) is aten.log.default and out.args[1].args[0] in sums:
-                    casts = [c for c in out.users if c.target is aten._to_copy.default and _is_elementwise(c)]
+                    # A float cast rounds each term, so rounding the total instead is a rounding
+                    # change; an integer or bool cast truncates each term, which the total cannot.
+                    casts = [c for c in out.users if c.target is aten._to_copy.default and _is_elementwise(c)
+                             and isinstance(c.kwargs.get("dtype"), torch.dtype) and c.kwargs["dtype"].is_floating_point]
                     log_softmax_sums += [t for node in [out] + casts for t in sums_over_row(node)]
         row = _Row(dims, sums, log_softmax_sums)
         self.rows[amax] = row
