@@ -139,6 +139,17 @@ def test_chains_that_are_not_plain_attention_are_left_as_written(device, compile
     assert rewrites == [0]
 
 
+def test_a_float32_softmax_of_float64_scores_is_left_as_written(device, compile_fn, assert_close, rewrites):
+    # The softmax rounds the scores to float32 (here past its range: NaN rows); SDPA in float64 would not.
+    q, k, v = (t.double() for t in _qkv(device))
+
+    def attention(q, k, v):
+        return F.softmax(torch.matmul(q, k.transpose(2, 3)) * 1e39, dim=-1, dtype=torch.float32).to(torch.float64) @ v
+
+    assert_close(compile_fn(attention)(q, k, v), attention(q, k, v))  # NaN where eager has NaN
+    assert rewrites == [0]
+
+
 def test_dropout_that_drops_is_left_as_written(device, rewrites):
     q, k, v = _qkv(device)
     torch.compile(dropout_that_drops, backend="smelt")(q, k, v, _padding_mask(device, q.dtype))

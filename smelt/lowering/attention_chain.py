@@ -100,8 +100,11 @@ def _softmax_output(node, scores, dtype) -> torch.fx.Node | None:
     if not args or args.get("input") is not scores or args.get("dim") not in (-1, node_value(scores).dim() - 1):
         return None
     # A softmax in float32 (Llama's), or in the dtype its scores already have: not one that
-    # rounds float32 scores (promoted by a float32 term) to a half float first.
-    if args.get("dtype") not in (None, node_value(scores).dtype, torch.float32):
+    # rounds float32 scores (promoted by a float32 term) to a half float first, nor float64 scores
+    # to float32.
+    scores_dtype = node_value(scores).dtype
+    if args.get("dtype") not in (None, scores_dtype) and not (args.get("dtype") == torch.float32
+                                                              and scores_dtype in (torch.float16, torch.bfloat16)):
         return None
     cast = _only_user(node)  # `.to(q.dtype)` after a float32 softmax (a no-op where q is float32)
     if is_call(cast, (), ("to",)) and node_value(cast).dtype == dtype and node_value(cast).device == node_value(node).device:
