@@ -49,6 +49,16 @@ def test_scalars_of_other_types_stay_apart():
     assert (a.dtype, b.dtype, c.dtype) == (torch.int64, torch.float32, torch.int64)
 
 
+def test_zeros_of_either_sign_stay_apart():
+    # 0.0 == -0.0 in Python, with one hash: keyed by value, 1 / (x * -0.0) was merged into 1 / (x * 0.0).
+    fn = lambda x: (1 / (x * 0.0), 1 / (x * -0.0), 1 / torch.full_like(x, 0.0), 1 / torch.full_like(x, -0.0))  # noqa: E731
+    x = torch.tensor([1.0, 2.0])
+    gm = _aten_graph(fn, x)
+    merge_common_subexpressions(gm)
+    for actual, expected in zip(gm(x), fn(x)):
+        assert torch.equal(actual, expected), (actual, expected)
+
+
 def test_values_the_caller_sees_are_never_merged():
     # Eager returns two tensors: merged, they would share memory and a write to one would show in
     # the other. Through views too.

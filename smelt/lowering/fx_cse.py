@@ -62,8 +62,10 @@ def _key(value):
         return ("dict", tuple(sorted((k, _key(v)) for k, v in value.items())))
     if isinstance(value, torch.fx.Node):
         return value
-    if isinstance(value, float) and value != value:
-        return ("nan",)
+    if isinstance(value, float):  # by its bits: 0.0 == -0.0 in Python, and nan != nan
+        return ("float", value.hex())
+    if isinstance(value, complex):
+        return ("complex", value.real.hex(), value.imag.hex())
     return (type(value).__name__, value)
 
 
