@@ -473,7 +473,12 @@ _printer = IndexPrinter()
 
 
 def pexpr(expr) -> str:
-    return _printer.doprint(sympify(expr))
+    return _printed(sympify(expr))
+
+
+@functools.lru_cache(maxsize=16384)
+def _printed(expr: Expr) -> str:
+    return _printer.doprint(expr)
 
 
 def next_power_of_2(n: int) -> int:

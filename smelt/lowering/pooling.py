@@ -7,6 +7,7 @@ each input element sums the gradients of the few output windows that can contain
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from dataclasses import dataclass
@@ -66,10 +67,10 @@ class Window:
             if not _provable(sympify(k) < _shortest_bin(self)):
                 checks.append(ops.lt(_index(pos), _index(self.end(o))))
             return _all(checks)
-        if not _provable(sympify(k * self.dilation) >= self.padding):
+        below, past = _may_reach_outside(self, k)
+        if below:
             checks.append(ops.ge(_index(pos), ops.constant(0, torch.int64)))
-        last = (self.out - 1) * self.stride - self.padding + k * self.dilation
-        if not _provable(sympify(last) < self.size):
+        if past:
             checks.append(ops.lt(_index(pos), _index(self.size)))
         return _all(checks)
 
@@ -124,6 +125,14 @@ class Window:
             return ops.constant(self.length, torch.int64)
         zero = ops.constant(0, torch.int64)
         return ops.sub(ops.minimum(_index(end), _index(self.size)), ops.maximum(_index(start), zero))
+
+
+@functools.lru_cache(maxsize=4096)
+def _may_reach_outside(window: Window, k: int) -> tuple[bool, bool]:
+    """Whether offset k of some fixed window may lie before the input's start, and past its end.
+    Remembered: a window's loop body is traced several times, each asking for every tap."""
+    last = (window.out - 1) * window.stride - window.padding + k * window.dilation
+    return (not _provable(sympify(k * window.dilation) >= window.padding), not _provable(sympify(last) < window.size))
 
 
 def _index(expr):

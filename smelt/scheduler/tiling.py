@@ -18,6 +18,7 @@ channel's statistics over an NCHW tensor, so that they are computed once per row
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import sympy
 
@@ -47,6 +48,13 @@ class Tiling:
 def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
     """How far expr moves in memory when var grows by one, within a run of consecutive var values;
     None when that is not a fixed amount (a var inside a sum in a division, an indirect index)."""
+    if isinstance(expr, sympy.Add):  # a constant term moves nothing: a window's taps share one answer
+        expr = expr.as_coeff_Add()[1]
+    return _stride_along(expr, var)
+
+
+@functools.lru_cache(maxsize=8192)
+def _stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
     stride = sympy.Integer(0)
     for term in sympy.Add.make_args(sympy.expand(expr)):
         if var not in term.free_symbols:
