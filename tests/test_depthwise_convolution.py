@@ -229,3 +229,26 @@ def test_auto_leaves_depthwise_to_the_library_under_cuda_graphs():
     assert taps(depthwise_kernels="auto", cuda_graphs=True) == 0
     assert taps(depthwise_kernels="on", cuda_graphs=True) == 49
     assert taps(depthwise_kernels="off", cuda_graphs=False) == 0
+
+
+@pytest.mark.smelt_only
+@pytest.mark.parametrize("kernel, fused", [(3, True), (5, False)])
+def test_a_wide_window_is_not_summed_inside_a_reduction(device, compile_fn, assert_close, observe, kernel, fused):
+    """A squeeze-excite mean over a depthwise convolution: a 3x3 window (19 loads an element here) joins the
+    mean's kernel; a 5x5 one (51) keeps a pointwise kernel of its own, whose block shrinks by its loads, and the
+    mean reads its output (scheduler/fusion.py's HEAVY_LOADS: fused, it compiled 5-8x slower for sm_90)."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 16, kernel, padding=kernel // 2, groups=16).to(device)
+
+    def block(x):
+        y = F.hardswish(conv(x))
+        return y * y.mean((2, 3), keepdim=True).sigmoid()
+
+    x = torch.randn(2, 16, 12, 12, device=device)
+    with torch.no_grad(), smelt.config.override(depthwise_kernels="on"):
+        actual = compile_fn(block)(x)
+        expected = block(x)
+    assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    names = _kernels(observe)
+    reductions = [n for n in names if "_per_" in n or "_red_" in n]
+    assert any("convolution" in n for n in reductions) == fused, names
