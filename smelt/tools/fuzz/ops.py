@@ -123,7 +123,7 @@ def reduction(b: Builder) -> bool:
         forms += [f"{{a}}.mean({dims}{kd})", f"{{a}}.var({dims}, correction={b.r.choice((0, 1))}{kd})",
                   f"{{a}}.std({d}{kd})", f"torch.logsumexp({{a}}, {dims}{kd})",
                   f"torch.linalg.vector_norm({{a}}, dim={dims}{kd})", f"torch.var_mean({{a}}, {d})[1]",
-                  "{a}.mean()", "{a}.var()"]
+                  "{a}.mean()", "{a}.var()", f"{{a}}.sum({d}, dtype=torch.float16)"]
     else:
         forms += [f"{{a}}.float().mean({dims}{kd})", f"{{a}}.sum({d}, dtype=torch.int32)"]
     if b.stable(a):
