@@ -119,7 +119,7 @@ def test_a_hit_launches_tiled_finished_and_combo_kernels(cache_dir, device, comp
                                                     for s in g.kernel_sources.values()), names
 
 
-@pytest.mark.parametrize("change", ["shape", "dtype", "stride", "setting"])
+@pytest.mark.parametrize("change", ["shape", "dtype", "stride", "setting", "cuda graphs"])
 def test_a_changed_input_or_setting_misses(change, cache_dir, device, compile_fn, assert_close, monkeypatch):
     x = torch.randn(16, 40, device=device)
     compile_again(softmax, x, compile_fn=compile_fn)
@@ -129,6 +129,9 @@ def test_a_changed_input_or_setting_misses(change, cache_dir, device, compile_fn
         x = x.double()
     elif change == "stride":
         x = torch.randn(40, 16, device=device).t()
+    elif change == "cuda graphs":
+        # Recorded graphs change what is compiled: no buffer reuse over donated inputs, cuDNN's depthwise kernels.
+        monkeypatch.setenv("SMELT_CUDA_GRAPHS", "1")
     else:
         monkeypatch.setenv("SMELT_PERSISTENT_REDUCTION_LIMIT", "16")  # rows of 40 now loop
     out, stats = compile_again(softmax, x, compile_fn=compile_fn)

@@ -36,10 +36,11 @@ def digest(text: str) -> str:
 
 
 def settings_text(cfg) -> str:
-    # Where things are written, whether the cache is on, how the result is called (CUDA graphs),
-    # whether a bar shows the build and how many processes build it do not change what is compiled.
+    # Where things are written, whether the cache is on, whether a bar shows the build and how many
+    # processes build it do not change what is compiled. CUDA graphs do: a recorded graph takes no
+    # donated input's memory (scheduler/reuse.py) and leaves depthwise convolutions to cuDNN.
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-              if f.name not in ("cache_dir", "debug_dir", "graph_cache", "cuda_graphs", "progress", "compile_workers")}
+              if f.name not in ("cache_dir", "debug_dir", "graph_cache", "progress", "compile_workers")}
     return json.dumps(fields, sort_keys=True, default=str)
 
 
