@@ -41,7 +41,7 @@ class Target:
     # Whether large matrix products get 16-byte aligned rows (lowering/matmul_padding.py): cuBLAS's
     # tensor-core kernels need them, and run element by element otherwise.
     pads_matmul_rows: bool = False
-    # The largest window (in elements) of a depthwise convolution run as a smelt kernel
+    # The largest 2-D window (in elements) of a depthwise convolution run as a smelt kernel
     # (lowering/depthwise_convolution.py) rather than in the library; 0: none. On the H200, smelt's
     # 3x3 and 5x5 kernels cost 2% (EfficientNet-B0) and 8% (MobileNetV3) more GPU time than cuDNN's
     # but take its host time and its plan built at each shape's first call (0.47 s a shape, per

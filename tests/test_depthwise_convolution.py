@@ -214,20 +214,22 @@ def test_auto_takes_the_windows_the_target_asks_for(device, compile_fn, assert_c
     assert ("convolution(" in _externs(observe)) is not lowered
 
 
-def test_auto_leaves_depthwise_to_the_library_under_cuda_graphs():
-    """A replay pays GPU time alone, where cuDNN's depthwise kernels are the faster: "auto" takes none then, and
-    "on" still does."""
+def test_auto_leaves_depthwise_to_the_library_under_cuda_graphs_and_off_two_dims():
+    """A replay pays GPU time alone, where cuDNN's depthwise kernels are the faster: "auto" takes none then, nor
+    windows of other than 2 dims (not measured), and "on" still does."""
     from smelt.lowering.extern_calls import _depthwise_taps
     from smelt.target import H100
 
-    def taps(**settings):
+    def taps(dims=2, **settings):
         config = dataclasses.replace(smelt.config.current(), **settings)
         return _depthwise_taps(SimpleNamespace(config=config, out_meta=SimpleNamespace(device=torch.device("cuda")),
-                                               target_for=lambda device_type: H100))
+                                               target_for=lambda device_type: H100), dims)
 
     assert taps(depthwise_kernels="auto", cuda_graphs=False) == H100.depthwise_kernel_taps == 25
     assert taps(depthwise_kernels="auto", cuda_graphs=True) == 0
+    assert taps(1, depthwise_kernels="auto", cuda_graphs=False) == 0  # 1-D and 3-D windows: not measured
     assert taps(depthwise_kernels="on", cuda_graphs=True) == 49
+    assert taps(1, depthwise_kernels="on", cuda_graphs=False) == 49
     assert taps(depthwise_kernels="off", cuda_graphs=False) == 0
 
 

@@ -6,7 +6,8 @@ cuDNN runs these slowly: ConvNeXt-tiny's 18 7x7 depthwise convolutions (bf16, ba
 took 0.737 of its 2.45 GPU ms on the H100, where reading and writing their tensors once takes
 about 0.1 ms. SMELT_DEPTHWISE_KERNELS=on lowers here every convolution whose every group has one
 input channel and a window of at most `TAP_LIMIT` elements; "auto" takes windows up to the
-Target's `depthwise_kernel_taps` (3x3 and 5x5 on the GPU, none on the CPU) outside CUDA graphs.
+Target's `depthwise_kernel_taps` (3x3 and 5x5 on the GPU, none on the CPU), 2-D windows outside
+CUDA graphs.
 
 Each tap is a load from L1 (nothing reuses a loaded row across the window), so a 7x7 window runs
 at 5-7% of the bandwidth floor, 2x slower than cuDNN; 3x3 windows beat cuDNN by 1.0-4.7x alone,

@@ -113,7 +113,7 @@ def with_effects(g, token, op, *args, **kwargs):
           aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product,
           torch.ops.smelt.short_attention)
 def extern_call(g, *args, **kwargs):
-    if g.node.target is aten.convolution.default and not kwargs and (taps := _depthwise_taps(g)):
+    if g.node.target is aten.convolution.default and not kwargs and (taps := _depthwise_taps(g, len(args[0].get_size()) - 2)):
         windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8], tap_limit=taps)
         if windows is not None:
             return lower_depthwise(g, args[0], args[1], args[2], windows)
@@ -185,13 +185,15 @@ def _wants_products(g) -> bool:
     return switched_on(setting, g.target_for(g.out_meta.device.type), "pointwise_convolutions_as_products")
 
 
-def _depthwise_taps(g) -> int:
-    """The largest depthwise window lowered as a smelt kernel here (0: none)."""
+def _depthwise_taps(g, spatial_dims: int) -> int:
+    """The largest depthwise window of `spatial_dims` dims lowered as a smelt kernel here (0: none)."""
     setting = g.config.depthwise_kernels if g.config is not None else "auto"
     if setting != "auto":
         return TAP_LIMIT if setting == "on" else 0
     if g.config is not None and g.config.cuda_graphs:
         return 0  # a replay pays GPU time alone, where cuDNN's depthwise kernels are the faster
+    if spatial_dims != 2:
+        return 0  # measured on 2-D windows (the mobile nets') only
     return g.target_for(g.out_meta.device.type).depthwise_kernel_taps
 
 
