@@ -62,3 +62,12 @@ def test_a_worker_starts_without_torch(tmp_path):
     finally:
         worker.close()
     assert reply["ok"] is False and reply["torch_loaded"] is False
+
+
+def test_the_longest_sources_are_built_first(tmp_path):
+    # In program order a model's long kernels (depthwise windows) could come last and end the batch
+    # alone; one worker shows the order the jobs are taken in.
+    jobs = [{"backend": "halide", "name": name, "source": f"raise ValueError({'x' * length!r})\n",
+             "cache_dir": str(tmp_path)} for name, length in (("short", 1), ("long", 50), ("middle", 10))]
+    replies = compile_pool.run_jobs(jobs, 1)
+    assert [r["name"] for r in replies] == ["long", "middle", "short"]
