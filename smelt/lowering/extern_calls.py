@@ -113,7 +113,8 @@ def with_effects(g, token, op, *args, **kwargs):
           aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product,
           torch.ops.smelt.short_attention)
 def extern_call(g, *args, **kwargs):
-    if g.node.target is aten.convolution.default and not kwargs and (taps := _depthwise_taps(g, len(args[0].get_size()) - 2)):
+    taps = _depthwise_taps(g, len(args[0].get_size()) - 2) if g.node.target is aten.convolution.default else 0
+    if taps and not kwargs:
         windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8], tap_limit=taps)
         if windows is not None:
             return lower_depthwise(g, args[0], args[1], args[2], windows)
