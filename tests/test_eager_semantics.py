@@ -104,6 +104,27 @@ def test_division_special_values(compile_fn, device, name, dtype):
         _assert_same_bits(compile_fn(fn)(b), fn(b))
 
 
+@pytest.mark.parametrize("name", ["fmod", "remainder"])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64])
+def test_the_smallest_integer_over_minus_one(compile_fn, device, name, dtype):
+    # 0 in eager; Halide's integer fmod divided in hardware, which traps on INT_MIN / -1 (SIGFPE:
+    # the process ended).
+    op = _DIVISIONS[name]
+    a = torch.tensor([torch.iinfo(dtype).min, torch.iinfo(dtype).max, 5, -7], dtype=dtype, device=device)
+    b = torch.tensor([-1, -1, -1, 2], dtype=dtype, device=device)
+    _assert_same_bits(compile_fn(op)(a, b), op(a, b))
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_half_powers_of_special_values(compile_fn, device, exponent, dtype):
+    # ATen takes sqrt / rsqrt for these exponents (sqrt(-0.) is -0., rsqrt(-inf) nan), but pow itself
+    # for float16 on the CPU: x ** -0.5 once went to pow everywhere.
+    x = torch.tensor([-0.0, 0.0, -float("inf"), float("inf"), float("nan"), -4.0, 4.0, 0.25], dtype=dtype, device=device)
+    fn = lambda x: x ** exponent  # noqa: E731
+    _assert_same_bits(compile_fn(fn)(x), fn(x))
+
+
 # --- integer tensors with Python scalars out of their range: the scalar wraps, as in eager ----
 
 _SCALAR_OPS = {

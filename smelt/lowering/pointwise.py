@@ -108,10 +108,15 @@ def pow_(g, a, b):
         return _integer_pow(g, a, b, out)
     if is_tensor(a) and not is_tensor(b) and isinstance(b, (int, float, sympy.Number)):
         exponent = float(b)
+        # ATen's pow takes square roots for exponents of +-0.5 (sqrt(-0.) is -0., rsqrt(-inf) nan,
+        # where pow gives +0. and 0.), but on the CPU not for float16, which it raises with pow itself.
+        roots = not (out == torch.float16 and g.out_meta.device.type == "cpu")
         if exponent == 2:
             return make_pointwise(g, [a], lambda x: ops.mul(x, x))
-        if exponent == 0.5:
+        if exponent == 0.5 and roots:
             return make_pointwise(g, [a], ops.sqrt)
+        if exponent == -0.5 and roots and out.is_floating_point:
+            return make_pointwise(g, [a], ops.rsqrt)
         if exponent == -1 and g.out_meta.dtype.is_floating_point:
             return make_pointwise(g, [a], ops.reciprocal)
         if exponent == 1:
