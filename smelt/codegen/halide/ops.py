@@ -126,8 +126,11 @@ FLOAT_BINARY = {
                  "hl.reinterpret(hl.Int({bits}), {0}) + hl.select(({1} > {0}) == ({0} > 0), "
                  "hl.cast(hl.Int({bits}), 1), hl.cast(hl.Int({bits}), -1))))))",
 }
+# Integer fmod divides by 1 where the divisor is -1 (the same 0, where INT_MIN % -1 traps the
+# CPU's divide: SIGFPE) or 0 (eager raises there; a kernel cannot, and the trap ends the process).
 INT_BINARY = {
-    "maximum": "hl.max({0}, {1})", "minimum": "hl.min({0}, {1})", "fmod": "hl.mod_round_to_zero({0}, {1})",
+    "maximum": "hl.max({0}, {1})", "minimum": "hl.min({0}, {1})", "fmod": "hl.mod_round_to_zero({0}, hl.select(({1} == hl.cast({t}, -1)) | ({1} == hl.cast({t}, 0)), "
+             "hl.cast({t}, 1), {1}))",
 }
 
 
