@@ -36,7 +36,7 @@ TAP_LIMIT = 49
 
 
 def depthwise_windows(g, x, weight, stride, padding, dilation, transposed, groups,
-                      tap_limit: int = TAP_LIMIT) -> list[Window] | None:
+                      tap_limit: int) -> list[Window] | None:
     """The windows of a convolution to lower here, or None where ATen should run it (and why, logged)."""
     in_size, w_size = x.get_size(), weight.get_size()
     n = len(in_size) - 2
