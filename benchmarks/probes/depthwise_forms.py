@@ -89,13 +89,15 @@ def main(argv=None) -> None:
     print(f"cuDNN: {cudnn_ms * 1000:.1f} us")
     numel = x.numel()
     for name, (fn, xblock) in FORMS.items():
-        out = torch.empty_like(expected)
+        for block in (xblock // 2, xblock, xblock * 2):  # the build's block and its two neighbours
+            out = torch.empty_like(expected)
 
-        def launch(fn=fn, xblock=xblock, out=out):
-            fn[(triton.cdiv(numel, xblock),)](x, weight, out, numel, args.size, args.size, args.channels, xblock)
-        launch()
-        error = (out.float() - expected.float()).abs().max().item()
-        print(f"{name}: {triton.testing.do_bench(launch) * 1000:.1f} us, max abs diff from cuDNN {error:.3g}")
+            def launch(fn=fn, block=block, out=out):
+                fn[(triton.cdiv(numel, block),)](x, weight, out, numel, args.size, args.size, args.channels, block)
+            launch()
+            error = (out.float() - expected.float()).abs().max().item()
+            print(f"{name} XBLOCK={block}: {triton.testing.do_bench(launch) * 1000:.1f} us, "
+                  f"max abs diff from cuDNN {error:.3g}")
 
 
 if __name__ == "__main__":
