@@ -59,6 +59,15 @@ def test_zeros_of_either_sign_stay_apart():
         assert torch.equal(actual, expected), (actual, expected)
 
 
+def test_zeros_of_either_sign_stay_apart_inside_a_kernel(compile_fn):
+    # Past smelt's CSE, Halide's own took x * -0.0 for x * 0.0: it compares float constants by value.
+    def fn(x):
+        return torch.stack([1 / (x * -0.0), 1 / (x * 0.0), x * 0.0 - 0.0, torch.full_like(x, -0.0) + x * 0.0])
+    x = torch.tensor([1.0, 2.0, -3.0])
+    actual, expected = compile_fn(fn)(x), fn(x)
+    assert torch.equal(actual, expected) and torch.equal(actual.signbit(), expected.signbit()), (actual, expected)
+
+
 def test_values_the_caller_sees_are_never_merged():
     # Eager returns two tensors: merged, they would share memory and a write to one would show in
     # the other. Through views too.

@@ -45,8 +45,13 @@ def literal(value, dtype: torch.dtype) -> str:
         return f"hl.Expr({bool(value)})"
     if dtype.is_floating_point:
         value = float(value)
+        bits = dtype.itemsize * 8
+        if value == 0 and math.copysign(1, value) < 0:
+            # Halide's expression equality compares float constants by value, so its CSE took
+            # x * -0.0 for x * 0.0 in one kernel; a reinterpreted sign bit is not a float constant.
+            return f"hl.reinterpret(hl.Float({bits}), hl.u{bits}({1 << (bits - 1)}))"
         text = repr(value) if math.isfinite(value) else f'float("{value}")'
-        return f"hl.f{dtype.itemsize * 8}({text})"
+        return f"hl.f{bits}({text})"
     value = int(value)
     if dtype == torch.int32:
         return f"hl.i32({value})"
