@@ -42,12 +42,17 @@ def main(argv=None) -> None:
     parser.add_argument("--sweep-blocks", action="store_true")
     parser.add_argument("--tiles", nargs="+", default=None)
     parser.add_argument("--kernels", nargs="+", type=int, default=None, help="window sides to keep (all)")
+    parser.add_argument("--shapes", nargs="+", default=None,
+                        help="CHANNELS:SIZE:KERNEL:STRIDE shapes to time instead of the built-in ones")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    if args.shapes:
+        global SHAPES
+        SHAPES = tuple(("given", *map(int, shape.split(":"))) for shape in args.shapes)
     if args.sweep_blocks:
         return sweep_blocks(args.batch)
     if args.tiles:
-        return sweep_tiles(args.batch, [tuple(map(int, t.split("x"))) for t in args.tiles], args.kernels)
+        return sweep_tiles(args.batch, [tuple(map(int, t.split("x"))) for t in args.tiles], args.kernels, args.fused)
     bench = lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3  # noqa: E731
     big = torch.empty(2**28, device=DEVICE, dtype=torch.bfloat16)
     copy_gbs = 2 * big.numel() * 2 / bench(big.clone) / 1e3
@@ -116,23 +121,24 @@ def sweep_blocks(batch: int) -> None:
     kernel.tile_blocks = chosen
 
 
-def sweep_tiles(batch: int, tiles: list[tuple[int, int, int]], kernels: list[int] | None) -> None:
-    """smelt's kernel alone at each (XBLOCK, RBLOCK, warps) tile and at the heuristic's, with cuDNN's time."""
+def sweep_tiles(batch: int, tiles: list[tuple[int, int, int]], kernels: list[int] | None, fused: bool) -> None:
+    """smelt's kernel alone (with `fused`, a norm's scale and shift and a SiLU after it) at each
+    (XBLOCK, RBLOCK, warps) tile and at the heuristic's, with eager's time."""
     import dataclasses
     from smelt.codegen.triton import kernel
     chosen = kernel.tile_blocks
     override: dict = {}
     picked: list = []
 
-    def forced(tiling, itemsize, interpret, shrink=1):
-        tiles_now = chosen(tiling, itemsize, interpret, shrink)
+    def forced(tiling, itemsize, interpret, *rest):
+        tiles_now = chosen(tiling, itemsize, interpret, *rest)
         picked.append((tiles_now.xblock, tiles_now.rblock, tiles_now.num_warps))
         if not override:
             return tiles_now
         return dataclasses.replace(tiles_now, xblock=override["x"], rblock=override["r"], num_warps=override["w"])
     kernel.tile_blocks = forced
     bench = lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3  # noqa: E731
-    print("| shape | cuDNN us | heuristic (tile) us | " + " | ".join(f"{x}x{r}, {w} warps" for x, r, w in tiles) + " |")
+    print("| shape | eager us | heuristic (tile) us | " + " | ".join(f"{x}x{r}, {w} warps" for x, r, w in tiles) + " |")
     print("| --- " * (3 + len(tiles)) + "|")
     try:
         for name, c, size, k, stride in SHAPES:
@@ -141,7 +147,11 @@ def sweep_tiles(batch: int, tiles: list[tuple[int, int, int]], kernels: list[int
             x = torch.randn(batch, c, size, size, device=DEVICE, dtype=torch.bfloat16)
             x = x.contiguous(memory_format=torch.channels_last)
             w = torch.randn(c, 1, k, k, device=DEVICE, dtype=torch.bfloat16) * 0.1
-            fn = lambda x, w: F.conv2d(x, w, None, stride=stride, padding=k // 2, groups=c)  # noqa: E731
+            scale, shift = (torch.rand(c, 1, 1, device=DEVICE, dtype=torch.bfloat16) + 0.5 for _ in range(2))
+
+            def fn(x, w, stride=stride, k=k, c=c):
+                y = F.conv2d(x, w, None, stride=stride, padding=k // 2, groups=c)
+                return F.silu(y * scale + shift) if fused else y
             expected = fn(x, w).float()
             row = []
             for config in [None, *tiles]:
