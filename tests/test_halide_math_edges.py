@@ -140,6 +140,18 @@ def test_softmax_over_rows_of_extreme_values(check):
     check(lambda a: (torch.softmax(a, -1), torch.log_softmax(a, -1), a.logsumexp(-1)), x)
 
 
+def test_exp_keeps_float32_subnormals(compile_fn):
+    # Halide's float32 exp was 0 below -87.33, where eager's is subnormal down to -103.97: the log of
+    # a softmax over logits 88 apart was -inf. Within one subnormal step of eager's.
+    x = torch.cat([torch.linspace(-106, -86, 4001), torch.tensor([-103.97, -103.98, -1e30, -math.inf])])
+    actual, expected = compile_fn(torch.exp)(x), torch.exp(x)
+    steps = (actual.view(torch.int32).long() - expected.view(torch.int32).long()).abs()
+    assert steps.max() <= 1, x[steps.argmax()]
+    pair = torch.tensor([[0.0, -90.0], [0.0, -100.0]])
+    log_softmax = compile_fn(lambda a: torch.log(torch.softmax(a, -1)))(pair)
+    torch.testing.assert_close(log_softmax, torch.log(torch.softmax(pair, -1)), rtol=1e-4, atol=0)
+
+
 def test_erfc_keeps_its_tail_down_to_float32_subnormals(compile_fn):
     # erfc was 1 - erf: 0 from about 4. Eager's float32 erfc stays positive up to about 10.
     x = torch.linspace(-3, 10, 2601)

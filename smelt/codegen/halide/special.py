@@ -60,8 +60,10 @@ def exp2(v):
 # sum 1 + f is split into its rounded value and its exact error (Fast2Sum: |f| < 1), which joins
 # f**2 q before the one last rounding: within 0.51 ulp. (A plain degree-6 Horner, within 1.1e-7,
 # left efficientnet's training gradients 3.8x eager's error in the model suite; the sum in
-# float64 was as exact but 1.75x slower.) Below -87.33 the result would be subnormal: 0, as
-# Halide's own exp gives; above 88.7228 it overflows to inf, as eager's.
+# float64 was as exact but 1.75x slower.) Below -87.33 (k < -126) the result is subnormal, as
+# eager's: 2**k is then applied as 2**(k + 64) and 2**-64, the second product rounding once (a
+# log of a softmax over logits 88 apart was -inf); below -103.98 it is 0. Above 88.7228 it
+# overflows to inf, as eager's.
 EXP_Q_DEGREE = 6
 
 
@@ -73,10 +75,10 @@ def exp_float32(v, at, nonpositive=False):
     # `nonpositive`: the caller knows v <= 0 or nan (a softmax's v - max): the overflow guards
     # are left out, with the same bits for every such v (nearest k is then s - 0.5 truncated).
     if nonpositive:
-        inside = v  # below -87.33 k is out of range, and the result is selected away
+        inside = v  # below -103.98 k is out of range, and the result is selected away
         k = hl.cast(hl.Int(32), inside * hl.f32(1.4426950408889634) - hl.f32(0.5))
     else:
-        inside = hl.clamp(v, hl.f32(-88.0), hl.f32(88.75))
+        inside = hl.clamp(v, hl.f32(-104.0), hl.f32(88.75))
         scaled = inside * hl.f32(1.4426950408889634)
         k = hl.cast(hl.Int(32), scaled + hl.select(scaled < 0, hl.f32(-0.5), hl.f32(0.5)))  # nearest (truncates)
     whole = hl.cast(hl.Float(32), k)
@@ -94,13 +96,17 @@ def exp_float32(v, at, nonpositive=False):
         polynomial = hl.Func("exp_polynomial")
         polynomial[at] = p
         p = polynomial[at]
+    subnormal = k < -126
+    normal_k = hl.select(subnormal, k + 64, k)
+    tail = hl.select(subnormal, hl.f32(2.0 ** -64), hl.f32(1))
     if nonpositive:
-        value = p * hl.reinterpret(hl.Float(32), (k + 127) << 23)
+        value = p * hl.reinterpret(hl.Float(32), (normal_k + 127) << 23) * tail
     else:
         # 2**128 has no float32: k = 128 (v in (88.38, 88.72]) scales by 2**127, then by 2 (exact).
-        value = p * hl.reinterpret(hl.Float(32), (hl.min(k, 127) + 127) << 23) * hl.select(k > 127, hl.f32(2), hl.f32(1))
+        tail = hl.select(k > 127, hl.f32(2), tail)
+        value = p * hl.reinterpret(hl.Float(32), (hl.min(normal_k, 127) + 127) << 23) * tail
         value = hl.select(v > hl.f32(88.72283935546875), hl.f32(float("inf")), value)
-    return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-87.33), hl.f32(0), value))
+    return hl.select(hl.is_nan(v), v, hl.select(v < hl.f32(-103.98), hl.f32(0), value))
 ''',
     "erf": '''
 
