@@ -13,7 +13,8 @@ from ...ir.ops import indirect_symbol
 from ..common import CSEVar, computed, register_dtype
 from . import random
 from .ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
-                  PREDICATE_OPS, UnsupportedInHalide, halide_type, literal, signbit_bits)
+                  PREDICATE_OPS, WRAPPING_INT, UnsupportedInHalide, halide_type, literal, shift_text, signbit_bits,
+                  wrapping_int_text)
 
 if TYPE_CHECKING:
     from .kernel import HalideKernel
@@ -196,6 +197,12 @@ class HalideOps:
             return computed(self.k.emit(text, torch.bool, rank), name)
         if dtype == torch.bool and name in BOOL_ARITHMETIC:
             return self.k.emit(f"{self._operand(a)} {BOOL_ARITHMETIC[name]} {self._operand(b)}", dtype, rank)
+        if name in WRAPPING_INT and register_dtype(dtype) in (torch.int32, torch.int64):
+            text = wrapping_int_text(name, self._operand(a), self._operand(b), dtype)
+            return computed(self.k.emit(text, dtype, rank), name)
+        if name in ("left_shift", "right_shift") and dtype != torch.bool:
+            text = shift_text(name, self._operand(a), self._operand(b), dtype)
+            return computed(self.k.emit(text, dtype, rank), name)
         if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
             out = torch.bool if name in PREDICATE_OPS else dtype
             return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)

@@ -93,9 +93,12 @@ FLOAT_UNARY = {
 # kernels with these run elsewhere (the Triton backend).
 FLOAT64_UNPRINTED = {"erf", "erfc"}
 INT_UNARY = {
-    # hl.abs of a signed integer is unsigned: cast back (abs(INT_MIN) wraps, as in eager).
-    "abs": "hl.cast({t}, hl.abs({0}))", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}",
-    "round": "{0}", "isnan": "hl.Expr(False)", "isinf": "hl.Expr(False)", "neg": "-{0}",
+    # On the unsigned bits, so abs(INT_MIN) wraps as in eager: Halide's simplifier takes any signed
+    # form of hl.abs (even reinterpreted) as never negative.
+    "abs": "hl.reinterpret({t}, hl.select({0} < 0, hl.cast(hl.UInt({bits}), 0) - hl.reinterpret(hl.UInt({bits}), {0}), "
+           "hl.reinterpret(hl.UInt({bits}), {0})))", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}",
+    "round": "{0}", "isnan": "hl.Expr(False)", "isinf": "hl.Expr(False)",
+    "neg": "hl.reinterpret({t}, hl.cast(hl.UInt({bits}), 0) - hl.reinterpret(hl.UInt({bits}), {0}))",
     "relu": "hl.max({0}, hl.cast({t}, 0))", "signbit": "{0} < 0",
     "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), hl.cast({t}, 0)))",
 }
@@ -133,6 +136,35 @@ FLOAT_BINARY = {
 }
 # Integer fmod divides by 1 where the divisor is -1 (the same 0, where INT_MIN % -1 traps the
 # CPU's divide: SIGFPE) or 0 (eager raises there; a kernel cannot, and the trap ends the process).
+# Halide takes a signed integer overflow as undefined, and its simplifier reasons from that (it
+# folded (a + 1) > a to true, and a wrapped product's remainder read the unwrapped value); eager
+# wraps. Integer arithmetic that can overflow runs on the operands' unsigned bits, which wrap.
+WRAPPING_INT = {"add": "+", "sub": "-", "mul": "*"}
+
+
+def wrapping_int_text(name: str, a: str, b: str, dtype: torch.dtype) -> str:
+    bits = register_dtype(dtype).itemsize * 8
+    unsigned = f"hl.UInt({bits})"
+    return (f"hl.reinterpret({halide_type(register_dtype(dtype))}, hl.reinterpret({unsigned}, {a}) {WRAPPING_INT[name]} "
+            f"hl.reinterpret({unsigned}, {b}))")
+
+
+def shift_text(name: str, a: str, b: str, dtype: torch.dtype) -> str:
+    """Eager's shifts: by the width or more, or by a negative count, everything is shifted out (a
+    right shift of a negative value leaves -1); a left shift wraps."""
+    bits = dtype.itemsize * 8
+    t = halide_type(register_dtype(dtype))
+    out_of_range = f"({b} >= {literal(bits, dtype)}) | ({b} < {literal(0, dtype)})"
+    if name == "left_shift":
+        wide = register_dtype(dtype).itemsize * 8
+        shifted = (f"hl.reinterpret({t}, hl.reinterpret(hl.UInt({wide}), {a}) << hl.reinterpret(hl.UInt({wide}), {b}))"
+                   if dtype.is_signed else f"{a} << {b}")
+        return f"hl.select({out_of_range}, {literal(0, dtype)}, {shifted})"
+    shifted_out = f"hl.select({a} < {literal(0, dtype)}, {literal(-1, dtype)}, {literal(0, dtype)})" \
+        if dtype.is_signed else literal(0, dtype)
+    return f"hl.select({out_of_range}, {shifted_out}, {a} >> {b})"
+
+
 INT_BINARY = {
     "maximum": "hl.max({0}, {1})", "minimum": "hl.min({0}, {1})", "fmod": "hl.mod_round_to_zero({0}, hl.select(({1} == hl.cast({t}, -1)) | ({1} == hl.cast({t}, 0)), "
              "hl.cast({t}, 1), {1}))",

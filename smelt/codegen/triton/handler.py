@@ -252,6 +252,17 @@ class TritonOps:
             return computed(self.k.emit(f"{self._operand(a)} - {q} * {self._operand(b)}", dtype, rank), name)
         if name in ("truediv", "approx_truediv") and dtype.is_floating_point:
             return computed(self.k.emit(self._divide(a, b, dtype, exact=name == "truediv"), dtype, rank), name)
+        if name in ("left_shift", "right_shift") and dtype != torch.bool:
+            # Eager shifts everything out by the width or more, or by a negative count; LLVM's shift
+            # is poison there.
+            bits, x, count = dtype.itemsize * 8, self._operand(a), self._operand(b)
+            outside = f"({count} >= {literal(bits, dtype)})" + (f" | ({count} < 0)" if dtype.is_signed else "")
+            if name == "left_shift":
+                text = f"tl.where({outside}, 0, {x} << {count})"
+            else:
+                fill = f"{x} >> {literal(bits - 1, dtype)}" if dtype.is_signed else "0"  # -1 or 0 by the sign
+                text = f"tl.where({outside}, {fill}, {x} >> {count})"
+            return computed(self.k.emit(text, dtype, rank), name)
         if name in INFIX:
             out = torch.bool if name in PREDICATE_OPS else dtype
             return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
