@@ -20,6 +20,7 @@ from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
 from .lowering.fx_clones import drop_redundant_clones
 from .lowering.frozen_weights import fold_weights
+from .lowering.eager_refusals import refuse_as_eager
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import plan_layouts
 from .saved_inputs import saved_outputs_start
@@ -48,6 +49,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
         nonlocal planned
         planned = True
         with clock.stage("plan"):
+            refuse_as_eager(gm)
             merge_common_subexpressions(gm)
             drop_redundant_clones(gm)
             return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),

@@ -1,5 +1,7 @@
 """Programs eager runs that smelt must run the same way: data-dependent sizes, integer
 arithmetic, special values, output strides, out-of-range scalars and indices."""
+import re
+
 import pytest
 import torch
 import torch._dynamo
@@ -115,6 +117,32 @@ def test_the_smallest_integer_over_minus_one(compile_fn, device, name, dtype):
     _assert_same_bits(compile_fn(op)(a, b), op(a, b))
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64])
+def test_signed_overflow_wraps_before_the_next_op(compile_fn, device, dtype):
+    # Eager wraps. Halide takes a signed overflow as undefined and its simplifier folded each of these
+    # (int32 and int64): (a + 1) > a to true, a wrapped product's quotient to a, abs(INT_MIN) >= 0.
+    def fn(a):
+        return ((a + 1) > a, (a * 2) // 2, a.abs() >= 0, -a < 0, torch.relu(a + 1), (a - 10 + 20) < a,
+                (a * 6364136223846793005 + 1442695040888963407) % 1000)
+    big = torch.iinfo(dtype).max
+    a = torch.tensor([big, -big - 1, 5, -3, 0], dtype=dtype, device=device)
+    for actual, expected in zip(compile_fn(fn)(a), fn(a)):
+        assert torch.equal(actual, expected), (actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_shifts_by_the_width_or_more_or_by_a_negative_count(compile_fn, device, dtype):
+    # Eager shifts everything out (a right shift of a negative value leaves -1); Halide's shift counts
+    # wrapped, and a negative one shifted the other way.
+    bits = dtype.itemsize * 8
+    signed = dtype.is_signed
+    a = torch.tensor([1, 7, -8 if signed else 200, 3, 5], dtype=dtype, device=device)
+    counts = torch.tensor([bits, bits + 6, bits + 1, -1 if signed else bits - 1, 2], dtype=dtype, device=device)
+    fn = lambda a, s: (torch.bitwise_left_shift(a, s), torch.bitwise_right_shift(a, s))  # noqa: E731
+    for actual, expected in zip(compile_fn(fn)(a, counts), fn(a, counts)):
+        assert torch.equal(actual, expected), (actual, expected)
+
+
 @pytest.mark.parametrize("exponent", [0.5, -0.5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_half_powers_of_special_values(compile_fn, device, exponent, dtype):
@@ -153,6 +181,30 @@ def _eager_accepts(op, x, s) -> bool:
         return True
     except RuntimeError:  # where: eager refuses a scalar that does not fit
         return False
+
+
+REFUSED = {
+    "clamp": lambda x: x.clamp(-1000, 1000), "clamp_max": lambda x: torch.clamp(x, max=-1000),
+    "where": lambda x: torch.where(x > 0, x, 1000), "masked_fill": lambda x: x.masked_fill(x > 0, 1000),
+    "fill": lambda x: x.clone().fill_(1000), "full_like": lambda x: torch.full_like(x, 1000) + x,
+    "index_fill": lambda x: x.index_fill(0, torch.tensor([0, 2], device=x.device), 1000),
+    "scatter": lambda x: x.scatter(0, torch.tensor([0, 2], device=x.device), 1000),
+    "new_full": lambda x: x.new_full((2,), 1000) + 1, "negative_power": lambda x: x ** -1,
+    "argmax_of_bools": lambda x: (x > 0).argmax(), "max_over_an_empty_dim": lambda x: x[:0].max(0),
+    "floor_division_by_0": lambda x: x // 0, "remainder_by_0": lambda x: x % 0,
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_what_eager_refuses_is_refused(compile_fn, case):
+    # Eager's argument checks that its meta kernels skip: smelt computed a value (1000 wrapped to -24).
+    fn = REFUSED[case]
+    x = torch.tensor([1, -3, 100], dtype=torch.int8)
+    with pytest.raises((RuntimeError, IndexError, ZeroDivisionError)) as eager:
+        fn(x)
+    torch._dynamo.reset()
+    with pytest.raises((RuntimeError, IndexError, ZeroDivisionError), match=re.escape(str(eager.value))):
+        compile_fn(fn)(x)
 
 
 # --- integer pow: integer results that wrap as eager's --------------------------------------

@@ -1,0 +1,76 @@
+"""Programs eager refuses with an error that the meta kernels Dynamo and AOTAutograd trace with let
+through: a scalar that does not fit the tensor's integer type (`int8_tensor.clamp(max=1000)`,
+`torch.where(c, int8_tensor, 1000)`), an integer to a negative power, argmax of bools, a max over an
+empty dim. smelt would compute a value (1000 wrapped to -24); it raises eager's own error instead.
+
+Eager's checks are quirky (127.9 does not fit int8 in `full`, -1 fits uint8), so rather than restate
+them, each such op runs once in eager on stand-ins of its tensors: the same dtypes and rank, one
+element along each dim (none along an empty one), on the CPU.
+"""
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+aten = torch.ops.aten
+
+# Ops whose scalar or dim checks eager makes and their meta kernels skip (as they appear after
+# smelt's decompositions: masked_fill and index_fill become a scalar_tensor and a where or index_put).
+CHECKED = {
+    aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default, aten.full.default, aten.full_like.default,
+    aten.scalar_tensor.default, aten.fill.Scalar, aten.scatter.value, aten.pow.Tensor_Scalar,
+    aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim, aten.amax.default, aten.amin.default,
+    *(_BY_A_NUMBER := {aten.div.Tensor_mode, aten.remainder.Scalar, aten.fmod.Scalar, aten.floor_divide.default}),
+}
+_SIZED = {aten.full.default: 0}  # ops whose size argument is a list, by its position
+
+
+def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
+    """Raise the error eager raises for the first node of `gm` it refuses, naming the node."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in CHECKED or not _may_refuse(node):
+            continue
+        try:
+            with unset_fake_temporarily():  # AOTAutograd calls its compilers under its fake mode
+                args, kwargs = _stand_ins(node)
+                node.target(*args, **kwargs)
+        except (RuntimeError, IndexError, ValueError, ZeroDivisionError) as error:
+            raise type(error)(f"{error} (eager refuses {node.target} in node {node.name}: "
+                              f"{node.format_node()})") from None
+
+
+def _may_refuse(node: torch.fx.Node) -> bool:
+    """Only integer, bool and half-float values or empty dims meet eager's checks; a division only by
+    a number (an integer one by 0 raises ZeroDivisionError), as a tensor's stand-in would be 0."""
+    if node.target in _BY_A_NUMBER and not (len(node.args) > 1 and isinstance(node.args[1], (int, float))):
+        return False
+    values = [a.meta.get("val") for a in node.all_input_nodes] + [node.meta.get("val")]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    tensors += [v for v in values if isinstance(v, (tuple, list)) for v in v if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return False
+    return any(t.dtype not in (torch.float32, torch.float64) or 0 in t.shape for t in tensors)
+
+
+def _stand_ins(node: torch.fx.Node):
+    def stand_in(a):
+        if isinstance(a, torch.fx.Node):
+            val = a.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                return torch.zeros([_small(s) for s in val.shape], dtype=val.dtype)
+            return val
+        if isinstance(a, torch.device):
+            return torch.device("cpu")
+        return a
+    args = [stand_in(a) for a in node.args]
+    if node.target in _SIZED:
+        at = _SIZED[node.target]
+        args[at] = [_small(s) for s in args[at]]
+    kwargs = {k: stand_in(v) for k, v in node.kwargs.items()}
+    kwargs.pop("pin_memory", None)
+    return args, kwargs
+
+
+def _small(size) -> int:
+    """0 for a dim known to be empty, else 1 (a symbolic size included)."""
+    return 0 if isinstance(size, int) and size == 0 else 1
