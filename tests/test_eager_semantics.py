@@ -192,6 +192,7 @@ REFUSED = {
     "new_full": lambda x: x.new_full((2,), 1000) + 1, "negative_power": lambda x: x ** -1,
     "argmax_of_bools": lambda x: (x > 0).argmax(), "max_over_an_empty_dim": lambda x: x[:0].max(0),
     "floor_division_by_0": lambda x: x // 0, "remainder_by_0": lambda x: x % 0,
+    "pad_value": lambda x: torch.nn.functional.pad(x, (1, 1), value=300), "max_of_nothing": lambda x: x[:0].max(),
 }
 
 
@@ -205,6 +206,29 @@ def test_what_eager_refuses_is_refused(compile_fn, case):
     torch._dynamo.reset()
     with pytest.raises((RuntimeError, IndexError, ZeroDivisionError), match=re.escape(str(eager.value))):
         compile_fn(fn)(x)
+
+
+def test_symbolic_scalars_are_not_checked_against_eager(compile_fn):
+    # The check runs eager on stand-ins: a symbolic scalar would be guarded on there (a size used as
+    # a bound specialized a dynamic dim; pow by a size hit an internal assert; .item() values raised).
+    x = torch.arange(5)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.reset()
+    assert torch.equal(compile_fn(lambda x: x.clamp(max=x.shape[0] * 3) + x.pow(x.shape[0] - 3))(x),
+                       x.clamp(max=15) + x.pow(2))
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        fn = lambda x, n: x.clamp(max=n.item()) + torch.full((6,), n.item(), dtype=torch.int8)  # noqa: E731
+        x, n = torch.arange(6, dtype=torch.int8), torch.tensor(3)
+        assert torch.equal(compile_fn(fn)(x, n), fn(x, n))
+
+
+def test_a_crop_is_not_refused(compile_fn):
+    # Pads are checked with the crop left out: a stand-in's one element cannot be cropped.
+    fn = lambda x: torch.nn.functional.pad(x, (-2, 1), value=7)  # noqa: E731
+    x = torch.arange(6, dtype=torch.int8).view(2, 3)
+    torch._dynamo.reset()
+    assert torch.equal(compile_fn(fn)(x), fn(x))
 
 
 # --- integer pow: integer results that wrap as eager's --------------------------------------

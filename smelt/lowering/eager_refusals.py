@@ -4,8 +4,9 @@ through: a scalar that does not fit the tensor's integer type (`int8_tensor.clam
 empty dim. smelt would compute a value (1000 wrapped to -24); it raises eager's own error instead.
 
 Eager's checks are quirky (127.9 does not fit int8 in `full`, -1 fits uint8), so rather than restate
-them, each such op runs once in eager on stand-ins of its tensors: the same dtypes and rank, one
-element along each dim (none along an empty one), on the CPU.
+them, each such op runs once in eager on stand-ins of its tensors: the same dtypes, rank and device
+(eager's CUDA kernels divide integers by 0 without a check), one element along each dim (none along
+an empty one). An op with a symbolic scalar is left alone: running it would guard on the symbol.
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ CHECKED = {
     aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default, aten.full.default, aten.full_like.default,
     aten.scalar_tensor.default, aten.fill.Scalar, aten.scatter.value, aten.pow.Tensor_Scalar,
     aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim, aten.amax.default, aten.amin.default,
+    aten.max.default, aten.min.default, aten.constant_pad_nd.default,
     *(_BY_A_NUMBER := {aten.div.Tensor_mode, aten.remainder.Scalar, aten.fmod.Scalar, aten.floor_divide.default}),
 }
 _SIZED = {aten.full.default: 0}  # ops whose size argument is a list, by its position
+_PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's one element would raise: pads only
 
 
 def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
@@ -32,11 +35,21 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
             continue
         try:
             with unset_fake_temporarily():  # AOTAutograd calls its compilers under its fake mode
-                args, kwargs = _stand_ins(node)
-                node.target(*args, **kwargs)
+                stand_ins = _stand_ins(node)
+        except (RuntimeError, AssertionError):  # a device this process cannot use (a GPU graph generated on the CPU)
+            continue
+        if stand_ins is None:
+            continue
+        try:
+            with unset_fake_temporarily():
+                node.target(*stand_ins[0], **stand_ins[1])
         except (RuntimeError, IndexError, ValueError, ZeroDivisionError) as error:
-            raise type(error)(f"{error} (eager refuses {node.target} in node {node.name}: "
-                              f"{node.format_node()})") from None
+            message = f"{error} (eager refuses {node.target} in node {node.name}: {node.format_node()})"
+            try:
+                refusal = type(error)(message)
+            except Exception:  # an error type that takes other arguments
+                refusal = RuntimeError(message)
+            raise refusal from None
 
 
 def _may_refuse(node: torch.fx.Node) -> bool:
@@ -49,28 +62,36 @@ def _may_refuse(node: torch.fx.Node) -> bool:
     tensors += [v for v in values if isinstance(v, (tuple, list)) for v in v if isinstance(v, torch.Tensor)]
     if not tensors:
         return False
-    return any(t.dtype not in (torch.float32, torch.float64) or 0 in t.shape for t in tensors)
+    return any(t.dtype not in (torch.float32, torch.float64) or any(_small(s) == 0 for s in t.shape)
+               for t in tensors)
 
 
 def _stand_ins(node: torch.fx.Node):
-    def stand_in(a):
+    """(args, kwargs) to run node's op on, or None where an argument is symbolic."""
+    symbolic = False
+
+    def stand_in(a, size_list=False):
+        nonlocal symbolic
+        if isinstance(a, (list, tuple)):
+            return [_small(s) if size_list else stand_in(s) for s in a]
         if isinstance(a, torch.fx.Node):
             val = a.meta.get("val")
             if isinstance(val, torch.Tensor):
-                return torch.zeros([_small(s) for s in val.shape], dtype=val.dtype)
-            return val
-        if isinstance(a, torch.device):
-            return torch.device("cpu")
+                return torch.zeros([_small(s) for s in val.shape], dtype=val.dtype, device=val.device)
+            symbolic = True
+            return None
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            symbolic = True
         return a
-    args = [stand_in(a) for a in node.args]
-    if node.target in _SIZED:
-        at = _SIZED[node.target]
-        args[at] = [_small(s) for s in args[at]]
+    args = [stand_in(a, size_list=node.target in _SIZED and k == _SIZED[node.target]) for k, a in enumerate(node.args)]
+    if node.target in _PADS:
+        at = _PADS[node.target]
+        args[at] = [max(p, 0) for p in args[at]]
     kwargs = {k: stand_in(v) for k, v in node.kwargs.items()}
     kwargs.pop("pin_memory", None)
-    return args, kwargs
+    return None if symbolic else (args, kwargs)
 
 
 def _small(size) -> int:
-    """0 for a dim known to be empty, else 1 (a symbolic size included)."""
-    return 0 if isinstance(size, int) and size == 0 else 1
+    """0 for a dim known to be empty, else 1 (a symbolic size included, without a guard on it)."""
+    return 0 if type(size) is int and size == 0 else 1
