@@ -130,6 +130,16 @@ def test_signed_overflow_wraps_before_the_next_op(compile_fn, device, dtype):
         assert torch.equal(actual, expected), (actual, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64])
+def test_wrapping_ops_over_a_floats_conversion(compile_fn, device, dtype):
+    # Halide folds reinterpret(u64, cast(i64, f)) into cast(u64, f), undefined for f < 0: DeBERTa's
+    # clamp(-bucket + 8, 0, 15) of a bucket converted from float gave 9 for 10.
+    fn = lambda f: (torch.clamp(-f.to(dtype) + 8, 0, 15), f.to(dtype).abs() * 3 - 1)  # noqa: E731
+    f = torch.tensor([-2.0, -7.0, 3.0, -0.5, 12.0], device=device)
+    for actual, expected in zip(compile_fn(fn)(f), fn(f)):
+        assert torch.equal(actual, expected), (actual, expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
 def test_shifts_by_the_width_or_more_or_by_a_negative_count(compile_fn, device, dtype):
     # Eager shifts everything out (a right shift of a negative value leaves -1); Halide's shift counts

@@ -14,7 +14,7 @@ from ..common import CSEVar, computed, register_dtype
 from . import random
 from .ops import (BOOL_ARITHMETIC, BOOL_UNARY, FLOAT64_UNPRINTED, FLOAT_BINARY, FLOAT_UNARY, INFIX, INT_BINARY, INT_UNARY,
                   PREDICATE_OPS, WRAPPING_INT, UnsupportedInHalide, halide_type, literal, shift_text, signbit_bits,
-                  wrapping_int_text)
+                  wrapping_int_text, wrapping_int_unary_text)
 
 if TYPE_CHECKING:
     from .kernel import HalideKernel
@@ -222,6 +222,8 @@ class HalideOps:
             table = BOOL_UNARY
         else:
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
+        if name in ("neg", "abs") and x.dtype.is_signed and not x.dtype.is_floating_point:
+            return computed(self.k.emit(wrapping_int_unary_text(name, self._operand(x), x.dtype), x.dtype, rank), name)
         dtype = torch.bool if name in PREDICATE_OPS else x.dtype
         return computed(self.k.emit(self.unary_text(name, x, table), dtype, rank), name)
 

@@ -93,12 +93,9 @@ FLOAT_UNARY = {
 # kernels with these run elsewhere (the Triton backend).
 FLOAT64_UNPRINTED = {"erf", "erfc"}
 INT_UNARY = {
-    # On the unsigned bits, so abs(INT_MIN) wraps as in eager: Halide's simplifier takes any signed
-    # form of hl.abs (even reinterpreted) as never negative.
-    "abs": "hl.reinterpret({t}, hl.select({0} < 0, hl.cast(hl.UInt({bits}), 0) - hl.reinterpret(hl.UInt({bits}), {0}), "
-           "hl.reinterpret(hl.UInt({bits}), {0})))", "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}",
+    # abs and neg: wrapping_int_unary_text.
+    "bitwise_not": "~{0}", "floor": "{0}", "ceil": "{0}", "trunc": "{0}",
     "round": "{0}", "isnan": "hl.Expr(False)", "isinf": "hl.Expr(False)",
-    "neg": "hl.reinterpret({t}, hl.cast(hl.UInt({bits}), 0) - hl.reinterpret(hl.UInt({bits}), {0}))",
     "relu": "hl.max({0}, hl.cast({t}, 0))", "signbit": "{0} < 0",
     "sign": "hl.select({0} > 0, hl.cast({t}, 1), hl.select({0} < 0, hl.cast({t}, -1), hl.cast({t}, 0)))",
 }
@@ -143,10 +140,31 @@ WRAPPING_INT = {"add": "+", "sub": "-", "mul": "*"}
 
 
 def wrapping_int_text(name: str, a: str, b: str, dtype: torch.dtype) -> str:
-    bits = register_dtype(dtype).itemsize * 8
-    unsigned = f"hl.UInt({bits})"
-    return (f"hl.reinterpret({halide_type(register_dtype(dtype))}, hl.reinterpret({unsigned}, {a}) {WRAPPING_INT[name]} "
-            f"hl.reinterpret({unsigned}, {b}))")
+    return f"hl.reinterpret({halide_type(dtype)}, {_unsigned_bits(a, dtype)} {WRAPPING_INT[name]} {_unsigned_bits(b, dtype)})"
+
+
+def wrapping_int_unary_text(name: str, a: str, dtype: torch.dtype) -> str:
+    """neg and abs of a signed integer, wrapping at its smallest value as eager's (Halide's simplifier
+    takes any signed form of hl.abs, even reinterpreted, as never negative)."""
+    bits = dtype.itemsize * 8
+    unsigned = _unsigned_bits(a, dtype)
+    negated = f"hl.cast(hl.UInt({bits}), 0) - {unsigned}"
+    if name == "abs":
+        negated = f"hl.select({a} < {literal(0, dtype)}, {negated}, {unsigned})"
+    return f"hl.reinterpret({halide_type(dtype)}, {negated})"
+
+
+def _unsigned_bits(a: str, dtype: torch.dtype) -> str:
+    """The bits of signed integer `a` as the unsigned type of its width. Not a reinterpret: Halide's
+    simplifier folds reinterpret(u64, cast(i64, f)) into cast(u64, f), undefined for f < 0 (DeBERTa's
+    -bucket + 8, of a float's conversion, gave 9 for 10). The sign bit is moved on its own, as in
+    HalideOps.to_dtype."""
+    bits = dtype.itemsize * 8
+    top = 1 << (bits - 1)
+    unsigned = torch.uint64 if bits == 64 else torch.uint32 if bits == 32 else None
+    high = literal(top, unsigned) if unsigned is not None else f"hl.cast(hl.UInt({bits}), {top})"
+    return (f"(hl.cast(hl.UInt({bits}), {a} & {literal(top - 1, dtype)}) | "
+            f"hl.select({a} < {literal(0, dtype)}, {high}, hl.cast(hl.UInt({bits}), 0)))")
 
 
 def shift_text(name: str, a: str, b: str, dtype: torch.dtype) -> str:
