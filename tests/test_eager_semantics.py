@@ -134,7 +134,8 @@ def test_signed_overflow_wraps_before_the_next_op(compile_fn, device, dtype):
 def test_wrapping_ops_over_a_floats_conversion(compile_fn, device, dtype):
     # Halide folds reinterpret(u64, cast(i64, f)) into cast(u64, f), undefined for f < 0: DeBERTa's
     # clamp(-bucket + 8, 0, 15) of a bucket converted from float gave 9 for 10.
-    fn = lambda f: (torch.clamp(-f.to(dtype) + 8, 0, 15), f.to(dtype).abs() * 3 - 1)  # noqa: E731
+    fn = lambda f: (torch.clamp(-f.to(dtype) + 8, 0, 15), f.to(dtype).abs() * 3 - 1,  # noqa: E731
+                    torch.bitwise_left_shift(f.to(dtype), torch.ones_like(f, dtype=dtype)))
     f = torch.tensor([-2.0, -7.0, 3.0, -0.5, 12.0], device=device)
     for actual, expected in zip(compile_fn(fn)(f), fn(f)):
         assert torch.equal(actual, expected), (actual, expected)

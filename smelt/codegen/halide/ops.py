@@ -174,8 +174,7 @@ def shift_text(name: str, a: str, b: str, dtype: torch.dtype) -> str:
     t = halide_type(register_dtype(dtype))
     out_of_range = f"({b} >= {literal(bits, dtype)}) | ({b} < {literal(0, dtype)})"
     if name == "left_shift":
-        wide = register_dtype(dtype).itemsize * 8
-        shifted = (f"hl.reinterpret({t}, hl.reinterpret(hl.UInt({wide}), {a}) << hl.reinterpret(hl.UInt({wide}), {b}))"
+        shifted = (f"hl.reinterpret({t}, {_unsigned_bits(a, dtype)} << {_unsigned_bits(b, dtype)})"
                    if dtype.is_signed else f"{a} << {b}")
         return f"hl.select({out_of_range}, {literal(0, dtype)}, {shifted})"
     shifted_out = f"hl.select({a} < {literal(0, dtype)}, {literal(-1, dtype)}, {literal(0, dtype)})" \
