@@ -53,8 +53,11 @@ def breakdown(step, top: int, detail: bool = False) -> None:
             current += event["size"]
             if current > peak:
                 peak, at_peak, peak_site = current, dict(live), live[event["addr"]][1]
-        elif action == "free_completed" and event["addr"] in live:
-            current -= live.pop(event["addr"])[0]
+        elif action == "free_completed":
+            # A block from before the step counts too: a decode step frees each layer's old cache
+            # as it makes the new one, and a replay that skipped those frees put eager's peak at
+            # the whole cache's (2026-12-02).
+            current -= live.pop(event["addr"])[0] if event["addr"] in live else event["size"]
     mib = 2 ** 20
     print(f"  before the step {base / mib:.1f} MiB; the step's peak {peak / mib:.1f} MiB over it", flush=True)
     by_site = collections.Counter()
@@ -84,7 +87,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("--mode", default="train")
-    parser.add_argument("--backends", default="smelt,inductor")
+    parser.add_argument("--backends", default="smelt,inductor",
+                        help="comma-separated; 'none' is plain eager, 'eager' is Dynamo alone")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--detail", action="store_true", help="list every block of 1 MiB or more alive at the peak")
     parser.add_argument("--save-sources", help="copy the generated files named at the peaks into this folder")
@@ -95,7 +99,7 @@ def main(argv=None) -> None:
     spec = all_specs()[args.model]
     for backend in args.backends.split(","):
         torch._dynamo.reset()
-        step = case_callable(spec, args.mode, "real", "cuda", 0, backend)
+        step = case_callable(spec, args.mode, "real", "cuda", 0, None if backend == "none" else backend)
         step()
         step()
         print(f"{args.model} {args.mode} {backend}:", flush=True)
