@@ -599,3 +599,26 @@ def test_an_expanded_input_saved_for_the_backward_beside_its_padded_product(devi
         results.append((a, b, x2.grad))
     for actual, expected in zip(results[1], results[0]):
         assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("view", ["movedim", "slice", "transpose_then_slice"])
+def test_a_returned_view_of_a_padded_products_input_shares_its_memory(device, compile_fn, assert_close, view):
+    """An input of a padded product is made in its padded rows, so the outputs returning it (and a view
+    of it) are copied out into eager's strides: the view must be taken over that copy, not copied apart
+    (found by the fuzzer with every product padded: a write to one output no longer showed in the other)."""
+    views = {"movedim": lambda v: v.movedim(2, 0), "slice": lambda v: v[1:, :, 2:5],
+             "transpose_then_slice": lambda v: v.transpose(1, 2)[:, 1:]}
+
+    def f(x, w):
+        v = torch.where(x > 0, x, -x)
+        return v, views[view](v), torch.bmm(v, w)
+
+    x, w = torch.randn(4, 3, 7, device=device, dtype=torch.float16), torch.randn(4, 7, 5, device=device, dtype=torch.float16)
+    actual, expected = compile_fn(f)(x, w), f(x, w)
+    for a, e in zip(actual, expected):
+        assert_close(a, e, atol=1e-2, rtol=1e-2)
+    assert actual[1].untyped_storage().data_ptr() == actual[0].untyped_storage().data_ptr()
+    assert actual[1].stride() == expected[1].stride()
+    assert actual[1].storage_offset() == expected[1].storage_offset()
+    actual[0].add_(1)
+    assert_close(actual[1], views[view](actual[0]), atol=0, rtol=0)

@@ -351,19 +351,46 @@ def _restore_visible_outputs(gm: torch.fx.GraphModule, visible: dict[int, torch.
     output = gm.graph.find_nodes(op="output")[0]
     values = list(output.args[0])
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
-    for i, traced in visible.items():
+    # Outputs that cover their eager storage first: another output eager returns as a view into that
+    # storage is taken over the first one's copy.
+    order = sorted(visible.items(), key=lambda item: not _covers_its_storage(item[1]))
+    bases: list[tuple[torch.Tensor, torch.fx.Node]] = []  # (eager's value, its copy)
+    for i, traced in order:
         node = values[i]
         now = node.meta.get("val")
         if not isinstance(traced, torch.Tensor) or not isinstance(now, torch.Tensor) or now.stride() == traced.stride():
             continue
+        base = next((copy for value, copy in bases if _same_storage(value, traced)), None)
+        if node not in copies and base is not None and _static(traced):
+            # Copied apart, a write to one would not show in the other (found by the fuzzer with every
+            # product padded: `v0 = where(...); bmm(v0, w); return v0, v0.movedim(2, 0)`). The base's copy
+            # has eager's strides and offset 0, so eager's view applies over it.
+            offset = traced.storage_offset() - base.meta["val"].storage_offset()
+            with gm.graph.inserting_before(output):
+                copies[node] = gm.graph.call_function(
+                    aten.as_strided.default, (base, list(traced.shape), list(traced.stride()), offset))
+            copies[node].meta = dict(node.meta, val=traced)
         if node not in copies:
             # A copy whose traced value has eager's strides: the lowering realizes outputs in those.
             with gm.graph.inserting_before(output):
                 copies[node] = gm.graph.call_function(aten.clone.default, (node,))
             copies[node].meta = dict(node.meta, val=traced)
+            if _covers_its_storage(traced):
+                bases.append((traced, copies[node]))
         values[i] = copies[node]
     output.args = (tuple(values),) + tuple(output.args[1:])
     return copies
+
+
+def _covers_its_storage(value) -> bool:
+    """Whether a traced value is its whole storage, densely, from offset 0 (a result eager made anew)."""
+    return isinstance(value, torch.Tensor) and _static(value) and value.storage_offset() == 0 and is_dense(value) \
+        and value.untyped_storage().nbytes() == value.numel() * value.element_size()
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    from torch.multiprocessing.reductions import StorageWeakRef
+    return a.dtype == b.dtype and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
 def _is_4d(node) -> bool:
