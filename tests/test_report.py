@@ -65,8 +65,8 @@ def report():
     finally:
         torch._logging.set_logs()
         dynamo_logger.removeHandler(log)
-    # Twice, in one of the CUDA suite's 16 processes, the page held one graph, the softmax's missing
-    # (not reproduced on the CPU; 2026-12-01, -02): say what Dynamo did, so that a recurrence names its cause.
+    # Three times, in one of the CUDA suite's 16 processes, the page held one graph, the softmax's missing
+    # (never on the CPU; last 2026-12-02): say what Dynamo did, so that a recurrence names its cause.
     assert len(c.report.graphs) == 2, (
         [(g.number, g.kind, g.kernels) for g in c.report.graphs], c.report.graph_breaks,
         "frames before", frames_before, "after", dict(counters["frames"]), log.lines)

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import torch
 import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..saved_inputs import saved_outputs_start
 from .common import is_dense
@@ -365,10 +366,9 @@ def _restore_visible_outputs(gm: torch.fx.GraphModule, visible: dict[int, torch.
             # Copied apart, a write to one would not show in the other (found by the fuzzer with every
             # product padded: `v0 = where(...); bmm(v0, w); return v0, v0.movedim(2, 0)`). The base's copy
             # has eager's strides and offset 0, so eager's view applies over it.
-            offset = traced.storage_offset() - base.meta["val"].storage_offset()
             with gm.graph.inserting_before(output):
                 copies[node] = gm.graph.call_function(
-                    aten.as_strided.default, (base, list(traced.shape), list(traced.stride()), offset))
+                    aten.as_strided.default, (base, list(traced.shape), list(traced.stride()), traced.storage_offset()))
             copies[node].meta = dict(node.meta, val=traced)
         if node not in copies:
             # A copy whose traced value has eager's strides: the lowering realizes outputs in those.
@@ -389,7 +389,6 @@ def _covers_its_storage(value) -> bool:
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    from torch.multiprocessing.reductions import StorageWeakRef
     return a.dtype == b.dtype and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
