@@ -48,6 +48,9 @@ class Target:
     # thread): walls 1.12x and 1.18x, warm starts 2 s shorter (RESULTS 2026-12-01, thirty-fifth
     # session). 7x7 windows stay with cuDNN (ConvNeXt 2.47 -> 3.82 GPU ms, seventh session).
     depthwise_kernel_taps: int = 0
+    # The same for a depthwise convolution's backward (lowering/depthwise_convolution_backward.py).
+    # Not yet measured on a GPU against cuDNN's, so none under "auto" ("on" takes them all).
+    depthwise_backward_kernel_taps: int = 0
     # Whether a 1x1 convolution (stride 1, no padding, one group) over a channels-last activation
     # runs as the matrix product it is (lowering/convolution_calls.py): on the H100 host, cuDNN's
     # convolution call costs 22-33 us (EfficientNet-B0's 81 a call: 2.0-2.6 ms of host, the GPU's

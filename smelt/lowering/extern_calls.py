@@ -12,6 +12,7 @@ from ..symbolic import sympify
 from ..ir.graph import origin_name
 from .common import broadcast_loader, layout_of, make_pointwise, upcast_half
 from .depthwise_convolution import TAP_LIMIT, depthwise_windows, lower_depthwise
+from .depthwise_convolution_backward import depthwise_backward_windows, lower_depthwise_backward
 from .convolution_calls import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
 from .input_writes import InputWrite
 from .kernel_support import why_aten
@@ -113,11 +114,16 @@ def with_effects(g, token, op, *args, **kwargs):
           aten._scaled_dot_product_efficient_attention, torch.ops.smelt.padded_product,
           torch.ops.smelt.short_attention)
 def extern_call(g, *args, **kwargs):
-    taps = _depthwise_taps(g, len(args[0].get_size()) - 2) if g.node.target is aten.convolution.default else 0
+    taps = _depthwise_taps(g, args[0]) if g.node.target is aten.convolution.default else 0
     if taps and not kwargs:
         windows = depthwise_windows(g, args[0], args[1], *args[3:6], args[6], args[8], tap_limit=taps)
         if windows is not None:
             return lower_depthwise(g, args[0], args[1], args[2], windows)
+    if g.node.target is aten.convolution_backward.default and not kwargs:
+        taps = _depthwise_taps(g, args[1], backward=True)
+        windows = depthwise_backward_windows(g, *args[:3], *args[4:8], args[9], tap_limit=taps) if taps else None
+        if windows is not None:
+            return lower_depthwise_backward(g, *args[:3], windows, args[10])
     if g.node.target is aten.convolution.default and _wants_products(g) and is_pointwise_convolution(g.node):
         product = lower_pointwise_convolution(g, args[0], args[1])
         if product is not None:
@@ -186,16 +192,18 @@ def _wants_products(g) -> bool:
     return switched_on(setting, g.target_for(g.out_meta.device.type), "pointwise_convolutions_as_products")
 
 
-def _depthwise_taps(g, spatial_dims: int) -> int:
-    """The largest depthwise window of `spatial_dims` dims lowered as a smelt kernel here (0: none)."""
+def _depthwise_taps(g, x, backward: bool = False) -> int:
+    """The largest depthwise window over input `x` lowered as a smelt kernel here (0: none), in the
+    convolution's forward or its backward."""
     setting = g.config.depthwise_kernels if g.config is not None else "auto"
     if setting != "auto":
         return TAP_LIMIT if setting == "on" else 0
     if g.config is not None and g.config.cuda_graphs:
         return 0  # a replay pays GPU time alone, where cuDNN's depthwise kernels are the faster
-    if spatial_dims != 2:
+    if len(x.get_size()) != 4:
         return 0  # measured on 2-D windows (the mobile nets') only
-    return g.target_for(g.out_meta.device.type).depthwise_kernel_taps
+    target = g.target_for(x.get_device().type)
+    return target.depthwise_backward_kernel_taps if backward else target.depthwise_kernel_taps
 
 
 def _convolution_then_bias(g, x, weight, bias, *rest):

@@ -249,8 +249,9 @@ def main(argv=None) -> int:
                     help="CPU scalar inputs as Triton kernel arguments in CPU graphs too, as GPU graphs take them "
                          "(sets SMELT_HOST_SCALAR_ARGS=on; with SMELT_CPU_BACKEND=triton)")
     ap.add_argument("--layouts", action="store_true",
-                    help="channels-last convolutions and padded matrix products in every program, however small "
-                         "(sets SMELT_CHANNELS_LAST=on and SMELT_MATMUL_PADDING=on): the layout plan's passes")
+                    help="channels-last convolutions, padded matrix products and depthwise convolutions as kernels "
+                         "(forward and backward) in every program, however small (sets SMELT_CHANNELS_LAST=on, "
+                         "SMELT_MATMUL_PADDING=on and SMELT_DEPTHWISE_KERNELS=on): passes the sizes keep out otherwise")
     ap.add_argument("--in-process", action="store_true",
                     help="run here, without a supervising process (a segfault then ends the run)")
     ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
@@ -262,7 +263,8 @@ def main(argv=None) -> int:
     if args.host_scalar_args:
         os.environ["SMELT_HOST_SCALAR_ARGS"] = "on"
     if args.layouts:
-        os.environ.update({"SMELT_CHANNELS_LAST": "on", "SMELT_MATMUL_PADDING": "on", EVERY_PRODUCT_PADDED: "1"})
+        os.environ.update({"SMELT_CHANNELS_LAST": "on", "SMELT_MATMUL_PADDING": "on", "SMELT_DEPTHWISE_KERNELS": "on",
+                           EVERY_PRODUCT_PADDED: "1"})
     if args.cache_hits and not os.environ.get(CACHE_HITS):  # the supervised children inherit all three
         os.environ.update({CACHE_HITS: "1", "SMELT_GRAPH_CACHE": "1",
                            "SMELT_CACHE_DIR": tempfile.mkdtemp(prefix="smelt-fuzz-cache-")})

@@ -1,0 +1,158 @@
+"""The backward of a depthwise convolution as smelt kernels: the input's gradient gathers, for each
+input element, the few output windows that read it (as a pool's backward does); the weight's gradient
+is a sum over batch and output positions of the gradient times the input under each tap, one
+reduction whose products are never stored.
+
+cuDNN builds a plan at the first call of each channels-last depthwise shape in a process, about
+0.5 s for the backward (EfficientNet-B0's 12 shapes: 6.3 s on the H200, NCHW's native kernels
+0.004 s; benchmarks/probes/conv_first_call.py --part backward), and a warm start pays it again:
+EfficientNet's AMP training step started 5 s slower than Dynamo alone. With these and the forward's
+windows (depthwise_convolution.py) a step runs no depthwise convolution in cuDNN. Under "auto" the
+Target decides (`depthwise_backward_kernel_taps`: none until the GPU time is measured).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+
+import torch
+
+from ..ir import Pointwise, TensorBox, View, ops
+from ..symbolic import product, static_int, sympify
+from .common import make_pointwise, upcast_half
+from .depthwise_convolution import _stored
+from .pooling import Window, _all, _expand, _index, _provable
+from .reductions import make_reduction
+
+log = logging.getLogger("smelt.lowering")
+
+
+def depthwise_backward_windows(g, grad, x, weight, stride, padding, dilation, transposed, groups,
+                               tap_limit: int) -> list[Window] | None:
+    """The windows of a depthwise convolution's backward to lower here, or None (ATen runs it)."""
+    in_size, w_size = x.get_size(), weight.get_size()
+    n = len(in_size) - 2
+    channels, out_channels = static_int(in_size[1]), static_int(w_size[0])
+    taps = [static_int(s) for s in w_size[2:]]
+    dilation = _expand(dilation, n)
+    if transposed or n < 1 or channels is None or None in taps or static_int(w_size[1]) != 1 \
+            or groups != channels:
+        return None  # not a depthwise convolution (or sizes only known at run time)
+    why = None
+    if out_channels != channels:
+        why = "a channel multiplier"  # each input channel's gradient would sum several outputs' windows
+    elif any(int(d) != 1 for d in dilation):
+        why = "dilation"
+    elif product(taps) > tap_limit:
+        why = f"a window of {product(taps)} elements (over {tap_limit})"
+    if why is not None:
+        log.debug("smelt: depthwise convolution backward of %s runs in ATen: %s", list(in_size), why)
+        return None
+    out_size = grad.get_size()[2:]
+    return [Window(sympify(s), sympify(o), k, int(st), int(p), 1)
+            for s, o, k, st, p in zip(in_size[2:], out_size, taps, _expand(stride, n), _expand(padding, n))]
+
+
+def lower_depthwise_backward(g, grad, x, weight, windows: list[Window], output_mask) -> tuple:
+    """(input gradient, weight gradient, bias gradient), None where output_mask asks for none; half
+    floats accumulate in float32 and round once, as cuDNN does."""
+    metas = g.out_meta
+    grad_node, x_node, weight_node = g.node.args[:3]
+    # Every tap reads the gradient (and the weight gradient the input): stored once, not recomputed per tap.
+    grad = _stored(g, grad, grad_node)
+    x = _stored(g, x, x_node)
+    weight = _stored(g, weight, weight_node)
+    compute = upcast_half(grad.get_dtype())
+    results = [None, None, None]
+    if output_mask[0]:
+        results[0] = _input_gradient(g, grad, weight, x.get_size(), windows, compute, metas[0].dtype)
+    if output_mask[1]:
+        results[1] = _weight_gradient(g, grad, x, windows, compute, metas[1].dtype,
+                                      channels_last=_channels_innermost(x_node))
+    if output_mask[2]:
+        n = len(windows)
+        total = make_reduction(g, grad, [0, *range(2, n + 2)], False, "sum", compute, compute)
+        results[2] = make_pointwise(g, [total], lambda v: v, compute_dtype=compute, out_dtype=metas[2].dtype,
+                                    size=total.get_size())
+    return tuple(results)
+
+
+def _input_gradient(g, grad, weight, input_size, windows: list[Window], compute, dtype) -> TensorBox:
+    """d x[b, c, h] = sum over the windows o covering h of grad[b, c, o] * weight[c, 0, h - start(o)]."""
+    load_grad, load_w = grad.make_loader(), weight.make_loader()
+    n = len(windows)
+
+    def element(index):
+        batch, channel, hs = index[0], index[1], index[2:]
+        total = None
+        for combo in itertools.product(*(w.covering(h, need_reach=True) for w, h in zip(windows, hs))):
+            outs = [o for o, _ in combo]
+            taps = [h - w.start(o) for w, h, o in zip(windows, hs, outs)]
+
+            def term(outs=outs, taps=taps):
+                return ops.mul(ops.to_dtype(load_grad([batch, channel, *outs]), compute),
+                               ops.to_dtype(load_w([channel, sympify(0), *taps]), compute))
+            inside = _all([c for _, c in combo])
+            value = term() if inside is None else ops.masked(inside, term, 0.0)
+            total = value if total is None else ops.add(total, value)
+        return ops.to_dtype(total, dtype)
+    size = [sympify(s) for s in input_size]
+    assert len(size) == n + 2
+    return TensorBox.of_storage(Pointwise(grad.get_device(), dtype, element, size,
+                                          g.origin | grad.origins | weight.origins))
+
+
+def _weight_gradient(g, grad, x, windows: list[Window], compute, dtype, channels_last: bool) -> TensorBox:
+    """d weight[c, 0, k] = sum over b and o of grad[b, c, o] * x[b, c, start(o) + k], reduced over the
+    products [taps, b, outs, c] (channels-last: neighbouring outputs read neighbouring channels) or
+    [c, taps, b, outs] (NCHW: each output reads along rows); the products are recomputed, never stored."""
+    load_grad, load_x = grad.make_loader(), x.make_loader()
+    n = len(windows)
+    batch_size, channels = grad.get_size()[:2]
+    taps_size = [sympify(w.length) for w in windows]
+    outs_size = [w.out for w in windows]
+    if channels_last:
+        size = [*taps_size, batch_size, *outs_size, channels]
+
+        def unpack(index):
+            return index[-1], index[:n], index[n], index[n + 1:2 * n + 1]
+        reduced = list(range(n, 2 * n + 1))
+    else:
+        size = [channels, *taps_size, batch_size, *outs_size]
+
+        def unpack(index):
+            return index[0], index[1:n + 1], index[n + 1], index[n + 2:]
+        reduced = list(range(n + 1, 2 * n + 2))
+
+    def product_element(index):
+        channel, taps, batch, outs = unpack(index)
+        pos = [w.position(o, k) for w, o, k in zip(windows, outs, taps)]
+        inside = _all([_inside(w, o, k) for w, o, k in zip(windows, outs, taps)])
+
+        def read():
+            return ops.to_dtype(load_x([batch, channel, *pos]), compute)
+        value = read() if inside is None else ops.masked(inside, read, 0.0)
+        return ops.mul(ops.to_dtype(load_grad([batch, channel, *outs]), compute), value)
+    products = TensorBox.of_storage(Pointwise(grad.get_device(), compute, product_element, size,
+                                              g.origin | grad.origins | x.origins))
+    total = make_reduction(g, products, reduced, False, "sum", compute, compute)
+
+    def weight_index(index):  # [c, 0, *taps] -> the reduction's [*taps, c] or [c, *taps]
+        channel, taps = index[0], list(index[2:])
+        return [*taps, channel] if channels_last else [channel, *taps]
+    weight_size = [channels, sympify(1), *taps_size]
+    arranged = TensorBox(View(total.data, weight_size, weight_index, "weight gradient"))
+    return make_pointwise(g, [arranged], lambda v: v, compute_dtype=compute, out_dtype=dtype, size=weight_size)
+
+
+def _inside(window: Window, o, k):
+    """Window.inside for a tap that is an index variable, not a number (None when always inside)."""
+    pos = window.position(o, k)
+    last = (window.out - 1) * window.stride - window.padding + window.length - 1
+    return _all([ops.ge(_index(pos), ops.constant(0, torch.int64)) if window.padding > 0 else None,
+                 None if _provable(sympify(last) < window.size) else ops.lt(_index(pos), _index(window.size))])
+
+
+def _channels_innermost(node) -> bool:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and value.dim() > 2 and value.stride(1) == 1 and value.shape[1] > 1
