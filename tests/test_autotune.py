@@ -49,6 +49,28 @@ def test_tuned_kernel_matches_eager_and_caches_its_choice(tuning, device, compil
     assert timed == []
 
 
+def test_a_tiled_kernel_is_tuned_over_tiles_and_reads_its_tile_back(tuning, device, compile_fn, observe,
+                                                                     assert_close):
+    """A transposed read (a tiled kernel): tiles of other shapes timed, the winner's tile kept on disk and
+    taken by a second compile without timing anything; every candidate gives eager's values."""
+    folder, timed = tuning
+
+    def f(x, y):
+        return x.t() * 2 + y
+    x, y = torch.randn(300, 200, device=device), torch.randn(200, 300, device=device)
+    assert_close(compile_fn(f)(x, y), f(x, y))
+    inspects_triton_kernels()
+    sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
+    assert any("autotuned over" in s and "roffset = tl.program_id" in s for s in sources), sources
+    assert len(timed) > 2
+    entries = [open(p).read() for p in glob.glob(os.path.join(folder, "autotune", "*.json"))]
+    assert any('"tiles"' in e for e in entries), entries
+    torch._dynamo.reset()
+    timed.clear()
+    assert_close(compile_fn(f)(x, y), f(x, y))
+    assert timed == []
+
+
 def test_unreadable_cache_entry_is_timed_again(tuning, device, compile_fn, assert_close):
     folder, timed = tuning
     x = torch.randn(16, 200, device=device)

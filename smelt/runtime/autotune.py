@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from ..artifact import TileBlocks
 from .checked_files import atomic_write
 
 log = logging.getLogger("smelt")
@@ -61,6 +62,9 @@ class Autotuner:
         try:
             with open(path) as f:
                 fields = json.load(f)
+            tiles = fields.pop("tiles", None)
+            if tiles is not None:  # a tiled kernel's tile (artifact.TileBlocks), its tuple a list in JSON
+                fields["tiles"] = TileBlocks(**{**tiles, "grid_axes": tuple(tiles["grid_axes"])})
             config = dataclasses.replace(self.configs[0], **fields)
         except FileNotFoundError:
             return None
@@ -74,6 +78,8 @@ class Autotuner:
 
     def _write(self, path: str, config) -> None:
         fields = {k: getattr(config, k) for k in ("XBLOCK", "RBLOCK", "num_warps")}
+        if getattr(config, "tiles", None) is not None:
+            fields["tiles"] = dataclasses.asdict(config.tiles)
         try:
             atomic_write(path, json.dumps(fields).encode())  # a reader never sees half a file
         except OSError as e:  # the choice still holds in this process

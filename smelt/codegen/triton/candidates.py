@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...symbolic import next_power_of_2
+from ...artifact import BlockConfig, TileBlocks
+from ...symbolic import next_power_of_2, static_int
+from .tiles import grid_layout
 
 # At most this many elements in one program's block: beyond it registers spill.
 MAX_BLOCK_ELEMENTS = 16384
 
 
+# (x, r, num_warps) of the tiles timed for a tiled kernel, beside the heuristic's: tall, square and
+# wide, from 1k to 8k elements (a depthwise window's many loads want small tiles, a transpose big ones;
+# no one tile won across MobileNetV3's and EfficientNet's window kernels on the H200).
+TILE_SHAPES = ((128, 16, 4), (64, 32, 4), (32, 32, 4), (32, 64, 4), (64, 64, 4), (128, 64, 8), (256, 32, 8))
+
+
 def candidates(plan, heuristic) -> list:
+    if heuristic.tiles is not None and not plan.has_scan and not any(n.is_scatter for n in plan.nodes):
+        return _tile_candidates(plan, heuristic)
     if heuristic.row_split > 1 or heuristic.tiles is not None or plan.has_scan or any(n.is_scatter for n in plan.nodes):
         return [heuristic]
     xn, rn = plan.static_sizes()
@@ -41,6 +51,25 @@ def candidates(plan, heuristic) -> list:
     else:
         for xblock, rblock, warps in ((1, 2048, 8), (1, 4096, 8), (2, 1024, 8), (4, 512, 4), (1, 1024, 4)):
             add(XBLOCK=xblock, RBLOCK=rblock, num_warps=warps)
+    return found
+
+
+def _tile_candidates(plan, heuristic) -> list:
+    """Other tiles over the heuristic's grid axes, which the source's program ids fix; a tile that
+    would need its second axis folded onto the third where the source does not fold is left out."""
+    xn, rn = static_int(plan.tiling.outer), static_int(plan.tiling.inner)
+    if xn is None or rn is None:
+        return [heuristic]
+    tiles = heuristic.tiles
+    found = [heuristic]
+    for x, r, warps in TILE_SHAPES:
+        x, r = min(x, next_power_of_2(xn)), min(r, next_power_of_2(rn))
+        axes, fold = grid_layout(xn, rn, x, r, tiles.grid_axes[0])
+        if axes != tiles.grid_axes or (fold and not tiles.fold_axis1):
+            continue
+        config = BlockConfig(x, r, warps, False, tiles=TileBlocks(x, r, warps, axes, tiles.fold_axis1))
+        if config not in found:
+            found.append(config)
     return found
 
 
