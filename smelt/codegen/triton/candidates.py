@@ -23,10 +23,10 @@ TILE_SHAPES = ((128, 16, 4), (64, 32, 4), (32, 32, 4), (32, 64, 4), (64, 64, 4),
 
 
 def candidates(plan, heuristic) -> list:
-    if heuristic.tiles is not None and not plan.has_scan and not any(n.is_scatter for n in plan.nodes):
-        return _tile_candidates(plan, heuristic)
-    if heuristic.row_split > 1 or heuristic.tiles is not None or plan.has_scan or any(n.is_scatter for n in plan.nodes):
+    if heuristic.row_split > 1 or plan.has_scan or any(n.is_scatter for n in plan.nodes):
         return [heuristic]
+    if heuristic.tiles is not None:
+        return _tile_candidates(plan, heuristic)
     xn, rn = plan.static_sizes()
     if xn is None or (plan.is_reduction and rn is None):
         return [heuristic]
