@@ -3,6 +3,7 @@
 import itertools
 
 import pytest
+import sympy
 import torch
 
 import smelt.artifact
@@ -208,3 +209,24 @@ def test_contiguous_read_through_reshapes_stays_1d(device, check, observe):
     (src,) = _sources(observe)
     assert "# tiled:" not in src and "tl.program_id(1)" not in src, src
     assert "in_ptr0 + (xindex)" in src, src
+
+
+def test_how_far_an_index_moves_a_step():
+    """A run of lanes reads memory in order where the index moves 0..1 a step over runs of at least
+    MIN_RUN lanes: a floor division by a long run jumps between runs; by a short one it is a gather."""
+    from smelt.scheduler.nodes import RINDEX as r, XINDEX as x
+    from smelt.scheduler.tiling import _is_cheap, stride_along
+    from smelt.symbolic import FloorDiv, ModularIndexing
+    # A stride-2 window's gather over NHWC rows of 144 channels: runs of two lanes, then 144 on.
+    assert stride_along(144 * FloorDiv(r, 2) + 7, r) is None
+    assert not _is_cheap(144 * FloorDiv(r, 2), (r,))
+    # A batch of transposed [30, 70] planes walked in memory order: runs of 30, each contiguous.
+    assert stride_along(2100 * FloorDiv(x, 30) + ModularIndexing(x, 1, 30), x) == 1
+    # NCHW's channel index: one value for 70 lanes at a time, nearly a broadcast.
+    assert stride_along(ModularIndexing(x, 70, 30), x) == sympy.Rational(1, 70)
+    assert _is_cheap(ModularIndexing(x, 70, 30), (x,))
+    # Nearest upsampling's source, and a stride-2 window's tap parity: each read for two lanes.
+    assert stride_along(FloorDiv(r, 2), r) == sympy.Rational(1, 2)
+    assert stride_along(r - 2 * FloorDiv(r, 2), r) == 0
+    # Rows of three channels: runs too short to fill a transaction.
+    assert stride_along(35 * FloorDiv(x, 3) + ModularIndexing(x, 1, 3), x) is None

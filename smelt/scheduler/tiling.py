@@ -45,9 +45,17 @@ class Tiling:
                 f"contiguous along x: {', '.join(self.along_x) or '-'}; along r: {', '.join(self.along_r) or '-'}")
 
 
+# A run of consecutive lanes this short reads a few elements and jumps: not a whole memory
+# transaction's worth (32 bytes: 8 float32 elements).
+MIN_RUN = 8
+
+
 def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
     """How far expr moves in memory when var grows by one, within a run of consecutive var values;
-    None when that is not a fixed amount (a var inside a sum in a division, an indirect index)."""
+    None when that is not a fixed amount (a var inside a sum in a division, an indirect index) or
+    the runs are shorter than MIN_RUN. `k * (var // d)` jumps by k every d steps: with k > d, a
+    run ends there (a stride-2 window's `144 * (r // 2)`: runs of 2, a gather); with k <= d it
+    moves k / d a step on average (a channel index `(x // HW) % C`: nearly a broadcast)."""
     if isinstance(expr, sympy.Add):  # a constant term moves nothing: a window's taps share one answer
         expr = expr.as_coeff_Add()[1]
     return _stride_along(expr, var)
@@ -56,6 +64,7 @@ def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
 @functools.lru_cache(maxsize=8192)
 def _stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
     stride = sympy.Integer(0)
+    short_runs = False
     for term in sympy.Add.make_args(sympy.expand(expr)):
         if var not in term.free_symbols:
             continue
@@ -67,13 +76,23 @@ def _stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
         coeff = sympy.Mul(*[g for g in factors if g is not f])
         if f == var:
             stride += coeff
-        elif isinstance(f, ModularIndexing) and f.args[0] == var:
-            stride += coeff if f.args[1] == 1 else 0  # var // d for d > 1 stays put within runs of d
-        elif isinstance(f, FloorDiv) and f.args[0] == var:
-            continue
+        elif isinstance(f, (FloorDiv, ModularIndexing)) and f.args[0] == var:
+            divisor = f.args[1]
+            if isinstance(f, ModularIndexing) and divisor == 1:
+                stride += coeff  # wraps every f.args[2] steps
+                short_runs |= _shorter_than_a_run(f.args[2])
+            elif (abs(coeff) <= divisor) == sympy.true:
+                stride += coeff / divisor
+            else:
+                short_runs |= _shorter_than_a_run(divisor)
         else:
             return None
-    return stride
+    return None if short_runs else stride
+
+
+def _shorter_than_a_run(length: sympy.Expr) -> bool:
+    n = static_int(length)
+    return n is not None and n < MIN_RUN
 
 
 def _is_cheap(expr: sympy.Expr, axes: tuple[sympy.Symbol, ...]) -> bool:
@@ -82,7 +101,9 @@ def _is_cheap(expr: sympy.Expr, axes: tuple[sympy.Symbol, ...]) -> bool:
     if any(is_indirect(s) for s in expr.free_symbols):
         return True  # a gather costs the same however the block is shaped: it does not decide
     strides = [stride_along(expr, v) for v in axes]
-    return any(s is not None and (s == 1 or s == 0) for s in strides)
+    # 0 <= s <= 1: a run of lanes reads one run of memory (a fractional stride reads each element
+    # for several lanes in turn).
+    return any(s is not None and s.is_number and 0 <= s <= 1 for s in strides)
 
 
 def _accesses(nodes: list[SchedulerNode], stored: list[str], placement: Placement, xnumel, rnumel):
