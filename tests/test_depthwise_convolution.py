@@ -193,6 +193,34 @@ def test_depthwise_training_gradients(device, compile_fn, assert_close, observe,
 
 
 @pytest.mark.smelt_only
+@pytest.mark.parametrize("stride", [1, 2])
+def test_strided_input_gradient_walks_channels_last_memory(device, compile_fn, observe, stride):
+    """The input gradient's gather reads the output gradient at (h + p - k) // s: a stride-2 window's
+    `C * (w // 2)` jumps C elements every two steps of w, not a broadcast. Counted as one, the kernel
+    was tiled over (n, c, h) x w, every NHWC buffer strided, for the weight's sake (EfficientNet's
+    first 5x5: 475 us on the H200). Its store must run along one of the tile's axes."""
+    inspects_triton_kernels()
+    torch.manual_seed(0)
+    conv = nn.Conv2d(32, 32, 5, stride, 2, groups=32, bias=False).to(device)
+    x = torch.randn(2, 32, 14, 14, device=device).contiguous(memory_format=torch.channels_last).requires_grad_()
+    with smelt.config.override(depthwise_kernels="on"):
+        compile_fn(conv)(x).square().sum().backward()
+    sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
+    walks = [line for s in sources for line in s.splitlines() if line.startswith(("# iterates", "# tiled"))]
+    def iterates(source):  # (elements, the "# iterates" line)
+        (line,) = [line for line in source.splitlines() if line.startswith("# iterates")]
+        x, r = line.split()[2], line.split()[4].rstrip(";")
+        return int(x) * int(r), line
+    # The pointwise kernel over x's 2 * 32 * 14 * 14 elements.
+    gathers = [s for s in sources if iterates(s)[0] == 12544 and "(reduction)" not in iterates(s)[1]
+               and "convolution_backward" in s.splitlines()[0]]
+    assert len(gathers) == 1, walks
+    (stored,) = [line.split("stores: ")[1] for line in gathers[0].splitlines() if line.startswith("# iterates")]
+    tiled = [line for line in gathers[0].splitlines() if line.startswith("# tiled:")]
+    assert not tiled or stored in tiled[0].split("contiguous along")[1], walks
+
+
+@pytest.mark.smelt_only
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 def test_depthwise_backward_half_floats_round_once(device, compile_fn, layout):
     """bfloat16 gradients accumulated in float32 and rounded once: within one rounding of float64's."""
