@@ -17,7 +17,7 @@ import logging
 
 import torch
 
-from ..ir import Pointwise, TensorBox, ops
+from ..ir import Pointwise, TensorBox, View, ops
 from ..symbolic import product, static_int, sympify
 from .common import make_pointwise, upcast_half
 from .depthwise_convolution import _stored
@@ -103,58 +103,57 @@ def _input_gradient(g, grad, weight, input_size, windows: list[Window], compute,
 
 
 def _weight_gradient(g, grad, x, windows: list[Window], compute, dtype, channels_last: bool) -> TensorBox:
-    """d weight[c, 0, k] = sum over b and o of grad[b, c, o] * x[b, c, start(o) + k]: one reduction per
-    tap over [b, outs, c] (channels-last: neighbouring outputs read neighbouring channels) or
-    [c, b, outs] (NCHW: each output reads along rows), all of one shape, so that they share a kernel
-    and its reads of the gradient (one reduction over [taps, ...] read it once per tap: 5x cuDNN's time
-    on EfficientNet's 5x5 windows, H200); the products are recomputed, never stored. Then one small
-    kernel places the taps' sums."""
+    """d weight[c, 0, k] = sum over b and o of grad[b, c, o] * x[b, c, start(o) + k], reduced over the
+    products [taps, b, outs, c] (channels-last: neighbouring outputs read neighbouring channels) or
+    [c, taps, b, outs] (NCHW: each output reads along rows); the products are recomputed, never stored.
+    A reduction per tap, all of one shape sharing the gradient's loads, was tried and measured (H200,
+    RESULTS 2026-12-02, thirty-ninth session): EfficientNet's 5x5 138 -> 121 us, but at stride 1 the
+    scheduler fused the input gradient's gather into its split partials, 485-510 us on MobileNetV3."""
     load_grad, load_x = grad.make_loader(), x.make_loader()
     n = len(windows)
     batch_size, channels = grad.get_size()[:2]
+    taps_size = [sympify(w.length) for w in windows]
     outs_size = [w.out for w in windows]
     if channels_last:
-        size, reduced = [batch_size, *outs_size, channels], list(range(n + 1))
+        size = [*taps_size, batch_size, *outs_size, channels]
 
         def unpack(index):
-            return index[-1], index[0], index[1:n + 1]
+            return index[-1], index[:n], index[n], index[n + 1:2 * n + 1]
+        reduced = list(range(n, 2 * n + 1))
     else:
-        size, reduced = [channels, batch_size, *outs_size], list(range(1, n + 2))
+        size = [channels, *taps_size, batch_size, *outs_size]
 
         def unpack(index):
-            return index[0], index[1], index[2:]
+            return index[0], index[1:n + 1], index[n + 1], index[n + 2:]
+        reduced = list(range(n + 1, 2 * n + 2))
 
-    def tap_sum(taps):
-        def product_element(index):
-            channel, batch, outs = unpack(index)
-            pos = [w.position(o, k) for w, o, k in zip(windows, outs, taps)]
-            inside = _all([w.inside(o, k) for w, o, k in zip(windows, outs, taps)])
+    def product_element(index):
+        channel, taps, batch, outs = unpack(index)
+        pos = [w.position(o, k) for w, o, k in zip(windows, outs, taps)]
+        inside = _all([_inside(w, o, k) for w, o, k in zip(windows, outs, taps)])
 
-            def read():
-                return ops.to_dtype(load_x([batch, channel, *pos]), compute)
-            value = read() if inside is None else ops.masked(inside, read, 0.0)
-            return ops.mul(ops.to_dtype(load_grad([batch, channel, *outs]), compute), value)
-        products = TensorBox.of_storage(Pointwise(grad.get_device(), compute, product_element, size,
-                                                  g.origin | grad.origins | x.origins))
-        return make_reduction(g, products, reduced, False, "sum", compute, compute)
+        def read():
+            return ops.to_dtype(load_x([batch, channel, *pos]), compute)
+        value = read() if inside is None else ops.masked(inside, read, 0.0)
+        return ops.mul(ops.to_dtype(load_grad([batch, channel, *outs]), compute), value)
+    products = TensorBox.of_storage(Pointwise(grad.get_device(), compute, product_element, size,
+                                              g.origin | grad.origins | x.origins))
+    total = make_reduction(g, products, reduced, False, "sum", compute, compute)
 
-    taps_list = list(itertools.product(*(range(w.length) for w in windows)))
-    loaders = [tap_sum(taps).make_loader() for taps in taps_list]
+    def weight_index(index):  # [c, 0, *taps] -> the reduction's [*taps, c] or [c, *taps]
+        channel, taps = index[0], list(index[2:])
+        return [*taps, channel] if channels_last else [channel, *taps]
+    weight_size = [channels, sympify(1), *taps_size]
+    arranged = TensorBox(View(total.data, weight_size, weight_index, "weight gradient"))
+    return make_pointwise(g, [arranged], lambda v: v, compute_dtype=compute, out_dtype=dtype, size=weight_size)
 
-    def place(index):  # [c, 0, *taps]: the sum of the tap the index names
-        channel, taps = index[0], index[2:]
-        result = None
-        for k, load in reversed(list(zip(taps_list, loaders))):
-            value = ops.to_dtype(load([channel]), dtype)
-            if result is None:
-                result = value
-                continue
-            here = _all([ops.eq(_index(t), ops.constant(v, torch.int64)) for t, v in zip(taps, k)])
-            result = ops.where(here, value, result)
-        return result
-    weight_size = [channels, sympify(1), *[sympify(w.length) for w in windows]]
-    return TensorBox.of_storage(Pointwise(grad.get_device(), dtype, place, weight_size,
-                                          g.origin | grad.origins | x.origins))
+
+def _inside(window: Window, o, k):
+    """Window.inside for a tap that is an index variable, not a number (None when always inside)."""
+    pos = window.position(o, k)
+    last = (window.out - 1) * window.stride - window.padding + window.length - 1
+    return _all([ops.ge(_index(pos), ops.constant(0, torch.int64)) if window.padding > 0 else None,
+                 None if _provable(sympify(last) < window.size) else ops.lt(_index(pos), _index(window.size))])
 
 
 def _channels_innermost(node) -> bool:

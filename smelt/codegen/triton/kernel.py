@@ -97,9 +97,6 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     # must leave room for enough columns per program beside its whole column.
     persistent = rn is not None and rn <= persistent_limit and (
         interpret or rn * MIN_COLUMN_XBLOCK <= budget or plan.r_contiguous())
-    accumulators = _accumulators(plan)
-    if not persistent and not interpret and accumulators > MANY_ACCUMULATORS:
-        return _few_lanes_each(plan, xn, accumulators)
     if persistent:
         rblock = next_power_of_2(rn)
     else:
@@ -131,34 +128,6 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         xblock = min(xblock, next_power_of_2(xn))
     num_warps = min(max_warps, max(2, next_power_of_2(xblock * rblock // elements_per_warp)))
     return BlockConfig(xblock, rblock, num_warps, persistent)
-
-
-# A looped reduction kernel with more running sums than this (a depthwise weight gradient's one
-# per window tap, sharing the gradient's reads) keeps fewer block elements per thread.
-# (The most other kernels keep: two Welfords' three values each.)
-MANY_ACCUMULATORS = 8
-
-
-def _accumulators(plan: KernelPlan) -> int:
-    """Block-shaped running values a looped reduction kernel keeps, one per reduction member (each of
-    a Welford's three outputs is a member)."""
-    return sum(1 for n in plan.nodes if n.is_reduction)
-
-
-def _few_lanes_each(plan: KernelPlan, xn, accumulators: int) -> BlockConfig:
-    """Blocks of 8 warps with one to three elements a thread per running sum: each sum is a block
-    and its float64 flush partner two more registers an element, so the usual 16 elements a thread
-    would keep 25 taps' sums in 1,200 registers (spilled)."""
-    per_thread = max(1, 16 // accumulators)
-    budget = 32 * 8 * per_thread
-    if plan.r_contiguous():
-        xblock, rblock = 1, budget
-    else:  # columns: contiguous across x, so the block is wide in x and short in r
-        xblock = min(64, budget)
-        if xn is not None:
-            xblock = min(xblock, next_power_of_2(xn))
-        rblock = budget // xblock
-    return BlockConfig(xblock, rblock, 8, False)
 
 
 def _looped_row_block(plan: KernelPlan) -> int:
