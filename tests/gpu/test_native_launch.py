@@ -91,3 +91,18 @@ def test_a_backward_whose_first_op_is_ours_launches_natively():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
     assert "launches through Triton's JIT" not in done.stderr, done.stderr[-3000:]
+
+
+def test_a_tuned_kernel_is_recalled_once_tuned(compile_fn, assert_close, observe, no_fallback, tmp_path):
+    """Autotuned launches took the whole launch path at every call (a tuned model's wall 2.4x its
+    untuned one's): once tuned, a launch is remembered like any other."""
+    import smelt.config
+    with smelt.config.override(autotune="1", cache_dir=str(tmp_path)):
+        fn = compile_fn(lambda x: (x * 2).sum(-1))
+        x = torch.randn(64, 3000, device="cuda")
+        for _ in range(3):
+            x.normal_()
+            assert_close(fn(x), (x * 2).sum(-1), rtol=1e-4, atol=1e-3)
+    (launcher,) = _launchers(observe)
+    assert launcher.autotuner is not None and len(launcher.autotuner.configs) > 1
+    assert len(launcher._resolved) == 1
