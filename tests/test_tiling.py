@@ -225,8 +225,14 @@ def test_how_far_an_index_moves_a_step():
     # NCHW's channel index: one value for 70 lanes at a time, nearly a broadcast.
     assert stride_along(ModularIndexing(x, 70, 30), x) == sympy.Rational(1, 70)
     assert _is_cheap(ModularIndexing(x, 70, 30), (x,))
-    # Nearest upsampling's source, and a stride-2 window's tap parity: each read for two lanes.
+    # ... at sizes known only at run time, and flipped.
+    s1, s2 = sympy.symbols("s1 s2", positive=True, integer=True)
+    assert _is_cheap(ModularIndexing(x, s1 * s2, 30), (x,))
+    assert _is_cheap(29 - ModularIndexing(x, 70, 30), (x,))
+    # Nearest upsampling's source: each element read for two lanes.
     assert stride_along(FloorDiv(r, 2), r) == sympy.Rational(1, 2)
-    assert stride_along(r - 2 * FloorDiv(r, 2), r) == 0
-    # Rows of three channels: runs too short to fill a transaction.
+    # Rows of three channels: runs too short to fill a transaction; a table of three read in turn is cheap.
     assert stride_along(35 * FloorDiv(x, 3) + ModularIndexing(x, 1, 3), x) is None
+    assert _is_cheap(ModularIndexing(x, 1, 3), (x,))
+    # Frames of 400 samples every 160 (`unfold`): runs of 400, each contiguous.
+    assert stride_along(160 * ModularIndexing(x, 400, 98) + ModularIndexing(x, 1, 400), x) == 1

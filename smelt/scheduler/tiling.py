@@ -53,9 +53,13 @@ MIN_RUN = 8
 def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
     """How far expr moves in memory when var grows by one, within a run of consecutive var values;
     None when that is not a fixed amount (a var inside a sum in a division, an indirect index) or
-    the runs are shorter than MIN_RUN. `k * (var // d)` jumps by k every d steps: with k > d, a
-    run ends there (a stride-2 window's `144 * (r // 2)`: runs of 2, a gather); with k <= d it
-    moves k / d a step on average (a channel index `(x // HW) % C`: nearly a broadcast)."""
+    the runs are shorter than MIN_RUN.
+
+    A term `k * (var // d)` holds still for d steps and then jumps: beside a term that walks
+    (var itself, or var % m) it ends a run every d lanes (a transposed plane's `2100 * (x // 30)`,
+    runs of 30; a stride-2 window's `144 * (w // 2)` in `w - ...`, runs of 2: a gather). Alone, it
+    moves k / d a step on average where k <= d (a channel index `(x // HW) % C`: nearly a
+    broadcast; nearest upsampling's `w // 2`), and with k > d its runs are d long."""
     if isinstance(expr, sympy.Add):  # a constant term moves nothing: a window's taps share one answer
         expr = expr.as_coeff_Add()[1]
     return _stride_along(expr, var)
@@ -63,8 +67,8 @@ def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
 
 @functools.lru_cache(maxsize=8192)
 def _stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
-    stride = sympy.Integer(0)
-    short_runs = False
+    walking = sympy.Integer(0)  # from terms that move every step
+    steps = []  # (k, d) of the terms that move every d steps
     for term in sympy.Add.make_args(sympy.expand(expr)):
         if var not in term.free_symbols:
             continue
@@ -74,20 +78,20 @@ def _stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
             return None
         (f,) = moving
         coeff = sympy.Mul(*[g for g in factors if g is not f])
-        if f == var:
-            stride += coeff
+        if f == var or (isinstance(f, ModularIndexing) and f.args[0] == var and f.args[1] == 1):
+            walking += coeff  # var % m wraps every m steps, onto elements the run has read
         elif isinstance(f, (FloorDiv, ModularIndexing)) and f.args[0] == var:
-            divisor = f.args[1]
-            if isinstance(f, ModularIndexing) and divisor == 1:
-                stride += coeff  # wraps every f.args[2] steps
-                short_runs |= _shorter_than_a_run(f.args[2])
-            elif (abs(coeff) <= divisor) == sympy.true:
-                stride += coeff / divisor
-            else:
-                short_runs |= _shorter_than_a_run(divisor)
+            steps.append((coeff, f.args[1]))
         else:
             return None
-    return None if short_runs else stride
+    stride = walking
+    for k, d in steps:
+        average = k / d
+        if walking == 0 and average.is_number and abs(average) <= 1:
+            stride += average  # reads each element for d lanes in turn
+        elif _shorter_than_a_run(d):
+            return None  # a jump every few lanes
+    return stride
 
 
 def _shorter_than_a_run(length: sympy.Expr) -> bool:
@@ -101,9 +105,9 @@ def _is_cheap(expr: sympy.Expr, axes: tuple[sympy.Symbol, ...]) -> bool:
     if any(is_indirect(s) for s in expr.free_symbols):
         return True  # a gather costs the same however the block is shaped: it does not decide
     strides = [stride_along(expr, v) for v in axes]
-    # 0 <= s <= 1: a run of lanes reads one run of memory (a fractional stride reads each element
-    # for several lanes in turn).
-    return any(s is not None and s.is_number and 0 <= s <= 1 for s in strides)
+    # A run of lanes reads one run of memory: stride 1 or 0, or a fraction (each element read by
+    # several lanes in turn, either way).
+    return any(s is not None and s.is_number and (s == 1 or abs(s) < 1) for s in strides)
 
 
 def _accesses(nodes: list[SchedulerNode], stored: list[str], placement: Placement, xnumel, rnumel):
