@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import threading
 from typing import Callable
 
 import torch
@@ -47,6 +48,7 @@ class TritonLauncher:
         self.workspace = RowSplitWorkspace(*workspace, config.XBLOCK) if workspace is not None else None
         self.tickets = TicketCounter() if ticket else None  # its last program runs a finisher
         self.autotuner = autotuner
+        self._tuning = threading.Lock()
         self.launched = False
         self.variants = variants if not interpret else None  # None: Triton's JIT launches
         # SMELT_CHECK_CUDA_COMPILE: compiles the kernel's CUDA form for each new argument description.
@@ -89,6 +91,14 @@ class TritonLauncher:
                     raise self._failed(e) from e
             if hit is not None or not self._aligned(args):
                 key = None  # a misaligned pointer: the full path picks its binary, not remembered
+        if self.autotuner is not None:
+            # The chosen config is this launcher's state from the pick to the launch: a thread
+            # launching other sizes meanwhile would mix one config's grid with another's binary.
+            with self._tuning:
+                return self._resolve_and_launch(args, key)
+        return self._resolve_and_launch(args, key)
+
+    def _resolve_and_launch(self, args, key) -> None:
         plain = args
         if self.programs is not None:
             grid = (self.programs,)
@@ -119,9 +129,10 @@ class TritonLauncher:
     def _recall_key(self, args):
         """What a resolved launch of these arguments is found by. The binary depends on dtypes
         (fixed by the graph and Dynamo's guards), 16-byte alignment and the integers; the grid, the
-        buffers and an autotuner's choice on the integers. So: the integers (a host scalar's float, whose kind is fixed by the
-        wrapper, may change every call). Only launches with every pointer aligned are
-        remembered, and the binary's launch checks the pointers (CudaBinary.launch's `aligned`)."""
+        buffers and an autotuner's choice on the integers. So: the integers (a host scalar's float,
+        whose kind is fixed by the wrapper, may change every call). Only launches with every pointer
+        aligned are remembered, and the binary's launch checks the pointers (CudaBinary.launch's
+        `aligned`)."""
         if self._tensors is None:
             tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
             scalars = [i for i, a in enumerate(args) if isinstance(a, int)]
