@@ -212,8 +212,8 @@ def test_contiguous_read_through_reshapes_stays_1d(device, check, observe):
 
 
 def test_how_far_an_index_moves_a_step():
-    """A run of lanes reads memory in order where the index moves 0..1 a step over runs of at least
-    MIN_RUN lanes: a floor division by a long run jumps between runs; by a short one it is a gather."""
+    """A run of lanes reads memory in order where the index moves 0..1 a step; a floor division
+    alone that jumps every few lanes is a gather, not a broadcast."""
     from smelt.scheduler.nodes import RINDEX as r, XINDEX as x
     from smelt.scheduler.tiling import _is_cheap, stride_along
     from smelt.symbolic import FloorDiv, ModularIndexing
@@ -231,8 +231,8 @@ def test_how_far_an_index_moves_a_step():
     assert _is_cheap(29 - ModularIndexing(x, 70, 30), (x,))
     # Nearest upsampling's source: each element read for two lanes.
     assert stride_along(FloorDiv(r, 2), r) == sympy.Rational(1, 2)
-    # Rows of three channels: runs too short to fill a transaction; a table of three read in turn is cheap.
-    assert stride_along(35 * FloorDiv(x, 3) + ModularIndexing(x, 1, 3), x) is None
+    # Rows of three channels interleaved: runs of 3 the tile's other axis fills; a table of three read in turn.
+    assert stride_along(768 * FloorDiv(x, 3) + ModularIndexing(x, 1, 3), x) == 1
     assert _is_cheap(ModularIndexing(x, 1, 3), (x,))
     # Frames of 400 samples every 160 (`unfold`): runs of 400, each contiguous.
     assert stride_along(160 * ModularIndexing(x, 400, 98) + ModularIndexing(x, 1, 400), x) == 1

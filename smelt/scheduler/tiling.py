@@ -45,21 +45,22 @@ class Tiling:
                 f"contiguous along x: {', '.join(self.along_x) or '-'}; along r: {', '.join(self.along_r) or '-'}")
 
 
-# A run of consecutive lanes this short reads a few elements and jumps: not a whole memory
-# transaction's worth (32 bytes: 8 float32 elements).
+# Lanes reading one element this many at a time and then jumping read a few elements per memory
+# transaction (32 bytes: 8 float32 elements): a gather.
 MIN_RUN = 8
 
 
 def stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
     """How far expr moves in memory when var grows by one, within a run of consecutive var values;
-    None when that is not a fixed amount (a var inside a sum in a division, an indirect index) or
-    the runs are shorter than MIN_RUN.
+    None when that is not a fixed amount (a var inside a sum in a division, an indirect index).
 
-    A term `k * (var // d)` holds still for d steps and then jumps: beside a term that walks
-    (var itself, or var % m) it ends a run every d lanes (a transposed plane's `2100 * (x // 30)`,
-    runs of 30; a stride-2 window's `144 * (w // 2)` in `w - ...`, runs of 2: a gather). Alone, it
-    moves k / d a step on average where k <= d (a channel index `(x // HW) % C`: nearly a
-    broadcast; nearest upsampling's `w // 2`), and with k > d its runs are d long."""
+    A term `k * (var // d)` holds still for d steps, then jumps by k. Beside a term that walks
+    every step (var itself, or var % m) it only cuts the walk into runs of d, which the tile's
+    other axis may fill (rows of 3 channels interleaved: `768 * (x // 3) + x % 3`, the planes of a
+    transposed copy: `2100 * (x // 30) + x % 30`). Alone, it moves k / d a step on average where
+    k <= d (a channel index `(x // HW) % C`: nearly a broadcast; nearest upsampling's `w // 2`), and
+    with k > d it jumps every d lanes: a gather when d < MIN_RUN (a stride-2 window's input gradient
+    reads `144 * (w // 2)`), not a broadcast."""
     if isinstance(expr, sympy.Add):  # a constant term moves nothing: a window's taps share one answer
         expr = expr.as_coeff_Add()[1]
     return _stride_along(expr, var)
@@ -84,13 +85,15 @@ def _stride_along(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
             steps.append((coeff, f.args[1]))
         else:
             return None
-    stride = walking
+    if walking != 0 or not steps:
+        return walking
+    stride = sympy.Integer(0)
     for k, d in steps:
         average = k / d
-        if walking == 0 and average.is_number and abs(average) <= 1:
-            stride += average  # reads each element for d lanes in turn
+        if average.is_number and abs(average) <= 1:
+            stride += average  # each element read by d / k lanes in turn
         elif _shorter_than_a_run(d):
-            return None  # a jump every few lanes
+            return None
     return stride
 
 
