@@ -207,10 +207,11 @@ def test_strided_input_gradient_walks_channels_last_memory(device, compile_fn, o
         compile_fn(conv)(x).square().sum().backward()
     sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
     walks = [line for s in sources for line in s.splitlines() if line.startswith(("# iterates", "# tiled"))]
+
     def iterates(source):  # (elements, the "# iterates" line)
         (line,) = [line for line in source.splitlines() if line.startswith("# iterates")]
-        x, r = line.split()[2], line.split()[4].rstrip(";")
-        return int(x) * int(r), line
+        outer, inner = line.split()[2], line.split()[4].rstrip(";")
+        return int(outer) * int(inner), line
     # The pointwise kernel over x's 2 * 32 * 14 * 14 elements.
     gathers = [s for s in sources if iterates(s)[0] == 12544 and "(reduction)" not in iterates(s)[1]
                and "convolution_backward" in s.splitlines()[0]]
