@@ -175,11 +175,26 @@ def _weights(n, dim=8):
     return [torch.nn.Parameter(torch.randn(dim, dim) / dim) for _ in range(n)]
 
 
+class _Arrivals:
+    """A loop's fresh input each step, placed as the caching allocator places it on the GPU: the new
+    batch is allocated while the last is still alive, so it alternates between two blocks. malloc's
+    placement of a fresh CPU tensor varies with what other threads allocated, and an input that moves
+    records again: the recording counts the tests below check would flake."""
+
+    def __init__(self, *size):
+        self.blocks = [torch.empty(size), torch.empty(size)]
+        self.step = 0
+
+    def __call__(self, values: torch.Tensor) -> torch.Tensor:
+        self.step += 1
+        return self.blocks[self.step % 2].copy_(values)
+
+
 def test_one_graph_called_by_each_layer_replays_a_recording_per_layer():
     call, weights = _graphed(), _weights(4)
-    recorded = []
+    recorded, arrive = [], _Arrivals(3, 8)
     for step in range(5):
-        x = torch.randn(3, 8)
+        x = arrive(torch.randn(3, 8))
         h, expected = x, x
         replays = call.replays
         for w in weights:
@@ -225,13 +240,13 @@ def test_a_loop_that_keeps_the_last_result_settles_with_its_values_kept():
     """Recordings share one pool: a replay writes memory another recording's outputs may occupy. A
     loop that keeps its last result while it calls again (out = model(x) at a script's top level)
     holds the later graph's outputs when the earlier graph runs: the earlier one must not replay a
-    recording whose capture had that memory free. It records once more with them held, and from then
-    on the graphs' recordings alternate in the shared pool (not one recording a call; each such graph
-    got pools of its own before outputs' memory was reused)."""
+    recording whose capture had that memory free. It records once more with them held, and then
+    settles: not one recording a call, and the earlier graph's recordings stay in the shared pool
+    (each such graph got pools of its own before outputs' memory was reused)."""
     first, second, (w1, w2) = _graphed(), _graphed(), _weights(2)
-    out = None
+    out, arrive = None, _Arrivals(3, 8)
     for step in range(8):
-        x = torch.randn(3, 8)
+        x = arrive(torch.randn(3, 8))
         (h,) = first([w1, x])
         (out,) = second([w2, h])  # the last step's `out` was held through this step's first call
         del h
@@ -241,7 +256,9 @@ def test_a_loop_that_keeps_the_last_result_settles_with_its_values_kept():
             made = first.recorded + second.recorded
     recordings = [r for call in (first, second) for s in call.sizes.values() for r in s.recordings]
     assert first.recorded + second.recorded == made, "a recording every call"
-    assert all(r.shared for r in recordings)
+    # The graph whose result the loop holds may get a pool of its own; the other shares.
+    assert all(r.shared for s in first.sizes.values() for r in s.recordings)
+    assert sum(not r.shared for r in recordings) <= 1
 
 
 def _residual(args):
@@ -255,13 +272,13 @@ def test_layers_of_two_graphs_in_a_loop_keeping_its_result_settle_and_share_the_
     without (the rest of the layer, past a graph break), and the loop holds its last result while it
     calls again. The first steps record out of order (a layer warms up while the next records), and
     each recording made again moves its outputs, so the layers after it record again too: settled by
-    the fifth step (the GPU's count too). Only the graph whose result the loop holds gets pools of its
+    the sixth step (tests/gpu's test checks the seventh). Only the graph whose result the loop holds gets pools of its
     own (the first graph's recordings share the pool)."""
     first, weights = _graphed(), _weights(4)
     second = _CpuGraphedCall(_residual, "rest", lambda args: tuple(a.shape for a in args), (), ())
-    out, recorded = None, []
-    for step in range(7):
-        x = torch.randn(3, 8)
+    out, recorded, arrive = None, [], _Arrivals(3, 8)
+    for step in range(8):
+        x = arrive(torch.randn(3, 8))
         h, expected = x, x
         for w in weights:
             (y,) = first([w, h])
@@ -272,7 +289,7 @@ def test_layers_of_two_graphs_in_a_loop_keeping_its_result_settle_and_share_the_
         del h
         torch.testing.assert_close(out, expected)
         recorded.append(first.recorded + second.recorded)
-    assert recorded[4] == recorded[6], recorded
+    assert recorded[5] == recorded[7], recorded
     assert all(r.shared for s in first.sizes.values() for r in s.recordings)
     assert any(not r.shared for s in second.sizes.values() for r in s.recordings), "the held result's graph"
 
@@ -379,13 +396,13 @@ def test_a_backward_each_layer_calls_while_earlier_gradients_are_held_settles_in
     layers = 4
     forward, scale, backward, weights = _graphed(), _graphed(), _graphed(), _weights(layers)
     forward.call, scale.call, backward.call = _forward, _bias_backward, _backward
-    made = []
+    made, arrive, arrive_grad = [], _Arrivals(3, 8), _Arrivals(3, 8)
     for step in range(6):
-        h, saved = torch.randn(3, 8), []
+        h, saved = arrive(torch.randn(3, 8)), []
         for w in weights:
             h, pre = forward([w, h])
             saved.append(pre)
-        grad, expected, grads = torch.ones(3, 8), torch.ones(3, 8), []
+        grad, expected, grads = arrive_grad(torch.ones(3, 8)), torch.ones(3, 8), []
         for w, pre in zip(reversed(weights), reversed(saved)):
             exact = pre.clone()
             (doubled,) = scale([grad])
@@ -598,3 +615,6 @@ def _reference(x, weights):
     for w in weights:
         h = torch.tanh(h @ w.detach()) + h
     return h
+
+
+
