@@ -47,6 +47,8 @@ class Autotuner:
     def pick(self, sizes: tuple, device, run) -> object:
         """The best config for these sizes; `run(config)` launches the kernel once with it."""
         config = self.known(sizes, device)
+        if config is None and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return self.configs[0]  # timing would break the caller's CUDA graph capture: tuned later
         if config is None:
             path = self._path(sizes, device)
             timings = [(self._time(lambda c=c: run(c), device), k) for k, c in enumerate(self.configs)]
@@ -97,7 +99,8 @@ class Autotuner:
         """Median milliseconds of one launch."""
         fn()  # compiles
         if device.type == "cuda":
-            return _queued(fn)
+            with torch.cuda.device(device):  # where the kernel launches: its tensors' device
+                return _queued(fn)
         times = []
         for _ in range(5):
             start = time.perf_counter()
@@ -110,42 +113,52 @@ def _queued(fn, rounds: int = 3) -> float:
     """GPU milliseconds of one launch with the host's launch path out of it: the launches are queued
     behind a sleeping kernel and run back to back once it ends, on hot caches as in a model (where a
     kernel mostly reads what the one before it wrote). do_bench's flush and per-launch events held
-    about 100 us a launch on the H200, so kernels of 5-20 us were picked by noise."""
+    about 100 us a launch on the H200, so kernels of 5-20 us were picked by noise. On the current
+    device and stream, where the launches go."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(3):
         fn()
     end.record()
     end.synchronize()
-    launches = max(10, min(100, int(1.0 / max(start.elapsed_time(end) / 3, 1e-3))))
-    # Enough sleep for 50 us of host time a launch (smelt's path takes 10-30 on the H200), doubled
-    # whenever the launches were not all queued before it ended.
-    cycles = int(launches * 0.05 * _cycles_per_ms())
+    launches = max(2, min(100, int(1.0 / max(start.elapsed_time(end) / 3, 1e-3))))  # about 1 ms of launches
+    per_ms = _cycles_per_ms()
+    # Enough sleep for 50 us of host time a launch (smelt's path takes 10-30 on the H200), doubled while
+    # the sleep ends before the launches are queued and the GPU may have waited for them, up to 200 ms.
+    cycles = int(launches * 0.05 * per_ms)
     times = []
     while len(times) < rounds:
         torch.cuda._sleep(cycles)
         start.record()
+        queued = time.perf_counter()
         for _ in range(launches):
             fn()
         end.record()
-        if start.query() and cycles < 1 << 34:  # it woke before the last launch was queued: sleep longer
-            end.synchronize()
+        queued = (time.perf_counter() - queued) * 1e3
+        woke = start.query()
+        end.synchronize()
+        each = start.elapsed_time(end) / launches
+        if woke and each * launches < 2 * queued and cycles < 200 * per_ms:
             cycles *= 2
             continue
-        end.synchronize()
-        times.append(start.elapsed_time(end) / launches)
+        if woke and each * launches < 2 * queued:
+            log.debug("smelt: autotuning timed launches the host could not keep queued (%.1f us each)", each * 1e3)
+        times.append(each)
     return statistics.median(times)
 
 
-_cycles = []
+_cycles: dict[int, float] = {}
 
 
 def _cycles_per_ms() -> float:
-    if not _cycles:
+    """The current device's sleep cycles a millisecond (its clock), measured once per device."""
+    device = torch.cuda.current_device()
+    if device not in _cycles:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # loads the sleep kernel before the timed one
         start.record()
         torch.cuda._sleep(1 << 21)
         end.record()
         end.synchronize()
-        _cycles.append((1 << 21) / max(start.elapsed_time(end), 1e-3))
-    return _cycles[0]
+        _cycles[device] = (1 << 21) / max(start.elapsed_time(end), 1e-3)
+    return _cycles[device]
