@@ -240,3 +240,11 @@ def test_negation_flips_the_sign_of_zero(dtype, check):
     finite = x.nan_to_num(0.5)  # a NaN's sign bit after negation is not something eager keeps across dtypes
     actual, expected = check(lambda a, b: (-a, torch.atan2(-a, torch.full_like(a, -2.0)), torch.signbit(-b)), x, finite)
     assert torch.equal(actual[2], expected[2])
+
+
+def test_unsigned_negation_wraps_and_abs_is_the_value(check, caplog):
+    # uint8's neg and abs had no Halide form: the kernel ran in Triton's interpreter (CPU fuzz, seed 4001).
+    x = torch.tensor([0, 1, 2, 127, 128, 255], dtype=torch.uint8)
+    with caplog.at_level("WARNING", logger="smelt"):
+        check(lambda a: (-a, a.abs(), (-a).abs() + 3, torch.neg(a * 2)), x)
+    assert "instead of Halide" not in caplog.text

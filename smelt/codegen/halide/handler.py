@@ -224,6 +224,11 @@ class HalideOps:
             table = FLOAT_UNARY if x.dtype.is_floating_point else INT_UNARY
         if name in ("neg", "abs") and x.dtype.is_signed and not x.dtype.is_floating_point:
             return computed(self.k.emit(wrapping_int_unary_text(name, self._operand(x), x.dtype), x.dtype, rank), name)
+        if name in ("neg", "abs") and not x.dtype.is_signed and x.dtype != torch.bool:
+            # Unsigned: abs is the value, neg wraps (eager's -uint8(1) is 255), as Halide's unsigned 0 - x does.
+            zero = f"hl.cast({halide_type(register_dtype(x.dtype))}, 0)"
+            text = self._operand(x) if name == "abs" else f"({zero} - {self._operand(x)})"
+            return computed(self.k.emit(text, x.dtype, rank), name)
         dtype = torch.bool if name in PREDICATE_OPS else x.dtype
         return computed(self.k.emit(self.unary_text(name, x, table), dtype, rank), name)
 
