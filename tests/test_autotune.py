@@ -161,3 +161,50 @@ def test_a_candidate_within_noise_of_the_heuristics_does_not_replace_it(tmp_path
     assert tuner.pick((1,), torch.device("cpu"), lambda c: c) == "heuristic"
     timings["far"] = 0.9
     assert tuner.pick((2,), torch.device("cpu"), lambda c: c) == "far"
+
+
+class _FakeEvent:
+    """torch.cuda.Event on a pretend GPU: every launch takes `each` ms, and `woke` says whether the
+    sleep before the launches had ended by the time they were all queued. The first event made is
+    the start: launches count from its record."""
+    each, woke, launched, made = 1e-5, False, 0, []
+
+    def __init__(self, enable_timing=False):
+        _FakeEvent.made.append(self)
+
+    def record(self):
+        if self is _FakeEvent.made[0]:
+            _FakeEvent.launched = 0
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return _FakeEvent.woke
+
+    def elapsed_time(self, other):
+        return _FakeEvent.each * _FakeEvent.launched
+
+
+@pytest.mark.parametrize("woke", [False, True])
+def test_queued_timing_doubles_its_sleep_only_while_the_host_falls_behind(monkeypatch, woke):
+    """autotune._queued's loop on a pretend GPU (tests/gpu/test_autotune_timing.py runs it on a real
+    one): launches queued in time are timed at once; a host that never keeps up (100 Python calls
+    take longer than the pretend GPU's 1 ns launches) doubles the sleep up to 200 ms, then takes the
+    time it has rather than sleeping for ever."""
+    from smelt.runtime import autotune
+    sleeps = []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append(cycles))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(autotune, "_cycles", {0: 2e6})  # a 2 GHz clock
+    monkeypatch.setattr(_FakeEvent, "made", [])
+    monkeypatch.setattr(_FakeEvent, "woke", woke)
+
+    def launch():
+        _FakeEvent.launched += 1
+    assert autotune._queued(launch) == pytest.approx(_FakeEvent.each)
+    if woke:
+        assert 200 * 2e6 <= sleeps[-1] < 400 * 2e6 and sleeps == sorted(sleeps)
+    else:
+        assert len(sleeps) == 3 and len(set(sleeps)) == 1
