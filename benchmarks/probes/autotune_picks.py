@@ -99,12 +99,14 @@ def main(argv=None) -> None:
     specs = all_specs()
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
     for name in args.models:
-        results = {label: run(specs[name], args.mode, tuned) for label, tuned in (("heuristic", False), ("tuned", True))}
+        results = {label: run(specs[name], args.mode, tuned)
+                   for label, tuned in (("heuristic", False), ("tuned", True))}
         base = {n: us for n, us, _ in results["heuristic"][2]}
         print(f"\n{name} {args.mode}")
         for label, (first, wall, rows, lines, slow) in results.items():
             ours = sum(us for n, us, _ in rows if n in base and n.startswith(("triton_", "smelt_", "combo_")))
-            print(f"  {label:10s} first call {first:6.1f} s, wall {wall:.3f} ms, GPU {sum(r[1] for r in rows) / 1e3:.3f} ms"
+            gpu = sum(r[1] for r in rows) / 1e3
+            print(f"  {label:10s} first call {first:6.1f} s, wall {wall:.3f} ms, GPU {gpu:.3f} ms"
                   f" (compiler kernels {ours / 1e3:.3f} ms), {len(lines)} kernels tuned; launches a call on the"
                   f" launcher's whole path: {sum(slow.values()):.0f} {slow.most_common(3)}")
         for label, (_, _, rows, lines, _) in results.items():

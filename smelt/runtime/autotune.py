@@ -123,8 +123,9 @@ def _queued(fn, rounds: int = 3) -> float:
     end.synchronize()
     launches = max(2, min(100, int(1.0 / max(start.elapsed_time(end) / 3, 1e-3))))  # about 1 ms of launches
     per_ms = _cycles_per_ms()
-    # Enough sleep for 50 us of host time a launch (smelt's path takes 10-30 on the H200), doubled while
-    # the sleep ends before the launches are queued and the GPU may have waited for them, up to 200 ms.
+    # Enough sleep for 50 us of host time a launch (a tuning launch's host path timed 20-25 us on the
+    # H200), doubled while the sleep ended before the last launch was queued and the launches' GPU time
+    # does not outweigh the host's (the GPU may have waited for them), up to 200 ms.
     cycles = int(launches * 0.05 * per_ms)
     times = []
     while len(times) < rounds:
@@ -137,13 +138,15 @@ def _queued(fn, rounds: int = 3) -> float:
         queued = (time.perf_counter() - queued) * 1e3
         woke = start.query()
         end.synchronize()
-        each = start.elapsed_time(end) / launches
-        if woke and each * launches < 2 * queued and cycles < 200 * per_ms:
+        gpu = start.elapsed_time(end)
+        host_bound = woke and gpu < 2 * queued
+        if host_bound and cycles < 200 * per_ms:
             cycles *= 2
             continue
-        if woke and each * launches < 2 * queued:
-            log.debug("smelt: autotuning timed launches the host could not keep queued (%.1f us each)", each * 1e3)
-        times.append(each)
+        if host_bound:
+            log.debug("smelt: autotuning timed launches the host could not keep queued (%.1f us each)",
+                      gpu / launches * 1e3)
+        times.append(gpu / launches)
     return statistics.median(times)
 
 

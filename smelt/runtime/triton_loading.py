@@ -114,7 +114,8 @@ def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool)
             raise failed(e) from e
     else:  # imported only if no kept binary launches it
         fn = DeferredKernel(path, kernel.name, failed)
-    tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir, kernel.name) if len(kernel.candidates) > 1 else None
+    tuner = Autotuner(kernel.source, list(kernel.candidates), cache_dir, kernel.name) \
+        if len(kernel.candidates) > 1 else None
     variants = None if kernel.interpret else KernelVariants(fn, kernel.source, cache_dir if keep_kernels else None)
     if not kernel.interpret:
         keep_launcher_in(cache_dir)  # the C launcher is kept there whether kernels are or not
