@@ -72,6 +72,17 @@ def parse_auto_switch(name: str, raw: str) -> str:
     return value
 
 
+WEIGHT_GRADIENT_FORMS = ("kernel", "library", "reduction")
+
+
+def parse_weight_gradient_form(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("auto", *WEIGHT_GRADIENT_FORMS):
+        raise SettingError(f"smelt: {name}={raw!r} is not accepted; accepted: auto (the target decides), "
+                           f"{', '.join(WEIGHT_GRADIENT_FORMS)}")
+    return value
+
+
 def parse_path(name: str, raw: str) -> str:
     return os.path.abspath(os.path.expanduser(raw.strip()))
 
@@ -147,6 +158,8 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_CHANNELS_LAST": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_MATMUL_PADDING": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_DEPTHWISE_KERNELS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_DEPTHWISE_WEIGHT_GRADIENT": Setting(parse_weight_gradient_form, "auto",
+                                               "auto, " + ", ".join(WEIGHT_GRADIENT_FORMS)),
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_FLOAT32_PRODUCT_BIAS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -247,6 +260,10 @@ class Config:
     # Depthwise convolutions as smelt kernels (lowering/depthwise_convolution.py): "auto" where the
     # Target says they beat the library (cuDNN's on the GPU).
     depthwise_kernels: str = _field("SMELT_DEPTHWISE_KERNELS")
+    # Where a depthwise backward lowered by smelt computes the weight's gradient
+    # (lowering/depthwise_convolution_backward.py): "kernel" (smelt's Triton kernel for channels-last
+    # CUDA tensors), "library" (cuDNN's), "reduction" (smelt's IR); "auto": the Target's choice.
+    depthwise_weight_gradient: str = _field("SMELT_DEPTHWISE_WEIGHT_GRADIENT")
     # Pointwise kernels walked as rows where some values depend on the row or the column alone (a
     # batch norm's per-channel scale), computed once per tile row or column (scheduler/tiling.py):
     # "auto" where the Target says so (Target.rows_for_row_values).

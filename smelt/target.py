@@ -51,6 +51,9 @@ class Target:
     # The same for a depthwise convolution's backward (lowering/depthwise_convolution_backward.py).
     # Not yet measured on a GPU against cuDNN's, so none under "auto" ("on" takes them all).
     depthwise_backward_kernel_taps: int = 0
+    # How such a backward computes the weight's gradient: "reduction" (smelt's IR, any backend),
+    # "kernel" (runtime/depthwise_weight_gradient.py, channels-last CUDA tensors) or "library".
+    depthwise_weight_gradient: str = "reduction"
     # Whether a 1x1 convolution (stride 1, no padding, one group) over a channels-last activation
     # runs as the matrix product it is (lowering/convolution_calls.py): on the H100 host, cuDNN's
     # convolution call costs 22-33 us (EfficientNet-B0's 81 a call: 2.0-2.6 ms of host, the GPU's

@@ -23,7 +23,9 @@ def _device_name(device: torch.device) -> str:
 # name the wrapper imports it as).
 DIRECT_CALLS = {"smelt::short_attention": ("smelt.runtime.short_attention", "call", "smelt_short_attention"),
                 "smelt::short_attention_backward": ("smelt.runtime.short_attention", "call_backward",
-                                                    "smelt_short_attention_backward")}
+                                                    "smelt_short_attention_backward"),
+                "smelt::depthwise_weight_gradient": ("smelt.runtime.depthwise_weight_gradient", "run",
+                                                     "smelt_depthwise_weight_gradient")}
 
 
 def op_source(op) -> str:

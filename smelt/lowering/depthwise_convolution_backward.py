@@ -18,6 +18,7 @@ import logging
 import torch
 
 from ..ir import Pointwise, TensorBox, View, ops
+from ..runtime import depthwise_weight_gradient  # noqa: F401  (registers smelt::depthwise_weight_gradient)
 from ..symbolic import product, static_int, sympify
 from .common import make_pointwise, upcast_half
 from .depthwise_convolution import _stored
@@ -67,8 +68,14 @@ def lower_depthwise_backward(g, grad, x, weight, windows: list[Window], output_m
     if output_mask[0]:
         results[0] = _input_gradient(g, grad, weight, x.get_size(), windows, compute, metas[0].dtype)
     if output_mask[1]:
-        results[1] = _weight_gradient(g, grad, x, windows, compute, metas[1].dtype,
-                                      channels_last=_channels_innermost(x_node))
+        form = _weight_gradient_form(g, x, x_node, windows)
+        if form == "kernel":
+            results[1] = _weight_gradient_kernel(g, grad, x, windows, metas[1])
+        elif form == "library":
+            results[1] = _weight_gradient_in_library(g, grad, x, weight, windows, metas[1])
+        else:
+            results[1] = _weight_gradient(g, grad, x, windows, compute, metas[1].dtype,
+                                          channels_last=_channels_innermost(x_node))
     if output_mask[2]:
         n = len(windows)
         total = make_reduction(g, grad, [0, *range(2, n + 2)], False, "sum", compute, compute)
@@ -146,6 +153,34 @@ def _weight_gradient(g, grad, x, windows: list[Window], compute, dtype, channels
     weight_size = [channels, sympify(1), *taps_size]
     arranged = TensorBox(View(total.data, weight_size, weight_index, "weight gradient"))
     return make_pointwise(g, [arranged], lambda v: v, compute_dtype=compute, out_dtype=dtype, size=weight_size)
+
+
+def _weight_gradient_form(g, x, x_node, windows: list[Window]) -> str:
+    """"kernel", "library" or "reduction" (see config.depthwise_weight_gradient); the kernel takes
+    2-D windows over channels-last input only, and gives way to the reduction elsewhere."""
+    setting = g.config.depthwise_weight_gradient if g.config is not None else "auto"
+    form = g.target_for(x.get_device().type).depthwise_weight_gradient if setting == "auto" else setting
+    if form == "kernel" and not (len(windows) == 2 and _channels_innermost(x_node)):
+        log.debug("smelt: depthwise weight gradient of %s as a reduction: the kernel takes 2-D channels-last input",
+                  list(x.get_size()))
+        return "reduction"
+    return form
+
+
+def _weight_gradient_kernel(g, grad, x, windows: list[Window], meta) -> TensorBox:
+    from .extern_calls import make_extern  # (extern_calls imports this module)
+    args = (grad, x, [w.length for w in windows], [w.stride for w in windows], [w.padding for w in windows], meta.dtype)
+    return make_extern(g, torch.ops.smelt.depthwise_weight_gradient.default, args, {}, is_fallback=False, meta=meta)
+
+
+def _weight_gradient_in_library(g, grad, x, weight, windows: list[Window], meta) -> TensorBox:
+    """The library's weight gradient alone (cuDNN's), the input's gradient still smelt's kernel."""
+    from .extern_calls import make_extern
+    n = len(windows)
+    args = (grad, x, weight, None, [w.stride for w in windows], [w.padding for w in windows], [1] * n, False,
+            [0] * n, static_int(x.get_size()[1]), [False, True, False])
+    return make_extern(g, torch.ops.aten.convolution_backward.default, args, {}, is_fallback=False,
+                       meta=(None, meta, None))[1]
 
 
 def _inside(window: Window, o, k):
