@@ -2,7 +2,7 @@
 it again for every shape): EfficientNet-B0's depthwise convolutions, bfloat16, batch 32, channels-last
 against NCHW, one after another or from a pool of threads. Each row is a fresh process.
 
-    python -m benchmarks.probes.conv_first_call [--threads 1 16] [--part forward|backward]
+    python -m benchmarks.probes.conv_first_call [--threads 1 16] [--part forward|backward|weight]
 """
 from __future__ import annotations
 
@@ -26,9 +26,11 @@ def make(c, size, k, s):
     if part == "forward":
         return forward
     dy = torch.randn_like(forward())
-    # The backward a training step runs: the input's and the weight's gradients in one call.
+    # The backward a training step runs: the input's and the weight's gradients in one call, or
+    # ("weight") the weight's alone, as under SMELT_DEPTHWISE_WEIGHT_GRADIENT=library.
+    mask = (True, True, False) if part == "backward" else (False, True, False)
     return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, (s, s), (k // 2, k // 2), (1, 1), False,
-                                                       (0, 0), c, (True, True, False))
+                                                       (0, 0), c, mask)
 calls = [make(*shape) for shape in shapes]
 torch.nn.functional.conv2d(torch.randn(1, 3, 8, 8, device="cuda"), torch.randn(4, 3, 3, 3, device="cuda"))
 torch.cuda.synchronize()
@@ -51,7 +53,7 @@ print(f"{first:.3f} {again:.4f}")
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", nargs="*", type=int, default=[1, 16])
-    parser.add_argument("--part", choices=("forward", "backward"), default="forward")
+    parser.add_argument("--part", choices=("forward", "backward", "weight"), default="forward")
     args = parser.parse_args(argv)
     print(f"{len(SHAPES)} depthwise convolutions' {args.part}, bf16, batch 32\n")
     print("| layout | threads | first calls s | second calls s |\n| --- | --- | --- | --- |")
