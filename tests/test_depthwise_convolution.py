@@ -193,6 +193,30 @@ def test_depthwise_training_gradients(device, compile_fn, assert_close, observe,
 
 
 @pytest.mark.smelt_only
+@pytest.mark.parametrize("case", [c for c in CASES if c[1] == c[0][1] and c[5] == 1],
+                         ids=lambda c: f"{c[0]}-k{c[2]}-s{c[3]}-p{c[4]}")
+@pytest.mark.parametrize("form", ["kernel", "library"])
+def test_weight_gradient_forms(device, compile_fn, assert_close, observe, case, form):
+    """The weight's gradient by smelt's Triton kernel or by the library, the input's by smelt's
+    gather, over channels-last input (the kernel's case)."""
+    shape, out_channels, kernel, stride, padding, dilation, bias = case
+    torch.manual_seed(0)
+    conv = nn.Conv2d(shape[1], out_channels, kernel, stride, padding, dilation, groups=shape[1], bias=bias).to(device)
+    x = torch.randn(shape, device=device).contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    with smelt.config.override(depthwise_kernels="on", depthwise_weight_gradient=form):
+        compile_fn(conv)(x).sin().sum().backward()
+    actual = [x.grad, conv.weight.grad]
+    x.grad = conv.weight.grad = None
+    conv(x).sin().sum().backward()
+    assert_close(actual, [x.grad, conv.weight.grad], atol=1e-4, rtol=1e-4)
+    calls = _externs(observe)
+    assert ("depthwise_weight_gradient(" in calls) == (form == "kernel")
+    # The library's call asks for the weight's gradient alone.
+    assert ("aten.convolution_backward.default(" in calls) == (form == "library")
+    assert form != "library" or "[False, True, False]" in calls
+
+
+@pytest.mark.smelt_only
 @pytest.mark.parametrize("stride", [1, 2])
 def test_strided_input_gradient_walks_channels_last_memory(device, compile_fn, observe, stride):
     """The input gradient's gather reads the output gradient at (h + p - k) // s: a stride-2 window's
@@ -223,7 +247,8 @@ def test_strided_input_gradient_walks_channels_last_memory(device, compile_fn, o
 
 @pytest.mark.smelt_only
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_depthwise_backward_half_floats_round_once(device, compile_fn, layout):
+@pytest.mark.parametrize("form", ["reduction", "kernel"])
+def test_depthwise_backward_half_floats_round_once(device, compile_fn, layout, form):
     """bfloat16 gradients accumulated in float32 and rounded once: within one rounding of float64's."""
     torch.manual_seed(0)
     conv = nn.Conv2d(16, 16, 5, stride=2, padding=2, groups=16, bias=True).to(device, torch.bfloat16)
@@ -232,7 +257,7 @@ def test_depthwise_backward_half_floats_round_once(device, compile_fn, layout):
         x = x.contiguous(memory_format=torch.channels_last)
     x.requires_grad_(True)
     dy = torch.randn(4, 16, 8, 8, device=device, dtype=torch.bfloat16)
-    with smelt.config.override(depthwise_kernels="on"):
+    with smelt.config.override(depthwise_kernels="on", depthwise_weight_gradient=form):
         (compile_fn(conv)(x) * dy).sum().backward()
     actual = [x.grad, conv.weight.grad, conv.bias.grad]
     exact = torch.autograd.grad(F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), 2, 2, 1, 16),
