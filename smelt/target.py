@@ -49,10 +49,15 @@ class Target:
     # session). 7x7 windows stay with cuDNN (ConvNeXt 2.47 -> 3.82 GPU ms, seventh session).
     depthwise_kernel_taps: int = 0
     # The same for a depthwise convolution's backward (lowering/depthwise_convolution_backward.py).
-    # Not yet measured on a GPU against cuDNN's, so none under "auto" ("on" takes them all).
     depthwise_backward_kernel_taps: int = 0
     # How such a backward computes the weight's gradient: "reduction" (smelt's IR, any backend),
-    # "kernel" (runtime/depthwise_weight_gradient.py, channels-last CUDA tensors) or "library".
+    # "kernel" (runtime/depthwise_weight_gradient.py, channels-last tensors) or "library". On the
+    # H200 (AMP training, GPU ms a step, RESULTS 2026-12-02, forty-first session), EfficientNet-B0 /
+    # MobileNetV3: cuDNN's whole backward 6.473 / 4.420, smelt's input gradient with cuDNN's weight
+    # gradient 6.496 / 4.419, with the kernel 6.942 / 4.905 (its weight gradients 1.8x cuDNN's), with
+    # the reduction 7.109 / 4.937. The input gradient fuses into smelt's kernels, so cuDNN's calls
+    # halve: walls 1.15x / 1.12x (best turns; medians within the host's swings), and the plans
+    # cuDNN builds at each shape's first call 6.1 -> 4.6 s for EfficientNet's 12 shapes.
     depthwise_weight_gradient: str = "reduction"
     # Whether a 1x1 convolution (stride 1, no padding, one group) over a channels-last activation
     # runs as the matrix product it is (lowering/convolution_calls.py): on the H100 host, cuDNN's
@@ -98,7 +103,8 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
               channels_last_convolutions=True, adds_convolution_bias=True, pads_matmul_rows=True,
               rows_for_row_values=True, row_value_tile_width=64, short_attention_kernel=True,
               short_attention_training=True, pointwise_convolutions_as_products=True, host_scalar_args=True,
-              float32_product_bias_in_kernel=True, depthwise_kernel_taps=25)
+              float32_product_bias_in_kernel=True, depthwise_kernel_taps=25, depthwise_backward_kernel_taps=25,
+              depthwise_weight_gradient="library")
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

@@ -1,14 +1,15 @@
 """The backward of a depthwise convolution as smelt kernels: the input's gradient gathers, for each
-input element, the few output windows that read it (as a pool's backward does); the weight's gradient
-is a sum over batch and output positions of the gradient times the input under each tap, one
-reduction whose products are never stored.
+input element, the few output windows that read it (as a pool's backward does), and fuses with the
+kernels around it. The weight's gradient, a sum over batch and output positions of the gradient
+times the input under each tap, takes one of three forms (Target.depthwise_weight_gradient): a
+reduction in smelt's IR whose products are never stored, smelt's Triton kernel reading both
+operands about once (runtime/depthwise_weight_gradient.py), or the library's call for it alone.
 
 cuDNN builds a plan at the first call of each channels-last depthwise shape in a process, about
-0.5 s for the backward (EfficientNet-B0's 12 shapes: 6.3 s on the H200, NCHW's native kernels
-0.004 s; benchmarks/probes/conv_first_call.py --part backward), and a warm start pays it again:
-EfficientNet's AMP training step started 5 s slower than Dynamo alone. With these and the forward's
-windows (depthwise_convolution.py) a step runs no depthwise convolution in cuDNN. Under "auto" the
-Target decides (`depthwise_backward_kernel_taps`: none until the GPU time is measured).
+0.5 s for the whole backward (EfficientNet-B0's 12 shapes: 6.1-6.3 s on the H200, 4.6 s for the
+weight's gradient alone; NCHW's native kernels 0.004 s; benchmarks/probes/conv_first_call.py), and
+a warm start pays it again. Under "auto" the Target decides: on the GPU smelt's input gradient and
+cuDNN's weight gradient, whose GPU time equals cuDNN's whole backward (target.py).
 """
 from __future__ import annotations
 
