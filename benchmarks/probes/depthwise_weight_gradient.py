@@ -12,9 +12,76 @@ import itertools
 
 import torch
 import triton
+import triton.language as tl
 
+from smelt.runtime import depthwise_weight_gradient as dwg
 from smelt.runtime.depthwise_weight_gradient import Blocks, choose_blocks, run
 from smelt.tools.model_suite.zoo import all_specs
+
+
+@triton.jit
+def pipelined_partials(grad_ptr, x_ptr, partials_ptr, C, H, W, OH, OW, ROWS, rows_per_run, STRIPS,
+                       gs_n, gs_h, gs_w, xs_n, xs_h, xs_w,
+                       KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                       PH: tl.constexpr, PW: tl.constexpr, TAPS: tl.constexpr,
+                       BW: tl.constexpr, BC: tl.constexpr, VEC: tl.constexpr, STAGES: tl.constexpr):
+    # The kept kernel's work as one loop over (row, strip) steps, which Triton's pipeliner may run
+    # STAGES deep (the kept kernel's inner loop over a 7- or 14-wide row has one step).
+    run = tl.program_id(1)
+    c = tl.program_id(0) * BC + tl.arange(0, BC)
+    c_ok = c < C
+    tap = tl.arange(0, TAPS)
+    tap_ok = tap < KH * KW
+    kh = tap // KW
+    kw = tap % KW
+    acc = tl.full([TAPS, BW, BC], 0.0, tl.float32)
+    first = run * rows_per_run
+    last = tl.minimum(first + rows_per_run, ROWS)
+    for step in tl.range(first * STRIPS, last * STRIPS, num_stages=STAGES):
+        row = step // STRIPS
+        ow0 = (step % STRIPS) * BW
+        n = (row // OH).to(tl.int64)
+        oh = row % OH
+        ih = oh * SH - PH + kh
+        row_ok = tap_ok & (ih >= 0) & (ih < H)
+        ow = ow0 + tl.arange(0, BW)
+        ow_ok = ow < OW
+        g = tl.load(grad_ptr + (n * gs_n + oh * gs_h) * VEC + (ow * gs_w * VEC)[:, None] + c[None, :],
+                    mask=ow_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+        iw = ow[None, :] * SW - PW + kw[:, None]
+        inside = row_ok[:, None] & ow_ok[None, :] & (iw >= 0) & (iw < W)
+        at = (n * xs_n + ih.to(tl.int64) * xs_h)[:, None] * VEC + iw * xs_w * VEC
+        xv = tl.load(x_ptr + at[:, :, None] + c[None, None, :],
+                     mask=inside[:, :, None] & c_ok[None, None, :], other=0.0).to(tl.float32)
+        acc += xv * g[None, :, :]
+    total = tl.reduce(acc, 1, tl.standard._sum_combine)
+    out = partials_ptr + run * (KH * KW) * C + tap[:, None] * C + c[None, :]
+    tl.store(out, total, mask=tap_ok[:, None] & c_ok[None, :])
+
+
+def run_pipelined(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks, stages: int):
+    """The kept kernel's steps through pipelined_partials, then the kept finish kernel."""
+    n, c, h, w = x.shape
+    oh, ow = grad.shape[2:]
+    kh, kw = kernel_size
+    rows = n * oh
+    rows_per_run = triton.cdiv(rows, blocks.runs)
+    runs = triton.cdiv(rows, rows_per_run)
+    strides = [*(grad.stride(i) for i in (0, 2, 3)), *(x.stride(i) for i in (0, 2, 3))]
+    vec = 8
+    while any(s % vec for s in strides):
+        vec //= 2
+    partials = torch.empty((runs, kh * kw, c), dtype=torch.float32, device=x.device)
+    out = torch.empty((c, 1, kh, kw), dtype=dtype, device=x.device)
+    kernels = dwg._kernels(x.device)
+    pipelined_partials[(triton.cdiv(c, blocks.channels), runs)](
+        grad, x, partials, c, h, w, oh, ow, rows, rows_per_run, triton.cdiv(ow, blocks.outputs),
+        *(s // vec for s in strides), KH=kh, KW=kw, SH=stride[0], SW=stride[1], PH=padding[0], PW=padding[1],
+        TAPS=triton.next_power_of_2(kh * kw), BW=blocks.outputs, BC=blocks.channels, VEC=vec, STAGES=stages,
+        num_warps=blocks.warps)
+    kernels.depthwise_weight_gradient_finish[(triton.cdiv(kh * kw * c, 32),)](
+        partials, out, c, runs, TAP_COUNT=kh * kw, RB=64, BLOCK=32, num_warps=4)
+    return out
 
 
 def depthwise_layers(model_name: str) -> list[tuple]:
@@ -59,12 +126,14 @@ def main() -> None:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--pipelined", action="store_true", help="also the one-loop form at 1-3 stages")
     args = parser.parse_args()
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for model_name in args.models:
         totals = [0.0, 0.0, 0.0]
+        totals_pipelined = [0.0, 0.0, 0.0]
         print(f"\n{model_name}, batch {args.batch}, bf16 channels-last: (C, H, W, k, stride, pad) "
               f"cuDNN us / smelt us (chosen blocks) / best of sweep us (blocks); max error against float64 "
               f"(cuDNN's, smelt's)")
@@ -95,6 +164,15 @@ def main() -> None:
                     us = gpu_us(lambda: run(grad, x, [k, k], [s, s], [p, p], torch.bfloat16, blocks), flush, calls=7)
                     if us < best[0]:
                         best = (us, blocks)
+            if args.pipelined:
+                timed = []
+                for stages in (1, 2, 3):
+                    got = run_pipelined(grad, x, [k, k], [s, s], [p, p], torch.bfloat16, chosen, stages)
+                    torch.testing.assert_close(got.float(), mine.float(), rtol=2e-2, atol=1e-2)
+                    timed.append(gpu_us(lambda: run_pipelined(grad, x, [k, k], [s, s], [p, p], torch.bfloat16,
+                                                              chosen, stages), flush))
+                    totals_pipelined[stages - 1] += timed[-1]
+                print(f"  one loop, 1/2/3 stages: " + " / ".join(f"{t:.1f}" for t in timed))
             totals[0] += cudnn_us
             totals[1] += mine_us
             totals[2] += best[0]
@@ -103,6 +181,8 @@ def main() -> None:
                   f"{chosen.warps}w, {chosen.runs} runs) / {best[0]:7.1f} ({b.channels}x{b.outputs}, {b.warps}w, "
                   f"{b.runs} runs)   errors {errors[0]:.1e} {errors[1]:.1e}")
         print(f"  total: cuDNN {totals[0]:.1f} us, smelt {totals[1]:.1f} us, best of sweep {totals[2]:.1f} us")
+        if args.pipelined:
+            print("  total, one loop at 1/2/3 stages: " + " / ".join(f"{t:.1f}" for t in totals_pipelined))
 
 
 if __name__ == "__main__":
