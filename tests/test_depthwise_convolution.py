@@ -197,8 +197,8 @@ def test_depthwise_training_gradients(device, compile_fn, assert_close, observe,
                          ids=lambda c: f"{c[0]}-k{c[2]}-s{c[3]}-p{c[4]}")
 @pytest.mark.parametrize("form", ["kernel", "library"])
 def test_weight_gradient_forms(device, compile_fn, assert_close, observe, case, form):
-    """The weight's gradient by smelt's Triton kernel or by the library, the input's by smelt's
-    gather, over channels-last input (the kernel's case)."""
+    """The weight's gradient by smelt's Triton kernel (on CUDA, or in the Triton backend's
+    interpreter) or by the library, the input's by smelt's gather, over channels-last input."""
     shape, out_channels, kernel, stride, padding, dilation, bias = case
     torch.manual_seed(0)
     conv = nn.Conv2d(shape[1], out_channels, kernel, stride, padding, dilation, groups=shape[1], bias=bias).to(device)
@@ -210,10 +210,36 @@ def test_weight_gradient_forms(device, compile_fn, assert_close, observe, case, 
     conv(x).sin().sum().backward()
     assert_close(actual, [x.grad, conv.weight.grad], atol=1e-4, rtol=1e-4)
     calls = _externs(observe)
-    assert ("depthwise_weight_gradient(" in calls) == (form == "kernel")
+    kernel_runs_here = device.startswith("cuda") or smelt.config.current().cpu_backend == "triton"
+    assert ("depthwise_weight_gradient(" in calls) == (form == "kernel" and kernel_runs_here)
     # The library's call asks for the weight's gradient alone.
     assert ("aten.convolution_backward.default(" in calls) == (form == "library")
     assert form != "library" or "[False, True, False]" in calls
+
+
+@pytest.mark.smelt_only
+def test_the_weight_gradient_kernel_gives_way_where_it_does_not_apply(device, compile_fn, observe, backend):
+    """Under SMELT_DEPTHWISE_WEIGHT_GRADIENT=kernel: float64 (the kernel sums in float32) and CPU
+    graphs that are not the Triton backend's (its interpreter) take the reduction, at full precision."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False).to(device, torch.float64)
+    x = torch.randn(2, 8, 9, 9, device=device, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(True)
+    with smelt.config.override(depthwise_kernels="on", depthwise_weight_gradient="kernel"):
+        compile_fn(conv)(x).sin().sum().backward()
+    actual = conv.weight.grad
+    exact = torch.autograd.grad(conv(x).sin().sum(), conv.weight)[0]
+    assert actual.dtype == torch.float64
+    torch.testing.assert_close(actual, exact, atol=1e-12, rtol=1e-12)
+    assert "depthwise_weight_gradient(" not in _externs(observe)
+
+    observe.reset()
+    x32 = x.detach().float().requires_grad_(True)
+    conv32 = nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False).to(device)
+    with smelt.config.override(depthwise_kernels="on", depthwise_weight_gradient="kernel"):
+        compile_fn(conv32)(x32).sin().sum().backward()
+    taken = "depthwise_weight_gradient(" in _externs(observe)
+    assert taken == (device.startswith("cuda") or smelt.config.current().cpu_backend == "triton")
 
 
 @pytest.mark.smelt_only
@@ -247,7 +273,7 @@ def test_strided_input_gradient_walks_channels_last_memory(device, compile_fn, o
 
 @pytest.mark.smelt_only
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-@pytest.mark.parametrize("form", ["reduction", "kernel"])
+@pytest.mark.parametrize("form", ["reduction", "kernel", "library"])
 def test_depthwise_backward_half_floats_round_once(device, compile_fn, layout, form):
     """bfloat16 gradients accumulated in float32 and rounded once: within one rounding of float64's."""
     torch.manual_seed(0)

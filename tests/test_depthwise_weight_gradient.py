@@ -78,3 +78,25 @@ def test_the_setting_names_its_accepted_values(monkeypatch):
     monkeypatch.setenv("SMELT_DEPTHWISE_WEIGHT_GRADIENT", "cudnn")
     with pytest.raises(SettingError, match="SMELT_DEPTHWISE_WEIGHT_GRADIENT.*kernel, library, reduction"):
         Config()
+
+
+def test_offsets_past_two_to_the_31_within_one_image(tmp_path):
+    """A gradient whose rows lie more than 2**31 elements apart (a sparse file maps them): each
+    offset is taken in int64. In int32, oh * row_stride wrapped and the last rows read elsewhere."""
+    row_stride, offset = 2 ** 30 + 1, 2 ** 31  # odd: no vector width divides the strides
+    n, c, oh, ow = 1, 3, 4, 5
+    numel = offset + oh * row_stride + ow * c + 16
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate(numel * 4)  # reads as zeros; only the pages written below take disk
+    try:
+        storage = torch.from_file(str(path), shared=True, size=numel, dtype=torch.float32)
+    except RuntimeError as e:
+        pytest.skip(f"no sparse 8 GiB mapping here: {e}")
+    grad = storage.as_strided((n, c, oh, ow), (oh * row_stride, 1, row_stride, c), offset)
+    torch.manual_seed(0)
+    values = torch.randn(n, c, oh, ow)
+    grad.copy_(values)
+    x = torch.randn(n, c, oh, ow).contiguous(memory_format=torch.channels_last)
+    actual = run(grad, x, [3, 3], [1, 1], [1, 1], torch.float32)
+    torch.testing.assert_close(actual.double(), _reference(values, x, (3, 3), (1, 1), (1, 1)), atol=1e-5, rtol=1e-5)

@@ -20,13 +20,14 @@ from smelt.tools.model_suite.zoo import all_specs
 
 
 @triton.jit
-def pipelined_partials(grad_ptr, x_ptr, partials_ptr, C, H, W, OH, OW, ROWS, rows_per_run, STRIPS,
+def pipelined_partials(grad_ptr, x_ptr, partials_ptr, C_VEC, H, W, OH, OW, ROWS, rows_per_run, STRIPS,
                        gs_n, gs_h, gs_w, xs_n, xs_h, xs_w,
                        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                        PH: tl.constexpr, PW: tl.constexpr, TAPS: tl.constexpr,
                        BW: tl.constexpr, BC: tl.constexpr, VEC: tl.constexpr, STAGES: tl.constexpr):
     # The kept kernel's work as one loop over (row, strip) steps, which Triton's pipeliner may run
     # STAGES deep (the kept kernel's inner loop over a 7- or 14-wide row has one step).
+    C = C_VEC * VEC
     run = tl.program_id(1)
     c = tl.program_id(0) * BC + tl.arange(0, BC)
     c_ok = c < C
@@ -41,7 +42,7 @@ def pipelined_partials(grad_ptr, x_ptr, partials_ptr, C, H, W, OH, OW, ROWS, row
         row = step // STRIPS
         ow0 = (step % STRIPS) * BW
         n = (row // OH).to(tl.int64)
-        oh = row % OH
+        oh = (row % OH).to(tl.int64)
         ih = oh * SH - PH + kh
         row_ok = tap_ok & (ih >= 0) & (ih < H)
         ow = ow0 + tl.arange(0, BW)
@@ -50,7 +51,7 @@ def pipelined_partials(grad_ptr, x_ptr, partials_ptr, C, H, W, OH, OW, ROWS, row
                     mask=ow_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
         iw = ow[None, :] * SW - PW + kw[:, None]
         inside = row_ok[:, None] & ow_ok[None, :] & (iw >= 0) & (iw < W)
-        at = (n * xs_n + ih.to(tl.int64) * xs_h)[:, None] * VEC + iw * xs_w * VEC
+        at = (n * xs_n + ih * xs_h)[:, None] * VEC + iw.to(tl.int64) * xs_w * VEC
         xv = tl.load(x_ptr + at[:, :, None] + c[None, None, :],
                      mask=inside[:, :, None] & c_ok[None, None, :], other=0.0).to(tl.float32)
         acc += xv * g[None, :, :]
@@ -69,13 +70,13 @@ def run_pipelined(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks, 
     runs = triton.cdiv(rows, rows_per_run)
     strides = [*(grad.stride(i) for i in (0, 2, 3)), *(x.stride(i) for i in (0, 2, 3))]
     vec = 8
-    while any(s % vec for s in strides):
+    while any(s % vec for s in (c, *strides)):
         vec //= 2
     partials = torch.empty((runs, kh * kw, c), dtype=torch.float32, device=x.device)
     out = torch.empty((c, 1, kh, kw), dtype=dtype, device=x.device)
     kernels = dwg._kernels(x.device)
     pipelined_partials[(triton.cdiv(c, blocks.channels), runs)](
-        grad, x, partials, c, h, w, oh, ow, rows, rows_per_run, triton.cdiv(ow, blocks.outputs),
+        grad, x, partials, c // vec, h, w, oh, ow, rows, rows_per_run, triton.cdiv(ow, blocks.outputs),
         *(s // vec for s in strides), KH=kh, KW=kw, SH=stride[0], SW=stride[1], PH=padding[0], PW=padding[1],
         TAPS=triton.next_power_of_2(kh * kw), BW=blocks.outputs, BC=blocks.channels, VEC=vec, STAGES=stages,
         num_warps=blocks.warps)

@@ -157,13 +157,23 @@ def _weight_gradient(g, grad, x, windows: list[Window], compute, dtype, channels
 
 
 def _weight_gradient_form(g, x, x_node, windows: list[Window]) -> str:
-    """"kernel", "library" or "reduction" (see config.depthwise_weight_gradient); the kernel takes
-    2-D windows over channels-last input only, and gives way to the reduction elsewhere."""
+    """"kernel", "library" or "reduction" (see config.depthwise_weight_gradient). The kernel gives
+    way to the reduction where it does not apply, saying why."""
     setting = g.config.depthwise_weight_gradient if g.config is not None else "auto"
-    form = g.target_for(x.get_device().type).depthwise_weight_gradient if setting == "auto" else setting
-    if form == "kernel" and not (len(windows) == 2 and _channels_innermost(x_node)):
-        log.debug("smelt: depthwise weight gradient of %s as a reduction: the kernel takes 2-D channels-last input",
-                  list(x.get_size()))
+    device = x.get_device().type
+    form = g.target_for(device).depthwise_weight_gradient if setting == "auto" else setting
+    if form != "kernel":
+        return form
+    why = None
+    if len(windows) != 2 or not _channels_innermost(x_node):
+        why = "the kernel takes 2-D windows over channels-last input"
+    elif x.get_dtype() not in (torch.float32, torch.float16, torch.bfloat16):
+        why = f"the kernel sums in float32, short of {x.get_dtype()}"
+    elif device != "cuda" and not (device == "cpu" and g.config is not None and g.config.cpu_backend == "triton"):
+        # (The Triton backend's CPU graphs run their kernels in Triton's interpreter anyway, to test the GPU's.)
+        why = f"the kernel is Triton's, and {device} tensors would run it in Triton's interpreter"
+    if why is not None:
+        log.debug("smelt: depthwise weight gradient of %s as a reduction: %s", list(x.get_size()), why)
         return "reduction"
     return form
 

@@ -19,14 +19,16 @@ import triton.language as tl
 
 
 @triton.jit
-def depthwise_weight_gradient_partials(grad_ptr, x_ptr, partials_ptr, C, H, W, OH, OW, ROWS, rows_per_run,
+def depthwise_weight_gradient_partials(grad_ptr, x_ptr, partials_ptr, C_VEC, H, W, OH, OW, ROWS, rows_per_run,
                                        gs_n, gs_h, gs_w, xs_n, xs_h, xs_w,
                                        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                        PH: tl.constexpr, PW: tl.constexpr, TAPS: tl.constexpr,
                                        BW: tl.constexpr, BC: tl.constexpr, VEC: tl.constexpr):
-    # Strides come divided by VEC, a power of two dividing them all, and are multiplied back here: the
-    # compiler then knows each position's BC channels start VEC-aligned (it assumes nothing of a
-    # stride such as 72, MobileNetV3's channels) and can load them in vectors.
+    # The channel count and the strides come divided by VEC, a power of two dividing them all, and are
+    # multiplied back here: the compiler then knows each position's BC channels start VEC-aligned
+    # and the channel mask is constant over VEC lanes, so it loads them in vectors (it assumes
+    # nothing of 72, MobileNetV3's channels, and loaded them element by element).
+    C = C_VEC * VEC
     run = tl.program_id(1)
     c = tl.program_id(0) * BC + tl.arange(0, BC)
     c_ok = c < C
@@ -39,24 +41,25 @@ def depthwise_weight_gradient_partials(grad_ptr, x_ptr, partials_ptr, C, H, W, O
     first = run * rows_per_run
     last = tl.minimum(first + rows_per_run, ROWS)
     for row in range(first, last):
-        n = (row // OH).to(tl.int64)  # offsets of large operands pass 2**31
-        oh = row % OH
+        # Offsets in int64: one image of a large operand passes 2**31 elements.
+        n = (row // OH).to(tl.int64)
+        oh = (row % OH).to(tl.int64)
         ih = oh * SH - PH + kh  # [TAPS]
         row_ok = tap_ok & (ih >= 0) & (ih < H)
         grad_row = grad_ptr + (n * gs_n + oh * gs_h) * VEC
-        x_rows = x_ptr + (n * xs_n + ih.to(tl.int64) * xs_h) * VEC  # [TAPS]
+        x_rows = x_ptr + (n * xs_n + ih * xs_h) * VEC  # [TAPS]
         for ow0 in range(0, OW, BW):
             ow = ow0 + tl.arange(0, BW)
             ow_ok = ow < OW
-            g = tl.load(grad_row + (ow * gs_w * VEC)[:, None] + c[None, :],
+            g = tl.load(grad_row + (ow.to(tl.int64) * gs_w * VEC)[:, None] + c[None, :],
                         mask=ow_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)  # [BW, BC]
             iw = ow[None, :] * SW - PW + kw[:, None]  # [TAPS, BW]
             inside = row_ok[:, None] & ow_ok[None, :] & (iw >= 0) & (iw < W)
-            xv = tl.load(x_rows[:, None, None] + (iw * xs_w * VEC)[:, :, None] + c[None, None, :],
+            xv = tl.load(x_rows[:, None, None] + (iw.to(tl.int64) * xs_w * VEC)[:, :, None] + c[None, None, :],
                          mask=inside[:, :, None] & c_ok[None, None, :], other=0.0).to(tl.float32)
             acc += xv * g[None, :, :]
     total = tl.reduce(acc, 1, tl.standard._sum_combine)  # tl.sum: a @jit helper the interpreter cannot call
-    out = partials_ptr + run * (KH * KW) * C + tap[:, None] * C + c[None, :]
+    out = partials_ptr + run.to(tl.int64) * (KH * KW) * C + tap[:, None] * C + c[None, :]
     tl.store(out, total, mask=tap_ok[:, None] & c_ok[None, :])
 
 

@@ -26,8 +26,9 @@ class HalideBackend:
 
     def target(self, device_type: str) -> Target:
         # (Halide's kernels read a host scalar input from memory, so its GPU graphs run those readers in ATen.)
+        # (A depthwise backward's input gradient as GPU kernels was measured with Triton's only: cuDNN's here.)
         return dataclasses.replace(H100 if device_type == "cuda" else CPU, max_storage_elements=MAX_STORAGE_ELEMENTS,
-                                   host_scalar_args=False)
+                                   host_scalar_args=False, depthwise_backward_kernel_taps=0)
 
     def finishes_reductions(self, step, ctx: GraphContext) -> bool:
         return False
