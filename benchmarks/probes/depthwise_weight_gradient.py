@@ -158,7 +158,7 @@ def main() -> None:
             best = (mine_us, chosen)
             if args.sweep:
                 taps = triton.next_power_of_2(k * k)
-                for bc, bw, warps, runs_scale in itertools.product((16, 32, 64), (4, 8, 16, 32), (4, 8), (1, 2)):
+                for bc, bw, warps, runs_scale in itertools.product((16, 32, 64, 128), (1, 2, 4, 8, 16), (4, 8), (1, 2)):
                     if taps * bw * bc > 8192 or bc > max(16, triton.next_power_of_2(c)) or (bc == 16 and c >= 32):
                         continue
                     blocks = Blocks(bc, bw, warps, max(1, int(chosen.runs * runs_scale)))

@@ -358,17 +358,23 @@ def matmul(b: Builder) -> bool:
 def conv(b: Builder) -> bool:
     r = b.r
     two = r.random() < 0.5
-    groups = r.choice((1, 1, 2))
-    cin, cout = groups * r.randint(1, 3), groups * r.randint(1, 2)
+    depthwise = r.random() < 0.35  # one input channel per group, windows to 5x5: mobile nets' (smelt's own kernels)
+    if depthwise:
+        groups = cin = r.randint(1, 8)
+        cout = cin * r.choice((1, 1, 1, 2))
+    else:
+        groups = r.choice((1, 1, 2))
+        cin, cout = groups * r.randint(1, 3), groups * r.randint(1, 2)
     spatial = tuple(r.randint(1, 7) for _ in range(2 if two else 1))
     dtype = b.float_dtype
     x = b.pick(lambda u: u.is_floating_point() and u.dim() == len(spatial) + 2 and u.shape[1] == cin)
     if x is None:
         x = b.new_input((r.randint(1, 2), cin, *spatial), dtype)
-    ks = tuple(r.randint(1, 3) for _ in spatial)
+    ks = tuple(r.randint(1, 5 if depthwise else 3) for _ in spatial)
     w = b.new_input((cout, cin // groups, *ks), b.t(x).dtype)
     bias = b.new_input((cout,), b.t(x).dtype) if r.random() < 0.5 else None
-    args = f"stride={r.choice((1, 2))}, padding={r.choice((0, 1))}, dilation={r.choice((1, 1, 2))}, groups={groups}"
+    padding = r.choice((0, 1, 2)) if depthwise else r.choice((0, 1))
+    args = f"stride={r.choice((1, 2))}, padding={padding}, dilation={r.choice((1, 1, 2))}, groups={groups}"
     fn = "F.conv2d" if two else "F.conv1d"
     return b.emit("conv", "{out} = %s({x}, {w}, %s, %s)" % (fn, "{bias}" if bias else "None", args),
                   x=x, w=w, **({"bias": bias} if bias else {}))
