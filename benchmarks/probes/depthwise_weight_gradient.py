@@ -69,9 +69,7 @@ def run_pipelined(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks, 
     rows_per_run = triton.cdiv(rows, blocks.runs)
     runs = triton.cdiv(rows, rows_per_run)
     strides = [*(grad.stride(i) for i in (0, 2, 3)), *(x.stride(i) for i in (0, 2, 3))]
-    vec = 8
-    while any(s % vec for s in (c, *strides)):
-        vec //= 2
+    vec = dwg.vector_width(c, strides)
     partials = torch.empty((runs, kh * kw, c), dtype=torch.float32, device=x.device)
     out = torch.empty((c, 1, kh, kw), dtype=dtype, device=x.device)
     kernels = dwg._kernels(x.device)

@@ -67,9 +67,7 @@ def run(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks | None = No
     rows_per_run = triton.cdiv(rows, blocks.runs)
     runs = triton.cdiv(rows, rows_per_run)
     strides = [*(grad.stride(i) for i in (0, 2, 3)), *(x.stride(i) for i in (0, 2, 3))]
-    vec = 8
-    while any(s % vec for s in (c, *strides)):
-        vec //= 2
+    vec = vector_width(c, strides)
     partials = torch.empty((runs, kh * kw, c), dtype=torch.float32, device=x.device)
     kernels = _kernels(x.device)
     kernels.depthwise_weight_gradient_partials[(triton.cdiv(c, blocks.channels), runs)](
@@ -81,6 +79,15 @@ def run(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks | None = No
     kernels.depthwise_weight_gradient_finish[(triton.cdiv(kh * kw * c, finish_block),)](
         partials, out, c, runs, TAP_COUNT=kh * kw, RB=64, BLOCK=finish_block, num_warps=4)
     return out
+
+
+def vector_width(channels: int, strides) -> int:
+    """The kernel's VEC: the largest power of two up to 8 dividing the channel count and every
+    stride (the kernel takes them divided by it, so the compiler knows their alignment)."""
+    vec = 8
+    while any(s % vec for s in (channels, *strides)):
+        vec //= 2
+    return vec
 
 
 @functools.lru_cache(maxsize=None)
