@@ -8,7 +8,7 @@ from ..errors import LoweringError
 from ..ir import TensorBox
 from ..ir.control_flow import Conditional
 from ..symbolic import sympify
-from .extern_calls import outputs_of
+from .extern_nodes import outputs_of
 from .registry import lowering
 
 

@@ -23,6 +23,7 @@ from ..runtime import depthwise_weight_gradient  # noqa: F401  (registers smelt:
 from ..symbolic import product, static_int, sympify
 from .common import make_pointwise, upcast_half
 from .depthwise_convolution import _stored
+from .extern_nodes import make_extern
 from .pooling import Window, _all, _expand, _index, _provable
 from .reductions import make_reduction
 
@@ -179,14 +180,12 @@ def _weight_gradient_form(g, x, x_node, windows: list[Window]) -> str:
 
 
 def _weight_gradient_kernel(g, grad, x, windows: list[Window], meta) -> TensorBox:
-    from .extern_calls import make_extern  # (extern_calls imports this module)
     args = (grad, x, [w.length for w in windows], [w.stride for w in windows], [w.padding for w in windows], meta.dtype)
     return make_extern(g, torch.ops.smelt.depthwise_weight_gradient.default, args, {}, is_fallback=False, meta=meta)
 
 
 def _weight_gradient_in_library(g, grad, x, weight, windows: list[Window], meta) -> TensorBox:
     """The library's weight gradient alone (cuDNN's), the input's gradient still smelt's kernel."""
-    from .extern_calls import make_extern
     n = len(windows)
     args = (grad, x, weight, None, [w.stride for w in windows], [w.padding for w in windows], [1] * n, False,
             [0] * n, static_int(x.get_size()[1]), [False, True, False])

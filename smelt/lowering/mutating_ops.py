@@ -23,7 +23,7 @@ from ..errors import LoweringError
 from ..ir import TensorBox
 from ..ir.views import ReinterpretView
 from ..symbolic import sympify
-from .extern_calls import make_extern
+from .extern_nodes import make_extern
 from .registry import lowering
 
 log = logging.getLogger("smelt.lowering")
