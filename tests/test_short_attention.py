@@ -536,3 +536,23 @@ def test_float32_q_whose_product_autocast_halves_is_not_taken(device, kernel_run
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(chain, backend="smelt")(q, k, v, bias), chain(q, k, v, bias))
     assert kernel_runs == []
+
+
+def test_a_matrix_wider_than_int32_offsets_is_not_taken(tmp_path):
+    """The kernel walks a matrix's rows in int32: a view whose rows lie 2**31 elements apart (a
+    sparse file maps it) stays as written, and the op itself refuses it (the interpreter crashed)."""
+    from smelt.runtime.short_attention import applies
+    rows, d, stride = 64, 16, 2 ** 25 + 2 ** 20  # the last row starts past 2**31
+    numel = (rows - 1) * stride + d
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate(numel * 4)
+    try:
+        storage = torch.from_file(str(path), shared=True, size=numel, dtype=torch.float32)
+    except RuntimeError as e:
+        pytest.skip(f"no sparse 8 GiB mapping here: {e}")
+    q = storage.as_strided((1, rows, d), (0, stride, 1), 0)
+    k = v = torch.randn(1, 8, d)
+    assert applies(q[:, :32], k, v, []) and not applies(q, k, v, [])
+    with pytest.raises(ValueError, match="does not take q"):
+        short_attention(q, k, v, [], 1.0, 1.0, False, False, False)

@@ -36,8 +36,13 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: list[torch
     # Terms of q's dtype, or all float32: half-float scores promoted by them (autocast's Swin).
     if terms and not (terms[0].dtype in (q.dtype, torch.float32) and all(t.dtype == terms[0].dtype for t in terms)):
         return False
-    return all(2 < t.dim() <= 6 and t.shape[-2:] == scores[-2:]
-               and t.shape[:-2].numel() == lead.numel() for t in terms)
+    if not all(2 < t.dim() <= 6 and t.shape[-2:] == scores[-2:] and t.shape[:-2].numel() == lead.numel()
+               for t in terms):
+        return False
+    # The kernel finds a matrix in int64 but its rows and columns in int32: one matrix's elements of
+    # each operand must lie within 2**31 of its first (a wider view read wrapped offsets: a crash).
+    return all(sum((size - 1) * abs(stride) for size, stride in zip(t.shape[-2:], t.stride()[-2:])) < 2 ** 31
+               for t in (q, k, v, *terms))
 
 
 @torch.library.custom_op("smelt::short_attention", mutates_args=())
@@ -50,6 +55,10 @@ def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, terms: li
     k [*lead, K, D], v [*lead, K, DV]; each term [*its lead, Q, K], its lead a row-major split of
     q's (an expanded view where it broadcasts). `float32_softmax`: the chain's softmax is a float32
     one cast back to half floats (Llama's form), whose backward reads the unrounded probabilities."""
+    if not applies(q, k, v, terms):
+        raise ValueError(f"smelt::short_attention does not take q {tuple(q.shape)} {q.stride()} {q.dtype}, "
+                         f"k {tuple(k.shape)} {k.stride()}, v {tuple(v.shape)} {v.stride()} with {len(terms)} terms "
+                         "(see short_attention.applies)")
     return call(q, k, v, terms, q_scale, score_scale, score_divides, heads_last)
 
 
