@@ -55,30 +55,58 @@ def _(grad, x, kernel_size, stride, padding, dtype):
 
 def run(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks | None = None) -> torch.Tensor:
     n, c, h, w = x.shape
-    oh, ow = grad.shape[2:]
     kh, kw = kernel_size
     out = torch.empty((c, 1, kh, kw), dtype=dtype, device=x.device)
-    rows = n * oh
-    if rows == 0 or ow == 0:
+    if n * grad.shape[2] == 0 or grad.shape[3] == 0:
         return out.zero_()
     grad, x = (t if t.stride(1) == 1 else t.contiguous(memory_format=torch.channels_last) for t in (grad, x))
+    # A call site's sizes and strides repeat from step to step: what they decide is worked out once.
+    key = (grad.shape, grad.stride(), x.shape, x.stride(), tuple(kernel_size), tuple(stride), tuple(padding),
+           x.device, blocks)
+    launch = _launches.get(key)
+    if launch is None:
+        if len(_launches) >= MAX_LAUNCHES:
+            _launches.clear()
+        launch = _launches[key] = _plan(grad, x, kernel_size, stride, padding, blocks)
+    partials = torch.empty((launch.runs, kh * kw, c), dtype=torch.float32, device=x.device)
+    kernels = _kernels(x.device)
+    kernels.depthwise_weight_gradient_partials[launch.grid](grad, x, partials, *launch.values, **launch.constexprs)
+    kernels.depthwise_weight_gradient_finish[(triton.cdiv(kh * kw * c, FINISH_BLOCK),)](
+        partials, out, c, launch.runs, TAP_COUNT=kh * kw, RB=64, BLOCK=FINISH_BLOCK, num_warps=4)
+    return out
+
+
+FINISH_BLOCK = 32  # partial sums of (tap, channel) a program of the finish kernel adds
+MAX_LAUNCHES = 256  # call sites' geometries kept (sizes that change every call start over past it)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    grid: tuple
+    runs: int
+    values: tuple  # the partials kernel's arguments after its three tensors
+    constexprs: dict
+
+
+_launches: dict[tuple, _Launch] = {}
+
+
+def _plan(grad, x, kernel_size, stride, padding, blocks: Blocks | None) -> _Launch:
+    n, c, h, w = x.shape
+    oh, ow = grad.shape[2:]
+    kh, kw = kernel_size
+    rows = n * oh
     if blocks is None:
         blocks = choose_blocks(c, ow, rows, kh * kw, _multiprocessors(x.device))
     rows_per_run = triton.cdiv(rows, blocks.runs)
     runs = triton.cdiv(rows, rows_per_run)
     strides = [*(grad.stride(i) for i in (0, 2, 3)), *(x.stride(i) for i in (0, 2, 3))]
     vec = vector_width(c, strides)
-    partials = torch.empty((runs, kh * kw, c), dtype=torch.float32, device=x.device)
-    kernels = _kernels(x.device)
-    kernels.depthwise_weight_gradient_partials[(triton.cdiv(c, blocks.channels), runs)](
-        grad, x, partials, c // vec, h, w, oh, ow, rows, rows_per_run, *(s // vec for s in strides),
-        KH=kh, KW=kw, SH=stride[0], SW=stride[1], PH=padding[0], PW=padding[1],
-        TAPS=triton.next_power_of_2(kh * kw), BW=blocks.outputs, BC=blocks.channels, VEC=vec,
-        num_warps=blocks.warps)
-    finish_block = 32
-    kernels.depthwise_weight_gradient_finish[(triton.cdiv(kh * kw * c, finish_block),)](
-        partials, out, c, runs, TAP_COUNT=kh * kw, RB=64, BLOCK=finish_block, num_warps=4)
-    return out
+    values = (c // vec, h, w, oh, ow, rows, rows_per_run, *(s // vec for s in strides))
+    constexprs = dict(KH=kh, KW=kw, SH=stride[0], SW=stride[1], PH=padding[0], PW=padding[1],
+                      TAPS=triton.next_power_of_2(kh * kw), BW=blocks.outputs, BC=blocks.channels, VEC=vec,
+                      num_warps=blocks.warps)
+    return _Launch((triton.cdiv(c, blocks.channels), runs), runs, values, constexprs)
 
 
 def vector_width(channels: int, strides) -> int:
