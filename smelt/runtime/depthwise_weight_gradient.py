@@ -54,7 +54,7 @@ def _(grad, x, kernel_size, stride, padding, dtype):
 
 
 def run(grad, x, kernel_size, stride, padding, dtype, blocks: Blocks | None = None) -> torch.Tensor:
-    n, c, h, w = x.shape
+    n, c = x.shape[:2]
     kh, kw = kernel_size
     out = torch.empty((c, 1, kh, kw), dtype=dtype, device=x.device)
     if n * grad.shape[2] == 0 or grad.shape[3] == 0:
