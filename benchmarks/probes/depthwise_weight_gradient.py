@@ -4,6 +4,7 @@ GPU time queued behind a sleep with L2 flushed before each call, the chosen bloc
 and the values checked against a float64 reference.
 
     python -m benchmarks.probes.depthwise_weight_gradient efficientnet mobilenetv3 [--batch 32] [--sweep]
+    python -m benchmarks.probes.depthwise_weight_gradient --host   # smelt's own host time a call (any machine)
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def pipelined_partials(grad_ptr, x_ptr, partials_ptr, C_VEC, H, W, OH, OW, ROWS,
                        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                        PH: tl.constexpr, PW: tl.constexpr, TAPS: tl.constexpr,
                        BW: tl.constexpr, BC: tl.constexpr, VEC: tl.constexpr, STAGES: tl.constexpr):
+    # A copy of the kept kernel's body on purpose (the duplicates tool pairs them): an experiment to
+    # time against it, folded into the kernel only if it wins.
     # The kept kernel's work as one loop over (row, strip) steps, which Triton's pipeliner may run
     # STAGES deep (the kept kernel's inner loop over a 7- or 14-wide row has one step).
     C = C_VEC * VEC
@@ -120,13 +123,43 @@ def gpu_us(fn, flush: torch.Tensor, calls: int = 15) -> float:
     return times[calls // 2]
 
 
+def host_us(calls: int = 2000) -> float:
+    """Microseconds of smelt's own work in a call of run() (EfficientNet's 5x5 stride-2 layer on the
+    CPU), its two launches replaced by no-ops: what is left of a call's host time is Triton's launch."""
+    import time
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    class Kernels:
+        depthwise_weight_gradient_partials = depthwise_weight_gradient_finish = NoLaunch()
+    real = dwg._kernels
+    dwg._kernels = lambda device: Kernels
+    try:
+        x = torch.randn(32, 144, 56, 56).to(memory_format=torch.channels_last)
+        grad = torch.randn(32, 144, 28, 28).to(memory_format=torch.channels_last)
+        for _ in range(100):
+            run(grad, x, [5, 5], [2, 2], [2, 2], torch.bfloat16)
+        start = time.perf_counter()
+        for _ in range(calls):
+            run(grad, x, [5, 5], [2, 2], [2, 2], torch.bfloat16)
+        return (time.perf_counter() - start) / calls * 1e6
+    finally:
+        dwg._kernels = real
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("models", nargs="+")
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--host", action="store_true", help="smelt's own host time a call of run(), and stop")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--pipelined", action="store_true", help="also the one-loop form at 1-3 stages")
     args = parser.parse_args()
+    if args.host:
+        print(f"smelt's own part of run(): {host_us():.1f} us a call")
+        return
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
