@@ -4,7 +4,7 @@ Inductor, and Dynamo alone (backend "eager": its trace, plus one eager call) as 
 is judged against. smelt's rows also give its stages and the Triton compiles made in the compiling
 process itself (0 when the workers compiled every kernel ahead).
 
-    python -m benchmarks.probes.suite_cold_compile bert:infer_bf16 gpt2:train [--workers 16 1] [--device cuda]
+    python -m benchmarks.probes.suite_cold_compile bert:infer_bf16 gpt2:train [--workers 16 1] [--device cuda] [--no-inductor]
 """
 from __future__ import annotations
 
@@ -68,6 +68,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", nargs="*", type=int, default=[os.cpu_count() or 1])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--no-inductor", action="store_true",
+                        help="skip Inductor's cold call (minutes on training cases) when only smelt's warm start is asked")
     args = parser.parse_args(argv)
     print("| case | run | first call s | vs Inductor | smelt stages s | compiles in the main process (s) |\n"
           "| --- | --- | --- | --- | --- | --- |")
@@ -81,9 +83,11 @@ def main(argv=None) -> None:
                     out["SMELT_COMPILE_WORKERS"] = str(workers)
                 return out
             # Each row printed as it is measured, so a time limit that ends the run keeps the rows before it.
-            inductor = _run("inductor", case, args.device, env("inductor"), args.timeout)
-            base = inductor["first_call"] if isinstance(inductor, dict) else None
-            _print_row(case, "Inductor, cold", inductor, base)
+            base = None
+            if not args.no_inductor:
+                inductor = _run("inductor", case, args.device, env("inductor"), args.timeout)
+                base = inductor["first_call"] if isinstance(inductor, dict) else None
+                _print_row(case, "Inductor, cold", inductor, base)
             for workers in args.workers:
                 _print_row(case, f"smelt, {workers} workers, cold",
                            _run("smelt", case, args.device, env(f"w{workers}", workers), args.timeout), base)
