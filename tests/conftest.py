@@ -17,6 +17,10 @@ Fixtures exposed to tests:
   observe       -> smelt.observe (skips unless the backend is smelt)
   counting_backend -> CompileCounterWithBackend(<backend>) for counting dynamo compilations
   smelt_only    -> marker: @pytest.mark.smelt_only skips unless the backend is smelt
+  cpu_backend_independent -> marker: the test's subject sits above the CPU kernel backend (settings,
+                   registration, FX passes, memory order, Halide's own tests that pick their backend);
+                   deselected when SMELT_TEST_SECOND_BACKEND=1, which `make test` sets on its Triton
+                   pass so such tests run once, in the Halide pass.
 """
 
 import os
@@ -108,11 +112,16 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "smelt_only: test inspects smelt itself; skipped when SMELT_TEST_BACKEND != smelt"
     )
+    config.addinivalue_line(
+        "markers", "cpu_backend_independent: the CPU kernel backend does not change what the test checks; "
+                   "deselected when SMELT_TEST_SECOND_BACKEND=1"
+    )
     if DEVICE.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError("SMELT_TEST_DEVICE=cuda but torch.cuda.is_available() is False")
 
 
 def pytest_collection_modifyitems(config, items):
+    _drop_backend_independent(config, items)
     _keep_shard(config, items)
     if IS_SMELT:
         return
@@ -120,6 +129,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "smelt_only" in item.keywords:
             item.add_marker(skip)
+
+
+def _drop_backend_independent(config, items):
+    """`make test` runs the suite once per CPU backend; its second pass sets SMELT_TEST_SECOND_BACKEND=1
+    and leaves out what the first pass already checked the same way (CI's time budget)."""
+    if os.environ.get("SMELT_TEST_SECOND_BACKEND") != "1":
+        return
+    dropped = [item for item in items if "cpu_backend_independent" in item.keywords]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if "cpu_backend_independent" not in item.keywords]
 
 
 def _keep_shard(config, items):

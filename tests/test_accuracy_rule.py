@@ -1,7 +1,10 @@
 """The accuracy rule (smelt/tools/accuracy.py) that the model suite and the fuzzer judge by."""
+import pytest
 import torch
 
 from smelt.tools.accuracy import compare, to_float64
+
+pytestmark = pytest.mark.cpu_backend_independent
 
 
 def _case(dtype, seed=0):

@@ -10,7 +10,7 @@ import smelt
 from smelt.config import SettingError
 from smelt.runtime.cuda_graphs import GraphedCall
 
-pytestmark = pytest.mark.smelt_only
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 
 def _only_graph(observe):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.smelt_only
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 
 def test_demo_tells_cold_from_warm_and_shows_a_steady_figure(tmp_path):

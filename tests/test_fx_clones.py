@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from smelt.lowering.fx_clones import drop_redundant_clones
 
-pytestmark = pytest.mark.smelt_only
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 aten = torch.ops.aten
 
 

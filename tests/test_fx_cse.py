@@ -6,7 +6,7 @@ import torch.nn.functional as F
 import smelt
 from smelt.lowering.fx_cse import merge_common_subexpressions
 
-pytestmark = pytest.mark.smelt_only
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 
 def _aten_graph(fn, *args):

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-pytestmark = [pytest.mark.smelt_only]
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 if os.environ.get("SMELT_TEST_DEVICE", "cpu") != "cpu":
     pytest.skip("the Halide backend runs CPU tensors", allow_module_level=True)

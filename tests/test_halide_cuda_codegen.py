@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = [pytest.mark.smelt_only]
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 if os.environ.get("SMELT_TEST_DEVICE", "cpu") != "cpu":
     pytest.skip("compiles CUDA kernels from CPU graphs", allow_module_level=True)

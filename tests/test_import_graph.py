@@ -8,6 +8,8 @@ import pytest
 
 from smelt.backend_registry import BACKENDS
 
+pytestmark = pytest.mark.cpu_backend_independent
+
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "smelt")
 
 # Each group may import itself and the groups before it. The runtime sits low: it reads what code

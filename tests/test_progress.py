@@ -7,6 +7,8 @@ import torch
 
 from smelt import progress
 
+pytestmark = pytest.mark.cpu_backend_independent
+
 
 class Terminal(io.StringIO):
     def isatty(self):

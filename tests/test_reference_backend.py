@@ -10,7 +10,7 @@ import smelt  # noqa: F401  (registers the backend)
 import smelt.observe
 from smelt.codegen import backends
 
-pytestmark = pytest.mark.smelt_only
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 
 @pytest.fixture(autouse=True)

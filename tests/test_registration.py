@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-pytestmark = pytest.mark.smelt_only
+pytestmark = [pytest.mark.smelt_only, pytest.mark.cpu_backend_independent]
 
 
 def _fn(x):

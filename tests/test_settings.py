@@ -10,6 +10,8 @@ import torch
 from smelt import config
 from smelt.config import BACKENDS, SETTINGS, Config, SettingError, setting
 
+pytestmark = pytest.mark.cpu_backend_independent
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BOOLEANS = [name for name, s in SETTINGS.items() if s.parse is config.parse_bool]
 INTEGERS = [name for name, s in SETTINGS.items() if s.parse is config.parse_positive_int]

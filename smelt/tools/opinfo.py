@@ -199,7 +199,7 @@ def _worker(indices, device, dtype_name, max_samples, timeout):
     return results
 
 
-def select_ops(device: str, dtype_name: str, names: list[str] | None, sample_every: int = 1):
+def select_ops(device: str, dtype_name: str, names: list[str] | None, sample_every: int = 1, first: int = 0):
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
     dtype = getattr(torch, dtype_name)
@@ -213,7 +213,7 @@ def select_ops(device: str, dtype_name: str, names: list[str] | None, sample_eve
         except Exception:
             continue
         chosen.append(k)
-    return chosen[::sample_every]
+    return chosen[first::sample_every]
 
 
 def summarize(results: list[OpResult]) -> dict:
@@ -240,13 +240,17 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=3, help="samples per op")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     parser.add_argument("--every", type=int, default=1, help="run every Nth op (a sample of ops, for speed)")
+    parser.add_argument("--first", type=int, default=0,
+                        help="with --every N, start at the Kth op (0 <= K < N): N runs with K = 0..N-1 cover every op")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per op")
     parser.add_argument("--json", help="write every op's result here")
     parser.add_argument("--verbose", action="store_true", help="also list passing ops that used a fallback")
     args = parser.parse_args(argv)
 
     names = args.ops.split(",") if args.ops else None
-    chosen = select_ops(args.device, args.dtype, names, args.every)
+    if not 0 <= args.first < max(1, args.every):
+        parser.error(f"--first {args.first}: wants 0 <= K < --every ({args.every})")
+    chosen = select_ops(args.device, args.dtype, names, args.every, args.first)
     jobs = max(1, min(args.jobs, len(chosen)))
     chunks = [chosen[k::jobs] for k in range(jobs)]
     started = time.perf_counter()
