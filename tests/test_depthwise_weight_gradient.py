@@ -74,6 +74,18 @@ def test_blocks_keep_every_multiprocessor_busy():
     assert choose_blocks(channels=4, out_width=3, rows=2, taps=25, sms=132).runs == 2  # no run without a row
 
 
+@pytest.mark.parametrize("channels, taps, expected", [
+    (144, 9, (32, 16)),  # 64 would pad 144 to 192
+    (72, 25, (32, 1)),
+    (240, 9, (64, 8)),  # 256: a fifteenth padded
+    (1152, 25, (64, 1)),  # a 5x5 window: one output a strip
+    (16, 9, (16, 32)),  # fewer channels than a block: the block shrinks to them
+])
+def test_blocks_follow_the_sweep(channels, taps, expected):
+    blocks = choose_blocks(channels=channels, out_width=56, rows=32 * 56, taps=taps, sms=132)
+    assert (blocks.channels, blocks.outputs) == expected
+
+
 def test_the_setting_names_its_accepted_values(monkeypatch):
     monkeypatch.setenv("SMELT_DEPTHWISE_WEIGHT_GRADIENT", "cudnn")
     with pytest.raises(SettingError, match="SMELT_DEPTHWISE_WEIGHT_GRADIENT.*kernel, library, reduction"):

@@ -6,8 +6,8 @@ Written as a reduction per (tap, channel) in smelt's IR, each tap's sum read the
 fortieth session). Here the gradient and the input are read about once, all taps summed together.
 lowering/depthwise_convolution_backward.py calls it under SMELT_DEPTHWISE_WEIGHT_GRADIENT=kernel for
 CUDA tensors of float32 or half floats (on the CPU, under the Triton backend, through Triton's
-interpreter). Best of a sweep, it takes 1.8x cuDNN's GPU time on EfficientNet-B0's and MobileNetV3's
-layers (H200, RESULTS forty-first session): cuDNN's weight gradient stays the GPU's default.
+interpreter). Best of a sweep, it takes 1.5-1.7x cuDNN's GPU time on EfficientNet-B0's and MobileNetV3's
+layers (H200, RESULTS forty-second session): cuDNN's weight gradient stays the GPU's default.
 """
 from __future__ import annotations
 
@@ -29,11 +29,16 @@ class Blocks:
 
 
 def choose_blocks(channels: int, out_width: int, rows: int, taps: int, sms: int) -> Blocks:
-    """Blocks for a layer: a [TAPS, BW, BC] tile of 8192 input elements, and enough runs of rows
-    that every multiprocessor has PARTIAL_RUNS_PER_SM programs (the best of a sweep on most of
-    EfficientNet-B0's and MobileNetV3's layers, benchmarks/probes/depthwise_weight_gradient.py)."""
-    bc = min(32, max(16, triton.next_power_of_2(channels)))
-    bw = max(1, min(triton.next_power_of_2(out_width), 8192 // (triton.next_power_of_2(taps) * bc)))
+    """Blocks for a layer, the best of a sweep on EfficientNet-B0's and MobileNetV3's layers
+    (benchmarks/probes/depthwise_weight_gradient.py --sweep, H200, RESULTS forty-second session):
+    64 channels a program unless padding 64 wastes more than an eighth of them (72 and 144 channels
+    take 32); a [TAPS, BW, BC] tile of 8192 input elements for windows up to 4x4, one output a strip
+    for larger ones (a 5x5 window's 32 taps of 64 channels fill the registers already); and enough
+    runs of rows that every multiprocessor has PARTIAL_RUNS_PER_SM programs."""
+    bc = 64 if triton.cdiv(channels, 64) * 64 * 8 <= channels * 9 else 32
+    bc = min(bc, max(16, triton.next_power_of_2(channels)))
+    taps_p2 = triton.next_power_of_2(taps)
+    bw = 1 if taps_p2 > 16 else max(1, min(triton.next_power_of_2(out_width), 8192 // (taps_p2 * bc)))
     channel_blocks = triton.cdiv(channels, bc)
     runs = max(1, min(rows, triton.cdiv(PARTIAL_RUNS_PER_SM * sms, channel_blocks)))
     return Blocks(bc, bw, 4, runs)
