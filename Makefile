@@ -41,10 +41,11 @@ browser:
 TEST_JOBS ?= 2
 # The Triton pass leaves out the tests marked cpu_backend_independent (they ran in the Halide pass)
 # and takes the even OpInfo ops; test-oldest-triton takes the odd ones. CI's budget is 25 minutes.
+# Each pass lists its 15 slowest tests: where CI's time goes, from its own log.
 test: setup browser
-	$(PY) -m pytest -q -n $(TEST_JOBS) tests --ignore=tests/gpu
+	$(PY) -m pytest -q -n $(TEST_JOBS) --durations=15 tests --ignore=tests/gpu
 	SMELT_CPU_BACKEND=triton SMELT_TEST_SECOND_BACKEND=1 OPINFO_EVERY=2 OPINFO_FIRST=0 \
-	  $(PY) -m pytest -q -n $(TEST_JOBS) tests --ignore=tests/gpu
+	  $(PY) -m pytest -q -n $(TEST_JOBS) --durations=15 tests --ignore=tests/gpu
 	$(MAKE) --no-print-directory test-oldest-triton
 
 # Triton's semantics move between the versions smelt supports (3.6 spells -x as 0 - x: +0 stays +0,
