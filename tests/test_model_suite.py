@@ -103,8 +103,35 @@ def test_each_case_line_carries_its_ratios():
         "ms": {"eager": 40.0, "inductor": 20.0, "smelt": 16.0}, "compile_s": {"smelt": 30.0, "inductor": 50.0},
         "peak_bytes": {"eager": 400, "inductor": 210, "smelt": 200}})
     line = report.summary(timed)
+    assert "40.00 / 20.00 / 16.00" in line, line
     assert "vs eager 2.50x" in line and "vs Inductor 1.25x" in line and "0.95x" in line and "30.0 / 50.0" in line, line
     assert report.summary(CaseResult("gpt2", "train", "tiny", "cpu", "pass")) == ""
+
+
+def test_a_case_that_would_outrun_the_time_budget_is_not_begun(tmp_path, monkeypatch):
+    # On the GPU machine a call's own limit kills the run: the forty-third session lost a finished
+    # row's JSON and table to a case begun at 360 s of a 430-s budget. Now each finished case is in
+    # the files at once, and a case starts only if the longest so far would end within the budget.
+    import types
+    from smelt.tools.model_suite import __main__ as suite_main
+    from smelt.tools.model_suite import report, runner
+    clock = [0.0]
+    written = tmp_path / "suite.json"
+    seen = []
+
+    def fake_case(spec, mode, size, device, backend, **kw):
+        seen.append(len(report.from_json(written.read_text())) if written.exists() else 0)
+        clock[0] += 40.0
+        return runner.CaseResult(spec.name, mode, size, device, "pass")
+
+    monkeypatch.setattr(suite_main, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(runner, "run_case", fake_case)
+    code = suite_main.main(["--device", "cpu", "--models", "gpt2,bert,llama", "--modes", "infer_fp32",
+                            "--time-budget", "90", "--json", str(written)])
+    assert code == 0
+    statuses = [r.status for r in report.from_json(written.read_text())]
+    assert statuses == ["pass", "pass", "skip"], statuses  # 80 + 40 > 90: the third is not begun
+    assert seen == [0, 1], seen
 
 
 def test_cuda_graph_columns_compare_reserved_memory():

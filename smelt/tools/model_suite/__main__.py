@@ -23,9 +23,10 @@ def parse(argv):
                         "--timings, also time both compilers in that mode")
     p.add_argument("--triage", action="store_true",
                    help="rerun each failing case with aot_eager: failures that remain are not smelt's")
-    p.add_argument("--time-budget", type=float, default=0, help="seconds; later cases are skipped past it")
-    p.add_argument("--markdown", help="also write the table here")
-    p.add_argument("--json", help="write every result (with failure messages) here")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="seconds; a case starts only if the longest case so far would end within them")
+    p.add_argument("--markdown", help="also write the table here (rewritten as each case ends)")
+    p.add_argument("--json", help="write every result (with failure messages) here (rewritten as each case ends)")
     p.add_argument("--list", action="store_true")
     return p.parse_args(argv)
 
@@ -59,10 +60,15 @@ def main(argv=None):
         sys.exit(f"unknown models {unknown}; --list shows the zoo")
     start = time.perf_counter()
     results = []
+    longest = 0.0
     for spec, mode in cases([specs[n] for n in names], modes):
-        if args.time_budget and time.perf_counter() - start > args.time_budget:
+        # A device call's own limit kills a case it cannot finish and, with it, the table: such a
+        # case is not begun (judged by the longest case so far).
+        if args.time_budget and time.perf_counter() - start + longest > args.time_budget:
             results.append(CaseResult(spec.name, mode, size, args.device, "skip", notes=["past --time-budget"]))
+            _write(args, results, report)
             continue
+        case_start = time.perf_counter()
         r = run_case(spec, mode, size, args.device, args.backend, timings=args.timings,
                      timing_kw={"inductor": not args.no_inductor, "cuda_graphs": args.cuda_graphs},
                      compile_mode="reduce-overhead" if args.cuda_graphs else None)
@@ -70,19 +76,24 @@ def main(argv=None):
             again = run_case(spec, mode, size, args.device, "aot_eager")
             r.notes.insert(0, "aot_eager passes: smelt's bug" if again.passed
                            else f"aot_eager also {again.status}: not smelt's ({again.message(1)[:200]})")
+        longest = max(longest, time.perf_counter() - case_start)
         results.append(r)
+        _write(args, results, report)
         print(f"[{time.perf_counter() - start:7.1f}s] {r.model:20s} {r.mode:10s} {r.status:5s} {r.seconds:6.1f}s "
               f"{report.summary(r)} {r.message(2)}", flush=True)
-    table = report.markdown(results)
+    print()
+    print(report.markdown(results))
+    return 0 if all(r.status in ("pass", "skip") for r in results) else 1
+
+
+def _write(args, results, report) -> None:
+    """The JSON and the table as they stand: a run stopped from outside keeps its finished cases."""
     if args.json:
         with open(args.json, "w") as f:
             f.write(report.to_json(results))
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(table + "\n")
-    print()
-    print(table)
-    return 0 if all(r.status in ("pass", "skip") for r in results) else 1
+            f.write(report.markdown(results) + "\n")
 
 
 if __name__ == "__main__":

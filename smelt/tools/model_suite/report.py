@@ -15,7 +15,8 @@ def summary(r) -> str:
     ms, comp, peak = t.get("ms", {}), t.get("compile_s", {}), t.get("peak_bytes", {})
     if not ms:
         return ""
-    return (f"speed vs eager {_ratio(ms.get('eager'), ms.get('smelt'))}, vs Inductor "
+    times = " / ".join(f"{ms[k]:.2f}" if ms.get(k) else "-" for k in ("eager", "inductor", "smelt"))
+    return (f"ms eager / Inductor / smelt {times}; speed vs eager {_ratio(ms.get('eager'), ms.get('smelt'))}, vs Inductor "
             f"{_ratio(ms.get('inductor'), ms.get('smelt'))}; peak vs eager {_ratio(peak.get('smelt'), peak.get('eager'))}, "
             f"vs Inductor {_ratio(peak.get('smelt'), peak.get('inductor'))}; compile s "
             f"{comp.get('smelt') or 0:.1f} / {comp.get('inductor') or 0:.1f}")
