@@ -134,6 +134,34 @@ def test_a_case_that_would_outrun_the_time_budget_is_not_begun(tmp_path, monkeyp
     assert seen == [0, 1], seen
 
 
+def test_shards_sharing_a_gpu_time_one_at_a_time(tmp_path, monkeypatch):
+    # scripts/model_suite_shards --timings: a shard's turns hold the shared lock file, so another
+    # shard's turns (or the graphed rows' times) wait rather than share the GPU with them.
+    import fcntl
+    from smelt.tools.model_suite import timing
+    lock = tmp_path / "timing.lock"
+    held = []
+
+    def probe(fn, device, calls):
+        with open(lock, "a") as other:  # another open file: another shard's view of the lock
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(other, fcntl.LOCK_UN)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+        return 1.0
+
+    monkeypatch.setattr(timing, "_steady_ms", probe)
+    monkeypatch.setenv(timing.TIMING_LOCK_ENV, str(lock))
+    result = {"ms": {}}
+    timing._rounds({"eager": None, "smelt": None}, "cpu", 15, result)
+    assert held and all(held), held
+    assert result["ms"] == {"eager": 1.0, "smelt": 1.0}
+    with open(lock, "a") as other:  # let go after the turns
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_cuda_graph_columns_compare_reserved_memory():
     # Under CUDA graphs a recording's memory is its pool's and Inductor's replays hand out outputs the
     # allocator does not count as allocated: the graph columns compare the reserved peaks.

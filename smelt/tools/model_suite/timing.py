@@ -10,6 +10,8 @@ process, Inductor's 3.0 -> 4.8 -> 3.0), and a host-bound row measured alone read
 fell in; turns of about a tenth of a second put every backend under the same phases."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import gc
 import os
@@ -27,6 +29,25 @@ BACKENDS = ("eager", "inductor", "smelt")
 # With CUDA graphs: both compilers again, in torch.compile's mode="reduce-overhead".
 GRAPHED = ("inductor-ro", "smelt-ro")
 ROUNDS = 7
+# A file that suite processes sharing one GPU lock while they time (scripts/model_suite_shards):
+# their compiles overlap, their timed turns do not.
+TIMING_LOCK_ENV = "SMELT_SUITE_TIMING_LOCK"
+
+
+@contextlib.contextmanager
+def timed_alone():
+    """Held while steady times are taken: with SMELT_SUITE_TIMING_LOCK set, no other suite process
+    sharing that file times at once (each waits for the file's lock); otherwise nothing."""
+    path = os.environ.get(TIMING_LOCK_ENV)
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sync(device):
@@ -205,7 +226,8 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
             # on the same code objects (told apart by backend before any guard runs).
             steady[name] = fn
             continue
-        result["ms"][name] = _steady_ms(fn, device, cpu_calls)
+        with timed_alone():
+            result["ms"][name] = _steady_ms(fn, device, cpu_calls)
         del fn
         if cuda:
             torch.cuda.empty_cache()
@@ -222,9 +244,10 @@ def _rounds(steady: dict, device, cpu_calls: int, result: dict) -> None:
     names = list(steady)
     turns = {name: [] for name in names}
     calls = max(3, cpu_calls // 3)  # CPU turns: fewer calls each, more turns than one long run
-    for r in range(ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            turns[name].append(_steady_ms(steady[name], device, calls))
+    with timed_alone():
+        for r in range(ROUNDS):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                turns[name].append(_steady_ms(steady[name], device, calls))
     for name in names:
         # The best turn: the backend's time in the host's fast phase, which every backend meets in
         # some of its turns; a median read whichever phase most turns fell in (ResNet-50's smelt turns
