@@ -24,6 +24,7 @@ from ..symbolic import product, static_int, sympify
 from .common import make_pointwise, upcast_half
 from .depthwise_convolution import _stored
 from .extern_nodes import make_extern
+from . import onednn_weight_gradient
 from .pooling import Window, _all, _expand, _index, _provable
 from .reductions import make_reduction
 
@@ -189,6 +190,8 @@ def _weight_gradient_in_library(g, grad, x, weight, windows: list[Window], meta)
     n = len(windows)
     args = (grad, x, weight, None, [w.stride for w in windows], [w.padding for w in windows], [1] * n, False,
             [0] * n, static_int(x.get_size()[1]), [False, True, False])
+    if onednn_weight_gradient.faults(x, args[4], args[10]):
+        return onednn_weight_gradient.weight_gradient(g, grad, x, weight, args[3:10], meta)
     return make_extern(g, torch.ops.aten.convolution_backward.default, args, {}, is_fallback=False,
                        meta=(None, meta, None))[1]
 

@@ -15,6 +15,7 @@ from .depthwise_convolution_backward import depthwise_backward_windows, lower_de
 from .extern_nodes import make_extern
 from .convolution_calls import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
 from .input_writes import InputWrite
+from . import onednn_weight_gradient
 from .kernel_support import why_aten
 from ..target import switched_on
 from ..runtime import packed_convolution, padded_product, short_attention  # noqa: F401  (register smelt's ops)
@@ -68,6 +69,8 @@ def extern_call(g, *args, **kwargs):
         windows = depthwise_backward_windows(g, *args[:3], *args[4:8], args[9], tap_limit=taps) if taps else None
         if windows is not None:
             return lower_depthwise_backward(g, *args[:3], windows, args[10])
+        if onednn_weight_gradient.faults(args[1], args[4], args[10]):
+            return onednn_weight_gradient.lower(g, args)
     if g.node.target is aten.convolution.default and _wants_products(g) and is_pointwise_convolution(g.node):
         product = lower_pointwise_convolution(g, args[0], args[1])
         if product is not None:
