@@ -124,6 +124,27 @@ def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, co
     assert re.search(r"\(144, 1, 24, 4,?\)", graph.wrapper_source)  # planned: the convolution's result is NHWC
 
 
+@pytest.mark.parametrize("read", ["returned", "read_by_a_kernel", "through_a_view"])
+def test_an_as_strided_read_of_a_planned_value_reads_eagers_storage(device, compile_fn, assert_close, read):
+    # as_strided reads storage, not elements: over a convolution's result made NHWC it must read
+    # what eager's NCHW memory holds (the class of fuzz seed 4303's padded product, whose layout an
+    # ATen call fixes; here the lowering stores the value as traced).
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3).to(device)
+
+    def f(x):
+        y = torch.relu(conv(x))
+        if read == "through_a_view":
+            y = y.view(2, 4, 36)
+        z = y.as_strided((5, 7), (9, 2), 3)
+        return z if read == "returned" else z * 2
+
+    x = torch.randn(2, 3, 8, 8, device=device)
+    with torch.no_grad(), smelt.config.override(channels_last="on"):
+        actual = compile_fn(f)(x)
+    assert_close(actual, f(x), atol=1e-5, rtol=1e-5)
+
+
 def test_pointwise_kernels_walk_a_channels_last_buffer_in_memory_order(device, compile_fn, assert_close, observe):
     """x is channels-last, so eager's x * 2 + 1 is too: one flat walk, no transposing tiles."""
     x = torch.randn(2, 8, 5, 7, device=device).contiguous(memory_format=torch.channels_last)

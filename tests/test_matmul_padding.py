@@ -622,3 +622,14 @@ def test_a_returned_view_of_a_padded_products_input_shares_its_memory(device, co
     assert actual[1].storage_offset() == expected[1].storage_offset()
     actual[0].add_(1)
     assert_close(actual[1], views[view](actual[0]), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_an_as_strided_read_of_a_products_copy_reads_eagers_storage(device, compile_fn, assert_close, offset):
+    # Fuzz seed 4303: the copy became the padded product's rows in place, and as_strided, which
+    # reads storage rather than elements, read the padding (4.2 off eager).
+    def fn(a, b):
+        return (a @ b).clone(memory_format=torch.contiguous_format).as_strided((6, 2), (2, 1), offset)
+
+    a, b = torch.randn(2, 3, 2, device=device), torch.randn(2, 3, device=device)
+    assert_close(compile_fn(fn)(a, b), fn(a, b), atol=1e-5, rtol=1e-5)

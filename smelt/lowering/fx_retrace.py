@@ -19,6 +19,8 @@ log = logging.getLogger("smelt.lowering")
 
 # View ops that fail on strides they cannot express: their input is made contiguous first.
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
+# Ops that read their input's storage, not its elements: new strides change what they read.
+_STORAGE_READERS = (aten.as_strided.default,)
 
 
 class Checkpoint:
@@ -74,6 +76,8 @@ def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
                         env[node] = node.meta["val"]
                         continue
                     dirty.add(node)
+                    if node.target in _STORAGE_READERS:
+                        _keep_storage_read(gm, node, env, since)
                     env[node] = _run(gm, node, env)
                 elif node.op != "output":
                     raise NotImplementedError(f"FX node kind {node.op}")
@@ -86,6 +90,32 @@ def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
         if node.op == "call_function" and val is not None:
             node.meta["val"] = val
     return True
+
+
+def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) -> None:
+    """`node` (as_strided) reads its input's storage: where a pass changed that input's layout, it
+    reads a contiguous copy instead, which holds what the traced storage held where the traced
+    input was contiguous from its storage's start and the read stays within its elements (fuzz
+    seed 4303: a padded product's rows in place of the contiguous clone an as_strided read). Any
+    other such change is refused (the graph keeps its traced layouts)."""
+    source = node.args[0]
+    new = env.get(source)
+    before = since.arguments.get(node)
+    traced_source = before[0][0] if before else None
+    traced = traced_source.meta.get("val") if isinstance(traced_source, torch.fx.Node) else None
+    if not isinstance(new, torch.Tensor) or not isinstance(traced, torch.Tensor):
+        raise NotImplementedError(f"{node.name} reads the storage of a value whose traced layout is unknown")
+    if traced_source is source and new.stride() == traced.stride() and new.storage_offset() == traced.storage_offset():
+        return
+    size, stride = node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 and node.args[3] is not None else traced.storage_offset()
+    reach = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(n > 0 for n in size) else -1
+    if not (traced.is_contiguous() and traced.storage_offset() == 0 and reach < traced.numel()):
+        raise NotImplementedError(f"{node.name} reads the storage of a value whose layout the plan changed")
+    with gm.graph.inserting_before(node):
+        copy = gm.graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
+    env[copy] = aten.clone.default(new, memory_format=torch.contiguous_format)
+    node.update_arg(0, copy)
 
 
 def _run(gm, node: torch.fx.Node, env: dict):
