@@ -625,11 +625,18 @@ def test_a_returned_view_of_a_padded_products_input_shares_its_memory(device, co
 
 
 @pytest.mark.parametrize("offset", [0, 1])
-def test_an_as_strided_read_of_a_products_copy_reads_eagers_storage(device, compile_fn, assert_close, offset):
+@pytest.mark.parametrize("access", ["read", "written"])
+def test_an_as_strided_view_of_a_products_copy_reaches_eagers_storage(device, compile_fn, assert_close, offset,
+                                                                       access):
     # Fuzz seed 4303: the copy became the padded product's rows in place, and as_strided, which
-    # reads storage rather than elements, read the padding (4.2 off eager).
+    # reaches storage rather than elements, read the padding (4.2 off eager); a write through it
+    # (as_strided_scatter once functionalized) wrote over the padded rows.
     def fn(a, b):
-        return (a @ b).clone(memory_format=torch.contiguous_format).as_strided((6, 2), (2, 1), offset)
+        v = (a @ b).clone(memory_format=torch.contiguous_format)
+        if access == "read":
+            return v.as_strided((6, 2), (2, 1), offset)
+        v.as_strided((6, 2), (2, 1), offset).mul_(3)
+        return v
 
     a, b = torch.randn(2, 3, 2, device=device), torch.randn(2, 3, device=device)
     assert_close(compile_fn(fn)(a, b), fn(a, b), atol=1e-5, rtol=1e-5)

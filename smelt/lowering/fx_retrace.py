@@ -19,8 +19,9 @@ log = logging.getLogger("smelt.lowering")
 
 # View ops that fail on strides they cannot express: their input is made contiguous first.
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
-# Ops that read their input's storage, not its elements: new strides change what they read.
-_STORAGE_READERS = (aten.as_strided.default,)
+# Ops that read (or write) their first input's storage, not its elements: new strides change
+# which elements they reach. The positions of their size, stride and storage offset arguments.
+_STORAGE_READERS = {aten.as_strided.default: (1, 2, 3), aten.as_strided_scatter.default: (2, 3, 4)}
 
 
 class Checkpoint:
@@ -93,11 +94,11 @@ def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
 
 
 def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) -> None:
-    """`node` (as_strided) reads its input's storage: where a pass changed that input's layout, it
-    reads a contiguous copy instead, which holds what the traced storage held where the traced
-    input was contiguous from its storage's start and the read stays within its elements (fuzz
-    seed 4303: a padded product's rows in place of the contiguous clone an as_strided read). Any
-    other such change is refused (the graph keeps its traced layouts)."""
+    """`node` (as_strided, as_strided_scatter) reaches into its input's storage: where a pass
+    changed that input's layout, it reads a contiguous copy instead, which holds what the traced
+    storage held where the traced input was contiguous from its storage's start and the reach
+    stays within its elements (fuzz seed 4303: a padded product's rows in place of the contiguous
+    clone an as_strided read). Any other such change is refused (the graph keeps its traced layouts)."""
     source = node.args[0]
     new = env.get(source)
     before = since.arguments.get(node)
@@ -107,8 +108,10 @@ def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) ->
         raise NotImplementedError(f"{node.name} reads the storage of a value whose traced layout is unknown")
     if traced_source is source and new.stride() == traced.stride() and new.storage_offset() == traced.storage_offset():
         return
-    size, stride = node.args[1], node.args[2]
-    offset = node.args[3] if len(node.args) > 3 and node.args[3] is not None else traced.storage_offset()
+    at_size, at_stride, at_offset = _STORAGE_READERS[node.target]
+    size, stride = node.args[at_size], node.args[at_stride]
+    offset = node.args[at_offset] if len(node.args) > at_offset and node.args[at_offset] is not None \
+        else traced.storage_offset()
     reach = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(n > 0 for n in size) else -1
     if not (traced.is_contiguous() and traced.storage_offset() == 0 and reach < traced.numel()):
         raise NotImplementedError(f"{node.name} reads the storage of a value whose layout the plan changed")
