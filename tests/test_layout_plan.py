@@ -124,16 +124,16 @@ def test_a_view_the_new_layout_cannot_express_reads_a_contiguous_copy(device, co
     assert re.search(r"\(144, 1, 24, 4,?\)", graph.wrapper_source)  # planned: the convolution's result is NHWC
 
 
-@pytest.mark.parametrize("read", ["returned", "read_by_a_kernel", "through_a_view"])
+@pytest.mark.parametrize("read", ["returned", "read_by_a_kernel", "through_a_view", "of_the_convolution"])
 def test_an_as_strided_read_of_a_planned_value_reads_eagers_storage(device, compile_fn, assert_close, read):
     # as_strided reads storage, not elements: over a convolution's result made NHWC it must read
-    # what eager's NCHW memory holds (the class of fuzz seed 4303's padded product, whose layout an
-    # ATen call fixes; here the lowering stores the value as traced).
+    # what eager's NCHW memory holds (the class of fuzz seed 4303's padded product). The ATen call's
+    # own NHWC result read NHWC memory (4.2 off eager); a kernel's is stored as traced.
     torch.manual_seed(0)
-    conv = nn.Conv2d(3, 4, 3).to(device)
+    conv = nn.Conv2d(3, 4, 3, bias=False).to(device)  # a bias would be added by a kernel, stored as traced
 
     def f(x):
-        y = torch.relu(conv(x))
+        y = conv(x) if read == "of_the_convolution" else torch.relu(conv(x))
         if read == "through_a_view":
             y = y.view(2, 4, 36)
         z = y.as_strided((5, 7), (9, 2), 3)
