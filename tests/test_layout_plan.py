@@ -145,6 +145,38 @@ def test_an_as_strided_read_of_a_planned_value_reads_eagers_storage(device, comp
     assert_close(actual, f(x), atol=1e-5, rtol=1e-5)
 
 
+class _SquareReadingStorage(torch.autograd.Function):
+    """y * y whose backward reads the saved y through as_strided (its storage, in eager: NCHW order)."""
+
+    @staticmethod
+    def forward(ctx, y):
+        ctx.save_for_backward(y)
+        return y * y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * 2 * y.as_strided((y.numel(),), (1,), 0).view(y.shape)
+
+
+def test_an_as_strided_read_of_a_saved_value_the_plan_made_nhwc(device, compile_fn, assert_close):
+    # The backward's placeholder takes the forward's NHWC strides (restride_placeholders) before the
+    # re-trace: the storage rule must judge it by the strides it was traced with, not its new ones
+    # (a review found the gradients off by 490).
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8, device=device, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, device=device, requires_grad=True)
+
+    def f(x, w):
+        return _SquareReadingStorage.apply(F.conv2d(x, w)).sum()
+
+    expected = torch.autograd.grad(f(x, w), (x, w))
+    with smelt.config.override(channels_last="on"):
+        actual = torch.autograd.grad(compile_fn(f)(x, w), (x, w))
+    for a, e in zip(actual, expected):
+        assert_close(a, e, atol=1e-4, rtol=1e-4)
+
+
 def test_pointwise_kernels_walk_a_channels_last_buffer_in_memory_order(device, compile_fn, assert_close, observe):
     """x is channels-last, so eager's x * 2 + 1 is too: one flat walk, no transposing tiles."""
     x = torch.randn(2, 8, 5, 7, device=device).contiguous(memory_format=torch.channels_last)

@@ -625,7 +625,7 @@ def test_a_returned_view_of_a_padded_products_input_shares_its_memory(device, co
 
 
 @pytest.mark.parametrize("offset", [0, 1])
-@pytest.mark.parametrize("access", ["read", "written"])
+@pytest.mark.parametrize("access", ["read", "written", "read_through_a_row"])
 def test_an_as_strided_view_of_a_products_copy_reaches_eagers_storage(device, compile_fn, assert_close, offset,
                                                                        access):
     # Fuzz seed 4303: the copy became the padded product's rows in place, and as_strided, which
@@ -635,6 +635,8 @@ def test_an_as_strided_view_of_a_products_copy_reaches_eagers_storage(device, co
         v = (a @ b).clone(memory_format=torch.contiguous_format)
         if access == "read":
             return v.as_strided((6, 2), (2, 1), offset)
+        if access == "read_through_a_row":  # a view of unchanged strides over the changed storage
+            return v[0, 0].as_strided((6, 2), (2, 1), offset)
         v.as_strided((6, 2), (2, 1), offset).mul_(3)
         return v
 

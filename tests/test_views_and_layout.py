@@ -263,3 +263,16 @@ def test_a_scatter_whose_masks_are_all_0d(fn, device, check):
     # Fuzz finding: Triton's interpreter broadcast a mask of 0-d bools to a block as int32 data,
     # which its load refused ("mask has unsupported dtype").
     check(fn, torch.randn(2, 1, 1, 1, device=device), torch.randn(2, 1, 1, 1, device=device))
+
+
+@pytest.mark.parametrize("offset", [None, 0, 2])
+def test_as_strided_of_a_view_reaches_past_the_views_elements(device, compile_fn, assert_close, offset):
+    # as_strided reads the storage a view shares with its base: v[0, 0] holds 3 of v's 18 elements and
+    # the read below takes 12 of them. The view alone was realized, the rest read out of bounds (1e12).
+    def fn(a):
+        v = (a * 2).clone()
+        row = v[0, 1]
+        return row.as_strided((6, 2), (2, 1)) if offset is None else row.as_strided((6, 2), (2, 1), offset)
+
+    a = torch.randn(2, 3, 3, device=device)
+    assert_close(compile_fn(fn)(a), fn(a))

@@ -95,18 +95,20 @@ def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
 
 def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) -> None:
     """`node` (as_strided, as_strided_scatter) reaches into its input's storage: where a pass
-    changed that input's layout, it reads a contiguous copy instead, which holds what the traced
-    storage held where the traced input was contiguous from its storage's start and the reach
-    stays within its elements (fuzz seed 4303: a padded product's rows in place of the contiguous
-    clone an as_strided read). Any other such change is refused (the graph keeps its traced layouts)."""
+    changed the layout of that input or of any value it views, it reads a contiguous copy instead,
+    which holds what the traced storage held where the traced input was contiguous from its
+    storage's start and the reach stays within its elements (fuzz seed 4303: a padded product's
+    rows in place of the contiguous clone an as_strided read). Any other such change is refused
+    (the graph keeps its traced layouts)."""
     source = node.args[0]
-    new = env.get(source)
     before = since.arguments.get(node)
     traced_source = before[0][0] if before else None
-    traced = traced_source.meta.get("val") if isinstance(traced_source, torch.fx.Node) else None
+    # The value before the pass: a placeholder's meta may already hold its new strides (restride_placeholders).
+    traced = since.values.get(traced_source) if isinstance(traced_source, torch.fx.Node) else None
+    new = env.get(source)
     if not isinstance(new, torch.Tensor) or not isinstance(traced, torch.Tensor):
         raise NotImplementedError(f"{node.name} reads the storage of a value whose traced layout is unknown")
-    if traced_source is source and new.stride() == traced.stride() and new.storage_offset() == traced.storage_offset():
+    if traced_source is source and not any(_layout_changed(n, env, since) for n in _alias_chain(source)):
         return
     at_size, at_stride, at_offset = _STORAGE_READERS[node.target]
     size, stride = node.args[at_size], node.args[at_stride]
@@ -119,6 +121,25 @@ def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) ->
         copy = gm.graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
     env[copy] = aten.clone.default(new, memory_format=torch.contiguous_format)
     node.update_arg(0, copy)
+
+
+def _alias_chain(node) -> list:
+    """`node` and the values it views, back to the one that owns the storage."""
+    chain = [node]
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+            and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+        chain.append(node)
+    return chain
+
+
+def _layout_changed(node, env: dict, since: Checkpoint) -> bool:
+    """Whether `node`'s value has other strides or another storage offset than before the pass
+    (or it is new, or either is unknown)."""
+    old, new = since.values.get(node), env.get(node)
+    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
+        return True
+    return old.stride() != new.stride() or old.storage_offset() != new.storage_offset()
 
 
 def _run(gm, node: torch.fx.Node, env: dict):

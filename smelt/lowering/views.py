@@ -4,7 +4,8 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import FixedLayout, ReinterpretView, TensorBox, View
+from ..ir import Buffer, FixedLayout, ReinterpretView, StorageBox, TensorBox, View
+from ..ir.views import as_strided_layout
 from ..symbolic import flat_index, reshape_indexer, sympify, unflatten_index
 from .common import out_size
 from .registry import lowering
@@ -137,13 +138,35 @@ def select(g, x, dim, index):
 
 @lowering(aten.as_strided)
 def as_strided(g, x, size, stride, storage_offset=None):
-    buffer = g.realize(x)
-    base = buffer.buffer if isinstance(buffer, ReinterpretView) else buffer
-    # as_strided's offset counts from the start of the storage; layouts count from the tensor's start.
-    offset = sympify(storage_offset) - base.storage_offset if storage_offset is not None else sympify(0)
+    base = _storage_buffer(g, x)
+    if storage_offset is None:  # as_strided starts where x starts in its storage
+        strided = as_strided_layout(x.data if isinstance(x, TensorBox) else x)
+        offset = strided[1].offset if strided is not None and strided[0] is base else sympify(0)
+    else:  # as_strided's offset counts from the start of the storage; layouts count from the tensor's start.
+        offset = sympify(storage_offset) - base.storage_offset
     layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(sympify(s) for s in size),
                          tuple(sympify(s) for s in stride), offset)
     return TensorBox(ReinterpretView(base, layout))
+
+
+def _storage_buffer(g, x):
+    """The buffer holding the storage `x` is a view of: as_strided may reach past x's own elements
+    into the rest of it (`v[0, 0].as_strided((6, 2), (2, 1))` over a [2, 3, 3] v read 12 of its
+    18 elements; realizing the view alone kept 3, and the rest was read out of bounds). The views
+    between x and the storage are walked back, the storage realized whole."""
+    node = x
+    while True:
+        if isinstance(node, (TensorBox, View)):
+            node = node.data
+        elif isinstance(node, StorageBox):
+            return node.realize(g)
+        elif isinstance(node, ReinterpretView):
+            return node.buffer
+        elif isinstance(node, Buffer):
+            return node
+        else:
+            buffer = g.realize(x)
+            return buffer.buffer if isinstance(buffer, ReinterpretView) else buffer
 
 
 @lowering(aten.split, aten.split_with_sizes)
