@@ -81,6 +81,7 @@ def main(argv=None):
         _write(args, results, report)
         print(f"[{time.perf_counter() - start:7.1f}s] {r.model:20s} {r.mode:10s} {r.status:5s} {r.seconds:6.1f}s "
               f"{report.summary(r)} {r.message(2)}", flush=True)
+    _write(args, results, report)  # also when no case ran: the files say so
     print()
     print(report.markdown(results))
     return 0 if all(r.status in ("pass", "skip") for r in results) else 1
