@@ -123,11 +123,11 @@ def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) ->
     node.update_arg(0, copy)
 
 
-def _alias_chain(node) -> list:
+def _alias_chain(node: torch.fx.Node) -> list[torch.fx.Node]:
     """`node` and the values it views, back to the one that owns the storage."""
     chain = [node]
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-            and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node):
+    while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view \
+            and node.args and isinstance(node.args[0], torch.fx.Node):
         node = node.args[0]
         chain.append(node)
     return chain
