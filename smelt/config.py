@@ -170,7 +170,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_CUDA_GRAPHS": Setting(parse_bool, False, _BOOL),
     "SMELT_FREEZE_WEIGHTS": Setting(parse_bool, False, _BOOL),
     "SMELT_PROGRESS": Setting(parse_bool, False, _BOOL),
-    "SMELT_COMPILE_WORKERS": Setting(parse_positive_int, lambda: os.cpu_count() or 1, "a positive integer"),
+    "SMELT_COMPILE_WORKERS": Setting(parse_positive_int, lambda: usable_cores(), "a positive integer"),
     "SMELT_CHECK_CUDA_COMPILE": Setting(parse_bool, False, _BOOL),
     # Read once, by `import smelt` (preload.py).
     "SMELT_GC_FREEZE": Setting(parse_bool, True, _BOOL),
@@ -179,7 +179,17 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_COMMIT": Setting(lambda name, raw: raw.strip(), None, "a commit name"),
 }
 # Read by smelt's tests and benchmarks, not by smelt: known, so not warned about.
-OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_TEST_SHARD", "SMELT_MODEL_SUITE")
+OUTSIDE_SMELT = ("SMELT_TEST_DEVICE", "SMELT_TEST_BACKEND", "SMELT_TEST_SHARD", "SMELT_TEST_SECOND_BACKEND",
+                 "SMELT_MODEL_SUITE", "SMELT_SUITE_TIMING_LOCK")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: a process pinned by taskset or a container's cpuset gets
+    fewer than os.cpu_count(), and a worker pool sized by the machine would oversubscribe them."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS and Windows have no affinity mask
+        return os.cpu_count() or 1
 
 
 def setting(name: str) -> Any:

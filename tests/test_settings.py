@@ -2,6 +2,7 @@
 and refused with an error naming the variable and what it accepts."""
 import logging
 import os
+import pathlib
 import re
 
 import pytest
@@ -85,6 +86,24 @@ def test_an_unknown_variable_is_warned_about_once(monkeypatch, caplog):
     assert len(warnings) == 1
     assert "SMELT_AUTOTUN (did you mean SMELT_AUTOTUNE?)" in warnings[0]
     assert all(name in warnings[0] for name in SETTINGS)
+
+
+def test_every_variable_the_project_sets_or_reads_is_known():
+    """A variable our own scripts, tools or Makefile use must not be warned about as a typo: the
+    warning would teach users to ignore it."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    sources = [root / "Makefile", *root.glob("scripts/*"), *root.glob("smelt/**/*.py"),
+               *root.glob("benchmarks/**/*.py"), root / "tests" / "conftest.py"]
+    named = set()
+    for path in sources:
+        if path.is_file():
+            # In Python a variable is named in a string; elsewhere (shell, make) by its bare word.
+            quote = "[\"']" if path.suffix == ".py" else ""
+            pattern = rf"{quote}\b(SMELT_[A-Z0-9_]*[A-Z0-9])\b{quote}"
+            named |= set(re.findall(pattern, path.read_text(errors="replace")))
+    markers = {"SMELT_STAGES"}  # a line prefix in compile_time's output, not a variable
+    unknown = sorted(named - set(SETTINGS) - set(config.OUTSIDE_SMELT) - markers)
+    assert not unknown, f"used by the project but warned about as unknown: {unknown}"
 
 
 def test_known_variables_are_not_warned_about(monkeypatch, caplog):
@@ -181,3 +200,10 @@ def test_an_override_around_the_forward_holds_for_its_backward():
     graphs = smelt.observe.compiled_graphs()
     assert len(graphs) == 2
     assert all(name.startswith(other) for g in graphs for name in g.kernel_names), [g.kernel_names for g in graphs]
+
+
+def test_compile_workers_default_to_the_cores_this_process_may_use(monkeypatch):
+    """Pinned by taskset or a container's cpuset, a process gets fewer cores than the machine has."""
+    monkeypatch.delenv("SMELT_COMPILE_WORKERS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5}, raising=False)
+    assert setting("SMELT_COMPILE_WORKERS") == 2

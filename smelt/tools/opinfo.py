@@ -21,6 +21,8 @@ import signal
 import sys
 import time
 
+from smelt.config import usable_cores
+
 # Ops from these families are counted apart in the "fully lowered" share (issue 3's acceptance).
 EXCLUDED_FAMILIES = ("linalg.", "fft.", "sparse", "special.", "to_sparse", "_segment_reduce")
 
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--ops", help="comma-separated op names (default: all)")
     parser.add_argument("--samples", type=int, default=3, help="samples per op")
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
+    parser.add_argument("--jobs", type=int, default=usable_cores())
     parser.add_argument("--every", type=int, default=1, help="run every Nth op (a sample of ops, for speed)")
     parser.add_argument("--first", type=int, default=0,
                         help="with --every N, start at the Kth op (0 <= K < N): N runs with K = 0..N-1 cover every op")
