@@ -35,6 +35,11 @@ _LOWERED_INSTEAD = [
 # the op returns the logsumexp, and its backward op (an ATen call) reads that slot as logsumexp.
 _KEPT_AS_ATEN_CALLS = [aten._scaled_dot_product_flash_attention_for_cpu]
 
+# Core decompositions that turn one library product into a slower, larger one: baddbmm's computes a
+# bfloat16 or float16 product as a float32 bmm (pw_cast_for_opmath), whose float32 scores doubled
+# nn.MultiheadAttention's peak and miss the tensor cores. The library call rounds once, as eager's does.
+_PRODUCTS_KEPT = [aten.baddbmm]
+
 
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
@@ -44,7 +49,7 @@ def decomposition_table() -> dict:
     # of every other namespace, which AOTAutograd's tracing applies anyway; that costs ~0.1 s.
     table = dict(getattr(core, "decomp_table", None) or core)
     table.update(get_decompositions(_EXTRA))
-    for packet in _LOWERED_INSTEAD + _KEPT_AS_ATEN_CALLS:
+    for packet in _LOWERED_INSTEAD + _KEPT_AS_ATEN_CALLS + _PRODUCTS_KEPT:
         for name in packet.overloads():
             table.pop(getattr(packet, name), None)
     table[aten._foreach_norm.Scalar] = _foreach_norm

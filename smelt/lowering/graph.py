@@ -268,12 +268,20 @@ def _maybe_realize(graph: IRGraph, node, value):
         # Each ATen call reading a value its readers recompute gets a copy of its own (a padded
         # gradient's two products: BERT's logits gradient twice over): stored once instead.
         readers = _readers_through_views(node)
-        shared = sum(_reads_memory(reader) for reader in readers) > 1
+        stored = sum(_reads_memory(reader) for reader in readers)
         # (A value recomputed by a reader far later holds what it reads alive until then: no more
         # bytes than it would store, by `_cheaper_recomputed`'s byte rule; a softmax row step reads
         # one input of its size. `_realize_before_a_distant_reader` covers one reader.)
-        if not shared and (graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops)
-                           or _cheaper_recomputed(graph, loops, readers)):
+        # A value stored for one ATen call anyway is read back by its other readers unless recomputing
+        # it loads fewer bytes: otherwise the bytes are the same, and what it is computed from is not
+        # held alive for them (nn.MultiheadAttention's head-averaged weights recomputed the softmax
+        # and kept the scores to their end: +16 MiB at its peak).
+        if stored == 0:
+            recompute = (graph.softmax_rows.keeps_inline(node, value) or _cheap_scalar(loops)
+                         or _cheaper_recomputed(graph, loops, readers))
+        else:
+            recompute = stored == 1 and (_cheap_scalar(loops) or _cheaper_recomputed(graph, loops, readers, strictly=True))
+        if recompute:
             value.data.keep_recomputed()  # its readers recompute it; a later op asking for memory gets a copy
         else:
             realize_in_traced_order(graph, value.data, node)
@@ -292,13 +300,14 @@ def recomputes_dtype(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
-def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list) -> bool:
+def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list, strictly: bool = False) -> bool:
     """Whether each reader recomputing a pointwise value moves fewer bytes than storing it once and
     reading it back: it loads no more bytes per element, at full size, than it would store (a
     norm backward's float32 sum of two bfloat16 gradients, which a separate weight-gradient
     column sum read back: 16 MB written and read per Qwen2 norm), in a few ops, and no reader
     broadcasts it (each would recompute every element many times). Readers fused into one kernel
-    compute it once either way. `readers`: the nodes reading it, through views."""
+    compute it once either way. `readers`: the nodes reading it, through views; `strictly`: fewer
+    bytes, not as few (a value stored for an ATen call anyway)."""
     if type(loops) is not Pointwise or any(reader.op == "output" for reader in readers):
         return False  # the output stores it anyway
     if not recomputes_dtype(loops.get_dtype()):
@@ -323,7 +332,7 @@ def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list) -> bool:
         loaded = sum(graph.dtype_of(name).itemsize for name in full)
     except KeyError:
         return False
-    return loaded <= loops.get_dtype().itemsize
+    return loaded < loops.get_dtype().itemsize if strictly else loaded <= loops.get_dtype().itemsize
 
 
 def _realize_read_views_base(graph: IRGraph, node, value: TensorBox):
