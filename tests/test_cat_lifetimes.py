@@ -1,0 +1,47 @@
+"""A cat's storage is allocated where the program makes the cat, not where its first input is
+ready. DenseNet concatenates every earlier feature before each layer; copying a new feature into
+all the later cats of its block in one kernel (one read, many writes) allocated every cat of the
+block at its start: 162 MiB at once against eager's 154 (bf16 inference, batch 32, H200)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt
+from conftest import DEVICE
+
+pytestmark = pytest.mark.smelt_only
+
+LAYERS, GROWTH, FIRST, HW = 8, 8, 16, 12
+
+
+def _dense_block(x, *weights):
+    features = [x]
+    for w in weights:
+        features.append(F.conv2d(torch.relu(torch.cat(features, 1)), w))
+    return torch.cat(features, 1).sum()
+
+
+def _stored_cats(x, *weights):
+    # The convolution reads each cat from memory: every cat is stored, its inputs copied into it.
+    features = [x]
+    for w in weights:
+        features.append(torch.relu(F.conv2d(torch.cat(features, 1), w)))
+    return torch.cat(features, 1).sum()
+
+
+@pytest.mark.parametrize("block", [_dense_block, _stored_cats], ids=["relu_of_cat", "stored_cats"])
+def test_each_cat_of_a_dense_block_lives_only_around_its_layer(observe, block):
+    torch.manual_seed(0)
+    x = torch.randn(2, FIRST, HW, HW, device=DEVICE)
+    weights = [torch.randn(GROWTH, FIRST + GROWTH * k, 1, 1, device=DEVICE) / 8 for k in range(LAYERS)]
+    torch._dynamo.reset()
+    observe.reset()
+    out = torch.compile(block, backend="smelt")(x, *weights)
+    torch.testing.assert_close(out, block(x, *weights), atol=1e-3, rtol=1e-4)
+    graph = observe.compiled_graphs()[-1]
+    plane = 2 * HW * HW * 4  # bytes of one channel over the batch
+    largest_cat = (FIRST + GROWTH * LAYERS) * plane
+    every_cat = sum(FIRST + GROWTH * k for k in range(1, LAYERS + 1)) * plane
+    # The features, one layer's relu of their cat and its product alive at once, as eager holds them
+    # (1.8x the largest cat here); the last cat allocated with the block's first copy, 2.7x.
+    assert graph.planned_peak_bytes <= 2 * largest_cat < every_cat, graph.wrapper_source
