@@ -10,6 +10,7 @@ from ..ir.extern import returns_fresh_buffer
 from ..ir.scalars import DynamicScalar
 from .fusion import FusedGroup, can_fuse
 from .kernel_plan import KernelPlan, plan_kernel
+from .live_bytes import buffer_sizes
 from .nodes import SchedulerNode
 from ..target import Target
 
@@ -97,7 +98,9 @@ def schedule(graph) -> Schedule:
     nodes = in_dependency_order(nodes)
     outputs = {o.name for o in graph.outputs if o.name is not None}
     nodes = drop_dead(nodes, outputs)
-    groups = fuse(nodes)
+    sizes = buffer_sizes(graph)
+    sizes.update({name: s.layout.allocated_bytes() for name, s in getattr(graph, "shared_storages", {}).items()})
+    groups = fuse(nodes, sizes)
     steps = [Step(g, target=None if g.is_extern else graph.target_for(g.nodes[0].buffer.get_device().type))
              for g in groups]
     plan_memory(steps, outputs, graph)
@@ -195,8 +198,10 @@ def drop_dead(nodes: list[SchedulerNode], outputs: set[str]) -> list[SchedulerNo
     return list(reversed(kept))
 
 
-def fuse(nodes: list[SchedulerNode]) -> list[FusedGroup]:
-    """Greedy fusion in program order: each node joins the best earlier group it may legally join."""
+def fuse(nodes: list[SchedulerNode], sizes: dict | None = None) -> list[FusedGroup]:
+    """Greedy fusion in program order: each node joins the best earlier group it may legally join.
+    `sizes`: bytes by buffer name (live_bytes.buffer_sizes), for `_allocates_early`."""
+    sizes = sizes or {}
     groups: list[FusedGroup] = []
     group_index: dict[str, int] = {}  # buffer name -> index of the group that writes it
     readers: dict[str, set[int]] = {}  # buffer name -> indices of the groups that read it
@@ -207,7 +212,7 @@ def fuse(nodes: list[SchedulerNode]) -> list[FusedGroup]:
         if not node.is_extern:
             for k in _candidates(groups, group_index, readers, fillers, node):
                 allowed = _order_allows(group_index, readers, k, node) and \
-                    not _allocates_early(groups, group_index, filled_first, k, node)
+                    not _allocates_early(groups, group_index, readers, filled_first, sizes, k, node)
                 shape = can_fuse(groups[k], node) if allowed else None
                 if shape is not None:
                     choice = (k, shape)
@@ -245,19 +250,26 @@ def _candidates(groups, group_index, readers, fillers, node) -> list[int]:
     return producers + sharing + siblings
 
 
-def _allocates_early(groups, group_index, filled_first, k: int, node: SchedulerNode) -> bool:
+def _allocates_early(groups, group_index, readers, filled_first, sizes, k: int, node: SchedulerNode) -> bool:
     """Whether node, joining group k, which computes none of what it reads, would allocate the
-    storage it writes before an ATen call that its own kernel would follow: the storage then lives
-    across that call, for nothing but one shared read. DenseNet's cats copied each new feature into
-    every later cat of its block in one kernel: all 17 cats of a block allocated at its start, 162
-    MiB at once against eager's 154 (bf16 inference, batch 32)."""
+    storage it writes before an ATen call that its own kernel would follow, when that storage is
+    larger than the inputs the two share: it would live across the call to save a read of less.
+    (Apart, the shared inputs may live on to node's own kernel instead: a fused q/k/v product whose
+    three copies share one kernel.) DenseNet's cats copied each new feature into every later cat of
+    its block in one kernel: all 17 cats of a block allocated at its start, 162 MiB at once against
+    eager's 154 (bf16 inference, batch 32)."""
     if any(group_index.get(name) == k for name in node.read_names) or node.write_name != node.name:
         return False  # k computes an input (the node must follow it), or node writes into a graph input
     storage = node.fills or node.write_name
     first = filled_first.get(storage) if node.fills else group_index.get(storage)
     if first is not None and first <= k:
         return False  # allocated by then already
-    return any(groups[j].is_extern for j in range(k + 1, len(groups)))
+    if not any(groups[j].is_extern for j in range(k + 1, len(groups))):
+        return False
+    shared = [sizes.get(name) for name in node.read_names if k in readers.get(name, ())]
+    if sizes.get(storage) is None or None in shared:
+        return False  # a symbolic size: joined, as before the rule
+    return sizes[storage] > sum(shared)
 
 
 def _order_allows(group_index, readers, k: int, node: SchedulerNode) -> bool:

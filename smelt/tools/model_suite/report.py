@@ -64,10 +64,17 @@ def from_json(text: str) -> list:
     return [CaseResult(**row) for row in json.loads(text)]
 
 
-if __name__ == "__main__":  # scripts/model_suite_shards: one table from every shard's JSON
+if __name__ == "__main__":  # scripts/model_suite_shards: one table (and with --json F, one file) from the shards'
     import sys
+    args = sys.argv[1:]
+    out = None
+    if args[:1] == ["--json"]:
+        out, args = args[1], args[2:]
     merged = []
-    for path in sys.argv[1:]:
+    for path in args:
         with open(path) as f:
             merged += from_json(f.read())
+    if out:
+        with open(out, "w") as f:
+            f.write(to_json(merged))
     print(markdown(merged))
