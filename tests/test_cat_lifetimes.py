@@ -11,7 +11,7 @@ from conftest import DEVICE
 
 pytestmark = pytest.mark.smelt_only
 
-LAYERS, GROWTH, FIRST, HW = 8, 8, 16, 12
+LAYERS, GROWTH, FIRST, HW = 8, 8, 16, 48  # the last cat 1.5 MiB: past what the combo pass moves freely
 
 
 def _dense_block(x, *weights):
@@ -45,3 +45,24 @@ def test_each_cat_of_a_dense_block_lives_only_around_its_layer(observe, block):
     # The features, one layer's relu of their cat and its product alive at once, as eager holds them
     # (1.8x the largest cat here); the last cat allocated with the block's first copy, 2.7x.
     assert graph.planned_peak_bytes <= 2 * largest_cat < every_cat, graph.wrapper_source
+
+
+def _qkv_attention(x, w):
+    batch, length, heads, width = 4, 64, 4, 32
+    q, k, v = (x @ w).view(batch, length, 3, heads, width).permute(2, 0, 3, 1, 4)
+    causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+    return (q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf")).softmax(-1) @ v
+
+
+def test_copies_that_share_a_larger_input_stay_one_kernel(observe):
+    """The rule weighs bytes: v's copy out of the fused q/k/v product is smaller than the product it
+    shares with q's and k's copies, so it joins their kernel before the score product; apart, the
+    whole product lived on to v's own copy (a review: peak 768 -> 896 KiB, one more kernel)."""
+    x, w = torch.randn(4, 64, 128, device=DEVICE), torch.randn(128, 384, device=DEVICE) / 8
+    torch._dynamo.reset()
+    observe.reset()
+    out = torch.compile(_qkv_attention, backend="smelt")(x, w)
+    torch.testing.assert_close(out, _qkv_attention(x, w), atol=1e-4, rtol=1e-4)
+    graph = observe.compiled_graphs()[-1]
+    copies = [k for k in graph.kernel_names if "clone" in k and "amax" not in k]
+    assert len(copies) == 1, graph.wrapper_source

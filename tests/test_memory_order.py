@@ -98,6 +98,25 @@ def test_a_combo_member_does_not_move_back_to_allocate_earlier(observe, monkeypa
     assert moved.planned_peak_bytes >= 2 * fill + temporary  # the test fails without the rule
 
 
+def _cat_after_a_temporary(x, y):
+    small = x[:8].sin()  # an early kernel of its own: a combo partner
+    total = (x @ x).relu().sum()  # a 1 MiB temporary
+    # A cat of nine pieces is a storage its pieces are written into (2 MiB); the eight slices of y
+    # (1 MiB together) depend on y alone, so their kernel could move back to the sin's launch.
+    return small, total, torch.cat([y * k for k in range(2, 10)] + [x * total])
+
+
+def test_a_combo_member_writing_a_cat_counts_the_cat_it_allocates(observe):
+    x, y = torch.randn(512, 512, device=DEVICE), torch.randn(64, 512, device=DEVICE)
+    out, graph = _compiled(_cat_after_a_temporary, x, y, observe=observe, memory_order=False)
+    for got, want in zip(out, _cat_after_a_temporary(x, y)):
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-4)
+    inspects_triton_kernels()
+    # Counted as its slices' 1 MiB, within the combo pass's free moves, the whole 2 MiB cat was
+    # allocated before the product's 1 MiB temporary: 3 MiB at once.
+    assert graph.planned_peak_bytes < (5 << 19), graph.wrapper_source
+
+
 def _scaled_weights_then_a_temporary(x, w1, w2):
     first = w1 * 2  # 2 MiB each: two kernels of one body (a forward's weight casts)
     small = x[:8].sin().sum()

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 
 def buffer_sizes(graph) -> dict[str, int | None]:
-    """Bytes of each buffer and input of an IR graph (None where a size is symbolic)."""
+    """Bytes of each buffer, shared storage and input of an IR graph (None where a size is symbolic)."""
     layouts = {b.name: b.layout for b in graph.buffers if getattr(b, "layout", None) is not None}
+    layouts.update({name: s.layout for name, s in getattr(graph, "shared_storages", {}).items()})
     layouts.update({name: v.layout for name, v in graph.inputs if hasattr(v, "layout")})
     return {name: layout.allocated_bytes() for name, layout in layouts.items()}
 

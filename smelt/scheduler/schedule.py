@@ -44,12 +44,15 @@ class Step:
 
     def allocated(self) -> list[str]:
         """The buffers this step allocates: a kernel's stores (not writes into inputs or kept
-        inputs), an ATen call's fresh result."""
+        inputs), an ATen call's fresh result. A slice of a shared storage names the storage, which
+        the wrapper allocates whole with its first slice (a cat's slice moved back by the combo pass
+        counted as the slice's bytes alone: the whole last cat of a dense block went along)."""
         if self.is_extern:
             node = self.group.nodes[0]
             return [node.write_name] if node.buffer.binds_name and returns_fresh_buffer(node.buffer) else []
-        return [n.write_name for n in self.nodes if n.write_name == n.name and n.write_name in self.stored
+        made = [n.fills or n.write_name for n in self.nodes if n.write_name == n.name and n.write_name in self.stored
                 and n.write_name not in self.kept_in_input]
+        return list(dict.fromkeys(made))
 
     @property
     def nodes(self) -> list:
@@ -98,9 +101,7 @@ def schedule(graph) -> Schedule:
     nodes = in_dependency_order(nodes)
     outputs = {o.name for o in graph.outputs if o.name is not None}
     nodes = drop_dead(nodes, outputs)
-    sizes = buffer_sizes(graph)
-    sizes.update({name: s.layout.allocated_bytes() for name, s in getattr(graph, "shared_storages", {}).items()})
-    groups = fuse(nodes, sizes)
+    groups = fuse(nodes, buffer_sizes(graph))
     steps = [Step(g, target=None if g.is_extern else graph.target_for(g.nodes[0].buffer.get_device().type))
              for g in groups]
     plan_memory(steps, outputs, graph)
