@@ -522,7 +522,7 @@ def test_a_saved_batched_product_is_saved_as_its_padded_rows(device, compile_fn,
     assert (37, 40) in forward.padded_saved.values(), forward.padded_saved
 
 
-@pytest.mark.parametrize("form", ["mm", "addmm", "addmm scaled", "bmm"])
+@pytest.mark.parametrize("form", ["mm", "addmm", "addmm scaled", "bmm", "baddbmm scaled"])
 def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, compile_fn, assert_close, observe, form):
     """b of a @ b with K = 37 along b's rows (a weight read as [K, N], as a tied head's weight in the
     backward): b is read in place and the product split at K = 36, aligned, plus the product over
@@ -531,7 +531,7 @@ def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, comp
     once dropped them (a wrong answer found by the fuzzer's --layouts)."""
     from conftest import allocated_shapes
     torch.manual_seed(0)
-    batch = (3,) if form == "bmm" else ()
+    batch = (3,) if form in ("bmm", "baddbmm scaled") else ()
     x, w, bias = torch.randn(*batch, 10, 37, device=device), torch.randn(*batch, 37, 24, device=device), \
         torch.randn(24, device=device)
 
@@ -539,6 +539,8 @@ def test_a_weight_holding_the_contraction_in_its_rows_is_not_copied(device, comp
         h = torch.tanh(x)  # written into zero-padded rows by its kernel
         if form == "addmm scaled":
             return torch.addmm(bias, h, w, beta=0.5, alpha=-2.0)
+        if form == "baddbmm scaled":
+            return torch.baddbmm(bias, h, w, beta=0.5, alpha=-2.0)
         return torch.addmm(bias, h, w) if form == "addmm" else h @ w
 
     assert_close(compile_fn(f)(x, w, bias), f(x, w, bias), atol=1e-5, rtol=1e-5)
@@ -642,3 +644,21 @@ def test_an_as_strided_view_of_a_products_copy_reaches_eagers_storage(device, co
 
     a, b = torch.randn(2, 3, 2, device=device), torch.randn(2, 3, device=device)
     assert_close(compile_fn(fn)(a, b), fn(a, b), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("added", ["whole", "row", "column", "vector"])
+def test_a_misaligned_baddbmm_is_padded_with_its_added_term(device, compile_fn, assert_close, observe, added):
+    """baddbmm stays one ATen call (torch's decomposition made a half-precision one a float32 bmm),
+    so the padding pass pads it as it pads bmm: its operands zero-padded, its added term where it
+    spans the padded output dims, the result read through a view of its first rows and columns."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 5, 37, device=device), torch.randn(2, 37, 7, device=device)
+    shape = {"whole": (2, 5, 7), "row": (2, 1, 7), "column": (5, 1), "vector": (7,)}[added]
+    c = torch.randn(*shape, device=device)
+
+    def f(c, x, w):
+        return torch.baddbmm(c, torch.tanh(x), w, beta=0.5, alpha=2.0).relu()
+
+    assert_close(compile_fn(f)(c, x, w), f(c, x, w), atol=1e-5, rtol=1e-5)
+    source = _wrappers(observe)
+    assert "torch.baddbmm(" in source and "(2, 5, 40)" in source and "(2, 40, 8)" in source, source  # K 37 -> 40, N 7 -> 8

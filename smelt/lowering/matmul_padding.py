@@ -38,7 +38,8 @@ from ..runtime import padded_product  # noqa: F401  (registers smelt::padded_pro
 
 aten = torch.ops.aten
 
-_PRODUCTS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
+_PRODUCTS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
+_BIASED = (aten.addmm.default, aten.baddbmm.default)  # beta * args[0] + alpha * (a @ b)
 ALIGN_BYTES = 16
 # Products smaller than this many multiply-adds are left as they are: the copies would cost more
 # than the slow kernel (a 512 x 512 x 1024 product takes about 10 us either way).
@@ -84,7 +85,7 @@ def pad_matmuls(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
             new_b = b if split_k else _zero_padded(gm, b, {-2: pad_k, -1: pad_n}, padded_sources, align, inserted)
             args = list(node.args)
             args[-2], args[-1] = new_a, new_b
-            if node.target is aten.addmm.default:
+            if node.target in _BIASED:
                 args[0] = _padded_bias(gm, args[0], m, n, pad_m, pad_n, inserted)
         if split_k:
             node = _split_contraction(gm, node, args, k - k % align, k, inserted)
@@ -108,11 +109,11 @@ def _split_contraction(gm, node: torch.fx.Node, args: list, aligned: int, k: int
         if node.target is aten.bmm.default:
             rest = gm.graph.call_function(aten.bmm.default, (a_rest, b_rest))
             whole = gm.graph.call_function(aten.baddbmm.default, (rest, a_main, b_main))
-        elif node.target is aten.addmm.default:
+        elif node.target in _BIASED:
             # beta * bias + alpha * (a_rest @ b_rest), then + alpha * (a_main @ b_main)
             alpha = node.kwargs.get("alpha", 1)
-            rest = gm.graph.call_function(aten.addmm.default, (args[0], a_rest, b_rest), dict(node.kwargs))
-            whole = gm.graph.call_function(aten.addmm.default, (rest, a_main, b_main),
+            rest = gm.graph.call_function(node.target, (args[0], a_rest, b_rest), dict(node.kwargs))
+            whole = gm.graph.call_function(node.target, (rest, a_main, b_main),
                                            {"alpha": alpha} if alpha != 1 else {})
         else:
             rest = gm.graph.call_function(aten.mm.default, (a_rest, b_rest))
@@ -220,7 +221,8 @@ def _writes_into(node: torch.fx.Node, source: torch.fx.Node) -> bool:
 
 
 def _padded_bias(gm, bias, m: int, n: int, pad_m: int, pad_n: int, inserted: list):
-    """An addmm's bias, padded where it spans the padded output dims (not where it broadcasts)."""
+    """An addmm's or baddbmm's added term, padded where it spans the padded output dims (not where
+    it broadcasts)."""
     val = _val_any(bias) if isinstance(bias, torch.fx.Node) else None
     if val is None:
         return bias
