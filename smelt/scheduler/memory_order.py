@@ -96,12 +96,15 @@ class _MemoryOrder:
         that a kernel or a fresh ATen result allocated, or a donated one, that no ATen view reads)."""
         dtypes = {b.name: b.layout.dtype for b in graph.buffers if getattr(b, "layout", None) is not None}
         dtypes.update({name: v.layout.dtype for name, v in graph.inputs if hasattr(v, "layout")})
+        shared = getattr(graph, "shared_storages", {})
         owned = {name for made in self.made for name in made} | set(self.donated)
         owned -= {name for shown in self.aliases.values() for name in shown}
         pairs = []
         for k, step in enumerate(self.steps):
             sized = sorted((self.sizes.get(name, 0), name) for name in self.made[k])
-            if step.is_extern or not sized or sum(size for size, _ in sized[:-1]) * 16 > sized[-1][0]:
+            # (A cat's shared storage is never written over an input: reuse.py leaves slices alone.)
+            if step.is_extern or not sized or sum(size for size, _ in sized[:-1]) * 16 > sized[-1][0] \
+                    or sized[-1][1] in shared:
                 pairs.append([])
                 continue
             result = sized[-1][1]
