@@ -206,14 +206,14 @@ def fuse(nodes: list[SchedulerNode], sizes: dict | None = None) -> list[FusedGro
     groups: list[FusedGroup] = []
     group_index: dict[str, int] = {}  # buffer name -> index of the group that writes it
     readers: dict[str, set[int]] = {}  # buffer name -> indices of the groups that read it
-    filled_first: dict[str, int] = {}  # shared storage -> index of the first group writing a slice of it
     fillers: dict[str, list[int]] = {}  # shared storage -> indices of the groups writing slices of it
+    last_extern = -1  # index of the latest ATen call's group
     for node in nodes:
         choice = None
         if not node.is_extern:
             for k in _candidates(groups, group_index, readers, fillers, node):
                 allowed = _order_allows(group_index, readers, k, node) and \
-                    not _allocates_early(groups, group_index, readers, filled_first, sizes, k, node)
+                    not (last_extern > k and _allocates_early(group_index, readers, fillers, sizes, k, node))
                 shape = can_fuse(groups[k], node) if allowed else None
                 if shape is not None:
                     choice = (k, shape)
@@ -221,6 +221,7 @@ def fuse(nodes: list[SchedulerNode], sizes: dict | None = None) -> list[FusedGro
         if choice is None:
             groups.append(FusedGroup(node))
             k = len(groups) - 1
+            last_extern = k if node.is_extern else last_extern
         else:
             k, (xnumel, rnumel) = choice
             groups[k].nodes.append(node)
@@ -229,7 +230,6 @@ def fuse(nodes: list[SchedulerNode], sizes: dict | None = None) -> list[FusedGro
         group_index[node.name] = k
         if node.fills is not None:  # the storage is ready once its last-placed slice is
             group_index[node.fills] = max(k, group_index.get(node.fills, k))
-            filled_first[node.fills] = min(k, filled_first.get(node.fills, k))
             fillers.setdefault(node.fills, []).append(k)
         for name in node.read_names:
             readers.setdefault(name, set()).add(k)
@@ -251,10 +251,11 @@ def _candidates(groups, group_index, readers, fillers, node) -> list[int]:
     return producers + sharing + siblings
 
 
-def _allocates_early(groups, group_index, readers, filled_first, sizes, k: int, node: SchedulerNode) -> bool:
+def _allocates_early(group_index, readers, fillers, sizes, k: int, node: SchedulerNode) -> bool:
     """Whether node, joining group k, which computes none of what it reads, would allocate the
-    storage it writes before an ATen call that its own kernel would follow, when that storage is
-    larger than the inputs the two share: it would live across the call to save a read of less.
+    storage it writes earlier, before an ATen call its own kernel would follow (the caller asks
+    only then), when that storage is larger than the inputs the two share: it would live across
+    the call to save a read of less.
     (Apart, the shared inputs may live on to node's own kernel instead: a fused q/k/v product whose
     three copies share one kernel.) DenseNet's cats copied each new feature into every later cat of
     its block in one kernel: all 17 cats of a block allocated at its start, 162 MiB at once against
@@ -262,11 +263,9 @@ def _allocates_early(groups, group_index, readers, filled_first, sizes, k: int, 
     if any(group_index.get(name) == k for name in node.read_names) or node.write_name != node.name:
         return False  # k computes an input (the node must follow it), or node writes into a graph input
     storage = node.fills or node.write_name
-    first = filled_first.get(storage) if node.fills else group_index.get(storage)
+    first = min(fillers.get(storage, ()), default=None) if node.fills else group_index.get(storage)
     if first is not None and first <= k:
         return False  # allocated by then already
-    if not any(groups[j].is_extern for j in range(k + 1, len(groups))):
-        return False
     shared = [sizes.get(name) for name in node.read_names if k in readers.get(name, ())]
     if sizes.get(storage) is None or None in shared:
         return False  # a symbolic size: joined, as before the rule
