@@ -220,3 +220,23 @@ def test_timings_take_turns_with_no_compile_between(monkeypatch):
         assert len(result["ms_turns"][name]) == timing.ROUNDS
         assert result["ms"][name] == min(result["ms_turns"][name])
     assert compiled_before["after"] == compiled_before["graphs"], "a compile during the turns"
+
+
+def test_a_model_named_with_a_mode_runs_only_that_mode(tmp_path, monkeypatch):
+    # One device call can then re-time one model's inference beside other models' training.
+    from smelt.tools.model_suite import __main__ as suite_main
+    from smelt.tools.model_suite import runner
+    seen = []
+
+    def fake_case(spec, mode, size, device, backend, **kw):
+        seen.append((spec.name, mode))
+        return runner.CaseResult(spec.name, mode, size, device, "pass")
+
+    monkeypatch.setattr(runner, "run_case", fake_case)
+    code = suite_main.main(["--device", "cpu", "--models", "bert:infer_bf16,gpt2", "--modes", "train,decode",
+                            "--json", str(tmp_path / "suite.json")])
+    assert code == 0
+    # bert takes only its named mode; gpt2 takes --modes; decode applies to decoders only.
+    assert seen == [("bert", "infer_bf16"), ("gpt2", "train"), ("gpt2", "decode")], seen
+    with pytest.raises(ValueError, match="unknown mode 'trian'"):
+        suite_main.main(["--device", "cpu", "--models", "bert:trian"])

@@ -12,7 +12,9 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="python -m smelt.tools.model_suite", description=__doc__)
     p.add_argument("--device", default="cuda" if _cuda() else "cpu")
     p.add_argument("--size", choices=("tiny", "real"), default=None, help="default: real on CUDA, tiny on the CPU")
-    p.add_argument("--models", default="", help="comma-separated names (default: all); --list shows them")
+    p.add_argument("--models", default="",
+                   help="comma-separated names (default: all); --list shows them; NAME:MODE runs only that "
+                        "mode of NAME (e.g. densenet:infer_bf16,resnet18), whatever --modes says")
     p.add_argument("--modes", default="", help="comma-separated: infer_fp32,infer_bf16,train,dynamic,decode")
     p.add_argument("--backend", default="smelt", help="torch.compile backend to judge (e.g. aot_eager to check the suite)")
     p.add_argument("--timings", action="store_true",
@@ -53,15 +55,16 @@ def main(argv=None):
             print(f"{spec.name:22s} {spec.family:8s} {spec.requires}")
         return 0
     size = args.size or ("real" if args.device.startswith("cuda") else "tiny")
-    names = [n for n in args.models.split(",") if n] or list(specs)
+    entries = [n.partition(":") for n in args.models.split(",") if n] or [(n, "", "") for n in specs]
     modes = [m for m in args.modes.split(",") if m] or list(MODES)
-    unknown = [n for n in names if n not in specs]
+    unknown = [n for n, _, _ in entries if n not in specs]
     if unknown:
         sys.exit(f"unknown models {unknown}; --list shows the zoo")
+    chosen = [case for name, _, mode in entries for case in cases([specs[name]], [mode] if mode else modes)]
     start = time.perf_counter()
     results = []
     longest = 0.0
-    for spec, mode in cases([specs[n] for n in names], modes):
+    for spec, mode in chosen:
         # A device call's own limit kills a case it cannot finish and, with it, the table: such a
         # case is not begun (judged by the longest case so far).
         if args.time_budget and time.perf_counter() - start + longest > args.time_budget:
