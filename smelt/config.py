@@ -162,6 +162,7 @@ SETTINGS: dict[str, Setting] = {
                                                "auto, " + ", ".join(WEIGHT_GRADIENT_FORMS)),
     "SMELT_ROW_VALUE_TILES": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_POINTWISE_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_SMALL_PRODUCTS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_FLOAT32_PRODUCT_BIAS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_HOST_SCALAR_ARGS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_PACKED_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
@@ -281,6 +282,10 @@ class Config:
     # 1x1 convolutions over channels-last activations as matrix products
     # (lowering/convolution_calls.py): "auto" where the Target says so.
     pointwise_convolutions: str = _field("SMELT_POINTWISE_CONVOLUTIONS")
+    # 1x1 convolutions of few multiply-adds (a squeeze-excite block's) as reductions in smelt's
+    # kernels (lowering/small_products.py): "auto" up to the Target's limit (none on the CPU), "on"
+    # up to it or 2**22 where it names none.
+    small_products: str = _field("SMELT_SMALL_PRODUCTS")
     # A float32 addmm read only by elementwise ops as mm, its bias added by the kernel after it
     # (lowering/extern_calls.py): "auto" where the Target says so.
     float32_product_bias: str = _field("SMELT_FLOAT32_PRODUCT_BIAS")

@@ -88,6 +88,12 @@ class Target:
     # 24 of them got the xmma kernels Inductor's mm + add gets and the other 12 (q/k/v, which keep addmm
     # now) the same SIMT kernel: cuBLAS 24.76 -> 24.41 ms a call (RESULTS, thirty-second session).
     float32_product_bias_in_kernel: bool = False
+    # The most multiply-adds of a 1x1 convolution run as a reduction in smelt's kernels rather than
+    # a library call (lowering/small_products.py); 0: none. On the GPU a squeeze-excite product's
+    # arithmetic (EfficientNet-B0's largest: 32 x 1152 x 48, 1.8M) is a microsecond's, the library
+    # call's host time several; the limit leaves every 1x1 convolution over a whole image at batch 32
+    # (EfficientNet's smallest: 32 x 14 x 14 x 80 x 480, 241M) to cuBLAS.
+    small_product_macs: int = 0
 
 
 def switched_on(setting: str, target: Target, field: str) -> bool:
@@ -104,7 +110,7 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
               rows_for_row_values=True, row_value_tile_width=64, short_attention_kernel=True,
               short_attention_training=True, pointwise_convolutions_as_products=True, host_scalar_args=True,
               float32_product_bias_in_kernel=True, depthwise_kernel_taps=25, depthwise_backward_kernel_taps=25,
-              depthwise_weight_gradient="library")
+              depthwise_weight_gradient="library", small_product_macs=1 << 22)
 # A CPU's thread pool (Halide): a few hundred chunks keep 16 threads busy and each chunk long
 # enough to stream. On the H100 machine's 16-core CPU (benchmarks.split_reductions --device cpu,
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,

@@ -1,7 +1,7 @@
 """Convolutions through other library calls (lowering/convolution_calls.py). 1x1 ones over channels-last
 activations as matrix products:
 the same values as eager's convolutions, the output in eager's strides, and only the convolutions the
-product equals are replaced."""
+product equals are replaced. Small ones would be reductions (tests/test_small_products.py): off here.
 import pytest
 import torch
 import torch.nn as nn
@@ -33,7 +33,7 @@ def test_a_mobile_block_matches_eager_with_its_1x1_convolutions_as_products(devi
     torch.manual_seed(0)
     model = PointwiseBlock().to(device, torch.bfloat16).eval()
     x = torch.randn(2, 16, 7, 9, device=device, dtype=torch.bfloat16)
-    with torch.no_grad(), smelt.config.override(pointwise_convolutions=setting, channels_last="on",
+    with torch.no_grad(), smelt.config.override(small_products="off", pointwise_convolutions=setting, channels_last="on",
                                                 depthwise_kernels="off"):
         actual = compile_fn(model)(x)
     expected = model(x)
@@ -51,7 +51,7 @@ def test_convolutions_a_product_does_not_equal_stay_convolutions(device, compile
                                                                  dtype):
     conv = conv.to(device, dtype).eval()
     x = torch.randn(2, 8, 6, 6, device=device, dtype=dtype).to(memory_format=torch.channels_last)
-    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+    with torch.no_grad(), smelt.config.override(small_products="off", pointwise_convolutions="on", channels_last="on"):
         actual = compile_fn(conv)(x)
     assert_close(actual, conv(x), atol=3e-2, rtol=3e-2)
     assert _products_and_convolutions(observe) == (0, 1)
@@ -61,7 +61,7 @@ def test_a_returned_1x1_convolution_over_a_channels_last_input_keeps_eagers_stri
                                                                                      assert_close, observe):
     conv = nn.Conv2d(8, 12, 1).to(device, torch.bfloat16).eval()
     x = torch.randn(3, 8, 5, 4, device=device, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+    with torch.no_grad(), smelt.config.override(small_products="off", pointwise_convolutions="on", channels_last="on"):
         actual = compile_fn(conv)(x)
     expected = conv(x)
     assert_close(actual, expected, atol=3e-2, rtol=3e-2)
@@ -77,7 +77,7 @@ def test_a_squeeze_excite_convolution_over_one_position_is_a_product(device, com
 
     def gate(x):
         return torch.sigmoid(conv(x.mean((2, 3), keepdim=True)))
-    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+    with torch.no_grad(), smelt.config.override(small_products="off", pointwise_convolutions="on", channels_last="on"):
         actual = compile_fn(gate)(x)
     expected = gate(x)
     assert_close(actual, expected, atol=3e-2, rtol=3e-2)
@@ -89,7 +89,7 @@ def test_float32_is_a_product_on_the_cpu_only(device, compile_fn, assert_close, 
     another: on CUDA float32 convolutions stay convolutions."""
     conv = nn.Conv2d(8, 16, 1).to(device).eval()
     x = torch.randn(2, 8, 6, 6, device=device).to(memory_format=torch.channels_last)
-    with torch.no_grad(), smelt.config.override(pointwise_convolutions="on", channels_last="on"):
+    with torch.no_grad(), smelt.config.override(small_products="off", pointwise_convolutions="on", channels_last="on"):
         actual = compile_fn(conv)(x)
     assert_close(actual, conv(x), atol=1e-4, rtol=1e-4)
     assert _products_and_convolutions(observe) == ((1, 0) if device == "cpu" else (0, 1))

@@ -15,7 +15,7 @@ from .depthwise_convolution_backward import depthwise_backward_windows, lower_de
 from .extern_nodes import make_extern
 from .convolution_calls import is_packable_convolution, is_pointwise_convolution, lower_pointwise_convolution
 from .input_writes import InputWrite
-from . import onednn_weight_gradient
+from . import onednn_weight_gradient, small_products
 from .kernel_support import why_aten
 from ..target import switched_on
 from ..runtime import packed_convolution, padded_product, short_attention  # noqa: F401  (register smelt's ops)
@@ -71,6 +71,10 @@ def extern_call(g, *args, **kwargs):
             return lower_depthwise_backward(g, *args[:3], windows, args[10])
         if onednn_weight_gradient.faults(args[1], args[4], args[10]):
             return onednn_weight_gradient.lower(g, args)
+    if g.node.target is aten.convolution.default and not kwargs:
+        small = small_products.lower_convolution(g, *args)
+        if small is not None:
+            return small
     if g.node.target is aten.convolution.default and _wants_products(g) and is_pointwise_convolution(g.node):
         product = lower_pointwise_convolution(g, args[0], args[1])
         if product is not None:
