@@ -32,6 +32,7 @@ from .scheduler.memory_order import order_for_memory
 from .scheduler.combo import combine, is_merge_key
 from .target import H100, Target, switched_on
 from .scheduler.finishers import attach_finishers, finisher_plan
+from .scheduler.live_bytes import buffer_sizes
 from .scheduler.pool import plan_pool
 from .scheduler.reuse import plan_reuse
 from .scheduler.workspace import plan_workspace
@@ -224,7 +225,8 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
     # A reduction whose last program can finish the small reductions of its results after it takes
     # them into its launch. Such a pair stays out of shared launches, unless alike pairs (a split
     # norm per tensor) fill two: fewer launches than one per pair.
-    finishing = finisher_plan(sched.steps, finishes)
+    sizes = buffer_sizes(graph)
+    finishing = finisher_plan(sched.steps, finishes, sizes)
     lone = {id(big) for big in finishing.values() if not backend_of(big).alike(big, ctx)}
     paired = lone | {small for small, big in finishing.items() if id(big) in lone}
 
@@ -233,7 +235,7 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
 
     if cfg.combo_kernels:
         sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
-    sched.steps = ctx.steps = attach_finishers(sched.steps, finishes)
+    sched.steps = ctx.steps = attach_finishers(sched.steps, finishes, sizes)
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)
     if cfg.cpu_workspace:

@@ -63,3 +63,27 @@ def test_a_column_sums_partials_are_finished_in_wide_tiles(device, check, observ
     steps = [line for line in source.splitlines() if "for pid in range(0, " in line]
     assert all(int(line.split("range(0, ")[1].split(")")[0]) <= 1
                          for line in steps), steps  # one step: printed with no loop, or a loop of one
+
+
+def test_a_small_product_of_the_results_finishes_reading_its_weight(device, check, observe):
+    # A squeeze-excite gate: the pool's per-channel means, then two small products of them read
+    # their weights and bias (stored before the launch) beside the results: all in one launch.
+    x, w1, b1, w2 = (torch.randn(4, 12, 9, 9, device=device), torch.randn(3, 12, device=device),
+                     torch.randn(3, device=device), torch.randn(12, 3, device=device))
+
+    def gate(x, w1, b1, w2):
+        s = torch.nn.functional.silu((x.mean((2, 3)).unsqueeze(1) * w1).sum(-1) + b1)
+        return (s.unsqueeze(1) * w2).sum(-1)
+    check(gate, x, w1, b1, w2, **TOL)
+    (source,) = _sources(observe)
+    assert "_finish1(" in source, source
+
+
+def test_a_finisher_does_not_gather_from_a_big_tensor(device, check, observe, monkeypatch):
+    # Row maxima, then a sum of the values picked from another big tensor: that read is a gather
+    # the finishing program would make alone (cross entropy's loss, measured slower so on an H100).
+    x, y = torch.randn(64, 300, device=device), torch.randn(64, 300, device=device)
+    monkeypatch.setattr(smelt.scheduler.finishers, "FINISH_OTHER_READS", 64)  # y: 76,800 bytes
+    check(lambda x, y: y.gather(1, x.argmax(1, keepdim=True)).sum(), x, y, **TOL)
+    sources = _sources(observe)
+    assert not any("_finish0(" in s for s in sources), sources

@@ -14,13 +14,17 @@ from .schedule import Step
 # Elements the finishing program reduces at most: a global sum's 16384 partials (lowering's
 # ROW_TARGET_PROGRAMS) fit; a column sum's [16, 4096] partials do not, and stay a second kernel.
 FINISH_LIMIT = 16384
+# Bytes a finisher may read besides the results of the kernels before it: a small product's
+# weight and bias (a squeeze-excite gate's, after its pool), not a gather from a big tensor.
+FINISH_OTHER_READS = 4 * FINISH_LIMIT
 
 
-def attach_finishers(steps: list[Step], eligible=lambda step: True) -> list[Step]:
+def attach_finishers(steps: list[Step], eligible=lambda step: True, sizes=None) -> list[Step]:
     """The steps, each reduction kernel followed by small reductions of its results made one step
     whose `finishers` are those small reductions (in order: a later one may read an earlier one's).
-    Only steps whose kernel `eligible` says can run finishers (its backend's answer) take part."""
-    finishing = finisher_plan(steps, eligible)
+    Only steps whose kernel `eligible` says can run finishers (its backend's answer) take part.
+    `sizes`: bytes of buffers by name (live_bytes.buffer_sizes), for what else a finisher reads."""
+    finishing = finisher_plan(steps, eligible, sizes)
     merged: list[Step] = []
     for step in steps:
         big = finishing.get(id(step))
@@ -32,7 +36,7 @@ def attach_finishers(steps: list[Step], eligible=lambda step: True) -> list[Step
     return merged
 
 
-def finisher_plan(steps: list[Step], eligible=lambda step: True) -> dict[int, Step]:
+def finisher_plan(steps: list[Step], eligible=lambda step: True, sizes=None) -> dict[int, Step]:
     """Which step each small reduction would finish in (id of the small step -> the big step), for
     the steps in this order; nothing is changed."""
     finishing: dict[int, Step] = {}
@@ -40,7 +44,7 @@ def finisher_plan(steps: list[Step], eligible=lambda step: True) -> dict[int, St
     before = None
     for step in steps:
         if before is not None and not step.is_extern and not before.is_extern and eligible(before) \
-                and can_finish(before, step, finishers.get(id(before), [])):
+                and can_finish(before, step, finishers.get(id(before), []), sizes):
             finishers.setdefault(id(before), []).append(step)
             finishing[id(step)] = before
             continue
@@ -48,19 +52,26 @@ def finisher_plan(steps: list[Step], eligible=lambda step: True) -> dict[int, St
     return finishing
 
 
-def can_finish(big: Step, small: Step, finishers: list[Step] | None = None) -> bool:
+def can_finish(big: Step, small: Step, finishers: list[Step] | None = None, sizes=None) -> bool:
     """Whether `small` can run in `big`'s last program, after the small steps `finishers` (by
-    default big's own) already do."""
+    default big's own) already do. What it reads besides their results was stored before `big`'s
+    launch (steps run in order); with `sizes` (bytes by name) it may read up to
+    FINISH_OTHER_READS bytes of such buffers, without them nothing."""
     finishers = big.finishers if finishers is None else finishers
     if big.is_extern or small.is_extern or small.finishers or big.combo or small.combo:
         return False
     if not big.group.is_reduction or not small.group.is_reduction:
         return False
     ready = set(big.stored).union(*(f.stored for f in finishers))
-    if not small.group.read_names() - small.group.names <= ready:
-        # Only a pure reduction of the big kernel's results. Measured on an H100: cross entropy's
-        # loss over rows (a gather per row) finished by the last program took 0.248 ms, 0.236 with
-        # the gather as the row kernel's epilogue, against 0.223 as a second kernel.
+    other = small.group.read_names() - small.group.names - ready
+    if not (ready & small.group.read_names()):
+        return False  # not a reduction of the big kernel's results at all
+    if other and (sizes is None or sum(sizes.get(name) or FINISH_OTHER_READS + 1 for name in other)
+                  > FINISH_OTHER_READS):
+        # A reduction of the big kernel's results and little else. Measured on an H100: cross
+        # entropy's loss over rows (a gather per row from the logits) finished by the last program
+        # took 0.248 ms, 0.236 with the gather as the row kernel's epilogue, against 0.223 as a
+        # second kernel.
         return False
     nodes = big.group.nodes + small.group.nodes
     if any(n.is_scatter or n.is_scan or n.write_name != n.name for n in nodes):
