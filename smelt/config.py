@@ -146,6 +146,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_PERSISTENT_REDUCTION_LIMIT": Setting(parse_positive_int, 4096, "a positive integer"),
     "SMELT_SPLIT_REDUCTIONS": Setting(parse_bool, True, _BOOL),
     "SMELT_SPLIT_REDUCTION_MIN_NUMEL": Setting(parse_positive_int, 32768, "a positive integer"),
+    "SMELT_FINISH_LIMIT": Setting(parse_positive_int, 16384, "a positive integer"),
     "SMELT_PERSISTENT_SCAN_LIMIT": Setting(parse_positive_int, 4096, "a positive integer"),
     "SMELT_EVICTION_HINTS": Setting(parse_bool, True, _BOOL),
     "SMELT_HALIDE_OPENMP": Setting(parse_bool, True, _BOOL),
@@ -227,6 +228,10 @@ class Config:
     # Only reductions whose every program would read at least this many elements are split (a
     # row's length, or a column block's rows times columns); tests lower it to split small tensors.
     split_reduction_min_numel: int = _field("SMELT_SPLIT_REDUCTION_MIN_NUMEL")
+    # The most outputs x reduced elements a small reduction may have to run in the last program of
+    # the reduction before it (scheduler/finishers.py); it may also read 4 bytes per such element
+    # of other small buffers (a product's weight).
+    finish_limit: int = _field("SMELT_FINISH_LIMIT")
     # Scans (cumsum, cummax, ...) whose rows are at most this long scan the whole row in registers;
     # longer rows are scanned block by block, carrying the running value.
     persistent_scan_limit: int = _field("SMELT_PERSISTENT_SCAN_LIMIT")

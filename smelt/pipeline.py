@@ -226,7 +226,7 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
     # them into its launch. Such a pair stays out of shared launches, unless alike pairs (a split
     # norm per tensor) fill two: fewer launches than one per pair.
     sizes = buffer_sizes(graph)
-    finishing = finisher_plan(sched.steps, finishes, sizes)
+    finishing = finisher_plan(sched.steps, finishes, sizes, cfg.finish_limit)
     lone = {id(big) for big in finishing.values() if not backend_of(big).alike(big, ctx)}
     paired = lone | {small for small, big in finishing.items() if id(big) in lone}
 
@@ -235,7 +235,7 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
 
     if cfg.combo_kernels:
         sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
-    sched.steps = ctx.steps = attach_finishers(sched.steps, finishes, sizes)
+    sched.steps = ctx.steps = attach_finishers(sched.steps, finishes, sizes, cfg.finish_limit)
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)
     if cfg.cpu_workspace:

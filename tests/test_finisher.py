@@ -46,7 +46,7 @@ def test_several_global_reductions_of_one_input_are_one_launch(device, check, ob
 
 
 def test_too_many_partials_keep_a_second_kernel(device, check, observe, split_small, monkeypatch):
-    monkeypatch.setattr(smelt.scheduler.finishers, "FINISH_LIMIT", 4)
+    monkeypatch.setenv("SMELT_FINISH_LIMIT", "4")
     check(lambda x: x.sum(), torch.randn(20_011, device=device), **TOL)
     sources = _sources(observe)
     assert len(sources) == 2 and not any("ticket_ptr" in s for s in sources), sources
@@ -83,7 +83,7 @@ def test_a_finisher_does_not_gather_from_a_big_tensor(device, check, observe, mo
     # Row maxima, then a sum of the values picked from another big tensor: that read is a gather
     # the finishing program would make alone (cross entropy's loss, measured slower so on an H100).
     x, y = torch.randn(64, 300, device=device), torch.randn(64, 300, device=device)
-    monkeypatch.setattr(smelt.scheduler.finishers, "FINISH_OTHER_READS", 64)  # y: 76,800 bytes
+    monkeypatch.setattr(smelt.scheduler.finishers, "OTHER_READ_BYTES", 0.01)  # y: 76,800 bytes
     check(lambda x, y: y.gather(1, x.argmax(1, keepdim=True)).sum(), x, y, **TOL)
     sources = _sources(observe)
     assert not any("_finish0(" in s for s in sources), sources

@@ -7,7 +7,7 @@ Qwen2's training profile (RESULTS ninth session) put smelt's norm-weight column 
 H100 where Inductor's two kernels take 16.6 + 2.5. smelt splits the rows, and the split kernel's last
 program reduces the [splits, columns] partials (a finisher, scheduler/finishers.py) one block after
 another. The variants change how many blocks that is (`finisher_blocks.FINISH_TILE`), or send the
-partials to a second kernel (`FINISH_LIMIT` 0). Each compile runs with the graph cache off, so each
+partials to a second kernel (`finish_limit` 1). Each compile runs with the graph cache off, so each
 variant's code is its own.
 """
 from __future__ import annotations
@@ -21,7 +21,6 @@ from triton.testing import do_bench
 
 import smelt.config
 from smelt.codegen.triton import finisher_blocks
-from smelt.scheduler import finishers
 
 WORKLOADS = {
     # name: (columns, function of (a, b, r): a and b [rows, columns], r [rows, 1])
@@ -35,22 +34,20 @@ VARIANTS = {
     "tile 4096": {"tile": 4096},
     "tile 8192": {"tile": 8192},
     "tile 16384": {"tile": 16384},
-    "second kernel": {"limit": 0},
+    "second kernel": {"limit": 1},
 }
 
 
 @contextlib.contextmanager
 def variant(tile="unset", limit=None):
-    old_tile, old_limit = finisher_blocks.FINISH_TILE, finishers.FINISH_LIMIT
+    old_tile = finisher_blocks.FINISH_TILE
     if tile != "unset":
         finisher_blocks.FINISH_TILE = tile
-    if limit is not None:
-        finishers.FINISH_LIMIT = limit
     try:
-        with smelt.config.override(graph_cache=False):
+        with smelt.config.override(graph_cache=False, **({} if limit is None else {"finish_limit": limit})):
             yield
     finally:
-        finisher_blocks.FINISH_TILE, finishers.FINISH_LIMIT = old_tile, old_limit
+        finisher_blocks.FINISH_TILE = old_tile
 
 
 def main(argv=None) -> None:
