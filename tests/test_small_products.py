@@ -112,3 +112,18 @@ def test_a_squeeze_excite_gate_trains_to_eagers_gradients(device, compile_fn, as
     assert_close(x2.grad, x.grad, atol=1e-4, rtol=1e-4)
     for p, q in zip(compiled_model.parameters(), model.parameters()):
         assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.smelt_only
+def test_a_frozen_squeeze_excite_gate_sees_its_weights_change(device, assert_close):
+    # Under frozen weights, the weight's casts run in a prologue; the products read what it made.
+    torch.manual_seed(0)
+    model = SqueezeExcite().to(device, torch.bfloat16).eval()
+    x = torch.randn(2, 20, 4, 4, device=device, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="smelt", options={"freeze_weights": True, "small_products": "on"})
+    with torch.no_grad():
+        assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)
+        model.reduce.weight.mul_(-2)
+        model.expand.bias.add_(1)
+        assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)

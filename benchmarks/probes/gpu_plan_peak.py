@@ -46,7 +46,8 @@ def main(argv=None) -> None:
             source = open(wrapper).read()
             peak = re.search(r"PLANNED_PEAK_BYTES = .*", source)
             launches = len(re.findall(r"^    triton_\w+\(", source, re.M))
-            print(f"{case} {os.path.basename(os.path.dirname(wrapper))}: {launches} kernels; "
+            calls = len(re.findall(r"^    \w+ = torch\.\w+\(", source, re.M))
+            print(f"{case} {os.path.basename(os.path.dirname(wrapper))}: {launches} kernels, {calls} library calls; "
                   f"{peak.group(0) if peak else 'no plan'}", flush=True)
 
 
