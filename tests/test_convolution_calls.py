@@ -1,7 +1,7 @@
 """Convolutions through other library calls (lowering/convolution_calls.py). 1x1 ones over channels-last
 activations as matrix products:
 the same values as eager's convolutions, the output in eager's strides, and only the convolutions the
-product equals are replaced. Small ones would be reductions (tests/test_small_products.py): off here.
+product equals are replaced. Small ones would be reductions (tests/test_small_products.py): off here."""
 import pytest
 import torch
 import torch.nn as nn
