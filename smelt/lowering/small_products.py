@@ -39,7 +39,7 @@ def macs_limit(g) -> int:
     if setting == "off":
         return 0
     limit = g.target_for(g.out_meta.device.type).small_product_macs
-    return limit or DEFAULT_MACS if setting == "on" else limit
+    return (limit or DEFAULT_MACS) if setting == "on" else limit
 
 
 def lower_convolution(g, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
