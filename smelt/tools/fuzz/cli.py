@@ -252,6 +252,9 @@ def main(argv=None) -> int:
                     help="channels-last convolutions, padded matrix products and depthwise convolutions as kernels "
                          "(forward and backward) in every program, however small (sets SMELT_CHANNELS_LAST=on, "
                          "SMELT_MATMUL_PADDING=on and SMELT_DEPTHWISE_KERNELS=on): passes the sizes keep out otherwise")
+    ap.add_argument("--small-products", action="store_true",
+                    help="1x1 convolutions of few multiply-adds as reductions on every backend (sets "
+                         "SMELT_SMALL_PRODUCTS=on; Triton's interpreter has them by default, Halide not)")
     ap.add_argument("--in-process", action="store_true",
                     help="run here, without a supervising process (a segfault then ends the run)")
     ap.add_argument("--journal", default=None, help=argparse.SUPPRESS)
@@ -262,6 +265,8 @@ def main(argv=None) -> int:
         os.environ["SMELT_CHECK_CUDA_COMPILE"] = "1"
     if args.host_scalar_args:
         os.environ["SMELT_HOST_SCALAR_ARGS"] = "on"
+    if args.small_products:
+        os.environ["SMELT_SMALL_PRODUCTS"] = "on"
     if args.layouts:
         os.environ.update({"SMELT_CHANNELS_LAST": "on", "SMELT_MATMUL_PADDING": "on", "SMELT_DEPTHWISE_KERNELS": "on",
                            EVERY_PRODUCT_PADDED: "1"})

@@ -371,10 +371,18 @@ def conv(b: Builder) -> bool:
     if x is None:
         x = b.new_input((r.randint(1, 2), cin, *spatial), dtype)
     ks = tuple(r.randint(1, 5 if depthwise else 3) for _ in spatial)
+    # Real nets' 1x1 convolutions (stride 1, no padding, one group: the products smelt runs as cuBLAS
+    # calls or as reductions), rare among the random draws otherwise.
+    pointwise = not depthwise and groups == 1 and r.random() < 0.3
+    if pointwise:
+        ks = (1,) * len(spatial)
     w = b.new_input((cout, cin // groups, *ks), b.t(x).dtype)
     bias = b.new_input((cout,), b.t(x).dtype) if r.random() < 0.5 else None
     padding = r.choice((0, 1, 2)) if depthwise else r.choice((0, 1))
-    args = f"stride={r.choice((1, 2))}, padding={padding}, dilation={r.choice((1, 1, 2))}, groups={groups}"
+    stride, dilation = r.choice((1, 2)), r.choice((1, 1, 2))
+    if pointwise:
+        stride, padding, dilation = 1, 0, 1
+    args = f"stride={stride}, padding={padding}, dilation={dilation}, groups={groups}"
     fn = "F.conv2d" if two else "F.conv1d"
     return b.emit("conv", "{out} = %s({x}, {w}, %s, %s)" % (fn, "{bias}" if bias else "None", args),
                   x=x, w=w, **({"bias": bias} if bias else {}))
