@@ -9,6 +9,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+
+import smelt.scheduler.finishers
 from conftest import allocated_shapes, inspects_triton_kernels
 
 LOOPED_LIMIT = "64"
@@ -164,14 +166,21 @@ def test_statistics_take_one_loop(fn, looped, device, compile_fn, observe):
     assert _loop_count(source) == 2  # the statistics, then the output
 
 
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "second_kernel"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1], ids=["plain", "label_smoothing"])
-def test_cross_entropy_reads_logits_in_one_pass(smoothing, looped, device, compile_fn, observe):
+def test_cross_entropy_reads_logits_in_one_pass(smoothing, finished, looped, device, compile_fn, observe,
+                                                monkeypatch):
+    if not finished:  # logits past what the finishing program may gather from, as at a real vocabulary's size
+        monkeypatch.setattr(smelt.scheduler.finishers, "OTHER_READ_BYTES", 0.01)
     logits = torch.randn(5, ROW, device=device, dtype=torch.bfloat16)
     target = torch.randint(0, ROW, (5,), device=device)
     compile_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=smoothing))(logits, target)
     kernels = _kernels(observe)
-    assert len(kernels) == 2  # the row statistics, then the loss over rows (with the gather)
+    # The row statistics, then the loss over rows (with the gather): run by the statistics kernel's
+    # last program where the logits are small enough for one program's reads (scheduler/finishers.py).
+    assert len(kernels) == (1 if finished else 2)
+    assert any("_finish0(" in s for s in kernels.values()) == finished
     loops = sorted(_loop_count(s) for s in kernels.values())
-    assert loops == [0, 1]
+    assert loops == ([1] if finished else [0, 1])
     # Nothing of a row's length goes to memory: only per-row statistics and the loss.
     assert all(ROW not in shape for shape in _allocated_shapes(observe))
