@@ -84,6 +84,23 @@ def test_a_finisher_does_not_gather_from_a_big_tensor(device, check, observe, mo
     # the finishing program would make alone (cross entropy's loss, measured slower so on an H100).
     x, y = torch.randn(64, 300, device=device), torch.randn(64, 300, device=device)
     monkeypatch.setattr(smelt.scheduler.finishers, "OTHER_READ_BYTES", 0.01)  # y: 76,800 bytes
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")  # the constant is not part of a graph's key
     check(lambda x, y: y.gather(1, x.argmax(1, keepdim=True)).sum(), x, y, **TOL)
     sources = _sources(observe)
     assert not any("_finish0(" in s for s in sources), sources
+
+
+def test_a_finisher_reads_a_cat_the_launch_filled_through_l2(device, check, observe):
+    # The big kernel writes the cat's slices; the finisher loads the cat by its storage's name. Those
+    # stores are other programs' of the same launch: read through L2 (.cg), not from a stale L1 line.
+    x, ys = torch.randn(256, 300, device=device), [torch.randn(256, device=device) for _ in range(9)]
+
+    def f(x, ys):
+        m = x.sum(1)
+        c = torch.cat([m] + [y * 2 for y in ys])
+        return (c.view(len(ys) + 1, -1) * m[None, :]).sum(), c
+    check(f, x, ys, **TOL)
+    (source,) = _sources(observe)
+    finish = source.split("_finish0(")[1].split("@triton.jit")[0]
+    loads = [line for line in finish.splitlines() if "tl.load(" in line]
+    assert len(loads) == 2 and all("cache_modifier='.cg'" in line for line in loads), finish

@@ -56,6 +56,15 @@ def finisher_plan(steps: list[Step], eligible=lambda step: True, sizes=None, lim
     return finishing
 
 
+def written_in_launch(steps: list[Step]) -> frozenset[str]:
+    """What these steps (a big kernel and its finishers so far) write: their stored buffers and
+    the shared storages their slices fill (a cat's), which a reader loads by the storage's name.
+    A finisher reads them through L2 (codegen/triton/finisher.py); anything else it reads was
+    stored before the launch."""
+    return frozenset(name for step in steps for name in step.stored).union(
+        n.fills for step in steps for n in step.group.nodes if n.fills and n.name in step.stored)
+
+
 def can_finish(big: Step, small: Step, finishers: list[Step] | None = None, sizes=None, limit=None) -> bool:
     """Whether `small` can run in `big`'s last program, after the small steps `finishers` (by
     default big's own) already do. What it reads besides their results was stored before `big`'s
@@ -68,7 +77,7 @@ def can_finish(big: Step, small: Step, finishers: list[Step] | None = None, size
         return False
     if not big.group.is_reduction or not small.group.is_reduction:
         return False
-    ready = set(big.stored).union(*(f.stored for f in finishers))
+    ready = written_in_launch([big, *finishers])
     other = small.group.read_names() - small.group.names - ready
     if not (ready & small.group.read_names()):
         return False  # not a reduction of the big kernel's results at all

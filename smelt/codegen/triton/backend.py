@@ -7,6 +7,7 @@ import logging
 
 from ...artifact import BlockConfig, CudaTwin, GeneratedKernel
 from ...errors import SmeltError
+from ...scheduler.finishers import written_in_launch
 from ...target import H100, Target
 from ..backends import GraphContext, step_device
 from .candidates import candidates, masks_needed
@@ -117,7 +118,7 @@ def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKern
     for k, small in enumerate(step.finishers):
         small_plan = small.plan
         small_config = finisher_blocks(small_plan, interpret, cfg.persistent_reduction_limit)
-        ready = frozenset(step.stored).union(*(f.stored for f in step.finishers[:k]))
+        ready = written_in_launch([step, *step.finishers[:k]])
         stages.append((TritonKernel(small_plan, small_config, graph, index_dtype_for(small_plan, graph), interpret,
                                     eviction_hints=cfg.eviction_hints, program_arg=True, coherent=ready),
                        f"{name}_finish{k}"))
