@@ -127,3 +127,18 @@ def test_a_frozen_squeeze_excite_gate_sees_its_weights_change(device, assert_clo
         model.reduce.weight.mul_(-2)
         model.expand.bias.add_(1)
         assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)
+
+
+def test_the_products_producer_runs_once_per_element(device, compile_fn, assert_close, observe):
+    # Each input value is read once per output channel: a GELU before the product, inlined into its
+    # loads, would run 16 times an element. It is stored first; the reduction loads it.
+    from conftest import inspects_triton_kernels
+    inspects_triton_kernels()
+    conv = nn.Conv2d(8, 16, 1).to(device).eval()
+    y = torch.randn(2, 8, 3, 3, device=device)
+    with torch.no_grad(), smelt.config.override(small_products="on"):
+        actual = compile_fn(lambda y: conv(torch.nn.functional.gelu(y)))(y)
+    assert_close(actual, conv(torch.nn.functional.gelu(y)), atol=1e-5, rtol=1e-5)
+    sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
+    reducing = [s for s in sources if "tl.reduce(" in s or "tl.sum(" in s]
+    assert reducing and not any("erf" in s for s in reducing), sources

@@ -23,6 +23,7 @@ import torch
 
 from ..ir import Reduction, StorageBox, TensorBox, View, ops
 from .common import make_pointwise
+from .traced_layout import realize_view_base
 
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
@@ -64,6 +65,11 @@ def lower_convolution(g, x, weight, bias, stride, padding, dilation, transposed,
     if not limit or macs > limit or c_in > MAX_CONTRACTION:
         return None
     acc = torch.float64 if meta.dtype == torch.float64 else torch.float32
+    # Each input value is read once per output channel (each weight value once per position): a
+    # producer inlined into the loads would run that many times (a norm and activation before the
+    # product, C_out times an element). Realized, it runs once, as its own kernel's epilogue.
+    realize_view_base(g, x, g.node.args[0])
+    realize_view_base(g, weight, g.node.args[1])
     load_x, load_w = x.make_loader(), weight.make_loader()
     zero = sympy.Integer(0)
 
