@@ -288,8 +288,8 @@ class Config:
     # (lowering/convolution_calls.py): "auto" where the Target says so.
     pointwise_convolutions: str = _field("SMELT_POINTWISE_CONVOLUTIONS")
     # 1x1 convolutions of few multiply-adds (a squeeze-excite block's) as reductions in smelt's
-    # kernels (lowering/small_products.py): "auto" up to the Target's limit (none on the CPU), "on"
-    # up to it or 2**22 where it names none.
+    # kernels (lowering/small_products.py): "auto" over pooled inputs up to the Target's limit (none
+    # on the CPU), "on" over images too, up to it or 2**22 where it names none.
     small_products: str = _field("SMELT_SMALL_PRODUCTS")
     # A float32 addmm read only by elementwise ops as mm, its bias added by the kernel after it
     # (lowering/extern_calls.py): "auto" where the Target says so.

@@ -29,14 +29,23 @@ def _stored_cats(x, *weights):
     return torch.cat(features, 1).sum()
 
 
+# The rule holds a join back only before an ATen call. With these 1x1 convolutions as smelt's
+# reductions (lowering/small_products.py, SMELT_SMALL_PRODUCTS=on: sizes this small), no call follows,
+# and the first kernel allocates the block's last cat again (3.8 MiB planned against 2.9). Real
+# DenseNets' products are past the limit (batch 1: 12.8M multiply-adds and more) and stay calls.
+_PRODUCTS_AS_REDUCTIONS = pytest.mark.xfail(strict=True, reason="the allocate-early rule looks only at ATen calls")
+
+
+@pytest.mark.parametrize("small_products", ["off", pytest.param("on", marks=_PRODUCTS_AS_REDUCTIONS)])
 @pytest.mark.parametrize("block", [_dense_block, _stored_cats], ids=["relu_of_cat", "stored_cats"])
-def test_each_cat_of_a_dense_block_lives_only_around_its_layer(observe, block):
+def test_each_cat_of_a_dense_block_lives_only_around_its_layer(observe, block, small_products):
     torch.manual_seed(0)
     x = torch.randn(2, FIRST, HW, HW, device=DEVICE)
     weights = [torch.randn(GROWTH, FIRST + GROWTH * k, 1, 1, device=DEVICE) / 8 for k in range(LAYERS)]
     torch._dynamo.reset()
     observe.reset()
-    out = torch.compile(block, backend="smelt")(x, *weights)
+    with smelt.config.override(small_products=small_products):
+        out = torch.compile(block, backend="smelt")(x, *weights)
     torch.testing.assert_close(out, block(x, *weights), atol=1e-3, rtol=1e-4)
     graph = observe.compiled_graphs()[-1]
     plane = 2 * HW * HW * 4  # bytes of one channel over the batch

@@ -16,13 +16,14 @@ as cuBLAS and cuDNN accumulate; the summation order is smelt's.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import sympy
 import torch
 
 from ..ir import Reduction, StorageBox, TensorBox, View, ops
-from .common import make_pointwise
+from .common import is_dense, layout_of, make_pointwise
 from .traced_layout import realize_view_base
 
 aten = torch.ops.aten
@@ -34,10 +35,13 @@ DEFAULT_MACS = 1 << 22
 MAX_CONTRACTION = 4096
 
 
-def macs_limit(g) -> int:
-    """The most multiply-adds a product may have to run as a reduction here; 0: none does."""
+def macs_limit(g, positions: int) -> int:
+    """The most multiply-adds a product over `positions` pixels may have to run as a reduction
+    here; 0: none does. By default only a pooled input's (one position, where any layout is the
+    same): over an image, a channels-last result's bias still takes a kernel of its own after the
+    sums (tests/test_small_products.py), and the GPU time against cuBLAS's is not measured yet."""
     setting = g.config.small_products if g.config is not None else "auto"
-    if setting == "off":
+    if setting == "off" or (setting == "auto" and positions != 1):
         return 0
     limit = g.target_for(g.out_meta.device.type).small_product_macs
     return (limit or DEFAULT_MACS) if setting == "on" else limit
@@ -60,7 +64,7 @@ def lower_convolution(g, x, weight, bias, stride, padding, dilation, transposed,
     c_out, c_w, kh, kw = (int(s) for s in weight.get_size())
     if (kh, kw) != (1, 1) or c_w != c_in or x.get_dtype() != weight.get_dtype():
         return None
-    limit = macs_limit(g)
+    limit = macs_limit(g, h * w)
     macs = n * h * w * c_out * c_in
     if not limit or macs > limit or c_in > MAX_CONTRACTION:
         return None
@@ -78,11 +82,17 @@ def lower_convolution(g, x, weight, bias, stride, padding, dilation, transposed,
         (c,) = rindex
         return ops.mul(ops.to_dtype(load_x([b, c, i, j]), acc), ops.to_dtype(load_w([o, c, zero, zero]), acc))
 
+    # The sums in eager's memory order (a channels-last output stays so), which the bias and the
+    # rounding after them write in the same order: one kernel, no transposing copy.
+    layout = layout_of(meta) if is_dense(meta) else None
+    if layout is not None:
+        layout = dataclasses.replace(layout, dtype=acc)
     total = TensorBox(StorageBox(g.register_computed(Reduction(
-        meta.device, acc, inner_fn, [n, c_out, h, w], [c_in], "sum", acc, origins=g.origin | x.origins | weight.origins))))
+        meta.device, acc, inner_fn, [n, c_out, h, w], [c_in], "sum", acc, origins=g.origin | x.origins | weight.origins),
+        layout=layout)))
     log.debug("smelt: %s as a reduction of %d multiply-adds (%s x %s)", g.node.name, macs,
               list(x.get_size()), list(weight.get_size()))
     if bias is None:
-        return make_pointwise(g, [total], lambda v: v, compute_dtype=acc)
+        return total if meta.dtype == acc else make_pointwise(g, [total], lambda v: v, compute_dtype=acc)
     per_channel = TensorBox(View(bias.data, [c_out, 1, 1], lambda index: index[:1], "bias"))
     return make_pointwise(g, [total, per_channel], ops.add, compute_dtype=acc)
