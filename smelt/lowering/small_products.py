@@ -82,8 +82,9 @@ def lower_convolution(g, x, weight, bias, stride, padding, dilation, transposed,
         (c,) = rindex
         return ops.mul(ops.to_dtype(load_x([b, c, i, j]), acc), ops.to_dtype(load_w([o, c, zero, zero]), acc))
 
-    # The sums in eager's memory order (a channels-last output stays so), which the bias and the
-    # rounding after them write in the same order: one kernel, no transposing copy.
+    # The sums in eager's memory order (a channels-last output stays so): without a bias they are
+    # the result, with no transposing copy after them. (Over an image a bias is still a kernel of
+    # its own: macs_limit.)
     layout = layout_of(meta) if is_dense(meta) else None
     if layout is not None:
         layout = dataclasses.replace(layout, dtype=acc)
