@@ -69,6 +69,7 @@ def decomposition_table() -> dict:
         if op in table:
             table[op] = _loss_in_opmath(table[op])
     table[aten.smooth_l1_loss_backward.default] = _smooth_l1_loss_backward
+    table[aten.pixel_unshuffle.default] = _pixel_unshuffle_keeping_empty(table[aten.pixel_unshuffle.default])
     table.pop(aten.smooth_l1_loss_backward.grad_input, None)  # torch's calls its own: eager's kernel runs
     return table
 
@@ -162,6 +163,18 @@ def _index_add_into_empty(decomposition, inplace: bool):
         if x.ndim > 1 and guard_or_false(x.numel() == 0):
             return x if inplace else x.clone(memory_format=torch.contiguous_format)
         return decomposition(x, dim, index, source, **kwargs)
+    return run
+
+
+def _pixel_unshuffle_keeping_empty(decomposition):
+    """ATen's pixel_unshuffle returns a copy of an input with no elements in the input's own shape
+    ((1, 1, 0, 2) by 2 stays (1, 1, 0, 2), and its meta kernel agrees), where the decomposition
+    reshapes it as any other input ((1, 4, 0, 1)): found by the fuzzer. Sizes 0 are specialized
+    by Dynamo, so this is decided at trace time."""
+    def run(x, downscale_factor):
+        if guard_or_false(x.numel() == 0):
+            return x.clone()
+        return decomposition(x, downscale_factor)
     return run
 
 

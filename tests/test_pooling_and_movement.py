@@ -245,3 +245,14 @@ def test_pool_backward_edges(compile_fn, assert_close, pool, shape, dynamic):
     torch.compile(lambda x: loss(ours, x), backend="smelt", dynamic=dynamic)(x).backward()
     for p, q in zip(conv.parameters(), ours.parameters()):
         assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 0, 2), (0, 1, 2, 2), (1, 1, 2, 0), (2, 3, 4, 6)])
+def test_pixel_unshuffle_of_an_empty_input_keeps_its_shape(device, compile_fn, shape):
+    # ATen returns an input with no elements as it is shaped ((1, 1, 0, 2) stays so); the
+    # decomposition reshaped it to (1, 4, 0, 1) (fuzz seed 4313, program 98).
+    x = torch.randn(*shape, device=device)
+    expected = torch.nn.functional.pixel_unshuffle(x, 2)
+    actual = compile_fn(lambda x: torch.nn.functional.pixel_unshuffle(x, 2))(x)
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected)
