@@ -27,6 +27,9 @@ WORKLOADS = {
     "rms_norm_weight": (1024, lambda a, b, r: (a * (b * r)).sum(0)),
     "layer_norm_weight_and_bias": (768, lambda a, b, r: ((a * b).sum(0), a.sum(0))),
     "global_sum": (1024, lambda a, b, r: a.sum()),
+    # An MLP's bias gradient: [splits, 4096] partials pass the default limit, so a second kernel
+    # takes them unless the limit is raised (the "limit 65536" variant).
+    "mlp_bias": (4096, lambda a, b, r: (a * b).sum(0)),
 }
 
 VARIANTS = {
@@ -35,6 +38,7 @@ VARIANTS = {
     "tile 8192": {"tile": 8192},
     "tile 16384": {"tile": 16384},
     "second kernel": {"limit": 1},
+    "limit 65536": {"limit": 65536},
 }
 
 
