@@ -8,6 +8,13 @@ import torch.nn as nn
 import smelt.config
 
 
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    # Eager's cuDNN products run in TF32 by default (1e-3 off); smelt's reductions are float32's.
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
 class SqueezeExcite(nn.Module):
     """timm's form: mean over the image, reduce, SiLU, expand, sigmoid gate."""
 
