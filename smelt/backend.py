@@ -25,6 +25,7 @@ from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
 from .lowering.handwritten_attention import handwritten_attention_to_sdpa
 from .lowering.frozen_weights import weight_indices
+from .lowering.fx_clones import drop_redundant_clones
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
 from .pipeline import compile_graph, targets_for
@@ -152,7 +153,11 @@ def _raises_when_called(error: Exception):
 def _partition_joint_graph(joint_module, joint_inputs, **kwargs):
     """The min-cut partition of a training graph, its repeated calls merged first by smelt's pass:
     AOTAutograd's own merging pass imports most of Inductor on its first use (0.9 s of every
-    process's first training compile, warm or cold)."""
+    process's first training compile, warm or cold). Clones that copy nothing go first too:
+    training's dropout of probability 0 is a clone, and the partitioner, which would recompute
+    through it, then saved a layer norm's float32 result where it saves its bfloat16 input without
+    (Phi's AMP training peak)."""
+    drop_redundant_clones(joint_module)
     merge_common_subexpressions(joint_module)
     with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)

@@ -265,7 +265,7 @@ OUT_OF_BOUNDS = {
     "negative": ("x[-j - 3] * 2", "index"),
     "index_select": ("torch.index_select(x, 0, j)", "index_select"),
     "gather": ("torch.gather(x, 0, j)", "gather"),
-    "embedding": ("torch.nn.functional.embedding(j, x.view(5, 1))", "index_select"),
+    "embedding": ("torch.nn.functional.embedding(j, x.view(5, 1))", "embedding"),
 }
 
 

@@ -43,6 +43,14 @@ def index(g, x, indices):
     return TensorBox.of_storage(Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins))
 
 
+@lowering(aten.embedding)
+def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """weight[indices]: the options change only the backward. Kept as one op through AOTAutograd
+    (decompositions.py) so that the min-cut partitioner sees a lookup it will not recompute, as
+    Inductor's does."""
+    return index(g, weight, [indices])
+
+
 @lowering(aten.index_select)
 def index_select(g, x, dim, index):
     xsize = x.get_size()
