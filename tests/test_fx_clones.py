@@ -64,6 +64,10 @@ KEPT = {
     "another memory format": lambda x: torch.exp(x).clone(memory_format=torch.channels_last),
     "a view of a value read twice": _view_of_a_value_read_twice,
     "a view of an input": lambda x: x.view(6, 20).clone(),
+    # Found by a review: as_strided after the clone addresses storage from its start.
+    "a view at an offset": lambda x: torch.exp(x)[1:].clone(),
+    # Returned views of intermediates: see test_a_returned_clone_of_a_view_stays_fresh_memory.
+    "a returned view of an intermediate": lambda x: torch.exp(x).transpose(0, 1).clone(),
 }
 
 
@@ -95,3 +99,33 @@ def test_convnext_mlp_has_no_copy_kernel(compile_fn, device, observe):
         torch.testing.assert_close(actual, mlp(x), atol=1e-5, rtol=1e-5)
     kernels = [k for g in observe.compiled_graphs() for k in g.kernel_names]
     assert not any("clone" in k for k in kernels), kernels
+
+
+def test_an_as_strided_after_a_clone_of_an_offset_view_reads_the_clone(compile_fn, device):
+    # The clone of (x * 2)[1:] was dropped: as_strided's offset 0 then read the product's start.
+    fn = lambda x: (x * 2)[1:].clone().as_strided((2, 2), (1, 2), 0) * 1  # noqa: E731
+    for grad in (False, True):
+        torch._dynamo.reset()
+        x = torch.arange(12., device=device).view(3, 4).requires_grad_(grad)
+        torch.testing.assert_close(compile_fn(fn)(x), fn(x))
+
+
+def test_a_returned_clone_of_a_view_stays_fresh_memory(compile_fn, device):
+    # Dropped, the forward returned a transposed product both to the caller and as a saved tensor
+    # (two tensor objects): zeroing the output in place silently changed the weight's gradient.
+    # Kept, the write is caught as AOTAutograd catches it; and an ATen view (view_as_real) returned
+    # from the compiled function took no in-place write at all.
+    def fn(x, w):
+        c = torch.nn.functional.dropout((x @ w).t(), 0.0, training=True)
+        return c, torch.tanh(c) * 3
+    x, w = torch.randn(3, 4, device=device), torch.randn(4, 5, device=device, requires_grad=True)
+    c, d = compile_fn(fn)(x, w)
+    c.mul_(0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        d.sum().backward()
+    torch._dynamo.reset()
+    real = lambda x: torch.view_as_real((x * 2).to(torch.complex64)).clone()  # noqa: E731
+    z = torch.randn(3, 4, device=device, requires_grad=True)
+    out = compile_fn(real)(z)
+    out.mul_(3)
+    torch.testing.assert_close(out, real(z) * 3)

@@ -36,9 +36,17 @@ def _redundant(clone: torch.fx.Node, source) -> bool:
     # Preserving the layout: a clone to another memory format is a real relayout.
     if clone.kwargs.get("memory_format", torch.preserve_format) is not torch.preserve_format:
         return False
+    # A clone the graph returns stays unless its input is itself new memory: a view of an
+    # intermediate handed to the caller (and saved for the backward as another tensor object)
+    # lets an in-place write to the output reach what the backward reads, silently, and an ATen
+    # view returned from the compiled autograd function refuses in-place writes at all.
+    if any(user.op == "output" for user in clone.users) and not _fresh(source):
+        return False
     mine, theirs = clone.meta.get("val"), source.meta.get("val")
+    # The storage offset too: `as_strided` after the clone addresses storage from its start.
     return isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor) \
-        and mine.dtype == theirs.dtype and mine.shape == theirs.shape and mine.stride() == theirs.stride()
+        and mine.dtype == theirs.dtype and mine.shape == theirs.shape and mine.stride() == theirs.stride() \
+        and mine.storage_offset() == theirs.storage_offset()
 
 
 def _owned(node: torch.fx.Node) -> bool:
