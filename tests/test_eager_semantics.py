@@ -266,6 +266,8 @@ OUT_OF_BOUNDS = {
     "index_select": ("torch.index_select(x, 0, j)", "index_select"),
     "gather": ("torch.gather(x, 0, j)", "gather"),
     "embedding": ("torch.nn.functional.embedding(j, x.view(5, 1))", "embedding"),
+    # Eager's embedding refuses a negative id, which indexing counts from the end (a review).
+    "embedding_negative": ("torch.nn.functional.embedding(3 - j, x.view(5, 1))", "embedding"),
 }
 
 

@@ -45,10 +45,21 @@ def index(g, x, indices):
 
 @lowering(aten.embedding)
 def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    """weight[indices]: the options change only the backward. Kept as one op through AOTAutograd
-    (decompositions.py) so that the min-cut partitioner sees a lookup it will not recompute, as
-    Inductor's does."""
-    return index(g, weight, [indices])
+    """weight[indices] (the options change only the backward), except that a negative id is out of
+    bounds, as eager's embedding says, where indexing would count it from the end. Kept as one op
+    through AOTAutograd (decompositions.py) so that the min-cut partitioner sees a lookup it will
+    not recompute, as Inductor's does."""
+    rows, columns = weight.get_size()
+    load_weight, load_id = weight.make_loader(), indices.make_loader()
+    dtype = indices.get_dtype()
+
+    def inner_fn(out_index):
+        position = load_id(list(out_index[:-1]))
+        # A negative id becomes `rows`, which the bounds check refuses.
+        checked = ops.where(ops.lt(position, ops.constant(0, dtype)), ops.index_expr(rows, dtype), position)
+        return load_weight([ops.indirect_indexing(checked, rows), out_index[-1]])
+    return TensorBox.of_storage(Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, out_size(g),
+                                          g.origin | weight.origins))
 
 
 @lowering(aten.index_select)
