@@ -49,7 +49,7 @@ def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, spar
     bounds, as eager's embedding says, where indexing would count it from the end. Kept as one op
     through AOTAutograd (decompositions.py) so that the min-cut partitioner sees a lookup it will
     not recompute, as Inductor's does."""
-    rows, columns = weight.get_size()
+    rows = weight.get_size()[0]
     load_weight, load_id = weight.make_loader(), indices.make_loader()
     dtype = indices.get_dtype()
 
