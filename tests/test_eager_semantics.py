@@ -268,6 +268,8 @@ OUT_OF_BOUNDS = {
     "embedding": ("torch.nn.functional.embedding(j, x.view(5, 1))", "embedding"),
     # Eager's embedding refuses a negative id, which indexing counts from the end (a review).
     "embedding_negative": ("torch.nn.functional.embedding(3 - j, x.view(5, 1))", "embedding"),
+    "index_select_negative": ("torch.index_select(x, 0, 3 - j)", "index_select"),
+    "gather_negative": ("torch.gather(x, 0, 3 - j)", "gather"),
 }
 
 
