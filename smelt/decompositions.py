@@ -65,7 +65,12 @@ def decomposition_table() -> dict:
     functional = aten._native_batch_norm_legit_functional.default
     table[functional] = _running_stats_in_float32(table[functional])
     for op, inplace in ((aten.index_add.default, False), (aten.index_add_.default, True)):
-        table[op] = _index_add_into_empty(table[op], inplace)
+        table[op] = _index_add_into_empty(_refusing_negative_index(table[op]), inplace)
+    for op in (aten.index_copy.default, aten.index_copy_.default):
+        table[op] = _refusing_negative_index(table[op])
+    for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_fill_.int_Scalar,
+               aten.index_fill_.int_Tensor):
+        table[op] = _counting_negative_from_end(table[op])
     for op in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[op] = functools.partial(_max_pool_backward_without_input, op)
     for op in (aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default):
@@ -154,6 +159,26 @@ def _indices_from_offsets(offsets, width: int, kernel_size, stride, padding, dil
     row = top + torch.div(place, kernel[1], rounding_mode="floor") * dilation[0]
     col = left + torch.remainder(place, kernel[1]) * dilation[1]
     return row * width + col
+
+
+def _refusing_negative_index(decomposition):
+    """index_add and index_copy as eager runs them: a negative index is out of bounds. Their
+    decompositions are an index_put, which counts it from the end as `x[i]` does, so index_add
+    wrote into the last row where eager raises; a negative index becomes the dim's size, which the
+    index_put's bounds check refuses."""
+    def run(x, dim, index, source, **kwargs):
+        size = x.shape[dim] if x.ndim else 1
+        return decomposition(x, dim, torch.where(index < 0, size, index), source, **kwargs)
+    return run
+
+
+def _counting_negative_from_end(decomposition):
+    """index_fill takes a negative index from the end, as `x[i]` does; its decomposition is an
+    index_copy, which refuses one (above), so the index is made positive first."""
+    def run(x, dim, index, value):
+        size = x.shape[dim] if x.ndim else 1
+        return decomposition(x, dim, torch.where(index < 0, index + size, index), value)
+    return run
 
 
 def _index_add_into_empty(decomposition, inplace: bool):

@@ -270,6 +270,15 @@ OUT_OF_BOUNDS = {
     "embedding_negative": ("torch.nn.functional.embedding(3 - j, x.view(5, 1))", "embedding"),
     "index_select_negative": ("torch.index_select(x, 0, 3 - j)", "index_select"),
     "gather_negative": ("torch.gather(x, 0, 3 - j)", "gather"),
+    # The writing siblings: eager's scatter, index_add, index_copy and index_reduce refuse a negative
+    # index too, where smelt wrote into the row counted from the end.
+    "scatter": ("x.scatter(0, j, x[:3] * 2)", "scatter"),
+    "scatter_negative": ("x.scatter(0, 3 - j, x[:3] * 2)", "scatter"),
+    "scatter_add_negative": ("x.scatter_add(0, 3 - j, x[:3])", "scatter_add"),
+    "scatter_reduce_negative": ("x.scatter_reduce(0, 3 - j, x[:3], 'amax')", "scatter_reduce"),
+    "index_reduce_negative": ("x.index_reduce(0, 3 - j, x[:3], 'prod')", "index_reduce"),
+    "index_add_negative": ("x.index_add(0, 3 - j, x[:3])", "index_put"),
+    "index_copy_negative": ("x.index_copy(0, 3 - j, x[:3])", "index_put"),
 }
 
 
@@ -290,6 +299,13 @@ def test_index_out_of_bounds_raises(compile_fn, device, case):
     with pytest.raises(Exception, match="out of bounds") as error:
         compile_fn(fn)(x, j)
     assert op in str(error.value), str(error.value)
+
+
+def test_index_fill_counts_a_negative_index_from_the_end(compile_fn, device):
+    # Its decomposition is an index_copy, which refuses a negative index as eager's does.
+    fn = lambda x, j: x.index_fill(0, j - 3, -1.0)  # noqa: E731
+    x, j = torch.randn(5, 2, device=device), torch.tensor([0, 2], device=device)
+    torch.testing.assert_close(compile_fn(fn)(x, j), fn(x, j))
 
 
 # --- half floats: every op's result is rounded to the half float, as eager rounds it -------------

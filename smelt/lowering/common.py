@@ -65,6 +65,14 @@ def broadcast_loader(x: TensorBox, size: Sequence[Expr]) -> Callable:
     return load
 
 
+def refusing_negative(position, size, dtype: torch.dtype):
+    """ops.indirect_indexing for the ops whose eager kernels refuse a negative index (embedding,
+    index_select, gather, scatter, index_reduce; `dtype`: the index tensor's), where `x[i]` counts it
+    from the end: a negative one becomes `size`, which the bounds check refuses."""
+    return ops.indirect_indexing(
+        ops.where(ops.lt(position, ops.constant(0, dtype)), ops.index_expr(size, dtype), position), size)
+
+
 def scalar_value(value, dtype: torch.dtype):
     """A handler value for a Python or symbolic scalar, in `dtype`."""
     if isinstance(value, sympy.Expr):

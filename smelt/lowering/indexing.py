@@ -5,7 +5,7 @@ import torch
 
 from ..ir import Pointwise, TensorBox, ops
 from ..symbolic import product, unflatten_index
-from .common import broadcast_loader, out_size
+from .common import broadcast_loader, out_size, refusing_negative
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -43,14 +43,6 @@ def index(g, x, indices):
     return TensorBox.of_storage(Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins))
 
 
-def _refusing_negative(position, size, dtype):
-    """An index as embedding, index_select and gather read it (`dtype`: the index tensor's): a
-    negative one is out of bounds in eager, where `x[i]` counts it from the end, so it becomes
-    `size`, which the bounds check of ops.indirect_indexing refuses."""
-    return ops.indirect_indexing(
-        ops.where(ops.lt(position, ops.constant(0, dtype)), ops.index_expr(size, dtype), position), size)
-
-
 @lowering(aten.embedding)
 def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """weight[indices] (the options change only the backward; a negative id is out of bounds). Kept
@@ -61,7 +53,7 @@ def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, spar
 
     def inner_fn(out_index):
         position = load_id(list(out_index[:-1]))
-        return load_weight([_refusing_negative(position, rows, indices.get_dtype()), out_index[-1]])
+        return load_weight([refusing_negative(position, rows, indices.get_dtype()), out_index[-1]])
     return TensorBox.of_storage(Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, out_size(g),
                                           g.origin | weight.origins))
 
@@ -78,7 +70,7 @@ def index_select(g, x, dim, index):
     def inner_fn(out_index):
         source = list(out_index)
         position = [out_index[dim]] if index.get_size() else []
-        source[dim] = _refusing_negative(index_load(position), xsize[dim], index.get_dtype())
+        source[dim] = refusing_negative(index_load(position), xsize[dim], index.get_dtype())
         return load(source)
     return TensorBox.of_storage(Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, g.origin | x.origins))
 
@@ -98,7 +90,7 @@ def gather(g, x, dim, index, sparse_grad=False):
 
     def inner_fn(out_index):
         source = list(out_index)
-        source[dim] = _refusing_negative(index_load(out_index), xsize[dim], index.get_dtype())
+        source[dim] = refusing_negative(index_load(out_index), xsize[dim], index.get_dtype())
         return load(source)
     return TensorBox.of_storage(Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, g.origin | x.origins))
 

@@ -17,7 +17,7 @@ import torch
 from ..ir import ComputedBuffer, Pointwise, Scatter, TensorBox, ops
 from ..ir.scatter import mode_supports
 from ..symbolic import FloorDiv, ModularIndexing, dense_dim_order, product, static_int, sympify
-from .common import broadcast_loader, scalar_value
+from .common import broadcast_loader, refusing_negative, scalar_value
 from ..ir.graph import origin_name
 from .registry import lowering
 from .views import _normalize_start
@@ -144,7 +144,7 @@ def _along_dim(index: TensorBox, dim: int, dim_size, rank: int):
     load = _loader_at(index, len(index.get_size()))
 
     def output_index(idx):
-        position = ops.indirect_indexing(load(list(idx)[:len(index.get_size())]), dim_size)
+        position = refusing_negative(load(list(idx)[:len(index.get_size())]), dim_size, index.get_dtype())
         if rank == 0:
             return []
         out = list(idx)
@@ -206,7 +206,7 @@ def _select_at_positions(g, x: TensorBox, dim: int, index: TensorBox, value_fn, 
     def select(idx):
         line = list(idx)
         line[dim] = sympy.Integer(0)
-        position = ops.indirect_indexing(load_index(line), size)  # checked, as the scatter's
+        position = refusing_negative(load_index(line), size, index.get_dtype())  # checked, as the scatter's
         here = ops.eq(ops.index_expr(position, torch.int64), ops.index_expr(idx[dim], torch.int64))
         value = ops.to_dtype(value_fn(line), dtype)
         if adds:
@@ -245,7 +245,7 @@ def index_reduce(g, x, dim, index, source, reduce, include_self=True):
     load_src = _loader_at(source, len(ranges))
 
     def output_index(idx):
-        position = ops.indirect_indexing(load_index([idx[dim]]), xsize[dim] if xsize else 1)
+        position = refusing_negative(load_index([idx[dim]]), xsize[dim] if xsize else 1, index.get_dtype())
         if not xsize:
             return []
         out = list(idx)
