@@ -28,7 +28,7 @@ from ..accuracy import compare, to_float64
 from .cache_tensors import cache_kwargs, cache_of, outputs_with_plain_cache
 from .modes import DYNAMIC_SEQS, applies
 from .spec import ModelSpec, Sample, autocast_for, build_model, library_missing, seeded
-from .timing import measure_case
+from .timing import measure_case, progress
 
 LR = 1e-3
 
@@ -233,6 +233,7 @@ def _run_case(spec, mode, size, device, backend, seed, timings, timing_kw) -> Ca
         result.notes.append("".join(traceback.format_exception(exc))[-4000:])
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu_start
+    progress(f"{spec.name} {mode}: accuracy check {result.status} in {result.seconds:.1f} s")
     if timings and result.status == "pass":
         try:
             result.timings = measure_case(spec, mode, size, device, seed=seed, **(timing_kw or {}))

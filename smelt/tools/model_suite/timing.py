@@ -16,6 +16,7 @@ import functools
 import gc
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -48,6 +49,12 @@ def timed_alone():
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def progress(line: str) -> None:
+    """A case's phases on stderr as they end: a run stopped by a time limit still says where its
+    time went (a row that never finished said nothing)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
 def _sync(device):
@@ -206,6 +213,7 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
             _sync(device)
         if name != "eager":
             result["compile_s"][name] = time.perf_counter() - t0
+        progress(f"{spec.name} {mode}: {name}'s first call{'s' if graphed else ''} {time.perf_counter() - t0:.1f} s")
         if cuda:
             # A steady call's peak: graphs settle over a few calls (those recorded out of order are
             # recorded again), and what their recordings keep counts from before the first call.
@@ -254,3 +262,4 @@ def _rounds(steady: dict, device, cpu_calls: int, result: dict) -> None:
         # 1.95-3.81 ms on the H200, the same code).
         result["ms"][name] = min(turns[name])
         result.setdefault("ms_turns", {})[name] = turns[name]
+    progress("timed: " + ", ".join(f"{name} {result['ms'][name]:.2f} ms" for name in names))
