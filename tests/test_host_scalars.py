@@ -145,3 +145,20 @@ def _per_tensor_updates_share_a_launch(compile_fn, device, observe):
     launches = [line for line in wrapper.splitlines() if line.strip().startswith("triton_")]
     assert len(launches) == 1 and "triton_combo_" in launches[0], wrapper
     assert launches[0].rstrip(")").endswith("_value"), launches[0]  # the rate, after the buffers
+
+
+def test_a_literal_moved_to_the_gpu_is_computed_there(compile_fn, device, observe):
+    """DeBERTa's relative positions: `torch.tensor(mid - 1).type_as(positions)` and a CPU arange
+    sent to the GPU each made a CPU kernel (Triton's interpreter where Halide is missing: DeBERTa's
+    training row did not finish) and a copy to the GPU at every call."""
+    def fn(rel, x):
+        near = (rel < 4) & (rel > -4)
+        far = torch.where(near, torch.tensor(3).type_as(rel), rel.abs())
+        scale = torch.sqrt(torch.tensor(rel.shape[-1], dtype=torch.float) * 3).to(x.device)
+        return far + torch.arange(rel.shape[-1]).to(rel.device), x / scale
+    rel, x = torch.arange(-8, 8, device=device).reshape(2, 8), torch.randn(2, 8, device=device)
+    torch.testing.assert_close(compile_fn(fn)(rel, x), fn(rel, x))
+    if device != "cpu":
+        (graph,) = observe.compiled_graphs()
+        assert "cpu" not in graph.namespace["GRAPH_DEVICE_TYPES"], graph.wrapper_source
+        assert "_to_copy" not in graph.wrapper_source, graph.wrapper_source

@@ -7,6 +7,8 @@ import sympy
 import torch
 
 from ..ir import ops
+from ..ir.ops import ReadsHandler, use_handler
+from ..symbolic import index_var
 from .extern_calls import device_copy
 from .half_rounding import rounded_to_half
 from .common import common_dtype, in_dtype, is_tensor, make_pointwise, scalar_operand_dtypes, upcast_half
@@ -280,9 +282,37 @@ def to_copy(g, x, dtype=None, layout=None, device=None, pin_memory=None, non_blo
             memory_format=None):
     meta = g.out_meta
     if meta.device != x.get_device():
+        if x.get_device().type == "cpu" and _from_literals_alone(x):
+            # Computed where it is going (DeBERTa's `torch.tensor(mid - 1).type_as(positions)`):
+            # no CPU kernel, no copy to the GPU; readers on the GPU inline it.
+            return make_pointwise(g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=meta.dtype)
         return device_copy(g, x, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
                            non_blocking=non_blocking, memory_format=memory_format)
     return make_pointwise(g, [x], lambda v: v, compute_dtype=x.get_dtype(), out_dtype=meta.dtype)
+
+
+class _LiteralsOnly(ReadsHandler):
+    """ReadsHandler that also notes a random draw (a CPU generator's numbers differ from a GPU's)."""
+
+    drawn = False
+
+    def _draw(self, *args):
+        self.drawn = True
+        return "draw"
+    rand = randn = randint64 = _draw
+
+
+def _from_literals_alone(x) -> bool:
+    """Whether every element of `x` comes from constants and index arithmetic: no memory read, no
+    random number."""
+    try:
+        load = x.make_loader()
+    except AssertionError:  # a reduction, stored before anyone reads it
+        return False
+    handler = _LiteralsOnly()
+    with use_handler(handler):
+        load([index_var(f"i{k}") for k in range(len(x.get_size()))])
+    return not handler.reads and not handler.drawn
 
 
 @lowering(aten.clone, aten.lift_fresh_copy)
