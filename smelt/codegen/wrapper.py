@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import sympy
 import torch
@@ -280,12 +281,15 @@ class WrapperCodegen:
         return [position for position, (name, _) in enumerate(self.graph.inputs)
                 if name in self.graph.donated_inputs and name in taken]
 
-    def graph_facts(self, out: IndentedBuffer) -> None:
+    def graph_facts(self, out: IndentedBuffer, body: str) -> None:
         """What runtime/cuda_graphs.py reads of the graph: the values its sizes are made of (one
         recording per distinct tuple), the inputs it writes, and why it cannot be recorded."""
         devices = {v.layout.device.type for _, v in self.graph.inputs if isinstance(v, InputBuffer)}
         devices |= {b.layout.device.type for b in self.graph.buffers if hasattr(getattr(b, "layout", None), "device")}
-        devices |= {c.layout.device.type for c in self.graph.constants.values()}
+        # A constant the kernels inline as a literal (DeBERTa's CPU scalars in its GPU graphs) is
+        # no tensor of the call's: only those the call names count.
+        devices |= {c.layout.device.type for name, c in self.graph.constants.items()
+                    if re.search(rf"\b{re.escape(name)}\b", body)}
         if "cpu" in devices:
             self.graph_blockers.append("it has CPU tensors")
         out.writeline(f"GRAPH_DEVICE_TYPES = {tuple(sorted(devices))!r}")
@@ -366,7 +370,7 @@ class WrapperCodegen:
             self.workspace_layouts(out)
         out.writeline("")
         out.writeline("")
-        self.graph_facts(out)
+        self.graph_facts(out, body.getvalue())
         out.writeline("")
         out.writeline("")
         out.writeline("def call(args):")
