@@ -177,17 +177,21 @@ EMPTY_PIECE_READS = {  # fn(x of 3x4, no_rows of 0x4, no_cols of 3x0)
     "pad_of_an_empty_row": lambda x, n, c: F.pad(c * 2, (1, 2), value=3.0),
     "pad_of_an_empty_row_into_sum": lambda x, n, c: F.pad(c + 1, (0, 1), value=-1.0).sum(-1),
     "softmax_of_scaled_empty_rows": lambda x, n, c: torch.softmax(c * 0.5 + 1, -1),
+    # Reduced along the cat's dim: the padding lanes past the rows fall in the last piece (fuzz seed 4318).
+    "cat_empty_ends_reduced_along_it": lambda x, n, c: torch.cat([n, x, n], 0).any(0),
+    "cat_empty_ends_summed_along_it": lambda x, n, c: torch.cat([n, x, n], 0).sum(0),
 }
 
 
 @pytest.mark.parametrize("name", sorted(EMPTY_PIECE_READS))
-@pytest.mark.parametrize("strides", ["contiguous", "zero"])
+@pytest.mark.parametrize("strides", ["contiguous", "zero", "expanded_rows"])
 def test_an_empty_piece_is_never_read(name, strides, device, check):
     # Zero strides (as smelt gives an empty buffer it allocates) make every read of the piece one
-    # fixed address, a load without an index to mask by.
+    # fixed address, a load without an index to mask by; rows of stride 0 (an expanded input) a
+    # load whose index does not depend on the row.
     def empty(rows, cols):
-        if strides == "zero":
-            return torch.empty_strided((rows, cols), (0, 0), device=device)
+        if strides != "contiguous":
+            return torch.empty_strided((rows, cols), (0, 0 if strides == "zero" else 1), device=device)
         return torch.randn(rows, cols, device=device)
     check(EMPTY_PIECE_READS[name], torch.randn(3, 4, device=device), empty(0, 4), empty(3, 0))
 

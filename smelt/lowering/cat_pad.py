@@ -23,8 +23,12 @@ def cat(g, tensors, dim=0):
     meta = g.out_meta
     size = out_size(g)
     dim = dim + len(size) if dim < 0 else dim
-    # Legacy rule: 1-D empty tensors are skipped whatever the other shapes.
-    pieces = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    # Legacy rule: 1-D empty tensors are skipped whatever the other shapes. A piece empty along
+    # `dim` adds nothing either, and kept, its load (which need not depend on the position along
+    # `dim`) ran in a reduction's padding lanes past the last piece's start: a read of no memory
+    # (a segfault in Triton's interpreter, found by the fuzzer). Sizes 0 are never symbolic.
+    pieces = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)
+              and t.get_size()[dim] != 0]
     if not pieces:  # every piece skipped: the result is as empty as they are
         return TensorBox.of_storage(Pointwise(meta.device, meta.dtype, lambda index: ops.constant(0, meta.dtype),
                                               size, g.origin))
