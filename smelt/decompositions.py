@@ -65,9 +65,9 @@ def decomposition_table() -> dict:
     functional = aten._native_batch_norm_legit_functional.default
     table[functional] = _running_stats_in_float32(table[functional])
     for op, inplace in ((aten.index_add.default, False), (aten.index_add_.default, True)):
-        table[op] = _index_add_into_empty(_refusing_negative_index(table[op]), inplace)
+        table[op] = _index_add_into_empty(_refusing_negative_index(table[op], _INDEX_ADD_DTYPES), inplace)
     for op in (aten.index_copy.default, aten.index_copy_.default):
-        table[op] = _refusing_negative_index(table[op])
+        table[op] = _refusing_negative_index(table[op], _INDEX_COPY_DTYPES)
     for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_fill_.int_Scalar,
                aten.index_fill_.int_Tensor):
         table[op] = _counting_negative_from_end(table[op])
@@ -161,12 +161,25 @@ def _indices_from_offsets(offsets, width: int, kernel_size, stride, padding, dil
     return row * width + col
 
 
-def _refusing_negative_index(decomposition):
+# The index dtypes eager's kernels take, with their words for any other (torch's decompositions
+# check none, and the rewrites below would turn a bool index into rows 0 and 1).
+_INDEX_ADD_DTYPES = ((torch.int32, torch.int64), "index_add_(): Expected dtype int32/int64 for index but got: {}")
+_INDEX_COPY_DTYPES = ((torch.int64,), "index_copy_(): Expected a long tensor for index, but got {}")
+_INDEX_FILL_DTYPES = ((torch.int64,), "index_fill_(): Expected dtype int64 for index.")
+
+
+def _check_index_dtype(index, accepted) -> None:
+    dtypes, message = accepted
+    torch._check(index.dtype in dtypes, lambda: message.format(str(index.dtype).removeprefix("torch.")))
+
+
+def _refusing_negative_index(decomposition, accepted):
     """index_add and index_copy as eager runs them: a negative index is out of bounds. Their
     decompositions are an index_put, which counts it from the end as `x[i]` does, so index_add
     wrote into the last row where eager raises; a negative index becomes the dim's size, which the
     index_put's bounds check refuses."""
     def run(x, dim, index, source, **kwargs):
+        _check_index_dtype(index, accepted)
         size = x.shape[dim] if x.ndim else 1
         return decomposition(x, dim, torch.where(index < 0, size, index), source, **kwargs)
     return run
@@ -176,6 +189,7 @@ def _counting_negative_from_end(decomposition):
     """index_fill takes a negative index from the end, as `x[i]` does; its decomposition is an
     index_copy, which refuses one (above), so the index is made positive first."""
     def run(x, dim, index, value):
+        _check_index_dtype(index, _INDEX_FILL_DTYPES)
         size = x.shape[dim] if x.ndim else 1
         return decomposition(x, dim, torch.where(index < 0, index + size, index), value)
     return run

@@ -301,6 +301,24 @@ def test_index_out_of_bounds_raises(compile_fn, device, case):
     assert op in str(error.value), str(error.value)
 
 
+@pytest.mark.parametrize("op", ["index_add", "index_copy", "index_fill"])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.float32])
+def test_an_index_of_a_dtype_eager_refuses_is_refused(compile_fn, device, op, dtype):
+    # The negative-index rewrites of these decompositions turned a bool index into rows 0 and 1
+    # (a review); eager takes int64, and index_add int32 too.
+    fn = {"index_add": lambda x, i: x.index_add(0, i, torch.ones(2, 2, device=x.device)),
+          "index_copy": lambda x, i: x.index_copy(0, i, torch.ones(2, 2, device=x.device)),
+          "index_fill": lambda x, i: x.index_fill(0, i, 2.0)}[op]
+    x, i = torch.zeros(3, 2, device=device), torch.tensor([1, 0], device=device).to(dtype)
+    if op == "index_add" and dtype == torch.int32:
+        torch.testing.assert_close(compile_fn(fn)(x, i), fn(x, i))
+        return
+    with pytest.raises(Exception):
+        fn(x, i)
+    with pytest.raises(Exception, match=f"{op}_\\(\\): Expected"):
+        compile_fn(fn)(x, i)
+
+
 def test_index_fill_counts_a_negative_index_from_the_end(compile_fn, device):
     # Its decomposition is an index_copy, which refuses a negative index as eager's does.
     fn = lambda x, j: x.index_fill(0, j - 3, -1.0)  # noqa: E731
