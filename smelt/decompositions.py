@@ -181,6 +181,9 @@ def _refusing_negative_index(decomposition, accepted):
     def run(x, dim, index, source, **kwargs):
         _check_index_dtype(index, accepted)
         size = x.shape[dim] if x.ndim else 1
+        # A 0-d index names one slice; index_add's decomposition hands it to index_put as it is,
+        # whose shapes then disagree with the source's (a review).
+        index = index.reshape(-1) if index.ndim == 0 else index
         return decomposition(x, dim, torch.where(index < 0, size, index), source, **kwargs)
     return run
 

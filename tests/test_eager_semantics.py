@@ -319,6 +319,13 @@ def test_an_index_of_a_dtype_eager_refuses_is_refused(compile_fn, device, op, dt
         compile_fn(fn)(x, i)
 
 
+def test_index_add_with_a_zero_dimensional_index(compile_fn, device):
+    # torch's decomposition handed the 0-d index to index_put, which failed to lower (a review).
+    fn = lambda x, j, s: x.index_add(0, j, s, alpha=2)  # noqa: E731
+    args = (torch.randn(5, 3, device=device), torch.tensor(1, device=device), torch.randn(1, 3, device=device))
+    torch.testing.assert_close(compile_fn(fn)(*args), fn(*args))
+
+
 def test_index_fill_counts_a_negative_index_from_the_end(compile_fn, device):
     # Its decomposition is an index_copy, which refuses a negative index as eager's does.
     fn = lambda x, j: x.index_fill(0, j - 3, -1.0)  # noqa: E731
