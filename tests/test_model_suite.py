@@ -155,7 +155,7 @@ def test_shards_sharing_a_gpu_time_one_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "_steady_ms", probe)
     monkeypatch.setenv(timing.TIMING_LOCK_ENV, str(lock))
     result = {"ms": {}}
-    timing._rounds({"eager": None, "smelt": None}, "cpu", 15, result)
+    timing._rounds({"eager": None, "smelt": None}, "cpu", 15, result, "a case")
     assert held and all(held), held
     assert result["ms"] == {"eager": 1.0, "smelt": 1.0}
     with open(lock, "a") as other:  # let go after the turns
@@ -204,9 +204,9 @@ def test_timings_take_turns_with_no_compile_between(monkeypatch):
         order.append(fn)
         return 10.0 - len(order) % 5  # some spread: the best is not the last
 
-    def rounds(steady, device, cpu_calls, result):
+    def rounds(steady, device, cpu_calls, result, case):
         compiled_before["graphs"] = len(list(observe.compiled_graphs()))
-        plain_rounds(steady, device, cpu_calls, result)
+        plain_rounds(steady, device, cpu_calls, result, case)
         compiled_before["after"] = len(list(observe.compiled_graphs()))
         compiled_before["names"] = {id(fn): name for name, fn in steady.items()}
 

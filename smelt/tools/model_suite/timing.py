@@ -182,7 +182,7 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
         graphed = name.endswith("-ro")
         if graphed and steady:  # graphed rows are GPU-bound: timed alone, after the rounds
             fn = None
-            _rounds(steady, device, cpu_calls, result)
+            _rounds(steady, device, cpu_calls, result, f"{spec.name} {mode}")
             steady.clear()
             torch._dynamo.reset()
         # The last backend's model and compiled graphs, freed now rather than by a collection in the
@@ -241,12 +241,12 @@ def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, r
             torch.cuda.empty_cache()
         torch._dynamo.reset()
     if steady:
-        _rounds(steady, device, cpu_calls, result)
+        _rounds(steady, device, cpu_calls, result, f"{spec.name} {mode}")
     steady.clear()
     torch._dynamo.reset()
 
 
-def _rounds(steady: dict, device, cpu_calls: int, result: dict) -> None:
+def _rounds(steady: dict, device, cpu_calls: int, result: dict, case: str) -> None:
     """Each backend's steady ms a call, the best of ROUNDS turns in which the backends take turns
     (the order rotates, so none always follows another); each turn's figure is kept too."""
     names = list(steady)
@@ -262,4 +262,4 @@ def _rounds(steady: dict, device, cpu_calls: int, result: dict) -> None:
         # 1.95-3.81 ms on the H200, the same code).
         result["ms"][name] = min(turns[name])
         result.setdefault("ms_turns", {})[name] = turns[name]
-    progress("timed: " + ", ".join(f"{name} {result['ms'][name]:.2f} ms" for name in names))
+    progress(f"{case}: timed " + ", ".join(f"{name} {result['ms'][name]:.2f} ms" for name in names))
