@@ -79,9 +79,22 @@ def decomposition_table() -> dict:
         if op in table:
             table[op] = _loss_in_opmath(table[op])
     table[aten.smooth_l1_loss_backward.default] = _smooth_l1_loss_backward
+    for op in (aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce,
+               aten.scatter_add.default, aten.scatter_reduce.two, aten.index_reduce.default):
+        table[op] = functools.partial(_scatter_into_a_scalar_as_one_element, op)
     table[aten.pixel_unshuffle.default] = _pixel_unshuffle_keeping_empty(table[aten.pixel_unshuffle.default])
     table.pop(aten.smooth_l1_loss_backward.grad_input, None)  # torch's calls its own: eager's kernel runs
     return table
+
+
+def _scatter_into_a_scalar_as_one_element(op, x, dim, index, source, *args, **kwargs):
+    """A scatter (or index_reduce) into a 0-d tensor runs on its one-element view: lowered as it
+    is, the checked position was no store's index, and Halide checks an index only where it is
+    used (a -1 or a 1 wrote the value where eager raises; a review). Any other runs as the op."""
+    if x.ndim != 0:
+        return NotImplemented
+    one = (lambda t: t.reshape(-1) if isinstance(t, torch.Tensor) and t.ndim == 0 else t)
+    return op(x.reshape(1), 0, one(index), one(source), *args, **kwargs).reshape(())
 
 
 def _smooth_l1_loss_backward(grad_output, self, target, reduction: int, beta: float):

@@ -326,6 +326,33 @@ def test_index_add_with_a_zero_dimensional_index(compile_fn, device):
     torch.testing.assert_close(compile_fn(fn)(*args), fn(*args))
 
 
+SCATTERS_INTO_A_SCALAR = {
+    "scatter": lambda x, i: x.scatter(0, i, x * 5),
+    "scatter_value": lambda x, i: x.scatter(0, i, 7.0),
+    "scatter_add": lambda x, i: x.scatter_add(0, i, x * 5),
+    "scatter_reduce": lambda x, i: x.scatter_reduce(0, i, x * 5, "amax"),
+    "index_reduce": lambda x, i: x.index_reduce(0, i.reshape(1), x * 5, "prod"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SCATTERS_INTO_A_SCALAR))
+def test_a_scatter_into_a_scalar_checks_its_index(compile_fn, device, op):
+    # Halide checked the position only where a store used it, and a 0-d target's store uses none:
+    # -1 and 1 wrote the value where eager raises (a review).
+    fn = SCATTERS_INTO_A_SCALAR[op]
+    x = torch.tensor(1.5, device=device)
+    torch.testing.assert_close(compile_fn(fn)(x, torch.tensor(0, device=device)), fn(x, torch.tensor(0, device=device)))
+    if device != "cpu":
+        return  # eager's CUDA kernels stop the process (a device-side assert)
+    for bad in (-1, 1):
+        i = torch.tensor(bad, device=device)
+        with pytest.raises(Exception):
+            fn(x, i)
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="out of bounds"):
+            compile_fn(fn)(x, i)
+
+
 def test_index_fill_counts_a_negative_index_from_the_end(compile_fn, device):
     # Its decomposition is an index_copy, which refuses a negative index as eager's does.
     fn = lambda x, j: x.index_fill(0, j - 3, -1.0)  # noqa: E731
