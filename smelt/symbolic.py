@@ -107,6 +107,15 @@ def _exact_quotient(term: Expr, divisor: Expr) -> Expr | None:
     return sympy.Integer(int(t_coeff) // int(d_coeff)) * sympy.Mul(*[b ** e for b, e in t_powers.items() if e])
 
 
+def sizes_in_value_math(expr: Expr, index_vars: Iterable[sympy.Symbol]) -> set:
+    """The symbols of `expr` (sizes: not `index_vars`, not indirect positions) it uses outside a
+    FloorDiv or ModularIndexing. Those parts are bounded by the kernel's own sizes; the rest is
+    arithmetic on sizes, which a value (`torch.full((2,), n * n * 3)`) may take past int32 where
+    the kernel's index math runs in int32."""
+    stripped = sympify(expr).replace(lambda e: isinstance(e, (FloorDiv, ModularIndexing)), lambda e: sympy.S.Zero)
+    return {s for s in stripped.free_symbols if s not in set(index_vars) and not s.name.startswith("indirect")}
+
+
 def index_var(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 

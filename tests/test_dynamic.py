@@ -135,3 +135,22 @@ def test_batch_norm_training_under_dynamic_shapes(device, compile_fn, dims):
         torch.testing.assert_close(compiled(x), eager(x), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ours.running_var, eager.running_var, atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(ours.running_mean, eager.running_mean, atol=1e-6, rtol=1e-6)
+
+
+SIZE_PRODUCTS_AS_VALUES = {  # values computed from a dynamic size n, past int32 at n = 70000
+    "full": lambda x: torch.full((2,), x.shape[0] * x.shape[0] * 3, device=x.device) + x[:2, 0].long(),
+    "full_past_2_to_40": lambda x: torch.full((2,), x.shape[0] * 2 ** 40, device=x.device),
+    "arange_from_a_product": lambda x: torch.arange(x.shape[0] ** 2, x.shape[0] ** 2 + 4, device=x.device) + 1,
+    "scaled_by_a_product": lambda x: x[:3, 0].long() * (x.shape[0] * x.shape[0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_PRODUCTS_AS_VALUES))
+def test_a_value_made_of_dynamic_sizes_is_computed_in_int64(device, compile_fn, name):
+    # Size arguments are int32 in the kernels (Halide's parameters; Triton's type for a value under
+    # 2**31), and products of them wrapped: n * n * 3 gave 1815098113 for 14700000001.
+    fn = SIZE_PRODUCTS_AS_VALUES[name]
+    compiled = compile_fn(fn, dynamic=True)
+    for n in (9, 70000):
+        x = torch.ones(n, 1, device=device)
+        assert torch.equal(compiled(x), fn(x)), n

@@ -60,7 +60,7 @@ class HalideOps:
         expr = self.k.simplify(expr)
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
-        text = f"hl.cast({halide_type(register_dtype(dtype))}, {self.k.index_text(expr)})"
+        text = f"hl.cast({halide_type(register_dtype(dtype))}, {self.k.index_text(expr, wide=dtype == torch.int64)})"
         return self.k.emit(text, dtype, self.k.rank_of(expr))
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:

@@ -26,6 +26,7 @@ from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...scheduler.placement import ROW_VALUED, Placement
+from ...symbolic import sizes_in_value_math
 from ..common import CSEVar, IndentedBuffer, register_dtype
 from ..kernel_body import PrintedKernel
 from . import random
@@ -264,11 +265,15 @@ class HalideKernel(PrintedKernel):
         self.cse.counter += 1
         return name
 
-    def index_text(self, expr: sympy.Expr, x: str = "x", r: str = "r") -> str:
+    def index_text(self, expr: sympy.Expr, x: str = "x", r: str = "r", wide: bool = False) -> str:
+        """`wide`: a value of int64, whose arithmetic on sizes (int32 parameters) runs in int64
+        (n * n * 3 wrapped at 46341)."""
         names = {XINDEX: x, RINDEX: r}
         for symbol in expr.free_symbols - {XINDEX, RINDEX}:
             if not is_indirect(symbol) and str(symbol) not in self.sizes:
                 self.sizes.append(str(symbol))
+        if wide:
+            names.update({s: f"hl.cast(hl.Int(64), {s})" for s in sizes_in_value_math(expr, (XINDEX, RINDEX))})
         return HalideIndexPrinter(names).doprint(expr)
 
     def rank_of(self, expr: sympy.Expr) -> int:

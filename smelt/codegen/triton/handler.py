@@ -92,7 +92,7 @@ class TritonOps:
         expr = self.k.simplify(expr)
         if expr.is_Integer:
             return self._const(str(int(expr)), dtype)
-        text = self.k.index_text(expr)
+        text = self.k.index_text(expr, wide=dtype == torch.int64)
         if triton_type(dtype) != self.k.index_dtype:  # index math runs in int32 where sizes allow
             text = f"({text}).to({triton_type(dtype)})"
         value = self.k.emit(text, dtype, self.k.rank_of(expr))

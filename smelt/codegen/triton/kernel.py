@@ -12,7 +12,7 @@ from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...scheduler.placement import IN_ROW_LOOP, ROW_VALUED, Placement
-from ...symbolic import next_power_of_2, pexpr, static_int, surely_below
+from ...symbolic import next_power_of_2, pexpr, sizes_in_value_math, static_int, surely_below
 from ..common import CSEVar, IndentedBuffer, KernelArgs, register_dtype
 from ..kernel_body import PrintedKernel
 from .candidates import masks_needed
@@ -196,10 +196,15 @@ class TritonKernel(PrintedKernel):
         rank = 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
         return max([rank] + [self.indirect_ranks[str(s)] for s in symbols if str(s) in self.indirect_ranks])
 
-    def index_text(self, expr: sympy.Expr) -> str:
+    def index_text(self, expr: sympy.Expr, wide: bool = False) -> str:
+        """`wide`: a value of int64, whose arithmetic on sizes runs in int64: Triton types a size
+        argument under 2**31 as int32 whatever the kernel's index type (n * n * 3 wrapped at 46341)."""
         for symbol in expr.free_symbols - {XINDEX, RINDEX}:
             if not is_indirect(symbol):
                 self.args.size(str(symbol))
+        if wide:
+            sizes = sizes_in_value_math(expr, (XINDEX, RINDEX))
+            expr = expr.subs({s: sympy.Symbol(f"{s}.to(tl.int64)", integer=True) for s in sizes}) if sizes else expr
         return pexpr(expr)
 
     def mask_for(self, rank: int, region: bool = True) -> str | None:
