@@ -199,3 +199,29 @@ def test_a_binary_an_earlier_batch_still_builds_is_waited_for_not_built_again(mo
     gate.set()
     second.wait()
     assert first.done and second.done and only_earlier.done
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["in_workers", "at_the_first_launch"])
+def test_triton_keeps_what_it_compiles_for_smelt_in_smelts_cache_folder(ahead, tmp_path, monkeypatch):
+    # An empty smelt cache folder must be a cold compile: Triton's own cache of the stages it compiles
+    # lives under that folder, not in ~/.triton (the model suite's smelt compile column had read a
+    # Triton cache its accuracy check had warmed).
+    from smelt.runtime import triton_loading
+    elsewhere = tmp_path / "triton_home"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(elsewhere))
+    if not ahead:  # no worker jobs: each kernel compiles in this process at its first launch
+        monkeypatch.setattr(triton_loading, "_ahead_job", lambda *a: None)
+
+    scale = 3.0 if ahead else 5.0  # kernels of their own: this process keeps those it has loaded
+
+    def fn(x):
+        return torch.softmax(x * scale, -1).sum(0)
+
+    x = torch.randn(16, 40)
+    torch._dynamo.reset()
+    with smelt.config.override(cpu_backend="triton", check_cuda_compile=True, graph_cache=True,
+                               compile_workers=2, cache_dir=str(tmp_path / "smelt")):
+        torch.testing.assert_close(torch.compile(fn, backend="smelt")(x), fn(x))
+    entries = [p for p in (tmp_path / "smelt" / "triton").glob("*/*") if p.suffix == ".cubin"]
+    assert entries, sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))[:40]
+    assert not elsewhere.exists() or not any(elsewhere.rglob("*.cubin"))

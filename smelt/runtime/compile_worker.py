@@ -49,7 +49,7 @@ def _triton(job: dict) -> None:
         return _warm_triton()
     fn = _kernel_function(job["path"], job["name"])
     fields = triton_cubin.compile_cubin(fn, job["spec"], job["constexprs"], job["num_warps"], job["capability"],
-                                        job["options"])
+                                        job["options"], job.get("cache_dir"))
     triton_cubin.write_kept(job["folder"], fields)
 
 

@@ -228,7 +228,7 @@ def _pointer_value(tensor: torch.Tensor) -> int:
 
 
 def compile_binary(fn, spec: tuple, constexprs: dict, num_warps: int, capability: tuple[int, int],
-                   options: dict = CUDA_COMPILE_OPTIONS) -> CudaBinary:
+                   options: dict = CUDA_COMPILE_OPTIONS, cache_dir: str | None = None) -> CudaBinary:
     """Compile `fn` (a JITFunction) for one argument description; raises triton.CompilationError
     for a kernel that does not compile and CudaError for one this path cannot launch."""
-    return CudaBinary(**compile_cubin(fn, spec, constexprs, num_warps, capability, options))
+    return CudaBinary(**compile_cubin(fn, spec, constexprs, num_warps, capability, options, cache_dir))

@@ -128,7 +128,8 @@ class KernelVariants:
                 return kept
         _compiler_ready()
         try:
-            binary = compile_binary(resolved(self.fn), spec, constexprs, num_warps, capability, compile_options(self.source))
+            binary = compile_binary(resolved(self.fn), spec, constexprs, num_warps, capability,
+                                    compile_options(self.source), self.cache_dir)
         except CudaError as e:
             raise Unsupported(str(e)) from e
         if folder is not None:

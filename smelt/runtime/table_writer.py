@@ -47,7 +47,7 @@ def ahead_jobs(count: int, cache_dir: str, capability) -> list[dict]:
         name, source = f"write_pointer_table_{width}", writer_source(width)
         jobs.append({"backend": "triton", "name": name, "path": source_path(cache_dir, name, source),
                      "spec": writer_spec(width), "constexprs": {}, "num_warps": 1, "capability": list(capability),
-                     "options": dict(CUDA_COMPILE_OPTIONS),
+                     "options": dict(CUDA_COMPILE_OPTIONS), "cache_dir": cache_dir,
                      "folder": folder_for(cache_dir, variant_key(source, writer_spec(width), {}, 1, capability))})
     return jobs
 

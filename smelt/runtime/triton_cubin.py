@@ -9,6 +9,7 @@ A launch's arguments are described per argument as cuda_binary.describe does: ("
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -67,10 +68,12 @@ def triton_signature(fn, spec, constexprs: dict):
     return signature, constants, attrs
 
 
-def compile_cubin(fn, spec, constexprs: dict, num_warps: int, capability, options: dict) -> dict:
+def compile_cubin(fn, spec, constexprs: dict, num_warps: int, capability, options: dict,
+                  cache_dir: str | None = None) -> dict:
     """Compile `fn` (a JITFunction) for one argument description; returns CudaBinary's fields.
     Raises triton.CompilationError for a kernel that does not compile and CudaError for one that
-    smelt's launcher cannot launch."""
+    smelt's launcher cannot launch. With smelt's `cache_dir`, Triton's own cache of the compile's
+    stages goes under it too (triton_cache_in)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
@@ -78,7 +81,8 @@ def compile_cubin(fn, spec, constexprs: dict, num_warps: int, capability, option
     signature, constants, attrs = triton_signature(fn, spec, constexprs)
     source = ASTSource(fn, signature, constexprs=constants, attrs=attrs)
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
+    with triton_cache_in(cache_dir):
+        compiled = triton.compile(source, target=target, options={"num_warps": num_warps, **options})
     meta = compiled.metadata
     for scratch in ("global_scratch_size", "profile_scratch_size"):
         if getattr(meta, scratch, 0):
@@ -92,6 +96,24 @@ def compile_cubin(fn, spec, constexprs: dict, num_warps: int, capability, option
         raise CudaError("kernel takes fewer parameters than smelt passes")
     return {"name": meta.name, "cubin": compiled.asm["cubin"], "num_warps": meta.num_warps, "shared": meta.shared,
             "arg_kinds": arg_kinds, "extra_params": extra}
+
+
+_CACHE_KNOB_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def triton_cache_in(cache_dir: str | None):
+    """Triton's cache for the compiles inside, at `cache_dir`/triton rather than ~/.triton: an empty
+    smelt cache folder is then a cold compile (the model suite's compile column had read Triton's
+    cache warmed by its own accuracy check), and clearing the folder clears all smelt compiled.
+    Triton's cache knob is one per process: the lock keeps two threads from restoring each other's."""
+    if cache_dir is None:
+        yield
+        return
+    import triton
+    with _CACHE_KNOB_LOCK, triton.knobs.cache.scope():
+        triton.knobs.cache.dir = os.path.join(cache_dir, "triton")
+        yield
 
 
 def entry_param_count(ptx: str, name: str) -> int:

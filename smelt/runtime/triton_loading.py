@@ -99,7 +99,7 @@ def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | Non
         return None  # kept already
     return {"backend": "triton", "name": name, "path": path, "spec": spec, "constexprs": constexprs,
             "num_warps": config.num_warps, "capability": list(capability), "options": compile_options(source),
-            "folder": folder}
+            "folder": folder, "cache_dir": cache_dir}
 
 
 def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool):
