@@ -212,7 +212,7 @@ def test_triton_keeps_what_it_compiles_for_smelt_in_smelts_cache_folder(ahead, t
     if not ahead:  # no worker jobs: each kernel compiles in this process at its first launch
         monkeypatch.setattr(triton_loading, "_ahead_job", lambda *a: None)
 
-    scale = 3.0 if ahead else 5.0  # kernels of their own: this process keeps those it has loaded
+    scale = 3.0 if ahead else 5.0  # kernels of their own: the CUDA compile check remembers each source it compiled
 
     def fn(x):
         return torch.softmax(x * scale, -1).sum(0)
