@@ -176,6 +176,19 @@ def test_cuda_graph_columns_compare_reserved_memory():
     assert row[8:12] == ["2.40x", "0.80x", "1.60x", "0.80x"], row
 
 
+def test_a_graphs_only_row_shows_the_graphed_compile_times():
+    # --graphs-only leaves the default-mode rows out: the compile cell reads the graphed rows'.
+    from smelt.tools.model_suite import report
+    from smelt.tools.model_suite.runner import CaseResult
+    timed = CaseResult("deit", "infer_bf16", "real", "cuda", "pass", timings={
+        "ms": {"eager": 3.0, "inductor-ro": 2.0, "smelt-ro": 1.6},
+        "compile_s": {"smelt-ro": 4.0, "inductor-ro": 10.0},
+        "peak_bytes": {}, "peak_reserved": {"eager": 500, "inductor-ro": 1000, "smelt-ro": 800}})
+    row = report.markdown([timed]).splitlines()[2].split(" | ")
+    assert row[3:6] == ["-", "-", "4.0 / 10.0"], row
+    assert row[8:10] == ["1.88x", "1.25x"], row
+
+
 def test_a_graphed_smelt_row_compiles_with_its_cache_folder(tmp_path):
     # The timed smelt-ro row asks for mode="reduce-overhead" and for its own cache folder (options):
     # torch.compile refuses both at once, so the mode goes in as the settings it stands for. This

@@ -23,6 +23,9 @@ def parse(argv):
     p.add_argument("--cuda-graphs", action="store_true",
                    help="compile with mode=\"reduce-overhead\" (three calls per case, the last compared); with "
                         "--timings, also time both compilers in that mode")
+    p.add_argument("--graphs-only", action="store_true",
+                   help="with --timings --cuda-graphs: time eager and the two graphed rows only (the default-mode "
+                        "rows left out, about half the device time)")
     p.add_argument("--triage", action="store_true",
                    help="rerun each failing case with aot_eager: failures that remain are not smelt's")
     p.add_argument("--time-budget", type=float, default=0,
@@ -54,6 +57,8 @@ def main(argv=None):
         for spec in specs.values():
             print(f"{spec.name:22s} {spec.family:8s} {spec.requires}")
         return 0
+    if args.graphs_only and not args.cuda_graphs:
+        sys.exit("--graphs-only times the CUDA-graph rows: it needs --cuda-graphs")
     size = args.size or ("real" if args.device.startswith("cuda") else "tiny")
     entries = [n.partition(":") for n in args.models.split(",") if n] or [(n, "", "") for n in specs]
     modes = [m for m in args.modes.split(",") if m] or list(MODES)
@@ -73,7 +78,8 @@ def main(argv=None):
             continue
         case_start = time.perf_counter()
         r = run_case(spec, mode, size, args.device, args.backend, timings=args.timings,
-                     timing_kw={"inductor": not args.no_inductor, "cuda_graphs": args.cuda_graphs},
+                     timing_kw={"inductor": not args.no_inductor, "cuda_graphs": args.cuda_graphs,
+                                "graphs_only": args.graphs_only},
                      compile_mode="reduce-overhead" if args.cuda_graphs else None)
         if args.triage and r.status in ("fail", "error"):
             again = run_case(spec, mode, size, args.device, "aot_eager")

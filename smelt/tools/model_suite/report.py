@@ -33,8 +33,9 @@ def markdown(results) -> str:
         t = r.timings or {}
         ms, comp, peak = t.get("ms", {}), t.get("compile_s", {}), t.get("peak_bytes", {})
         reserved = t.get("peak_reserved", {})
-        compile_cell = (f"{comp['smelt']:.1f} / {comp['inductor']:.1f}" if comp.get("smelt") and comp.get("inductor")
-                        else (f"{comp['smelt']:.1f}" if comp.get("smelt") else "-"))
+        ours, theirs = ("smelt", "inductor") if comp.get("smelt") else ("smelt-ro", "inductor-ro")  # --graphs-only
+        compile_cell = (f"{comp[ours]:.1f} / {comp[theirs]:.1f}" if comp.get(ours) and comp.get(theirs)
+                        else (f"{comp[ours]:.1f}" if comp.get(ours) else "-"))
         note = (r.failures[0] if r.failures else (r.notes[0] if r.notes else "")).replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r.model} | {r.mode} | {r.status} | {_ratio(ms.get('eager'), ms.get('smelt'))} | "
                      f"{_ratio(ms.get('inductor'), ms.get('smelt'))} | {compile_cell} | "

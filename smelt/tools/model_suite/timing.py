@@ -144,14 +144,15 @@ def case_callable(spec, mode, size, device, seed, backend, compile_mode=None, op
     return infer
 
 
-def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, cuda_graphs=False) -> dict:
+def measure_case(spec, mode, size, device, seed=0, inductor=True, cpu_calls=15, cuda_graphs=False,
+                 graphs_only=False) -> dict:
     # peak_reserved: the caching allocator's reserved bytes, which CUDA graphs are compared by (a
     # recording's memory is the pool's; Inductor's replays hand out outputs the allocator does not count).
     # Kept for eager and the graphed rows only: the default-mode rows are built beside earlier ones'
     # live tensors, whose segments' free space they can take without reserving more.
     result = {"ms": {}, "compile_s": {}, "peak_bytes": {}, "peak_reserved": {}}
     with tempfile.TemporaryDirectory(prefix="smelt-suite-") as folders, _recompiles_counted():
-        _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders)
+        _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, graphs_only, result, folders)
     return result
 
 
@@ -171,9 +172,10 @@ def _fresh_code_state() -> None:
         pgo.reset_code_state()
 
 
-def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, result, folders) -> None:
+def _measure(spec, mode, size, device, seed, inductor, cpu_calls, cuda_graphs, graphs_only, result, folders) -> None:
     cuda = torch.device(device).type == "cuda"
-    names = BACKENDS + (GRAPHED if cuda_graphs and cuda else ())
+    graphed_rows = GRAPHED if cuda_graphs and cuda else ()
+    names = (("eager",) if graphs_only and graphed_rows else BACKENDS) + graphed_rows
     steady = {}  # the default-mode backends' calls, kept for the rounds
     torch._dynamo.reset()
     for name in names:
