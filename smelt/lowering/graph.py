@@ -12,7 +12,7 @@ import torch.fx
 from ..errors import LoweringError
 from ..ir import ComputedBuffer, ConstantBuffer, InputBuffer, Loops, Pointwise, StorageBox, TensorBox
 from ..ir.graph import IRGraph, OutputSpec, copy_loops, origin_name
-from ..ir.ops import OpCounter, ReadsHandler, use_handler
+from ..ir.ops import OpCounter, ReadsHandler, is_indirect, use_handler
 from ..ir.views import ReinterpretView, View
 from ..symbolic import index_var, product, sympify
 from . import registry
@@ -258,8 +258,12 @@ def _maybe_realize(graph: IRGraph, node, value):
     for good. A view read several
     times may realize its base (`_realize_read_views_base`). A user reading only its size (a
     cross-entropy backward's full_like(log_probs)) does not count."""
-    users = sum(1 for user in node.users if getattr(user.target, "overloadpacket", None) not in _METADATA_READERS)
-    if not isinstance(value, TensorBox) or users <= 1:
+    # Readers are counted through views: a value whose one user is a view read by several (OPT's
+    # residual stream, `view(h, [-1, d])` read by the next norm and the next residual add) was never
+    # judged, and each layer's norm recomputed the sum of every layer before it.
+    readers = [reader for reader in _readers_through_views(node)
+               if getattr(reader.target, "overloadpacket", None) not in _METADATA_READERS]
+    if not isinstance(value, TensorBox) or len(readers) <= 1:
         return
     if isinstance(value.data, StorageBox):
         loops = value.data.data
@@ -267,7 +271,6 @@ def _maybe_realize(graph: IRGraph, node, value):
             return
         # Each ATen call reading a value its readers recompute gets a copy of its own (a padded
         # gradient's two products: BERT's logits gradient twice over): stored once instead.
-        readers = _readers_through_views(node)
         stored = sum(_reads_memory(reader) for reader in readers)
         # (A value recomputed by a reader far later holds what it reads alive until then: no more
         # bytes than it would store, by `_cheaper_recomputed`'s byte rule; a softmax row step reads
@@ -327,7 +330,9 @@ def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list, strictly: b
     if reads.distinct_ops - len(set(reads.reads)) > RECOMPUTE_MAX_OPS:
         return False
     varying = {v for v, n in zip(index, size) if sympify(n) != 1}
-    full = {name for name, at in reads.reads if varying <= sympify(at).free_symbols}
+    # A gather (an embedding row) loads an element for each one it computes, whatever its index shows.
+    full = {name for name, at in reads.reads
+            if varying <= sympify(at).free_symbols or any(is_indirect(s) for s in sympify(at).free_symbols)}
     try:
         loaded = sum(graph.dtype_of(name).itemsize for name in full)
     except KeyError:
