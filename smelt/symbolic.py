@@ -331,7 +331,9 @@ def _simplify_index(expr: Expr, range_items: tuple) -> Expr:
                 return visit(FloorDiv(*reduced))
         return e
 
-    return _recombine(sympy.expand(visit(sympy.expand(expr))))
+    if not expr.has(FloorDiv, ModularIndexing):
+        return sympy.expand_mul(expr)  # linear: nothing to fold
+    return _recombine(sympy.expand_mul(visit(sympy.expand_mul(expr))))
 
 
 def _drop_small_part(base: Expr, div: Expr, ranges: dict):
@@ -370,9 +372,10 @@ def _low_part_apart(base: Expr, mod: Expr, ranges: dict):
 
 def _split_index_factor(term: Expr):
     """(multiplier, FloorDiv/ModularIndexing factor) of a product term, or None."""
-    for factor in sympy.Mul.make_args(term):
+    factors = sympy.Mul.make_args(term)
+    for k, factor in enumerate(factors):
         if isinstance(factor, (FloorDiv, ModularIndexing)):
-            return sympy.cancel(term / factor), factor
+            return sympy.Mul(*factors[:k], *factors[k + 1:]), factor
     return None
 
 
@@ -385,6 +388,8 @@ def _recombine(expr: Expr) -> Expr:
     while True:
         terms = list(sympy.Add.make_args(expr))
         split = [_split_index_factor(t) for t in terms]
+        if sum(si is not None for si in split) < 2:
+            return expr  # a fold takes two digits
         merged = None
         for i, si in enumerate(split):
             if si is None or not isinstance(si[1], ModularIndexing):
