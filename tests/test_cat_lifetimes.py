@@ -36,7 +36,10 @@ def _stored_cats(x, *weights):
 _PRODUCTS_AS_REDUCTIONS = pytest.mark.xfail(strict=True, reason="the allocate-early rule looks only at ATen calls")
 
 
-@pytest.mark.parametrize("small_products", ["off", pytest.param("on", marks=_PRODUCTS_AS_REDUCTIONS)])
+# The known failure is the scheduler's rule, whatever the kernels: shown once, in the Halide pass (under
+# Triton's interpreter its products as reductions took 30 s a case of the suite's budget).
+@pytest.mark.parametrize("small_products", [
+    "off", pytest.param("on", marks=[_PRODUCTS_AS_REDUCTIONS, pytest.mark.cpu_backend_independent])])
 @pytest.mark.parametrize("block", [_dense_block, _stored_cats], ids=["relu_of_cat", "stored_cats"])
 def test_each_cat_of_a_dense_block_lives_only_around_its_layer(observe, block, small_products):
     torch.manual_seed(0)
