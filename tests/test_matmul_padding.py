@@ -603,6 +603,28 @@ def test_an_expanded_input_saved_for_the_backward_beside_its_padded_product(devi
         assert_close(actual, expected)
 
 
+def test_an_expanded_value_saved_for_the_backward_beside_its_padded_product(device, compile_fn, assert_close):
+    # Its sibling above, one op later: the saved value is a view of an expanded input (stride 0),
+    # which the forward saved as padded rows and the backward refused (CPU fuzz seed 4327).
+    def fn(x0, x1):
+        return torch.matmul(x1, x0.unsqueeze(-1)).squeeze(-1)
+
+    def inputs():
+        torch.manual_seed(0)
+        x0 = torch.randn(1, dtype=torch.float64, device=device).expand(6)
+        x1 = torch.randn(6, 1, dtype=torch.float64, device=device).t().detach().requires_grad_()
+        return x0, x1
+
+    results = []
+    for f in (fn, compile_fn(fn)):
+        x0, x1 = inputs()
+        out = f(x0, x1)
+        out.sum().backward()
+        results.append((out, x1.grad))
+    for actual, expected in zip(results[1], results[0]):
+        assert_close(actual, expected)
+
+
 @pytest.mark.parametrize("view", ["movedim", "slice", "transpose_then_slice"])
 def test_a_returned_view_of_a_padded_products_input_shares_its_memory(device, compile_fn, assert_close, view):
     """An input of a padded product is made in its padded rows, so the outputs returning it (and a view

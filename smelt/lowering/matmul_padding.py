@@ -193,11 +193,13 @@ def _permuted_from(view: torch.fx.Node, dim: int) -> int:
 def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx.Node:
     """Every reader of `source` reads a view of it in zero-padded rows instead; returns the padded
     value. Not a write into it (the write-back of an input updated in place would land in the
-    padded copy, and the caller's tensor keep its old value), nor, for an input, the graph's output
-    (a saved input costs nothing where it is, and its layout may be one the padded rows are not)."""
+    padded copy, and the caller's tensor keep its old value), nor the graph's output for an input
+    (a saved input costs nothing where it is) or for a value not laid out as dense rows: a forward
+    saving it so hands the backward a layout it did not trace (an expanded vector's unsqueeze saved
+    for a product's backward: fuzz seed 4327)."""
     n = _val(source).shape[-1]
-    users = [u for u in source.users if not _writes_into(u, source)
-             and not (source.op == "placeholder" and u.op == "output")]
+    keeps_output = source.op == "placeholder" or not _val(source).is_contiguous()
+    users = [u for u in source.users if not _writes_into(u, source) and not (keeps_output and u.op == "output")]
     # After the value, or after the last input for an input: inputs stay first in the graph.
     anchor = source if source.op != "placeholder" else list(gm.graph.find_nodes(op="placeholder"))[-1]
     with gm.graph.inserting_after(anchor):
