@@ -252,12 +252,12 @@ _METADATA_READERS = frozenset(
 
 
 def _maybe_realize(graph: IRGraph, node, value):
-    """Realize a loop nest read by several users, so that it is computed once and fused, not
-    recomputed; unless recomputing it costs less (a softmax row step, a one-element value, one
-    `_cheaper_recomputed` accepts) and at most one ATen call reads it, which then stays a loop nest
-    for good. A view read several
-    times may realize its base (`_realize_read_views_base`). A user reading only its size (a
-    cross-entropy backward's full_like(log_probs)) does not count."""
+    """Realize a loop nest several nodes read (directly or through views), so that it is computed
+    once and fused, not recomputed; unless recomputing it costs less (a softmax row step, a
+    one-element value, one `_cheaper_recomputed` accepts) and at most one ATen call reads it, which
+    then stays a loop nest for good. A view read several times may realize its base
+    (`_realize_read_views_base`). A reader of its size alone (a cross-entropy backward's
+    full_like(log_probs)) does not count."""
     # Readers are counted through views: a value whose one user is a view read by several (OPT's
     # residual stream, `view(h, [-1, d])` read by the next norm and the next residual add) was never
     # judged, and each layer's norm recomputed the sum of every layer before it.
@@ -330,9 +330,12 @@ def _cheaper_recomputed(graph: IRGraph, loops: Loops, readers: list, strictly: b
     if reads.distinct_ops - len(set(reads.reads)) > RECOMPUTE_MAX_OPS:
         return False
     varying = {v for v, n in zip(index, size) if sympify(n) != 1}
-    # A gather (an embedding row) loads an element for each one it computes, whatever its index shows.
-    full = {name for name, at in reads.reads
-            if varying <= sympify(at).free_symbols or any(is_indirect(s) for s in sympify(at).free_symbols)}
+    full = set()
+    for name, at in reads.reads:
+        symbols = sympify(at).free_symbols
+        # A gather (an embedding row) loads an element for each one it computes, whatever its index shows.
+        if varying <= symbols or any(is_indirect(s) for s in symbols):
+            full.add(name)
     try:
         loaded = sum(graph.dtype_of(name).itemsize for name in full)
     except KeyError:
