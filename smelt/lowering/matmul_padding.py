@@ -197,8 +197,10 @@ def _pad_rows(gm, source: torch.fx.Node, align: int, inserted: list) -> torch.fx
     (a saved input costs nothing where it is) or for a value not laid out as dense rows: a forward
     saving it so hands the backward a layout it did not trace (an expanded vector's unsqueeze saved
     for a product's backward: fuzz seed 4327)."""
-    n = _val(source).shape[-1]
-    keeps_output = source.op == "placeholder" or not _val(source).is_contiguous()
+    val = _val(source)
+    n = val.shape[-1]
+    dense_rows = all(isinstance(x, int) for x in (*val.shape, *val.stride())) and val.is_contiguous()
+    keeps_output = source.op == "placeholder" or not dense_rows  # (symbolic strides: not known to be)
     users = [u for u in source.users if not _writes_into(u, source) and not (keeps_output and u.op == "output")]
     # After the value, or after the last input for an input: inputs stay first in the graph.
     anchor = source if source.op != "placeholder" else list(gm.graph.find_nodes(op="placeholder"))[-1]
