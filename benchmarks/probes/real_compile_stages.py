@@ -31,12 +31,12 @@ def main() -> None:
     torchvision_stub.install_if_missing()
     fn = case_callable(all_specs()[args.model], args.mode, args.size, args.device, 0, args.backend)
     if args.compile_only:
-        _stop_at_first_launch()
+        stop_at_first_launch()
     start = time.perf_counter()
     try:
         fn()
     except Exception as e:  # Dynamo wraps what the launch raised
-        if not (args.compile_only and any(isinstance(x, _Compiled) for x in (e, e.__cause__, e.__context__))):
+        if not (args.compile_only and stopped_at_first_launch(e)):
             raise
         stages = {k: round(v, 2) for k, v in compile_stages.totals.items()}
         print(f"{args.backend}: until the first kernel launch {time.perf_counter() - start:.1f} s; stages {stages}")
@@ -53,7 +53,12 @@ class _Compiled(Exception):
     pass
 
 
-def _stop_at_first_launch() -> None:
+def stopped_at_first_launch(e: BaseException) -> bool:
+    """Whether `e` (as Dynamo wraps what a launch raised) is `stop_at_first_launch`'s stop."""
+    return any(isinstance(x, _Compiled) for x in (e, e.__cause__, e.__context__))
+
+
+def stop_at_first_launch() -> None:
     from smelt.runtime import launcher
 
     def stop(*args, **kwargs):
