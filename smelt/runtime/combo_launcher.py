@@ -13,12 +13,18 @@ instead, kept per distinct set of addresses; on the CPU they are host tensors.
 Host scalars (a learning rate passed as a CPU tensor, read once by the wrapper) come after the
 buffers and are passed to the kernel as they are, after its two tables.
 
+The kernel's loads through the table are vectorized only in its binary for buffers all 16-byte
+aligned (POINTER_ALIGN=16, what block_constants gives); a call with any buffer off that (a view at an
+odd offset, a parameter in a flat buffer) launches the binary compiled with POINTER_ALIGN=1.
+
 With autotuning on, the first call times the launch's candidate configs (its pointwise kinds'
 XBLOCK and num_warps) as whole launches, and the choice is cached on disk like a kernel's.
 """
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import threading
 
 import torch
@@ -45,7 +51,9 @@ class ComboLauncher:
     def __init__(self, launcher, member_sizes: list[tuple[int, ...]], member_kinds: list[int],
                  pointers_per_kind: list[int], xblock_per_kind: list[int], written_per_kind: list[tuple[int, ...]],
                  scalars: int = 0, autotuner=None, writer=None):
-        self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid
+        self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid (aligned buffers)
+        self.unaligned = None  # the same kernel for buffers not all 16-byte aligned, made on first need
+        self.last_alignment = ((), True)  # the last call's addresses and whether all were aligned (one tuple: threads)
         self.sizes = member_sizes
         self.kinds = member_kinds
         self.xblock_per_kind = xblock_per_kind
@@ -101,13 +109,14 @@ class ComboLauncher:
         if work is None:
             work = self.work[device] = self._work_table(device, self.blocks)
         addresses = tuple(map(_data_ptr, buffers))  # map: no generator frame per call (hundreds of buffers)
+        launcher = self._launcher_for(addresses)
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             table = self.tables.get((device, addresses))
             if table is None:
                 table = self._table_while_recording(addresses, device)
             self.kept_for_graphs.append(table)  # a recording reads it on every replay: never freed
         elif self.writer is not None:
-            self._launch_written(work, addresses, device, scalars)
+            self._launch_written(launcher, work, addresses, device, scalars)
             return
         else:
             table = self.tables.get((device, addresses))
@@ -115,9 +124,21 @@ class ComboLauncher:
                 if len(self.tables) >= MAX_TABLES:
                     self.tables.clear()
                 table = self.tables[(device, addresses)] = self._pointer_table(addresses, device)
-        self.launcher(work, table, *scalars)
+        launcher(work, table, *scalars)
 
-    def _launch_written(self, work, addresses: tuple[int, ...], device, scalars: tuple) -> None:
+    def _launcher_for(self, addresses: tuple[int, ...]):
+        """The launcher of the binary these buffers' alignment allows."""
+        known, aligned = self.last_alignment
+        if addresses != known:
+            aligned = not functools.reduce(operator.or_, addresses, 0) & 15
+            self.last_alignment = (addresses, aligned)
+        if aligned:
+            return self.launcher
+        if self.unaligned is None:
+            self.unaligned = self.launcher.with_constants(POINTER_ALIGN=1)
+        return self.unaligned
+
+    def _launch_written(self, launcher, work, addresses: tuple[int, ...], device, scalars: tuple) -> None:
         """Launches with this stream's table, written first where its buffers moved."""
         stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
         with self.lock:
@@ -125,12 +146,12 @@ class ComboLauncher:
             if held is None:
                 held = self._new_written_table(device, stream)
                 if held is None:  # no writer on this machine: tables copied from now on
-                    self.launcher(work, self._pointer_table(addresses, device), *scalars)
+                    launcher(work, self._pointer_table(addresses, device), *scalars)
                     return
             if held[1] != addresses:
                 self.writer.write(held[0], self._table_values(addresses))
                 held[1] = addresses
-            self.launcher(work, held[0], *scalars)
+            launcher(work, held[0], *scalars)
 
     def _new_written_table(self, device, stream) -> list | None:
         try:
@@ -157,6 +178,8 @@ class ComboLauncher:
             self.blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
             self.work.clear()
             self.launcher.reconfigure(config, sum(self.blocks))
+            if self.unaligned is not None:
+                self.unaligned.reconfigure(config, sum(self.blocks))
 
     def _time_candidates(self, tuner, key, buffers, scalars, device):
         """The fastest candidate, timed on copies of the written buffers; None where they do not fit."""
@@ -173,6 +196,7 @@ class ComboLauncher:
             copies.append(copy)
             scratch[i] = copy.data_ptr()
         table = self._pointer_table(tuple(scratch), device)
+        launcher = self._launcher_for(tuple(scratch))
         prepared = {}
 
         def run(config):
@@ -181,8 +205,8 @@ class ComboLauncher:
                 blocks = self.blocks_of(self.sizes, self.kinds, self.xblock_per_kind, config.XBLOCK)
                 prepared[shape] = self._work_table(device, blocks), sum(blocks)
             work, programs = prepared[shape]
-            self.launcher.reconfigure(config, programs)
-            self.launcher(work, table, *scalars)
+            launcher.reconfigure(config, programs)
+            launcher(work, table, *scalars)
 
         return tuner.pick(key, device, run)
 

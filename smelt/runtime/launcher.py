@@ -11,6 +11,7 @@ A kernel gets one program per XBLOCK of x; a tiled one, one per XBLOCK x RBLOCK 
 """
 from __future__ import annotations
 
+import copy
 import logging
 import operator
 import threading
@@ -35,8 +36,9 @@ class TritonLauncher:
     def __init__(self, fn, name: str, path: str, origins: list[str], config, interpret: bool, xnumel_arg: int,
                  workspace: tuple[int, int, int] | None = None, autotuner=None,
                  variants: KernelVariants | None = None, ticket: bool = False, programs: int | None = None,
-                 cuda_check=None, options: dict = CUDA_COMPILE_OPTIONS):
+                 cuda_check=None, options: dict = CUDA_COMPILE_OPTIONS, constants: dict | None = None):
         self.fn = fn
+        self.constants = constants or {}  # constexprs over those of block_constants
         self.programs = programs  # a fixed grid (a combo kernel's), else one program per XBLOCK of x
         self.xnumel_arg = xnumel_arg  # position of xnumel among the kernel's arguments (rnumel follows)
         self.name = name
@@ -65,7 +67,7 @@ class TritonLauncher:
 
     def _use(self, config) -> None:
         self.config = config
-        self.constexprs = block_constants(config, self.programs is not None, self.row_split)
+        self.constexprs = {**block_constants(config, self.programs is not None, self.row_split), **self.constants}
         self.block_constants = dict(self.constexprs)
         if not self.interpret:  # the interpreter takes no launch options
             self.constexprs.update(num_warps=config.num_warps, **self.options)
@@ -78,6 +80,15 @@ class TritonLauncher:
         self._use(config)
         if self._resolved is not None:
             self._resolved.clear()
+
+    def with_constants(self, **constants) -> "TritonLauncher":
+        """This kernel launched with other constexprs (and its own memory of resolved launches)."""
+        twin = copy.copy(self)
+        twin.constants = {**self.constants, **constants}
+        twin._tuning = threading.Lock()
+        twin._resolved = {} if self.variants is not None else None
+        twin._use(self.config)
+        return twin
 
     def __call__(self, *args):
         key = None
@@ -219,8 +230,11 @@ def error_text(e: Exception) -> str:
 
 def block_constants(config, fixed_grid: bool, row_split: int | None) -> dict:
     """The constexpr arguments of a launch. A combo kernel (fixed grid) takes only its pointwise
-    kinds' XBLOCK: its reduction kinds' blocks are in its source."""
+    kinds' XBLOCK (its reduction kinds' blocks are in its source) and POINTER_ALIGN, 16 here: the
+    binary for buffers all 16-byte aligned (runtime/combo_launcher.py launches another for the rest)."""
     constants = {"XBLOCK": config.XBLOCK}
+    if fixed_grid:
+        constants["POINTER_ALIGN"] = 16
     if not fixed_grid and config.RBLOCK is not None:
         constants["RBLOCK"] = config.RBLOCK
     if row_split is not None:
