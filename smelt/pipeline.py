@@ -18,7 +18,7 @@ from .debug import dump_graph
 from .errors import HalideRefusedKernel
 from .lowering import lower_graph
 from .lowering.gemm_epilogue import fuse_gemm_epilogues
-from .lowering.fx_clones import drop_redundant_clones
+from .lowering.fx_clones import drop_copies_before_layout_free_readers, drop_redundant_clones
 from .lowering.frozen_weights import fold_weights
 from .lowering.eager_refusals import refuse_as_eager
 from .lowering.fx_cse import merge_common_subexpressions
@@ -53,6 +53,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             refuse_as_eager(gm)
             merge_common_subexpressions(gm)
             drop_redundant_clones(gm)
+            drop_copies_before_layout_free_readers(gm)
             return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
                                 _wants_padded_products(cfg))
 

@@ -14,6 +14,8 @@ import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
+from ..ir.extern import returns_new_memory
+
 aten = torch.ops.aten
 log = logging.getLogger("smelt.lowering")
 
@@ -43,9 +45,13 @@ class Checkpoint:
         known = set(self.nodes)
         return [n for n in gm.graph.nodes if n not in known]
 
-    def restore(self, gm: torch.fx.GraphModule) -> None:
+    def restore(self, gm: torch.fx.GraphModule, values: bool = False) -> None:
+        """Every node's arguments as they were, inserted nodes gone; with `values`, their traced
+        values too (else a placeholder keeps the value a pass gave it, which its caller then handles)."""
         for node in self.nodes:
             node.args, node.kwargs = self.arguments[node]
+            if values and self.values[node] is not None:
+                node.meta["val"] = self.values[node]
         for node in reversed(self.inserted(gm)):  # later ones first: each is read only by later ones
             gm.graph.erase_node(node)
 
@@ -80,6 +86,10 @@ def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
                     if node.target in _STORAGE_READERS:
                         _keep_storage_read(gm, node, env, since)
                     env[node] = _run(gm, node, env)
+                    if node in since.arguments and _same_new_memory(node, node.meta.get("val"), env[node]):
+                        # Its readers would trace what they traced before: they need not run again.
+                        env[node] = node.meta["val"]
+                        dirty.discard(node)
                 elif node.op != "output":
                     raise NotImplementedError(f"FX node kind {node.op}")
     except Exception as e:  # an op without a fake kernel, a data-dependent size: plan nothing
@@ -91,6 +101,20 @@ def retrace(gm: torch.fx.GraphModule, since: Checkpoint) -> bool:
         if node.op == "call_function" and val is not None:
             node.meta["val"] = val
     return True
+
+
+def _same_new_memory(node: torch.fx.Node, old, new) -> bool:
+    """Whether `node` returns memory of its own (so no reader can tell its value from another by
+    aliasing) and its new value is the old one's shape, dtype and layout, item by item."""
+    if not (isinstance(node.target, torch._ops.OpOverload) and returns_new_memory(node.target)):
+        return False
+    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+        return (old.shape, old.dtype, old.device, old.stride(), old.storage_offset()) == \
+            (new.shape, new.dtype, new.device, new.stride(), new.storage_offset())
+    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)) and len(old) == len(new):
+        return all(_same_new_memory(node, a, b) if isinstance(a, torch.Tensor) else a is b or a == b
+                   for a, b in zip(old, new))
+    return False
 
 
 def _keep_storage_read(gm, node: torch.fx.Node, env: dict, since: Checkpoint) -> None:
