@@ -25,7 +25,7 @@ from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
 from .lowering.handwritten_attention import handwritten_attention_to_sdpa
 from .lowering.frozen_weights import weight_indices
-from .lowering.fx_clones import drop_redundant_clones
+from .lowering.fx_clones import drop_copies_before_layout_free_readers, drop_redundant_clones
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import read_padded_saved_rows, restride_placeholders
 from .pipeline import compile_graph, targets_for
@@ -156,8 +156,11 @@ def _partition_joint_graph(joint_module, joint_inputs, **kwargs):
     process's first training compile, warm or cold). Clones that copy nothing go first too:
     training's dropout of probability 0 is a clone, and the partitioner, which would recompute
     through it, then saved a layer norm's float32 result where it saves its bfloat16 input without
-    (Phi's AMP training peak)."""
+    (Phi's AMP training peak). So do copies that fused attention's forward and backward read as
+    views anyway: the partitioner then saves the projections' rows, and the gradients come out in
+    their layout."""
     drop_redundant_clones(joint_module)
+    drop_copies_before_layout_free_readers(joint_module)
     merge_common_subexpressions(joint_module)
     with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)

@@ -26,8 +26,8 @@ def whisper_attention(x, wq, wk, wv, wo, op):
     q = heads_first(aten.mul.Tensor(aten.mm.default(rows, wq), 0.125))
     k = heads_first(aten.mm.default(rows, wk))
     v = heads_first(aten.mm.default(rows, wv))
-    if op is aten._scaled_dot_product_cudnn_attention.default:
-        out = op(q, k, v, None, False)[0]
+    if op is aten._scaled_dot_product_cudnn_attention.default:  # as Whisper's graph calls it
+        out = op(q, k, v, None, False, scale=1.0)[0]
     elif op is aten._scaled_dot_product_efficient_attention.default:
         out = op(q, k, v, None, False)[0]
     else:
@@ -106,3 +106,35 @@ def test_copies_stay_where_a_view_is_not_in_whole_vectors_or_something_else_read
     assert len(_clones(gm)) == 1  # the query's went, the key's stayed
     gm = _traced(also_returned)
     assert drop_copies_before_layout_free_readers(gm) == 0 and len(_clones(gm)) == 1
+
+
+def trained_attention(x, wq, wk, wv, wo, grad):
+    # A training graph's attention as AOTAutograd's joint graph has it: the forward, then cuDNN's
+    # backward reading the same copies, and each gradient's way back to its projection's rows.
+    rows = aten.view.default(x, [B * T, H * D])
+    q, k, v = (heads_first(aten.mm.default(rows, w)) for w in (wq, wk, wv))
+    out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = aten._scaled_dot_product_cudnn_attention.default(
+        q, k, v, None, True, scale=1.0)
+    back = aten.clone.default(aten.transpose.int(out, 1, 2), memory_format=torch.contiguous_format)
+    y = aten.mm.default(aten.view.default(back, [B * T, H * D]), wo)
+    grad_out = aten.transpose.int(aten.view.default(aten.mm.default(grad, aten.t.default(wo)), [B, T, H, D]), 1, 2)
+    grads = aten._scaled_dot_product_cudnn_attention_backward.default(
+        grad_out, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, False, scale=1.0)
+    return (y, *(aten.mm.default(aten.t.default(rows), aten.view.default(aten.clone.default(
+        aten.transpose.int(d, 1, 2), memory_format=torch.contiguous_format), [B * T, H * D])) for d in grads))
+
+
+@pytest.mark.smelt_only
+@pytest.mark.cpu_backend_independent
+def test_training_drops_the_copies_in_both_directions():
+    with FakeTensorMode():
+        args = [torch.empty(B, T, H * D, dtype=torch.bfloat16, device="cuda")] + \
+               [torch.empty(H * D, H * D, dtype=torch.bfloat16, device="cuda") for _ in range(4)] + \
+               [torch.empty(B * T, H * D, dtype=torch.bfloat16, device="cuda")]
+        gm = make_fx(trained_attention)(*args)
+    assert len(_clones(gm)) == 7
+    # q, k, v's copies, then the gradients' (in the views' layout now); the output's stays: the
+    # backward reads the output too (a copy of a value others read is kept).
+    assert drop_copies_before_layout_free_readers(gm) == 6
+    (backward,) = gm.graph.find_nodes(op="call_function", target=aten._scaled_dot_product_cudnn_attention_backward.default)
+    assert all(g.transpose(1, 2).is_contiguous() for g in backward.meta["val"])

@@ -27,10 +27,15 @@ aten = torch.ops.aten
 # Whisper and BART copy each head-major view (`.transpose(1, 2).contiguous()`) before attention:
 # three copies a layer, and cuDNN's output then follows the copied query's layout, so the output's
 # way back (`.transpose(1, 2).contiguous()` again) is one more.
+# In a training graph their backwards read the same copies (their gradients then take the view's
+# layout too, so the gradient's way back to the projections' rows needs no copy either).
 _LAYOUT_FREE_OPERANDS = {
     aten._scaled_dot_product_cudnn_attention.default: (0, 1, 2),
     aten._scaled_dot_product_flash_attention.default: (0, 1, 2),
     aten._scaled_dot_product_efficient_attention.default: (0, 1, 2),
+    aten._scaled_dot_product_cudnn_attention_backward.default: (1, 2, 3),
+    aten._scaled_dot_product_flash_attention_backward.default: (1, 2, 3),
+    aten._scaled_dot_product_efficient_attention_backward.default: (1, 2, 3),
 }
 
 
@@ -92,7 +97,7 @@ def _output_layouts(gm: torch.fx.GraphModule) -> list:
 def _layout_free_readers(clone: torch.fx.Node) -> bool:
     users = list(clone.users)
     return bool(users) and all(
-        user.target in _LAYOUT_FREE_OPERANDS and not user.kwargs
+        user.target in _LAYOUT_FREE_OPERANDS and all(v is not clone for v in user.kwargs.values())
         and all(k in _LAYOUT_FREE_OPERANDS[user.target] for k, a in enumerate(user.args) if a is clone)
         for user in users)
 
