@@ -53,7 +53,6 @@ class ComboLauncher:
                  scalars: int = 0, autotuner=None, writer=None):
         self.launcher = launcher  # a TritonLauncher for the combo kernel, with a fixed grid (aligned buffers)
         self.unaligned = None  # the same kernel for buffers not all 16-byte aligned, made on first need
-        self.last_alignment = ((), True)  # the last call's addresses and whether all were aligned (one tuple: threads)
         self.sizes = member_sizes
         self.kinds = member_kinds
         self.xblock_per_kind = xblock_per_kind
@@ -71,11 +70,11 @@ class ComboLauncher:
             at += pointers_per_kind[k]
         self.autotuner = autotuner  # times the candidate configs on the first call, then dropped
         self.writer = writer  # a table_writer.TableWriter, or None: tables copied from pinned memory
-        self.written_tables: dict = {}  # (device, stream) -> [its table, the addresses last written there]
+        self.written_tables: dict = {}  # (device, stream) -> [its table, the addresses last written there, aligned]
         self.lock = threading.Lock()  # a table's write and the launch reading it, from one thread at a time
         self.blocks = self.blocks_of(member_sizes, member_kinds, xblock_per_kind, launcher.config.XBLOCK)
         self.work: dict = {}
-        self.tables: dict = {}
+        self.tables: dict = {}  # (device, addresses) -> (pointer table, whether the addresses are aligned)
         self.kept_for_graphs: list = []  # tables CUDA graphs read (runtime/cuda_graphs.py)
         self.side_stream = None  # where those tables are written
         self.staging: list = []  # (pinned int64 tensor, CUDA event recorded after its copy)
@@ -109,36 +108,33 @@ class ComboLauncher:
         if work is None:
             work = self.work[device] = self._work_table(device, self.blocks)
         addresses = tuple(map(_data_ptr, buffers))  # map: no generator frame per call (hundreds of buffers)
-        launcher = self._launcher_for(addresses)
+        # A table is kept with whether its buffers are all aligned: checked where it is made or
+        # written again, not on every call (600 addresses compared cost an Adam step 24 us).
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            table = self.tables.get((device, addresses))
-            if table is None:
-                table = self._table_while_recording(addresses, device)
+            table, aligned = self.tables.get((device, addresses)) or \
+                (self._table_while_recording(addresses, device), _aligned(addresses))
             self.kept_for_graphs.append(table)  # a recording reads it on every replay: never freed
         elif self.writer is not None:
-            self._launch_written(launcher, work, addresses, device, scalars)
+            self._launch_written(work, addresses, device, scalars)
             return
         else:
-            table = self.tables.get((device, addresses))
-            if table is None:
+            kept = self.tables.get((device, addresses))
+            if kept is None:
                 if len(self.tables) >= MAX_TABLES:
                     self.tables.clear()
-                table = self.tables[(device, addresses)] = self._pointer_table(addresses, device)
-        launcher(work, table, *scalars)
+                kept = self.tables[(device, addresses)] = (self._pointer_table(addresses, device), _aligned(addresses))
+            table, aligned = kept
+        self._launcher_for(aligned)(work, table, *scalars)
 
-    def _launcher_for(self, addresses: tuple[int, ...]):
-        """The launcher of the binary these buffers' alignment allows."""
-        known, aligned = self.last_alignment
-        if addresses != known:
-            aligned = not functools.reduce(operator.or_, addresses, 0) & 15
-            self.last_alignment = (addresses, aligned)
+    def _launcher_for(self, aligned: bool):
+        """The launcher of the binary for buffers all 16-byte aligned, or for any."""
         if aligned:
             return self.launcher
         if self.unaligned is None:
             self.unaligned = self.launcher.with_constants(POINTER_ALIGN=1)
         return self.unaligned
 
-    def _launch_written(self, launcher, work, addresses: tuple[int, ...], device, scalars: tuple) -> None:
+    def _launch_written(self, work, addresses: tuple[int, ...], device, scalars: tuple) -> None:
         """Launches with this stream's table, written first where its buffers moved."""
         stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
         with self.lock:
@@ -146,12 +142,12 @@ class ComboLauncher:
             if held is None:
                 held = self._new_written_table(device, stream)
                 if held is None:  # no writer on this machine: tables copied from now on
-                    launcher(work, self._pointer_table(addresses, device), *scalars)
+                    self._launcher_for(_aligned(addresses))(work, self._pointer_table(addresses, device), *scalars)
                     return
             if held[1] != addresses:
                 self.writer.write(held[0], self._table_values(addresses))
-                held[1] = addresses
-            launcher(work, held[0], *scalars)
+                held[1], held[2] = addresses, _aligned(addresses)
+            self._launcher_for(held[2])(work, held[0], *scalars)
 
     def _new_written_table(self, device, stream) -> list | None:
         try:
@@ -162,7 +158,7 @@ class ComboLauncher:
             self.writer = None
             return None
         table = torch.zeros(table_length(self.rows[-1]), dtype=torch.int64, device=device)
-        held = self.written_tables[(device, stream)] = [table, None]
+        held = self.written_tables[(device, stream)] = [table, None, True]  # its addresses, whether aligned
         return held
 
     def _tune(self, buffers, scalars, device) -> None:
@@ -196,7 +192,7 @@ class ComboLauncher:
             copies.append(copy)
             scratch[i] = copy.data_ptr()
         table = self._pointer_table(tuple(scratch), device)
-        launcher = self._launcher_for(tuple(scratch))
+        launcher = self._launcher_for(_aligned(scratch))
         prepared = {}
 
         def run(config):
@@ -260,3 +256,8 @@ class ComboLauncher:
         on_device.copy_(pinned, non_blocking=True)
         copied.record()
         return on_device
+
+
+def _aligned(addresses) -> bool:
+    """Whether every address is a multiple of 16 bytes."""
+    return not functools.reduce(operator.or_, addresses, 0) & 15
