@@ -96,6 +96,9 @@ class HalideGpuSchedule:
     def row_chunks(self, xnumel: int, rnumel: int, interleave: int, element_size: int) -> None:
         return None  # the GPU's blocks walk x and r as they are
 
+    def note_index(self, index) -> None:
+        """Nothing: a GPU thread takes one element, no vector lanes to align."""
+
     def output(self, func: str, domain: str, per_element: bool, along_x: bool = False) -> None:
         # along_x (a transposing store) changes nothing yet: the update is one thread an element.
         self._device_only(func)

@@ -26,6 +26,7 @@ from ...ir.ops import is_indirect
 from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...scheduler.placement import ROW_VALUED, Placement
+from ...scheduler.tiling import stride_along
 from ...symbolic import sizes_in_value_math
 from ..common import CSEVar, IndentedBuffer, register_dtype
 from ..kernel_body import PrintedKernel
@@ -314,6 +315,7 @@ class HalideKernel(PrintedKernel):
         dtype = self.graph.dtype_of(buffer)
         clamped = bool(self.mask_stack) or any(is_indirect(s) for s in index.free_symbols)
         self.schedule.gathers += clamped
+        self.schedule.note_index(index)
         stored = self.plan.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
         if self.tiles and self.tiles.transposes_loads and not clamped and self.transposes(index, RINDEX, XINDEX):
@@ -401,6 +403,7 @@ class HalideKernel(PrintedKernel):
         """out[store index] = value over the member's domain; value is an Expr of the pure vars."""
         placement = self.plan.placement[node.name]
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
+        self.schedule.note_index(index)
         dtype = node.buffer.get_dtype()
         out = self.output(node.write_name)
         domain = "xr_dom" if xr else "x_dom"
@@ -416,8 +419,9 @@ class HalideKernel(PrintedKernel):
         self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
         if self.tiles:
             return self.schedule.transposed_output(out, self.tiles, domain)
-        # A store that walks memory along x (a transpose) is vectorized along x, not r.
-        along_x = xr and index.coeff(RINDEX) != 1 and index.coeff(XINDEX) == 1
+        # A store that walks memory along x (a transpose; a channels-last reduction's per-element
+        # output, x = n * C + c: x % C steps by 1) is vectorized along x, not r.
+        along_x = xr and stride_along(index, RINDEX) != 1 and stride_along(index, XINDEX) == 1
         self.schedule.output(out, domain, xr, along_x)
 
     def write_in_place(self) -> None:
