@@ -54,8 +54,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             merge_common_subexpressions(gm)
             drop_redundant_clones(gm)
             drop_copies_before_layout_free_readers(gm)
+            target_for = targets_for(cfg)
             return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
-                                _wants_padded_products(cfg))
+                                _wants_padded_products(cfg),
+                                lambda device: target_for(device.type).copies_convolution_weights)
 
     def plan_and_generate(gm, kind, cfg, **kw) -> GeneratedGraph:
         # The layouts are planned after the cache lookup: a hit skips the re-trace. The graph is

@@ -67,6 +67,12 @@ class Target:
     # RESULTS 2026-11-30, twenty-sixth session), walls in interleaved turns EfficientNet-B0
     # 2.394 -> 2.174 ms, ResNet-50 1.866 -> 1.896 (twenty-ninth session).
     pointwise_convolutions_as_products: bool = False
+    # Whether a convolution weight that is a graph input (a parameter) is copied to channels-last by
+    # smelt's kernel, as other operands are, rather than left to the library call, which converts
+    # it inside: on the GPU each copy would be a launch from the wrapper (53 a ResNet-50 call). On
+    # the 2-core CPU ATen's copy of a [512, 512, 3, 3] weight took 877 us, smelt's kernel 483
+    # (ResNet-18 makes 18 such copies a call, 5.5 ms of about 95).
+    copies_convolution_weights: bool = False
     # Whether float32 CPU convolutions run through oneDNN with their weight packed in its blocked
     # layout (runtime/packed_convolution.py) rather than ATen's convolution, which converts the weight
     # twice a call.
@@ -116,7 +122,8 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
 # RESULTS 2026-11-27) H100's numbers against these: a global sum of 32M float32 1749 -> 769 us,
 # var_mean 7354 -> 1101 us, argmax 7449 -> 2438 us; column sums within 12% either way.
 CPU = Target("CPU", None, split_programs=256, row_split_programs=256, global_split_min_numel=4096,
-             rows_for_row_values=True, channels_last_convolutions=True, adds_convolution_bias=True)
+             rows_for_row_values=True, channels_last_convolutions=True, adds_convolution_bias=True,
+             copies_convolution_weights=True)
 # The bias too: torch 2.13's oneDNN convolution crashes (signal 11) on some channels-last inputs
 # given a bias, and not without one (CPU fuzz seed 1941: a [1, 6, 2, 1] input, groups 2, stride 2,
 # padding 1, dilation 2; eager crashes the same way). The add fuses into the kernel after it.

@@ -92,9 +92,11 @@ class LayoutPlan(NamedTuple):
     padded_saved: dict[int, tuple[int, int]]
 
 
-def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants_padded_matmuls) -> LayoutPlan | None:
-    """Channels-last convolutions where `wants_channels_last(device)` says so, and aligned matrix
-    product rows (lowering/matmul_padding.py) where `wants_padded_matmuls(device, dtype)` does; `kind` is
+def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants_padded_matmuls,
+                 copies_weights=lambda device: False) -> LayoutPlan | None:
+    """Channels-last convolutions where `wants_channels_last(device)` says so (a weight that is a
+    graph input copied too where `copies_weights(device)` does), and aligned matrix product rows
+    (lowering/matmul_padding.py) where `wants_padded_matmuls(device, dtype)` does; `kind` is
     "inference", "forward" or "backward". Changes `gm` in place; returns the plan when layouts
     changed (None otherwise)."""
     if not all(_static(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")):
@@ -104,7 +106,7 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
     visible = _visible_outputs(gm, kind)
     traced_strides = _output_strides(gm)
     before = Checkpoint(gm)
-    conversions = _convert_convolution_operands(gm, wants_channels_last)
+    conversions = _convert_convolution_operands(gm, wants_channels_last, copies_weights)
     padding = pad_matmuls(gm, wants_padded_matmuls)
     if not (conversions or padding) or not retrace(gm, before):
         return None
@@ -132,13 +134,14 @@ def plan_layouts(gm: torch.fx.GraphModule, kind: str, wants_channels_last, wants
     return LayoutPlan(strides, padded_saved)
 
 
-def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch.fx.Node]:
+def _convert_convolution_operands(gm: torch.fx.GraphModule, wants, copies_weights) -> list[torch.fx.Node]:
     """A channels-last copy before each 2-D convolution of each operand not already so.
 
-    A weight that is a graph input (a parameter) is left as it is: with a channels-last input ATen
-    computes in channels-last and converts the weight itself, from C++, where this copy would be a
-    kernel launched from the wrapper on every call (53 of them per ResNet-50 call). A weight the
-    graph computes (an AMP cast) is written channels-last by its producer, at no extra cost."""
+    A weight that is a graph input (a parameter) is left as it is unless `copies_weights(device)`:
+    with a channels-last input ATen computes in channels-last and converts the weight itself, where
+    this copy is a kernel launched from the wrapper on every call (Target.copies_convolution_weights).
+    A weight the graph computes (an AMP cast) is written channels-last by its producer, at no extra
+    cost."""
     conversions: dict[torch.fx.Node, torch.fx.Node] = {}
     for conv in list(gm.graph.nodes):
         if conv.op != "call_function" or conv.target not in _CONVOLUTION_OPERANDS or not _is_4d(conv.args[0]) \
@@ -151,7 +154,8 @@ def _convert_convolution_operands(gm: torch.fx.GraphModule, wants) -> list[torch
             operand = conv.args[position]
             if not _is_4d(operand) or operand.meta["val"].is_contiguous(memory_format=torch.channels_last):
                 continue
-            if position == _WEIGHT[conv.target] and operand.op == "placeholder":
+            if position == _WEIGHT[conv.target] and operand.op == "placeholder" \
+                    and not copies_weights(operand.meta["val"].device):
                 continue
             if operand not in conversions:
                 with gm.graph.inserting_before(conv):
