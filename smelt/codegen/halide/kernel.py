@@ -429,6 +429,7 @@ class HalideKernel(PrintedKernel):
         one in-place output goes last (ordered_outputs), reading each old value just before it
         replaces it. With several, one could overwrite what the next still reads, so their new
         values are first computed together into one staged Func, then written."""
+        self.schedule.writes_in_place = bool(self.in_place)
         if len(self.in_place) < 2:
             for node, value, xr in self.in_place:
                 self.write_output(node, value.name, xr)
