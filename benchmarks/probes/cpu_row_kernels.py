@@ -1,0 +1,74 @@
+"""Single kernels of the shapes CPU models run, smelt against Inductor's C++ backend (issue 23): each
+case compiled by both in one process, calls interleaved, median us a call (Dynamo's guards included,
+the same for both), smelt's result checked against eager's first.
+
+    python -m benchmarks.probes.cpu_row_kernels [--calls 200]
+
+Cases: column sums, channels-last batch-norm statistics and training batch norm, a squeeze-excite
+block's hard-swish and mean over NHWC (MobileNetV3's), a residual add and RMSNorm (two outputs).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import smelt  # noqa: F401 - registers the backend
+
+
+def _hardswish_mean(x):
+    y = x * 1.1 + 0.3
+    y = y * (y + 3).clamp(0, 6) / 6
+    return y, y.mean((2, 3), keepdim=True)
+
+
+def _residual_rms_norm(x, r, w):
+    h = x + r
+    return h, w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def cases():
+    cl = torch.channels_last
+    return [
+        ("column sum 4096 x 1024", lambda x: x.sum(0), (torch.randn(4096, 1024),)),
+        ("column sum 512 x 120", lambda x: x.sum(0), (torch.randn(512, 120),)),
+        ("var_mean NHWC [32, 64, 56, 56]", lambda x: torch.var_mean(x, (0, 2, 3), correction=0),
+         (torch.randn(32, 64, 56, 56).to(memory_format=cl),)),
+        ("batch norm training NHWC [8, 120, 28, 28]",
+         lambda x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True),
+         (torch.randn(8, 120, 28, 28).to(memory_format=cl), torch.randn(120), torch.randn(120))),
+        ("hard-swish + mean NHWC [4, 120, 14, 14]", _hardswish_mean, (torch.randn(4, 120, 14, 14).to(memory_format=cl),)),
+        ("hard-swish + mean NHWC [4, 240, 14, 14]", _hardswish_mean, (torch.randn(4, 240, 14, 14).to(memory_format=cl),)),
+        ("hard-swish + mean NHWC [4, 576, 7, 7]", _hardswish_mean, (torch.randn(4, 576, 7, 7).to(memory_format=cl),)),
+        ("residual add + RMSNorm [4, 128, 256]", _residual_rms_norm,
+         (torch.randn(4, 128, 256), torch.randn(4, 128, 256), torch.randn(256))),
+    ]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    print("| case | Inductor us | smelt us |\n| --- | --- | --- |")
+    for name, fn, inputs in cases():
+        torch._dynamo.reset()
+        compiled = {"inductor": torch.compile(fn), "smelt": torch.compile(fn, backend="smelt")}
+        for f in compiled.values():
+            for _ in range(5):
+                f(*inputs)
+        torch.testing.assert_close(compiled["smelt"](*inputs), fn(*inputs), rtol=1e-4, atol=1e-4)
+        times = {k: [] for k in compiled}
+        for _ in range(args.calls):
+            for k, f in compiled.items():
+                start = time.perf_counter()
+                f(*inputs)
+                times[k].append(time.perf_counter() - start)
+        print(f"| {name} | {statistics.median(times['inductor']) * 1e6:.1f} | {statistics.median(times['smelt']) * 1e6:.1f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
