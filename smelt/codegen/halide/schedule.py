@@ -104,10 +104,12 @@ def periods_along(index, var) -> set[int]:
     for term in index.atoms(FloorDiv, ModularIndexing):
         if term.args[0] != var:
             continue
-        # (var // m) % d holds still for m steps: a vector inside those is one value.
-        period = static_int(term.args[1] if isinstance(term, FloorDiv) or term.args[1] != 1 else term.args[2])
-        if period is not None:
-            periods.add(period)
+        if isinstance(term, ModularIndexing) and term.args[1] == 1:
+            period = term.args[2]  # var % d
+        else:
+            period = term.args[1]  # var // d, and (var // m) % d, which holds still for m steps
+        if static_int(period) is not None:
+            periods.add(static_int(period))
     return periods
 
 
