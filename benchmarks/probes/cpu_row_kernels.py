@@ -5,7 +5,8 @@ the same for both), smelt's result checked against eager's first.
     python -m benchmarks.probes.cpu_row_kernels [--calls 200]
 
 Cases: column sums, channels-last batch-norm statistics and training batch norm, a squeeze-excite
-block's hard-swish and mean over NHWC (MobileNetV3's), a residual add and RMSNorm (two outputs).
+block's hard-swish and mean over NHWC (MobileNetV3's), a residual add and RMSNorm (two outputs), a
+convolution weight's channels-last copy (with eager's, ATen's copy, in a third column).
 """
 from __future__ import annotations
 
@@ -44,7 +45,14 @@ def cases():
         ("hard-swish + mean NHWC [4, 576, 7, 7]", _hardswish_mean, (torch.randn(4, 576, 7, 7).to(memory_format=cl),)),
         ("residual add + RMSNorm [4, 128, 256]", _residual_rms_norm,
          (torch.randn(4, 128, 256), torch.randn(4, 128, 256), torch.randn(256))),
+        # A convolution weight's channels-last copy (ResNet-18's layer 4), against ATen's own below.
+        ("weight to channels-last [512, 512, 3, 3]", _channels_last, (torch.randn(512, 512, 3, 3),)),
+        ("weight to channels-last [256, 256, 3, 3]", _channels_last, (torch.randn(256, 256, 3, 3),)),
     ]
+
+
+def _channels_last(w):
+    return w.contiguous(memory_format=torch.channels_last)
 
 
 def main(argv=None) -> None:
@@ -52,10 +60,10 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    print("| case | Inductor us | smelt us |\n| --- | --- | --- |")
+    print("| case | Inductor us | smelt us | eager us |\n| --- | --- | --- | --- |")
     for name, fn, inputs in cases():
         torch._dynamo.reset()
-        compiled = {"inductor": torch.compile(fn), "smelt": torch.compile(fn, backend="smelt")}
+        compiled = {"inductor": torch.compile(fn), "smelt": torch.compile(fn, backend="smelt"), "eager": fn}
         for f in compiled.values():
             for _ in range(5):
                 f(*inputs)
@@ -66,8 +74,7 @@ def main(argv=None) -> None:
                 start = time.perf_counter()
                 f(*inputs)
                 times[k].append(time.perf_counter() - start)
-        print(f"| {name} | {statistics.median(times['inductor']) * 1e6:.1f} | {statistics.median(times['smelt']) * 1e6:.1f} |",
-              flush=True)
+        print(f"| {name} | " + " | ".join(f"{statistics.median(times[k]) * 1e6:.1f}" for k in compiled) + " |", flush=True)
 
 
 if __name__ == "__main__":
