@@ -55,6 +55,9 @@ SHORT_ROW = 64
 # A row reduction packs several rows into a program only while that leaves at least this many
 # programs (an H100 has 132 SMs).
 MIN_ROW_PROGRAMS = 128
+# Elements a warp holds in a reduction kernel outside the tuned branches below (rows written back
+# element by element: softmax, norms). benchmarks/probes/row_warps.py sweeps it.
+ELEMENTS_PER_WARP = 512
 
 
 # A looped float32 sum or Welford over more blocks than this moves its lane partials into float64
@@ -116,7 +119,7 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
         budget = 512
         elements_per_warp = 256
     else:
-        elements_per_warp = 512
+        elements_per_warp = ELEMENTS_PER_WARP
     xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
     if not interpret:
         xblock = min(xblock, 64)
