@@ -124,15 +124,20 @@ def test_transposing_store_too_narrow_for_tiles_keeps_column_strips():
     assert "_tiles" not in source and "_columns" in source
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 16, 16), (2, 16, 8, 8), (3, 5, 8, 8)])
-def test_interleaving_store_walks_chunks_of_every_row(shape):
+@pytest.mark.parametrize("shape,dtype", [((2, 3, 16, 16), torch.float32), ((2, 16, 8, 8), torch.float32),
+                                         ((3, 5, 8, 8), torch.float32), ((2, 3, 16, 16), torch.bfloat16),
+                                         ((2, 8, 16, 16), torch.int32)])
+def test_interleaving_store_walks_chunks_of_every_row(shape, dtype):
     """A channels-last copy of a few channels stores each row (a channel) every C elements: it walks
     a chunk of 64 positions of every row, then the next chunk, finishing each cache line while it is
-    in L1. 3 x 5 rows of 64 positions (a chunk exactly)."""
-    x = torch.randn(*shape)
+    in L1; the C rows of an image are unrolled, so their strided stores join into one interleaved
+    store. 3 x 5 rows of 64 positions (a chunk exactly)."""
+    x = (torch.randn(*shape) * 100).to(dtype)
     run_both(lambda a: (a * 2).contiguous(memory_format=torch.channels_last), x)
     source, = last_graph().kernel_sources.values()
-    assert re.search(r"_tiles = hl.RDom\(\[\(0, 64\), \(0, \d+\), \(0, \d+\)\]", source), source
+    n, c = shape[:2]
+    assert re.search(rf"_tiles = hl.RDom\(\[\(0, 64\), \(0, {c}\), \(0, {n}\), \(0, \d+\)\]", source), source
+    assert re.search(r"_tiles\[0\], \d+\)\.unroll\(out_ptr0_tiles\[1\]\)", source), source
 
 
 def test_column_reduction_reads_a_row_at_a_time():

@@ -152,20 +152,37 @@ class RowChunks:
     chunk. An output cache line is then finished by the rows' stores while it is in L1. Walked a
     row at a time down all of r (the default), each line is written s times, far apart: a
     [4, 16, 112, 112] channels-last copy on 2 cores 346-390 -> 174-188 us (eager 230-390); with 3
-    channels, even (131-148 against 135-136 us; `python -m benchmarks.probes.channels_last_copy`)."""
+    channels, even (131-148 against 135-136 us; `python -m benchmarks.probes.channels_last_copy`).
+
+    Where s divides the rows, the row is split as x = s * group + lane and the s rows of a group
+    are unrolled: their s strided stores of one chunk land side by side, and Halide joins them into
+    one dense store of interleaved vectors (one thread: [4, 3, 224, 224] 206 -> 177 us, [4, 8,
+    112, 112] 160 -> 136, [4, 16, 112, 112] 684 -> 433; `halide_kernel_variants`)."""
 
     chunk: int
     xnumel: int
     rnumel: int
+    interleave: int = 1  # s where it divides xnumel: rows unrolled by groups of s; else 1
     transposes_loads = False
 
     def extents(self) -> list[int]:
+        if self.interleave > 1:
+            s = self.interleave
+            return [self.chunk, s, self.xnumel // s, self.rnumel // self.chunk]
         return [self.chunk, self.xnumel, self.rnumel // self.chunk]
 
     def coordinates(self, dom: str) -> tuple[str, str]:
+        if self.interleave > 1:
+            return f"({dom}[2] * {self.interleave} + {dom}[1])", f"({dom}[3] * {self.chunk} + {dom}[0])"
         return f"{dom}[1]", f"({dom}[2] * {self.chunk} + {dom}[0])"
 
     def lines(self, stage: str, dom: str) -> list[str]:
+        if self.interleave > 1:
+            # Measured, one thread (AVX-512 Xeon): 2 or 3 rows interleave fastest from whole
+            # chunks, 4 to 16 from TILE lanes each (8 lanes 136 us, 16 lanes 153 at 8 rows).
+            lanes = self.chunk if self.interleave < 4 else TILE
+            return [f"{stage}.vectorize({dom}[0], {lanes}).unroll({dom}[1])"
+                    f".parallel({dom}[3], {CHUNKS_PER_TASK}, {GUARD})"]
         return [f"{stage}.vectorize({dom}[0]).parallel({dom}[2], {CHUNKS_PER_TASK}, {GUARD})"]
 
 
@@ -174,7 +191,7 @@ def row_chunks(xnumel: int, rnumel: int, interleave: int, element_size: int) -> 
     interleave, a chunk's rows would not stay in cache, or chunks do not divide r."""
     if not 1 < interleave <= MAX_INTERLEAVE or rnumel % CHUNK or xnumel * CHUNK * element_size > CHUNK_BYTES:
         return None
-    return RowChunks(CHUNK, xnumel, rnumel)
+    return RowChunks(CHUNK, xnumel, rnumel, interleave if xnumel % interleave == 0 else 1)
 
 
 @dataclasses.dataclass(frozen=True)
