@@ -1,7 +1,8 @@
 """Hand-edited variants of one generated Halide kernel, timed through smelt's own launcher (issue 23):
 the way to try a schedule before teaching it to codegen/halide/schedule.py. Each file is a kernel
 source as SMELT_DEBUG_DIR writes it (edit its schedule lines); all are built, checked against the
-first file's outputs, then timed in interleaved rounds of 50 calls (median us a call).
+first file's outputs, then timed in interleaved rounds of 50 calls (median us a call); with --cold, each call
+after the caches are evicted.
 
     python -m benchmarks.probes.halide_kernel_variants --inputs 131072,131072,256 --outputs 131072,131072 \
         --sizes 512,256 rms.py rms_fused.py
@@ -33,6 +34,9 @@ def main(argv=None) -> None:
     parser.add_argument("--outputs", required=True)
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cold", action="store_true",
+                        help="evict the caches before each call (64 MB written), as a model's first kernel finds them;"
+                             " times only the kernel")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     inputs = [torch.rand(n) + 0.5 for n in _counts(args.inputs)]
@@ -50,9 +54,17 @@ def main(argv=None) -> None:
         diff = max((a - b).abs().max().item() for a, b in zip(outputs[first], outputs[path]))
         print(f"{path}: max abs difference from {first}: {diff:.3g}")
     times = {path: [] for path in args.files}
+    evict = torch.empty(16 << 20)
     for _ in range(args.rounds):
         for path, kernel in kernels.items():
             out = outputs[path]
+            if args.cold:
+                for _ in range(5):
+                    evict.fill_(1.0)
+                    start = time.perf_counter()
+                    kernel(*inputs, *out, *sizes)
+                    times[path].append((time.perf_counter() - start) * 1e6)
+                continue
             start = time.perf_counter()
             for _ in range(50):
                 kernel(*inputs, *out, *sizes)
