@@ -117,6 +117,36 @@ def test_transposing_store_of_static_extents_walks_register_tiles(dtype):
     assert "_tiles = hl.RDom(" in source and ".store_in(hl.MemoryType.Register)" in source
 
 
+@pytest.mark.parametrize("shape,dtype,tile", [((2, 64, 16, 16), torch.float32, 8), ((2, 64, 16, 16), torch.bfloat16, 8),
+                                              ((2, 24, 14, 14), torch.float32, 4), ((2, 20, 12, 12), torch.float64, 4)])
+def test_channels_last_copied_back_to_nchw_walks_register_tiles(shape, dtype, tile):
+    """out[r + HW*x] = in[C*r + CHW*(x // C) + x % C]: the store walks r, the load x through x % C.
+    The load is a register tile read transposed (it was a gather a lane); the tile divides the
+    period C (20 and 196 take tiles of 4) and both extents."""
+    x = torch.randn(*shape).to(dtype).contiguous(memory_format=torch.channels_last)
+    run_both(lambda a: (a * 2).contiguous(), x)
+    source, = last_graph().kernel_sources.values()
+    assert re.search(rf"_tiles = hl.RDom\(\[\(0, {tile}\), \(0, {tile}\),", source), source
+    assert ".store_in(hl.MemoryType.Register).vectorize(x).unroll(r)" in source, source
+
+
+def test_nchw_copied_to_channels_last_with_few_strips_shares_rows_among_threads():
+    """NCHW -> NHWC of 256 channels over 14 x 14: the load walks x % 196 (tiles of 4), and the one
+    strip of 256 channels is no task split: the rows of tiles are."""
+    x = torch.randn(2, 256, 14, 14)
+    run_both(lambda a: (a + 1).contiguous(memory_format=torch.channels_last), x)
+    source, = last_graph().kernel_sources.values()
+    assert "_tiles = hl.RDom([(0, 4), (0, 4), (0, 64), (0, 98), (0, 1)]" in source, source
+    assert ".parallel(out_ptr0_tiles[3])" in source, source
+
+
+def test_transposed_copy_whose_extents_no_tile_divides_keeps_its_loop():
+    x = torch.randn(2, 6, 5, 5).contiguous(memory_format=torch.channels_last)
+    run_both(lambda a: (a * 2).contiguous(), x)
+    source, = last_graph().kernel_sources.values()
+    assert "_tiles" not in source
+
+
 def test_transposing_store_too_narrow_for_tiles_keeps_column_strips():
     a, b = torch.randn(40, 24), torch.randn(24, 40)
     run_both(lambda x, y: x.t() + y, a, b)

@@ -89,7 +89,7 @@ class HalideGpuSchedule:
         # host stage, and Halide then demands a host pointer for the output.
         self.entries.append(self._tile_1d(func, "x", "Var"))
 
-    def transpose_tiles(self, xnumel: int, rnumel: int) -> None:
+    def transpose_tiles(self, xnumel: int, rnumel: int, store_along_r: bool = False, periods=frozenset()) -> None:
         """No register-tiled transposes on the GPU: its stores are tiled as any other."""
         return None
 

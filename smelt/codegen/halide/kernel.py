@@ -36,7 +36,7 @@ from .handler import HalideOps
 from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
 from .reductions import emit_reduction
 from .scan import emit_scan
-from .schedule import HalideSchedule
+from .schedule import HalideSchedule, periods_along
 from .special import SPECIAL_FUNCTIONS
 
 
@@ -318,7 +318,7 @@ class HalideKernel(PrintedKernel):
         self.schedule.note_index(index)
         stored = self.plan.kept_in_input.get(buffer, buffer)  # see scheduler/schedule.py plan_memory
         text = f"{'load_clamped' if clamped else 'load'}({self.input(stored)}, {self.index_text(index)})"
-        if self.tiles and self.tiles.transposes_loads and not clamped and self.transposes(index, RINDEX, XINDEX):
+        if self.tiles and self.tiles.transposes_loads and not clamped and self.transposes(index, *self._tile_axes()):
             text = self.tile_load(text).name
         if register_dtype(dtype) != dtype:
             text = self.widen(text, dtype)
@@ -327,7 +327,18 @@ class HalideKernel(PrintedKernel):
     @staticmethod
     def transposes(index: sympy.Expr, inner, outer) -> bool:
         """Whether index walks memory along inner (its step is 1) and strides along outer."""
-        return index.coeff(inner) == 1 and index.coeff(outer) != 1 and outer in index.free_symbols
+        return stride_along(index, inner) == 1 and stride_along(index, outer) != 1 and outer in index.free_symbols
+
+    def _tile_axes(self):
+        """(inner, outer) of the loads the transposing store's tiles hold."""
+        return (XINDEX, RINDEX) if self.tiles.store_along_r else (RINDEX, XINDEX)
+
+    def _reads_across(self) -> list[sympy.Expr]:
+        """The indices of a member's loads of inputs contiguous along x and strided along r."""
+        produced = {n.write_name for n in self.plan.nodes}
+        return [index for n in self.plan.nodes
+                for name, index in n.reads_in_kernel(self.plan.placement[n.name], self.plan.xnumel, self.plan.rnumel)
+                if name not in produced and self.transposes(index, XINDEX, RINDEX)]
 
     def tile_load(self, text: str) -> CSEVar:
         """A load contiguous along r in a transposing store: a Func over (r, x) the schedule keeps
@@ -342,9 +353,10 @@ class HalideKernel(PrintedKernel):
 
     def reordered_store(self):
         """How a kernel whose one output is a pointwise (x, r) member over static extents walks its
-        domain when the store is not contiguous along r: in tiles where it is contiguous along x
-        (a transpose), in chunks of r where it interleaves rows (a channels-last copy of a few
-        channels); None for any other kernel."""
+        domain where the store and a load walk memory along different dims: in tiles where the
+        store is contiguous along x (a transpose) or a load is (a channels-last copy back to NCHW),
+        in chunks of r where the store interleaves rows (a channels-last copy of a few channels);
+        None for any other kernel."""
         if self.plan.is_reduction or self.plan.has_scan:
             return None
         stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
@@ -354,8 +366,15 @@ class HalideKernel(PrintedKernel):
         if "xnumel" not in sizes or "rnumel" not in sizes:
             return None
         index = stores[0].store_index(Placement.XR, self.plan.xnumel, self.plan.rnumel)
+        xnumel, rnumel = sizes["xnumel"], sizes["rnumel"]
+        tiles = None
         if self.transposes(index, XINDEX, RINDEX):
-            return self.schedule.transpose_tiles(sizes["xnumel"], sizes["rnumel"])
+            tiles = self.schedule.transpose_tiles(xnumel, rnumel, False, frozenset(periods_along(index, XINDEX)))
+        elif self.transposes(index, RINDEX, XINDEX) and (across := self._reads_across()):
+            periods = frozenset().union(*(periods_along(i, XINDEX) for i in across))
+            tiles = self.schedule.transpose_tiles(xnumel, rnumel, True, periods)
+        if tiles is not None:
+            return tiles
         step = index.coeff(RINDEX)
         if not (step.is_Integer and RINDEX not in (index - step * RINDEX).free_symbols):
             return None

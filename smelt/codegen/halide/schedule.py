@@ -57,6 +57,10 @@ COLUMNS_PER_TASK = 32
 # shuffles for a 16x16 float32 tile cost twice those of four 8x8 ones (256x256 x.t() + y in L2:
 # 35 vs 18 us); at 2048x2048 the two are within the machine's noise.
 TILE = 8
+# Where 8 does not divide both extents or a period, tiles of 4 (one thread: [4, 256, 14, 14]
+# channels-last copied back to NCHW 232 -> 91 us, Inductor 86; x.t() + y over [196, 1024] in
+# column strips 164 us, in tiles of 4 129, Inductor 119), and none below.
+MIN_TILE = 4
 # Widest strip of columns one thread takes down all rows: each row of the transposed input then
 # gives a cache line per tile, the strip's rows stay few enough for the L2 TLB, and the other side
 # reads rows of STRIP_COLUMNS elements (2048x2048 x.t() + y, one thread: strips of 32 columns
@@ -64,6 +68,9 @@ TILE = 8
 STRIP_COLUMNS = 512
 # Narrower strips read their rows in pieces too short for the prefetcher (32 columns: 11 ms).
 MIN_STRIP_COLUMNS = 128
+# Strips a transposing store needs to run them as its thread-pool tasks ([4, 256, 14, 14] copied
+# to channels-last is one strip of 256 channels).
+MIN_STRIPS = 8
 
 # Rows a scan runs side by side (a vector of them); 16 measured slower than 8.
 SCAN_ROWS = 8
@@ -197,40 +204,61 @@ def row_chunks(xnumel: int, rnumel: int, interleave: int, element_size: int) -> 
 @dataclasses.dataclass(frozen=True)
 class TransposeTiles:
     """How a transposing store walks its (r, x) domain: the update's RDom has five dimensions,
-    innermost first: a tile's column and row, the tile along x within a strip, the tile along r,
-    the strip. Halide may not reorder an update's RVars (it cannot prove the store races
-    nowhere), so the order is the RDom's own."""
+    innermost first: a tile's column and row, the tile along the store's contiguous dim within a
+    strip, the tile along the other dim, the strip. Halide may not reorder an update's RVars (it
+    cannot prove the store races nowhere), so the order is the RDom's own.
+
+    The store walks x and the tiled loads r (out[X*r + x] = f(in[r + R*x])), or, with
+    store_along_r, the store walks r and the tiled loads x (a channels-last tensor copied back to
+    NCHW: out[r + HW*x] = f(in[C*r + CHW*(x // C) + x % C]); [4, 64, 56, 56] on one thread 1092
+    -> 384 us, Inductor 383: its loads were gathers)."""
 
     tile: int
-    strip_tiles: int  # tiles along x one strip (one thread-pool task) takes
+    strip_tiles: int  # tiles along the store's contiguous dim one strip (one thread-pool task) takes
     xnumel: int
     rnumel: int
-    transposes_loads = True  # loads contiguous along r are register tiles, read transposed
+    store_along_r: bool = False
+    transposes_loads = True  # loads contiguous along the other dim are register tiles, read transposed
 
     def extents(self) -> list[int]:
         t = self.tile
-        return [t, t, self.strip_tiles, self.rnumel // t, self.xnumel // (t * self.strip_tiles)]
+        columns, rows = (self.rnumel, self.xnumel) if self.store_along_r else (self.xnumel, self.rnumel)
+        return [t, t, self.strip_tiles, rows // t, columns // (t * self.strip_tiles)]
 
     def coordinates(self, dom: str) -> tuple[str, str]:
         """(x, r) of a point of the RDom named dom."""
         t, strip = self.tile, self.tile * self.strip_tiles
-        return f"({dom}[4] * {strip} + {dom}[2] * {t} + {dom}[0])", f"({dom}[3] * {t} + {dom}[1])"
+        column, row = f"({dom}[4] * {strip} + {dom}[2] * {t} + {dom}[0])", f"({dom}[3] * {t} + {dom}[1])"
+        return (row, column) if self.store_along_r else (column, row)
+
+    def load_axes(self) -> tuple[str, str]:
+        """(the dim a tiled load walks contiguously, the dim it strides along), as pure vars."""
+        return ("x", "r") if self.store_along_r else ("r", "x")
 
     def lines(self, stage: str, dom: str) -> list[str]:
-        return [f"{stage}.vectorize({dom}[0]).unroll({dom}[1]).parallel({dom}[4])"]
+        # Tasks are strips; too few strips to share among threads, the rows of tiles instead.
+        tasks = 4 if self.extents()[4] >= MIN_STRIPS else 3
+        return [f"{stage}.vectorize({dom}[0]).unroll({dom}[1]).parallel({dom}[{tasks}])"]
 
 
-def transpose_tiles(xnumel: int, rnumel: int) -> TransposeTiles | None:
+def transpose_tiles(xnumel: int, rnumel: int, store_along_r: bool = False,
+                    periods: frozenset[int] = frozenset()) -> TransposeTiles | None:
     """The tiling of a transposing store over static extents, or None where the tiles do not
-    divide them or the strips would be too narrow (the column-strip schedule stays)."""
+    divide them or the strips would be too narrow (the column-strip schedule stays). `periods`:
+    those of the tiled loads along the dim they walk (x % C), which a tile must not straddle (its
+    rows would be gathers)."""
+    def fits(tile):
+        return not (xnumel % tile or rnumel % tile or any(p % tile for p in periods))
     tile = TILE
-    if xnumel % tile or rnumel % tile:
+    while tile > MIN_TILE and not fits(tile):
+        tile //= 2
+    if not fits(tile):
         return None
-    tiles = xnumel // tile
+    tiles = (rnumel if store_along_r else xnumel) // tile
     strip_tiles = max(d for d in range(1, tiles + 1) if tiles % d == 0 and d * tile <= STRIP_COLUMNS)
     if strip_tiles * tile < MIN_STRIP_COLUMNS:
         return None
-    return TransposeTiles(tile, strip_tiles, xnumel, rnumel)
+    return TransposeTiles(tile, strip_tiles, xnumel, rnumel, store_along_r)
 
 
 @dataclasses.dataclass
@@ -311,8 +339,9 @@ class HalideSchedule:
         self.rows_contiguous = self.plan.is_reduction and self.plan.r_contiguous()
         self.lanes = _row_lanes(self.plan.static_sizes()[1]) if self.rows_contiguous else None
 
-    def transpose_tiles(self, xnumel: int, rnumel: int) -> TransposeTiles | None:
-        return transpose_tiles(xnumel, rnumel)
+    def transpose_tiles(self, xnumel: int, rnumel: int, store_along_r: bool = False,
+                        periods: frozenset[int] = frozenset()) -> TransposeTiles | None:
+        return transpose_tiles(xnumel, rnumel, store_along_r, periods)
 
     def note_index(self, index) -> None:
         """An index the kernel loads or stores at: its periods along x bound the lanes of loops
@@ -350,7 +379,8 @@ class HalideSchedule:
         self.outputs.append(_Output(func, domain, True, True, None, False, tiles=tiles))
 
     def tile_load(self, func: str) -> None:
-        """A Func over (r, x) loading an input contiguous along r, read by a transposing store."""
+        """A Func over (r, x) loading an input contiguous along one dim, read by a transposing store
+        along the other (TransposeTiles.load_axes)."""
         self.tile_loads.append(func)
 
     def output(self, func: str, domain: str, per_element: bool, along_x: bool = False) -> None:
@@ -471,8 +501,9 @@ class HalideSchedule:
             # Loaded a row of the tile per vector, read a column per vector: Halide turns the
             # register tile into shuffles.
             out = self.outputs[0]
+            walks, strides = out.tiles.load_axes()
             lines += [f"{func}.compute_at({out.func}, {out.loop()}).store_in(hl.MemoryType.Register)"
-                      f".vectorize(r).unroll(x)"]
+                      f".vectorize({walks}).unroll({strides})"]
         out = self._loop_nest()
         if out is not None:
             # As wide as the output's store loop: a softmax's exps, 2048 a row, one thread:
