@@ -6,7 +6,8 @@ the same for both), smelt's result checked against eager's first.
 
 Cases: column sums, channels-last batch-norm statistics and training batch norm, a squeeze-excite
 block's hard-swish and mean over NHWC (MobileNetV3's), a residual add and RMSNorm (two outputs), a
-convolution weight's channels-last copy (with eager's, ATen's copy, in a third column).
+convolution weight's channels-last copy (with eager's, ATen's copy, in a third column), layout copies at a
+conv net's edges, Llama's SiLU-multiply.
 """
 from __future__ import annotations
 
@@ -48,7 +49,18 @@ def cases():
         # A convolution weight's channels-last copy (ResNet-18's layer 4), against ATen's own below.
         ("weight to channels-last [512, 512, 3, 3]", _channels_last, (torch.randn(512, 512, 3, 3),)),
         ("weight to channels-last [256, 256, 3, 3]", _channels_last, (torch.randn(256, 256, 3, 3),)),
+        # A conv net's input at the graph's edge, and feature maps copied back to NCHW.
+        ("input to channels-last [4, 3, 224, 224]", _channels_last, (torch.randn(4, 3, 224, 224),)),
+        ("channels-last to NCHW [4, 64, 56, 56]", _nchw, (torch.randn(4, 64, 56, 56).to(memory_format=cl),)),
+        ("channels-last to NCHW [4, 256, 14, 14]", _nchw, (torch.randn(4, 256, 14, 14).to(memory_format=cl),)),
+        # Llama's MLP activation (4 x 128 tokens, 688 wide).
+        ("silu(a) * b [512, 688]", lambda a, b: torch.nn.functional.silu(a) * b,
+         (torch.randn(512, 688), torch.randn(512, 688))),
     ]
+
+
+def _nchw(x):
+    return (x + 1).contiguous()
 
 
 def _channels_last(w):
