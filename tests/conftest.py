@@ -116,6 +116,10 @@ def pytest_configure(config):
         "markers", "cpu_backend_independent: the CPU kernel backend does not change what the test checks; "
                    "deselected when SMELT_TEST_SECOND_BACKEND=1"
     )
+    config.addinivalue_line(
+        "markers", "halide_fallback: a kernel of the test runs in Triton instead of Halide by design (an op "
+                   "Halide has no form for); tests/test_halide.py fails any other fallback"
+    )
     if DEVICE.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError("SMELT_TEST_DEVICE=cuda but torch.cuda.is_available() is False")
 

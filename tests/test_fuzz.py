@@ -90,6 +90,27 @@ def test_the_runner_tells_memory_shared_where_eager_shares_none(monkeypatch, fn,
     assert status == "pass" or "memory with" in result.messages[0]
 
 
+
+def test_a_kernel_halides_compiler_refused_is_reported_though_its_values_are_right(monkeypatch, tmp_path):
+    """A refused kernel runs in Triton (right, but slow on a CPU): the fuzzer reports it, by the
+    refusal's message without names, so a schedule Halide rejects is found (seed 4339's cummax of a
+    log-softmax was seen only in a log)."""
+    from smelt.errors import HalideRefusedKernel
+    from smelt.runtime import halide_launcher
+
+    monkeypatch.setenv("SMELT_CPU_BACKEND", "halide")
+    monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+
+    def refuse(self, source, cache_dir):
+        raise HalideRefusedKernel(f"smelt: Halide kernel {self.name} did not compile; source: /x.py", self.name)
+
+    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse)
+    torch._dynamo.reset()
+    result = runner.judge(lambda x: (x.sin() * 2,), lambda: [torch.linspace(0, 1, 6)], backward=False)
+    assert result.status == "refused", result
+    assert result.signature() == "refused: smelt:  runs in Triton instead of Halide: smelt: Halide kernel  did not compile"
+
 def test_with_cache_hits_the_second_compile_is_judged(monkeypatch):
     """--cache-hits: each program compiles twice and the second, which the graph cache serves, is
     the one judged (here a wrong second compile fails the program)."""

@@ -442,7 +442,9 @@ class HalideSchedule:
     def _placement(self, func: str, across: bool, has_update: bool, vector: str | None = None,
                    rvar: str = "rdom.x", lanes: int = 1) -> list[str]:
         """`lanes`: how many x a given `vector` schedule puts in one vector."""
-        whole_task = vector is not None  # a scan's rows run side by side: the task's rows, together
+        # A scan's rows run side by side: the task's rows, together; what it reads (a softmax's
+        # sums before a cummax) is then computed for the task's rows too.
+        whole_task = vector is not None or bool(self.scans)
         if vector is None:
             lanes = self.x_lanes
             vector, lanes = (f".vectorize(x, {lanes}, {GUARD})", lanes) if across else ("", 1)
@@ -508,6 +510,6 @@ class HalideSchedule:
         if out is not None:
             # As wide as the output's store loop: a softmax's exps, 2048 a row, one thread:
             # 16 lanes 2.65 ms, 64 lanes 2.48 ms.
-            lines += [f"{func}.compute_at({out.func}, {out.loop()}).vectorize(r, {out.vector}, {GUARD})"
+            lines += [f"{func}.compute_at({out.func}, {out.loop(bool(self.scans))}).vectorize(r, {out.vector}, {GUARD})"
                       for func in self.stored_rows]
         return lines

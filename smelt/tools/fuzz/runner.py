@@ -6,6 +6,7 @@ compared."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import signal
@@ -34,6 +35,7 @@ class Result:
     status: str  # pass | fail (wrong values) | crash (smelt raised) | timeout | skip (eager raised)
     #              | unsupported (torch.compile raises or is wrong without smelt too: aot_eager)
     #              | ill-conditioned (the float64 answer moves past the rule under a tiny rescaling)
+    #              | refused (right values, but Halide's compiler refused a kernel smelt wrote for it)
     messages: list = dataclasses.field(default_factory=list)
     names: list = dataclasses.field(default_factory=list)  # program values/inputs each message is about
     seconds: float = 0.0
@@ -41,7 +43,7 @@ class Result:
     def signature(self) -> str:
         """What 'fails the same way' means to the shrinker: the status, and for a crash its exception
         type and first message line with numbers and value names blotted out."""
-        if self.status != "crash" or not self.messages:
+        if self.status not in ("crash", "refused") or not self.messages:
             return self.status
         lines = [line for line in self.messages[0].splitlines() if not line.startswith("Set TORCHDYNAMO")]
         text = " ".join(lines[:2]) if lines[0].endswith("raised:") else lines[0]  # Dynamo's wrapper: the cause
@@ -49,7 +51,28 @@ class Result:
         # kernels failing for two reasons are two findings; names, paths and its ops are blotted out.
         text = re.sub(r"from ATen ops:[^;]*;?|source: \S+|/\S+|\b\w*fused\w*|\btriton_\w+|\([\w-]*x86[\w-]*\)",
                       "", text)
-        return "crash: " + re.sub(r"\b[xv]\d+\b|\d+", "#", text)[:240]
+        return self.status + ": " + re.sub(r"\b[xv]\d+\b|\d+", "#", text)[:240]
+
+
+class _HalideRefusals(logging.Handler):
+    """smelt's warnings, while a program compiles, that Halide's compiler refused a kernel smelt wrote
+    (the kernel then runs in Triton, right but slow on a CPU): a bug in smelt's Halide code."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if "runs in Triton instead of Halide" in message:
+            self.messages.append(message.split("; source:")[0])
+
+    def __enter__(self):
+        logging.getLogger("smelt").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("smelt").removeHandler(self)
 
 
 class Timeout(Exception):
@@ -183,7 +206,7 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in)
     except Exception:
         reference = None
     try:
-        with _deadline(timeout):
+        with _deadline(timeout), _HalideRefusals() as refusals:
             actual = _compiled_run(fn, make_inputs, backward, eager[3], "smelt")
     except Timeout as exc:
         return Result("timeout", [str(exc)], seconds=time.perf_counter() - start)
@@ -243,6 +266,8 @@ def _judge(fn, make_inputs, backward, names, timeout, reference_fn, computes_in)
                                               + messages[0]], seconds=time.perf_counter() - start)
         except Exception:
             pass
+    if not messages and refusals.messages:
+        return Result("refused", refusals.messages, seconds=time.perf_counter() - start)
     status = "fail" if messages else "pass"
     return Result(status, messages, where, seconds=time.perf_counter() - start)
 
