@@ -1,5 +1,6 @@
 """The differential fuzzer (smelt/tools/fuzz): its parts, judged without compiling where they can be, and a
 fixed-seed run of a few hundred random programs through smelt (forward and backward) in `make test`."""
+import importlib.util
 import io
 import os
 import contextlib
@@ -90,7 +91,7 @@ def test_the_runner_tells_memory_shared_where_eager_shares_none(monkeypatch, fn,
     assert status == "pass" or "memory with" in result.messages[0]
 
 
-
+@pytest.mark.skipif(importlib.util.find_spec("halide") is None, reason="needs Halide (the GPU machine has none)")
 def test_a_kernel_halides_compiler_refused_is_reported_though_its_values_are_right(monkeypatch, tmp_path):
     """A refused kernel runs in Triton (right, but slow on a CPU): the fuzzer reports it, by the
     refusal's message without names, so a schedule Halide rejects is found (seed 4339's cummax of a
@@ -110,6 +111,7 @@ def test_a_kernel_halides_compiler_refused_is_reported_though_its_values_are_rig
     result = runner.judge(lambda x: (x.sin() * 2,), lambda: [torch.linspace(0, 1, 6)], backward=False)
     assert result.status == "refused", result
     assert result.signature() == "refused: smelt:  runs in Triton instead of Halide: smelt: Halide kernel  did not compile"
+
 
 def test_with_cache_hits_the_second_compile_is_judged(monkeypatch):
     """--cache-hits: each program compiles twice and the second, which the graph cache serves, is

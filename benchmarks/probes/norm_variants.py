@@ -37,6 +37,19 @@ def _kernel_source(args) -> tuple[str, str]:
     return os.path.basename(path)[:-3], open(path).read()
 
 
+def _inductor_configs() -> list[str]:
+    """The configs Inductor's autotuner settled on (it times a persistent reduction's few candidates at
+    the first call)."""
+    import gc
+    found = []
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "CachingAutotuner" and getattr(obj, "launchers", None):
+            config = obj.launchers[0].config
+            found.append(f"{obj.fn.__name__}: {config.kwargs} num_warps={config.num_warps} "
+                         f"(of {len(obj.configs)} candidates)")
+    return found
+
+
 def _variant(name: str, source: str, folder: str, label: str):
     path = os.path.join(folder, f"{name}_{label}.py")
     with open(path, "w") as f:
@@ -62,6 +75,8 @@ def main(argv=None) -> None:
     got = inductor(*inputs)
     rows.append(("inductor", do_bench(lambda: inductor(*inputs), return_mode="median"),
                  (got.float() - want.float()).abs().max().item()))
+    for line in _inductor_configs():
+        print(f"Inductor's kernel {line}")
     torch._dynamo.reset()
     compiled = torch.compile(residual_norm, backend="smelt")
     got = compiled(*inputs)
