@@ -5,7 +5,8 @@ edited copies of smelt's (issue 22: BERT's 24 norms took 8.3 us each on the H200
 
 The kernel is compiled by smelt (its source from SMELT_DEBUG_DIR), then launched as generated and as
 edited: without the shift by the row's first value (one reduction fewer; the shift makes a row of
-equal values exactly 0 in variance) and at other rows per program and warps. Each is checked against
+equal values exactly 0 in variance), as one reduction of Welford's combine (PERSISTENT_WELFORD), and at
+other rows per program and warps. Each is checked against
 eager before it is timed (do_bench, median)."""
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import triton
 from triton.testing import do_bench
 
 import smelt
+from smelt.codegen.triton import kernel as triton_kernel
 from smelt.runtime.loader import load_module
 
 
@@ -28,11 +30,15 @@ def residual_norm(x, y, w, b):
     return F.layer_norm(x + y, (x.shape[-1],), w, b, 1e-12)
 
 
-def _kernel_source(args) -> tuple[str, str]:
+def _kernel_source(args, welford: str = "shifted") -> tuple[str, str]:
     folder = tempfile.mkdtemp()
-    with smelt.config.override(debug_dir=folder, graph_cache=False):
-        torch._dynamo.reset()
-        torch.compile(residual_norm, backend="smelt")(*args)
+    triton_kernel.PERSISTENT_WELFORD, default = welford, triton_kernel.PERSISTENT_WELFORD
+    try:
+        with smelt.config.override(debug_dir=folder, graph_cache=False):
+            torch._dynamo.reset()
+            torch.compile(residual_norm, backend="smelt")(*args)
+    finally:
+        triton_kernel.PERSISTENT_WELFORD = default
     (path,) = [p for p in glob.glob(f"{folder}/*/triton_per_*.py")]
     return os.path.basename(path)[:-3], open(path).read()
 
@@ -90,8 +96,10 @@ def main(argv=None) -> None:
         re.sub(r"= tl\.reduce\(tl\.where\(rbase == 0.*$", "= tl.zeros([XBLOCK, 1], dtype=tl.float32)", line)
         for line in source.splitlines())
     folder = tempfile.mkdtemp()
+    welford_name, welford_source = _kernel_source(inputs, "welford")
     kernels = {"as generated": _variant(name, source, folder, "generated"),
-               "no shift": _variant(name, unshifted, folder, "unshifted")}
+               "no shift": _variant(name, unshifted, folder, "unshifted"),
+               "one Welford reduction": _variant(welford_name, welford_source, folder, "welford")}
     out = torch.empty_like(want)
     configs = sorted({(xblock, warps)} | {(xb, wp) for xb in (1, 2, 4, 8) for wp in (2, 4, 8)})
     for label, kernel in kernels.items():

@@ -2,7 +2,10 @@
 the elements a warp holds (codegen/triton/kernel.py ELEMENTS_PER_WARP) swept over the synthetic suite's rows
 and transformer shapes (issue 22: BERT's residual add + LayerNorm ran 13% faster at 1024 a warp than at 512).
 
-    python -m benchmarks.probes.row_warps [--values 512,1024,2048] [--rounds 3] [--only NAME,...]
+    python -m benchmarks.probes.row_warps [--values 512,1024,2048,512w] [--rounds 3] [--only NAME,...]
+
+A value with a "w" after it also takes a norm's mean and variance in one Welford reduction
+(codegen/triton/kernel.py PERSISTENT_WELFORD) rather than three.
 
 Each case is compiled once per value (graph cache off), checked against eager, then timed interleaved
 (do_bench medians, the median over rounds)."""
@@ -72,8 +75,11 @@ CASES = {
 }
 
 
-def _compiled(fn, args, value):
-    triton_kernel.ELEMENTS_PER_WARP = value
+def _compiled(fn, args, value: str):
+    """`value` is elements a warp, with a "w" after it for one Welford reduction per norm
+    (PERSISTENT_WELFORD)."""
+    triton_kernel.ELEMENTS_PER_WARP = int(value.rstrip("w"))
+    triton_kernel.PERSISTENT_WELFORD = "welford" if value.endswith("w") else "shifted"
     torch._dynamo.reset()
     with smelt.config.override(graph_cache=False):
         compiled = torch.compile(fn, backend="smelt")
@@ -95,8 +101,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="comma-separated case-name prefixes")
     args = parser.parse_args(argv)
-    values = [int(v) for v in args.values.split(",")]
-    default = triton_kernel.ELEMENTS_PER_WARP
+    values = args.values.split(",")
+    default = str(triton_kernel.ELEMENTS_PER_WARP)
+    default_welford = triton_kernel.PERSISTENT_WELFORD
     print(f"{torch.cuda.get_device_name()}, heuristic's value {default}")
     print("| case | " + " | ".join(f"{v} us" for v in values) + " | " +
           " | ".join(f"speed at {v}" for v in values if v != default) + " |")
@@ -122,7 +129,8 @@ def main(argv=None) -> None:
         cells = [f"{us[v]:.2f}" if v in us else "-" for v in values]
         ratios = [f"{us[default] / us[v]:.3f}x" if v in us and default in us else "-" for v in values if v != default]
         print(f"| {name} | " + " | ".join(cells + ratios) + " |", flush=True)
-    triton_kernel.ELEMENTS_PER_WARP = default
+    triton_kernel.ELEMENTS_PER_WARP = int(default)
+    triton_kernel.PERSISTENT_WELFORD = default_welford
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ MIN_ROW_PROGRAMS = 128
 # Elements a warp holds in a reduction kernel outside the tuned branches below (rows written back
 # element by element: softmax, norms). benchmarks/probes/row_warps.py sweeps it.
 ELEMENTS_PER_WARP = 512
+# How a whole row in registers takes its mean and variance: "shifted" (three reductions: the row's first
+# value, the shifted sum, the centred squares) or "welford" (one reduction of Welford's combine over
+# (value, 0, 1) per lane). Both give a row of equal values exactly its value and 0, as eager's Welford.
+# benchmarks/probes/norm_variants.py compares them.
+PERSISTENT_WELFORD = "shifted"
 
 
 # A looped float32 sum or Welford over more blocks than this moves its lane partials into float64
@@ -443,6 +448,10 @@ class TritonKernel(PrintedKernel):
             pair = self.emit(f"tl.reduce(({masked_var}, {positions}), 1, {self._combine_name(rtype, dtype)})",
                              torch.int64, 1)
             return (self.emit(f"{pair}[1][:, None]", torch.int64, 1),)
+        if rtype == "welford_reduce" and PERSISTENT_WELFORD == "welford":
+            zeros = self.emit(f"tl.full([XBLOCK, RBLOCK], 0.0, {triton_type(dtype)})", dtype, 2)
+            ones = self.emit(f"tl.full([XBLOCK, RBLOCK], 1.0, {triton_type(dtype)})", dtype, 2)
+            return self._reduce_persistent("welford_combine", (value, zeros, ones))
         if rtype == "welford_reduce":
             # Whole rows are in registers: the exact two-pass formula costs nothing extra. Shifted by
             # the row's first element (0 where not finite), as eager's Welford starts from it: a row
