@@ -2,12 +2,14 @@
 case compiled by both in one process, calls interleaved, median us a call (Dynamo's guards included,
 the same for both), smelt's result checked against eager's first.
 
-    python -m benchmarks.probes.cpu_row_kernels [--calls 200]
+    python -m benchmarks.probes.cpu_row_kernels [--calls 200] [--threads 1] [--case LayerNorm]
 
 Cases: column sums, channels-last batch-norm statistics and training batch norm, a squeeze-excite
 block's hard-swish and mean over NHWC (MobileNetV3's), a residual add and RMSNorm (two outputs), a
-convolution weight's channels-last copy (with eager's, ATen's copy, in a third column), layout copies at a
-conv net's edges, Llama's SiLU-multiply.
+residual add and LayerNorm in a training forward (inputs requiring grad: the forward graph is timed,
+whose kernel also stores a value per row for the backward), a convolution weight's channels-last
+copy (with eager's, ATen's copy, in a third column), layout copies at a conv net's edges, Llama's
+SiLU-multiply.
 """
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ def _residual_rms_norm(x, r, w):
     return h, w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6))
 
 
+def _residual_layer_norm(x, y, w, b):
+    return torch.nn.functional.layer_norm(x + y, (768,), w, b)
+
+
 def cases():
     cl = torch.channels_last
     return [
@@ -46,6 +52,9 @@ def cases():
         ("hard-swish + mean NHWC [4, 576, 7, 7]", _hardswish_mean, (torch.randn(4, 576, 7, 7).to(memory_format=cl),)),
         ("residual add + RMSNorm [4, 128, 256]", _residual_rms_norm,
          (torch.randn(4, 128, 256), torch.randn(4, 128, 256), torch.randn(256))),
+        # A training forward: the kernel also stores a value per row for the backward.
+        ("residual add + LayerNorm training forward [512, 768]", _residual_layer_norm,
+         tuple(torch.randn(*shape, requires_grad=True) for shape in ((512, 768), (512, 768), (768,), (768,)))),
         # A convolution weight's channels-last copy (ResNet-18's layer 4), against ATen's own below.
         ("weight to channels-last [512, 512, 3, 3]", _channels_last, (torch.randn(512, 512, 3, 3),)),
         ("weight to channels-last [256, 256, 3, 3]", _channels_last, (torch.randn(256, 256, 3, 3),)),
@@ -70,10 +79,16 @@ def _channels_last(w):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--threads", type=int, help="torch's threads (smelt's Halide kernels run on them too)")
+    parser.add_argument("--case", default="", help="only the cases whose name contains this")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print("| case | Inductor us | smelt us | eager us |\n| --- | --- | --- | --- |")
     for name, fn, inputs in cases():
+        if args.case not in name:
+            continue
         torch._dynamo.reset()
         compiled = {"inductor": torch.compile(fn), "smelt": torch.compile(fn, backend="smelt"), "eager": fn}
         for f in compiled.values():

@@ -99,6 +99,9 @@ class HalideGpuSchedule:
     def note_index(self, index) -> None:
         """Nothing: a GPU thread takes one element, no vector lanes to align."""
 
+    def row_output_domain(self, beside_elements: bool) -> str:
+        return "x_dom"  # each output is tiled on its own: no loop nest to share
+
     def output(self, func: str, domain: str, per_element: bool, along_x: bool = False) -> None:
         # along_x (a transposing store) changes nothing yet: the update is one thread an element.
         self._device_only(func)

@@ -36,7 +36,7 @@ from .handler import HalideOps
 from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
 from .reductions import emit_reduction
 from .scan import emit_scan
-from .schedule import HalideSchedule, periods_along
+from .schedule import ROW_DOMAIN, ROW_DOMAIN_DECLARATION, HalideSchedule, periods_along
 from .special import SPECIAL_FUNCTIONS
 
 
@@ -158,6 +158,7 @@ class HalideKernel(PrintedKernel):
         self.same_for_every_x: set[str] = set()
         self.per_column_calls: dict[str, str] = {}  # such a temporary -> its Func's call, once held in one
         self.tiles = None  # a reordered store's TransposeTiles or RowChunks (schedule.py), set by generate_body
+        self.row_domain = "x_dom"  # the RDom per-row outputs walk (schedule.py ROW_DOMAIN), set by generate_body
         self.tile_loads: dict[str, CSEVar] = {}  # load text -> its register tile, read at (r, x)
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
@@ -425,8 +426,8 @@ class HalideKernel(PrintedKernel):
         self.schedule.note_index(index)
         dtype = node.buffer.get_dtype()
         out = self.output(node.write_name)
-        domain = "xr_dom" if xr else "x_dom"
-        x, r = (f"{domain}.y", f"{domain}.x") if xr else (f"{domain}.x", "0")
+        domain = "xr_dom" if xr else self.row_domain
+        x, r = (f"{domain}.y", f"{domain}.x") if xr else (f"{domain}.y" if domain == ROW_DOMAIN else f"{domain}.x", "0")
         if self.tiles:
             domain = f"{out}_tiles"
             self.body.writeline(f"{domain} = hl.RDom([{', '.join(f'(0, {n})' for n in self.tiles.extents())}], "
@@ -435,7 +436,10 @@ class HalideKernel(PrintedKernel):
         value = value.replace("[r, x]", f"[{r}, {x}]").replace("[x]", f"[{x}]")
         self.body.writeline(f"{out} = hl.Func({self.storage_type(dtype)}, 1, \"{out}\")")
         self.body.writeline(f"{out}[x] = hl.undef({self.storage_type(dtype)})")
-        self.body.writeline(f"{out}[in_output({out}, {self.index_text(index, x, r)})] = {value}")
+        where = self.index_text(index, x, r)
+        if domain == ROW_DOMAIN:
+            where += f" + {domain}.x"  # always 0: see ROW_DOMAIN
+        self.body.writeline(f"{out}[in_output({out}, {where})] = {value}")
         if self.tiles:
             return self.schedule.transposed_output(out, self.tiles, domain)
         # A store that walks memory along x (a transpose; a channels-last reduction's per-element
@@ -505,6 +509,9 @@ class HalideKernel(PrintedKernel):
 
     def generate_body(self) -> None:
         self.tiles = self.reordered_store()
+        stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
+        self.row_domain = self.schedule.row_output_domain(
+            any(self.plan.placement[n.name] in ROW_VALUED for n in stores))
         for node in self.plan.nodes:
             if node.is_extern:
                 raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")
@@ -562,6 +569,8 @@ class HalideKernel(PrintedKernel):
             if self.plan.blocks_2d:
                 out.writeline('xr_dom = hl.RDom([(0, rnumel), (0, xnumel)], "xr_dom")')
                 out.writeline('rdom = hl.RDom([(0, rnumel)], "rdom")')
+            if self.row_domain == ROW_DOMAIN:
+                out.writeline(ROW_DOMAIN_DECLARATION)
         out.splice(self.body)
         with out.indent():
             out.writeline()

@@ -265,6 +265,16 @@ def transpose_tiles(xnumel: int, rnumel: int, store_along_r: bool = False,
     return TransposeTiles(tile, strip_tiles, xnumel, rnumel, store_along_r)
 
 
+# The RDom a per-row output walks where the kernel also stores per element (a training layer
+# norm's rstd beside its normed rows), so it can join their loop nest (HalideSchedule.row_group):
+# compute_with fuses loops only of the same name and kind. Named as xr_dom, its split row loop
+# has their rows' name; its one-element r, added to the store index (always 0), makes that loop
+# an ImpureRVar as theirs is: Halide proves a store at the row alone race-free (a PureRVar) but
+# not one at r + R*x, and refuses to fuse the two kinds.
+ROW_DOMAIN = "row_dom"
+ROW_DOMAIN_DECLARATION = 'row_dom = hl.RDom([(0, 1), (0, xnumel)], "xr_dom")'
+
+
 @dataclasses.dataclass
 class _Output:
     func: str
@@ -277,7 +287,20 @@ class _Output:
     task_rows: int = ROWS_PER_TASK  # rows a thread-pool task takes (per-element outputs)
     tiles: TransposeTiles | RowChunks | None = None  # a store walking tiles or chunks (domain is their RDom)
     x_lanes: int = VECTOR  # lanes of a loop vectorized across x: HalideSchedule.x_lanes
-    fused_into: str | None = None  # the output whose row loop this one's runs in (HalideSchedule.row_group)
+    fused_into: _Output | None = None  # the output whose row loop this one's runs in (HalideSchedule.row_group)
+
+    @property
+    def walks_rows(self) -> bool:
+        """Whether the store's loop nest is rows of x split into tasks: a row's elements along r, or a
+        contiguous row reduction's one value per row. Such outputs can share one loop nest."""
+        if self.per_element:
+            return not self.along_x and not self.tiles
+        return bool(self.rows_per_task) and self.row_at_a_time
+
+    @property
+    def split_rows(self) -> int:
+        """Rows of x a thread-pool task takes."""
+        return self.task_rows if self.per_element else self.rows_per_task
 
     def loop(self, whole_task: bool = False) -> str:
         """The loop a reduction computed inside the output is computed at: one row, or one task."""
@@ -301,18 +324,20 @@ class _Output:
         if not self.per_element and not self.rows_per_task:
             return [f"{stage}.vectorize({d}.x, {self.vector}, {GUARD}).parallel({d}.x, {vectors_per_task(self.vector)}, "
                     f"{GUARD})"]
+        rows_var = f"{d}.y" if self.per_element or d == ROW_DOMAIN else f"{d}.x"
         rows, row = f"{self.func}_rows", f"{self.func}_row"
-        declare = f'{rows}, {row} = hl.RVar("{rows}"), hl.RVar("{row}")'
-        if not self.per_element:
-            return [declare, f"{stage}.split({d}.x, {rows}, {row}, {self.rows_per_task}, {GUARD}).parallel({rows})"]
+        declare = [f'{rows}, {row} = hl.RVar("{rows}"), hl.RVar("{row}")']
+        split_rows = self.split_rows
         if self.fused_into:
-            # The first output's loop variables, by name: compute_with matches loops by their names.
-            rows, row = f"{self.fused_into}_rows", f"{self.fused_into}_row"
-            return [f"{stage}.split({d}.y, {rows}, {row}, {self.task_rows}, {GUARD})"
-                    f".vectorize({d}.x, {self.vector}, {GUARD}).parallel({rows})",
-                    f"{self.func}.update().compute_with({self.fused_into}.update(), {row})"]
-        return [declare, f"{stage}.split({d}.y, {rows}, {row}, {self.task_rows}, {GUARD})"
-                         f".vectorize({d}.x, {self.vector}, {GUARD}).parallel({rows})"]
+            # The leading output's loop variables, by name, and its rows a task: compute_with
+            # matches loops by their names and needs the same loops down to the fused one.
+            leader = self.fused_into.func
+            rows, row, declare, split_rows = f"{leader}_rows", f"{leader}_row", [], self.fused_into.split_rows
+        split = f"{stage}.split({rows_var}, {rows}, {row}, {split_rows}, {GUARD})"
+        if self.per_element:
+            split += f".vectorize({d}.x, {self.vector}, {GUARD})"
+        fused = [f"{self.func}.update().compute_with({self.fused_into.func}.update(), {row})"] if self.fused_into else []
+        return declare + [f"{split}.parallel({rows})"] + fused
 
 
 @dataclasses.dataclass
@@ -358,23 +383,36 @@ class HalideSchedule:
 
     def _loop_nest(self) -> _Output | None:
         """The output whose loop nest every output of the kernel runs in: the only one, or the
-        first of a row group (row_group); None where each output walks its own."""
+        leader of a row group (row_group); None where each output walks its own."""
         if self.scatters:
             return None
         if len(self.outputs) == 1:
             return self.outputs[0]
-        return self.outputs[0] if self.row_group() else None
+        return self._leader() if self.row_group() else None
+
+    def _leader(self) -> _Output:
+        """A row group's output whose loops the others join: the first that stores per element (its
+        row loop is the one a row's values are computed in, vectorized along r), else the first."""
+        return next((o for o in self.outputs if o.per_element), self.outputs[0])
 
     def row_group(self) -> bool:
-        """Whether the kernel's outputs all store per element, row by row over the same rows, so they
-        run in one loop nest (compute_with at the row): a row is read once for all of them, and a
-        reduction any of them reads is computed inside it, a row at a time. Computed in full before
-        separate output loops, a residual add + RMSNorm over [512, 256] read its inputs three times
-        in three parallel loops: 42 us against 27 (2-core CPU). Not where an output overwrites an
-        input: another output's row could read an element a row before it already overwrote."""
+        """Whether the kernel's outputs all store row by row over the same rows, so they run in one
+        loop nest (compute_with at the row): a row is read once for all of them, and a reduction any
+        of them reads is computed inside it, a row at a time. Computed in full before separate output
+        loops, a residual add + RMSNorm over [512, 256] read its inputs three times in three parallel
+        loops: 42 us against 27 (2-core CPU). A row's own results (a training layer norm's saved
+        rstd) join too, one value stored per row: apart, they forced the statistics into a pass of
+        their own before every output, and each output loop recomputed the row (a residual add +
+        LayerNorm [512, 768], training forward, one thread: the kernel 457 -> 238 us). Not where an
+        output overwrites an input: another output's row could read an element a row before it
+        already overwrote."""
         return len(self.outputs) > 1 and not self.scatters and not self.writes_in_place \
             and (self.rows_contiguous or not self.plan.is_reduction) \
-            and all(o.per_element and not o.along_x and not o.tiles for o in self.outputs)
+            and all(o.walks_rows for o in self.outputs)
+
+    def row_output_domain(self, beside_elements: bool) -> str:
+        """The RDom a per-row output walks; `beside_elements`: the kernel also stores per element."""
+        return ROW_DOMAIN if beside_elements and self.rows_contiguous else "x_dom"
 
     def row_chunks(self, xnumel: int, rnumel: int, interleave: int, element_size: int) -> RowChunks | None:
         return row_chunks(xnumel, rnumel, interleave, element_size)
@@ -476,11 +514,13 @@ class HalideSchedule:
 
     def lines(self) -> list[str]:
         lines = list(self.entries)
-        fused = self.row_group()
-        for k, out in enumerate(self.outputs):
+        leader = self._leader() if self.row_group() else None
+        # Outputs first, a row group's leader before the rest: the others, and placements below,
+        # name the loop variables it declares.
+        for out in sorted(self.outputs, key=lambda o: o is not leader):
             out.x_lanes = self.x_lanes
-            out.fused_into = self.outputs[0].func if fused and k else None
-            lines += out.lines()  # first: a placement below may name the loop variables they declare
+            out.fused_into = leader if leader is not None and out is not leader else None
+            lines += out.lines()
         for func, across, has_update, rvar in self.computed:
             lines += self._placement(func, across, has_update, rvar=rvar)
         for func in self.scans:
