@@ -12,6 +12,7 @@ from . import config as config_module
 from . import compile_stages, graph_cache, observe
 from .artifact import GeneratedGraph
 from .codegen import backends
+from .codegen.halide.schedule import ROW_DOMAIN
 from .codegen.wrapper import WrapperCodegen
 from .compile_stages import StageClock
 from .debug import dump_graph
@@ -102,11 +103,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             # that kernel runs in Triton instead, and the cache keeps the graph that compiled.
             if e.kernel in refused:
                 raise
-            # Halide 21's bounds inference fails on some Funcs over r alone (a weighted NLL's backward):
-            # a kernel holding one is generated again without them before it goes to Triton.
-            if e.kernel not in plain and any(k.name == e.kernel and "_per_column" in k.source for k in generated.kernels):
+            # Halide 21's bounds inference fails on some Funcs over r alone (a weighted NLL's backward),
+            # and a later Halide may refuse ROW_DOMAIN's fusion: a kernel holding either is generated
+            # again in its plain form before it goes to Triton.
+            if e.kernel not in plain and any(k.name == e.kernel and _has_plain_form(k.source) for k in generated.kernels):
                 plain.add(e.kernel)
-                log.debug("smelt: %s is generated again without per-column Funcs: %s", e.kernel, e)
+                log.debug("smelt: %s is generated again in its plain form: %s", e.kernel, e)
             else:
                 refused.add(e.kernel)
                 log.warning("smelt: %s runs in Triton instead of Halide: %s", e.kernel, e)
@@ -126,6 +128,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
     log.debug("smelt: %s graph compiled in %s", kind, ", ".join(f"{k} {v:.3f} s" for k, v in clock.seconds.items()))
     observe.record(compiled)
     return compiled
+
+
+def _has_plain_form(source: str) -> bool:
+    """Whether a Halide kernel's source holds what its plain form leaves out (codegen/halide/kernel.py)."""
+    return "_per_column" in source or f"{ROW_DOMAIN} = " in source
 
 
 def _count_waited_builds(compiled: CompiledGraph, seconds: float) -> None:

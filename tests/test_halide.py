@@ -681,7 +681,7 @@ def test_a_kernel_halide_refuses_once_is_generated_again_without_per_column_func
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(a.grad, b.grad)
     assert "runs in Triton instead of Halide" not in caplog.text
-    assert "generated again without per-column Funcs" in caplog.text  # the path this test is for
+    assert "generated again in its plain form" in caplog.text  # the path this test is for
     assert all(k.startswith("halide") for g in smelt.observe.compiled_graphs() for k in g.kernel_names)
 
 
@@ -960,6 +960,41 @@ def test_a_rows_own_results_stored_for_the_backward_join_the_rows_loop():
     for out in outputs[1:]:
         assert f"{out}.update().compute_with({outputs[0]}.update(), {outputs[0]}_row)" in source, source
     assert "compute_root" not in source, source  # the statistics too: at the row
+
+
+def test_a_rows_own_results_keep_their_own_loop_where_halide_refuses_the_row_domain(caplog, monkeypatch):
+    """ROW_DOMAIN's fusion rests on Halide not proving its zero r: a Halide that refused it would
+    send the kernel to Triton's interpreter. Refused once, the kernel is generated again with the
+    per-row output in a loop of its own, and runs in Halide with eager's values."""
+    from smelt.errors import HalideRefusedKernel
+    from smelt.runtime import halide_launcher
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    compile_source = halide_launcher.HalideLauncher._compile
+    refused = []
+
+    def refuse_row_domain(self, source, cache_dir):
+        if "row_dom = " in source:
+            refused.append(self.name)
+            raise HalideRefusedKernel(f"smelt: Halide kernel {self.name} did not compile (test)", self.name)
+        return compile_source(self, source, cache_dir)
+
+    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse_row_domain)
+    fn = lambda x, y, w, b: torch.nn.functional.layer_norm(x + y, (96,), w, b)  # noqa: E731
+    inputs = [torch.randn(3, 37, 96), torch.randn(3, 37, 96), torch.randn(96), torch.randn(96)]
+    ours = [t.clone().requires_grad_() for t in inputs]
+    eager = [t.clone().requires_grad_() for t in inputs]
+    with caplog.at_level("DEBUG", logger="smelt"):
+        out = compiled(fn)(*ours)
+    expected = fn(*eager)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    out.sum().backward()
+    expected.sum().backward()
+    for a, b in zip(ours, eager):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+    assert refused and "generated again in its plain form" in caplog.text  # the path this test is for
+    (forward,) = [g for g in smelt.observe.compiled_graphs() if g.kind == "forward"]
+    (source,) = forward.kernel_sources.values()
+    assert "row_dom" not in source and all(k.startswith("halide") for k in forward.kernel_names), source
 
 
 @pytest.mark.parametrize("channels", [16, 24])

@@ -41,7 +41,7 @@ class HalideBackend:
 
     def generate(self, step, ctx: GraphContext, index: int) -> HalideKernelSource:
         kernel = generate_halide_kernel(step, ctx.graph, index, step_device(step).type == "cuda",
-                                        per_column_funcs=halide_kernel_name(step.plan, index) not in ctx.plain)
+                                        plain=halide_kernel_name(step.plan, index) in ctx.plain)
         if kernel.name in ctx.refused:  # compile_graph warned of it
             raise KernelUnsupported(f"smelt: Halide's compiler refused {kernel.name} before")
         return kernel
@@ -52,10 +52,10 @@ class HalideBackend:
                                xnumel_arg=len(kernel.params) + len(kernel.size_args))
 
 
-def generate_halide_kernel(step, graph, index: int, gpu: bool = False, per_column_funcs: bool = True) -> HalideKernelSource:
+def generate_halide_kernel(step, graph, index: int, gpu: bool = False, plain: bool = False) -> HalideKernelSource:
     plan = step.plan
     name = halide_kernel_name(plan, index)
-    kernel = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule, per_column_funcs)
+    kernel = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule, plain)
     origins = sorted({o for n in plan.nodes for o in n.buffer.origins})
     members = ", ".join(f"{n.name} ({plan.placement[n.name]})" for n in plan.nodes)
     comments = [f"# aten ops: {', '.join(origins)}",

@@ -136,10 +136,11 @@ def halide_kernel_name(plan: KernelPlan, index: int) -> str:
 class HalideKernel(PrintedKernel):
     """Generates one pipeline by running each member's loop body under HalideOps."""
 
-    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule, per_column_funcs=True):
+    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule, plain=False):
         super().__init__(plan, graph)
-        # False: values the same for every x stay inline (Halide's compiler refused the kernel with them once)
-        self.per_column_funcs = per_column_funcs
+        # The plain form, for a kernel Halide's compiler refused once: values the same for every x stay
+        # inline, and per-row outputs keep loops of their own.
+        self.per_column_funcs = not plain
         self.inputs: dict[str, str] = {}  # buffer -> ImageParam name
         self.outputs: dict[str, str] = {}  # buffer -> output Func name
         self.sizes: list[str] = []
@@ -147,6 +148,7 @@ class HalideKernel(PrintedKernel):
         self.in_place: list = []  # (node, value, per (x, r)) of stores into buffers the kernel reads
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
         self.schedule = schedule_class(plan)  # halide_schedule (CPU) or halide_gpu_schedule
+        self.schedule.rows_join_elements = not plain
         self.uses_random = False  # set by the random ops: the module then defines philox()
         # Set while printing an update definition over an RDom (a serial scan's combine): helpers then
         # define no Func of their own over (r, x), which Halide refuses to reference an RDom.

@@ -355,6 +355,9 @@ class HalideSchedule:
     blocked: list[tuple[list[str], str]] = dataclasses.field(default_factory=list)  # blocked scans' Funcs
     x_periods: set[int] = dataclasses.field(default_factory=set)  # see note_index
     writes_in_place: bool = False  # an output overwrites an input (kernel.py's write_in_place)
+    # Per-row outputs join per-element ones through ROW_DOMAIN; off in a kernel's plain form (Halide
+    # refused it once: a later Halide may see through ROW_DOMAIN's zero and refuse the fusion).
+    rows_join_elements: bool = True
     device = "cpu"  # the target the schedule is for (halide_gpu_schedule: cuda)
     bf16_as_bits = False  # bfloat16 is a Halide type on the CPU
 
@@ -408,11 +411,12 @@ class HalideSchedule:
         already overwrote."""
         return len(self.outputs) > 1 and not self.scatters and not self.writes_in_place \
             and (self.rows_contiguous or not self.plan.is_reduction) \
-            and all(o.walks_rows for o in self.outputs)
+            and all(o.walks_rows for o in self.outputs) \
+            and (self.rows_join_elements or len({o.per_element for o in self.outputs}) == 1)
 
     def row_output_domain(self, beside_elements: bool) -> str:
         """The RDom a per-row output walks; `beside_elements`: the kernel also stores per element."""
-        return ROW_DOMAIN if beside_elements and self.rows_contiguous else "x_dom"
+        return ROW_DOMAIN if beside_elements and self.rows_contiguous and self.rows_join_elements else "x_dom"
 
     def row_chunks(self, xnumel: int, rnumel: int, interleave: int, element_size: int) -> RowChunks | None:
         return row_chunks(xnumel, rnumel, interleave, element_size)
