@@ -209,7 +209,7 @@ def generate_graph(gm: torch.fx.GraphModule, kind: str, cfg, halide_refused=froz
             fuse_gemm_epilogues(gm)
         graph = lower_graph(gm, cfg, targets_for(cfg), compile_graph)
     with clock.stage("schedule"):
-        sched, ctx = _schedule(graph, cfg, halide_refused, halide_plain)
+        sched, ctx = _schedule(graph, cfg, halide_refused, halide_plain, kind)
     with clock.stage("codegen"):
         return _generate(gm, kind, cfg, graph, sched, ctx, graph_id)
 
@@ -218,7 +218,7 @@ def _backend_of(cfg, step) -> backends.Backend:
     return backends.for_device(cfg, backends.step_device(step))
 
 
-def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
+def _schedule(graph, cfg, halide_refused, halide_plain=frozenset(), kind: str = "inference"):
     """Fusion as the scheduler made it, then finishers and shared launches as the backends allow."""
     sched = make_schedule(graph)
     outputs = {o.name for o in graph.outputs if o.name is not None}
@@ -249,7 +249,7 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset()):
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)
     if cfg.cpu_workspace:
-        sched.workspace = plan_workspace(sched.steps, sched.reuses, graph)
+        sched.workspace = plan_workspace(sched.steps, sched.reuses, graph, products=kind == "inference")
     if cfg.buffer_pool:
         placed = set(sched.workspace.offsets) if sched.workspace is not None else set()
         sched.pool = plan_pool(sched.steps, sched.reuses, graph, placed)

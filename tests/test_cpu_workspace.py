@@ -60,6 +60,36 @@ def test_call_local_buffers_live_in_the_workspace_and_outputs_do_not(observe):
         assert not start <= out.data_ptr() < start + workspace.size
 
 
+def _products(x, w1, w2, b, q):
+    h = x @ w1  # read by the kernel below, which may write over it, and dead after it
+    y = torch.addmm(b, F.silu(h) * 2, w2)  # returned
+    p = torch.softmax(torch.bmm(q, q.transpose(1, 2)), -1)
+    return y, torch.baddbmm(q, p, q).sum(0), y @ w2.t()
+
+
+def test_products_write_into_their_places_and_returned_ones_do_not(observe):
+    """ATen's products take a workspace place through `out=` where their result dies in the call
+    (a fresh result faulted its pages in at every call); returned ones stay memory of their own."""
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(*s, generator=g) for s in ((64, 32), (32, 48), (48, 32), (32,), (4, 16, 8))]
+    call = _compiled(_products, observe)
+    first = call(*inputs)
+    kept = [t.clone() for t in first]
+    source = _wrapper(observe)
+    for product in ("mm", "bmm"):
+        assert re.search(rf"^\s*torch\.{product}\(.*, out=buf\d+\)$", source, flags=re.M), source
+    second_inputs = [t * 1.5 for t in inputs]
+    second = call(*second_inputs)
+    for got, expected in zip(first, kept):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    for got, expected in zip(second, _products(*second_inputs)):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    workspace = next(g for g in observe.compiled_graphs()).call.__globals__["cpu_workspace"]
+    start = workspace.buffers()[0].untyped_storage().data_ptr()
+    for out in (*first, *second):
+        assert not start <= out.data_ptr() < start + workspace.size
+
+
 def test_a_returned_view_of_an_intermediate_is_not_placed(observe):
     """An output viewing a buffer (a transpose, a slice) keeps that buffer alive past the call."""
     def fn(x, w):

@@ -152,7 +152,7 @@ class _Mlp(torch.nn.Module):
 
 def _backward_graph(model, x, observe, monkeypatch, memory_order: bool):
     """The compiled step's gradients, its backward graph, and the most bytes its backward held over
-    what it began with (the saved values it frees counted down)."""
+    what it began with (the saved values it frees counted down), its workspace included."""
     torch._dynamo.reset()
     observe.reset()
     monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
@@ -163,7 +163,10 @@ def _backward_graph(model, x, observe, monkeypatch, memory_order: bool):
         model.zero_grad()
         peak = peak_bytes_of_call(lambda loss: loss.backward(), x.device, setup=lambda: compiled(x).square().sum())
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
-    return grads, observe.compiled_graphs()[-1], peak
+    graph = observe.compiled_graphs()[-1]
+    # The CPU workspace (its buffers, products' results among them) is held from the first call on.
+    workspace = graph.call.__globals__.get("cpu_workspace")
+    return grads, graph, peak + (workspace.size if workspace is not None else 0)
 
 
 def _reordered_and_traced(model, x, observe, monkeypatch):

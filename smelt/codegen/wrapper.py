@@ -413,6 +413,13 @@ class WrapperCodegen:
         args = [self.literal(a) for a in buffer.args]
         args += [f"{k}={self.literal(v)}" for k, v in buffer.kwargs.items()]
         note = "  # no smelt lowering: runs in ATen" if buffer.is_fallback else ""
+        if buffer.name in self.workspace:  # a product written into its place (scheduler/workspace.py)
+            out.writeline(f"{buffer.name} = workspace[{len(self.workspace_order)}]")
+            self.workspace_order.append(buffer.name)
+            target = target if _has_public_binding(op) else f"torch.ops.aten.{op._opname}.out"
+            out.writeline(f"{target}({', '.join(args + [f'out={buffer.name}'])}){note}")
+            self.hold(buffer.name, buffer.layout)
+            return
         out.writeline(f"{buffer.name} = {target}({', '.join(args)}){note}")
         self.hold(buffer.name, buffer.layout)
         self.bind_unbacked(out, buffer)
