@@ -512,8 +512,9 @@ class HalideKernel(PrintedKernel):
     def generate_body(self) -> None:
         self.tiles = self.reordered_store()
         stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
-        self.row_domain = self.schedule.row_output_domain(
-            any(self.plan.placement[n.name] in ROW_VALUED for n in stores))
+        per_element = [self.plan.placement[n.name] in ROW_VALUED for n in stores]
+        if not all(per_element):  # a per-row output, which walks row_dom beside per-element ones
+            self.row_domain = self.schedule.row_output_domain(any(per_element))
         for node in self.plan.nodes:
             if node.is_extern:
                 raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")
