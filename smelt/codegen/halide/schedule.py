@@ -36,6 +36,7 @@ ROWS_PER_TASK = 8
 # 1.46 ms, rms_norm 0.85 -> 0.76 ms), while at least MIN_TASKS remain to balance.
 TASK_ELEMENTS = 65536
 MIN_TASKS = 16
+LONG_ROW = 8192  # elements: such a row is a task's worth alone (the task rows' rule in output())
 # Elements of a 1-D output one task takes (2 cores, a [512, 688] multiply alone, tasks dealt
 # dynamically: 4096 a task 70 us, 16384 65 us; dealt statically as now, both about 48; ATen 35:
 # `python -m benchmarks.probes.halide_pointwise --elements-per-task N [--omp-schedule "dynamic, 1"]`).
@@ -440,7 +441,12 @@ class HalideSchedule:
             and self.gathers <= WIDE_GATHERS
         task_rows = ROWS_PER_TASK
         if per_element and xnumel and rnumel:
-            task_rows = max(ROWS_PER_TASK, min(TASK_ELEMENTS // rnumel, xnumel // MIN_TASKS))
+            # Rows longer than LONG_ROW take fewer than ROWS_PER_TASK a task: Llama's rotary
+            # embedding of q ([16, 8192], a cat reading 32 elements either side) ran in 2 tasks of
+            # 8 rows, and Halide's loop partitioning left both whole tasks to the clamped loads
+            # (gathers) of the buffer's two ends: 49 us warm; a row a task, 13.6 us (2 cores).
+            least = min(ROWS_PER_TASK, max(1, LONG_ROW // rnumel))
+            task_rows = max(least, min(TASK_ELEMENTS // rnumel, xnumel // MIN_TASKS))
         self.outputs.append(_Output(func, domain, per_element, along_x, rows, self.rows_contiguous,
                                     WIDE_VECTOR if wide else VECTOR, task_rows=task_rows))
 
