@@ -52,7 +52,7 @@ def _inductor_configs() -> list[str]:
         if type(obj).__name__ == "CachingAutotuner" and getattr(obj, "launchers", None):
             config = obj.launchers[0].config
             found.append(f"{obj.fn.__name__}: {config.kwargs} num_warps={config.num_warps} "
-                         f"(of {len(obj.configs)} candidates)")
+                         f"(of {len(obj.configs or ())} candidates left)")
     return found
 
 
