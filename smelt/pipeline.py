@@ -249,7 +249,7 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset(), kind: str = 
     if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
         sched.reuses = plan_reuse(sched.steps, outputs, graph)
     if cfg.cpu_workspace:
-        sched.workspace = plan_workspace(sched.steps, sched.reuses, graph, products=kind == "inference")
+        sched.workspace = plan_workspace(sched.steps, sched.reuses, graph, inference=kind == "inference")
     if cfg.buffer_pool:
         placed = set(sched.workspace.offsets) if sched.workspace is not None else set()
         sched.pool = plan_pool(sched.steps, sched.reuses, graph, placed)

@@ -9,11 +9,11 @@ allocated by the wrapper, wholly theirs (scheduler/pool.py's rule) and dead befo
 get an offset in one workspace of bytes, allocated once per thread (runtime/cpu_workspace.py): the
 pages stay faulted in, and a call allocates nothing for them.
 
-ATen's products take their output buffer (`out=`), so their results get places too: a fresh
-[512, 688] result faulted its pages in at every call (Llama's gate and up projections on the 2-core
-CPU: 1.12 ms a call against 0.81 for Inductor's, which writes into buffers of its own). A buffer a
-later kernel writes over (scheduler/reuse.py) shares its place with that writer, until the last of
-them dies.
+In inference graphs, ATen's products take their output buffer (`out=`), so their results get places
+too: a fresh [512, 688] result faulted its pages in at every call (Llama's gate and up projections on
+the 2-core CPU: 1.12 ms a call against 0.81 for Inductor's, which writes into buffers of its own); and
+a buffer a later kernel writes over (scheduler/reuse.py) shares its place with that writer, until the
+last of them dies.
 
 Places are packed greedily, largest buffer first, each at the lowest offset no buffer alive at the
 same time overlaps: the workspace stays near the planned peak of those buffers, not their sum. It
@@ -51,9 +51,9 @@ def writes_into_given_buffer(buffer) -> bool:
         and buffer.layout is not None and buffer.layout.is_contiguous()
 
 
-def plan_workspace(steps, reuses: dict[str, str], graph, products: bool = True) -> WorkspacePlan:
-    """`products`: products' results take places too (inference graphs: a training graph's workspace
-    is held through the other graph's calls, where its products' results, activations and their
+def plan_workspace(steps, reuses: dict[str, str], graph, inference: bool = True) -> WorkspacePlan:
+    """`inference`: products' results, and buffers a kernel writes over, take places too (a training
+    graph's workspace is held through the other graph's calls, where those, activations and their
     gradients, would add to the step's peak)."""
     buffers = {b.name: b for b in graph.buffers}
     aliased = viewed_by_aten(steps)
@@ -73,7 +73,7 @@ def plan_workspace(steps, reuses: dict[str, str], graph, products: bool = True) 
     for index, step in enumerate(steps):
         if step.is_extern:
             buffer = step.group.nodes[0].buffer
-            if products and writes_into_given_buffer(buffer) and buffer.layout.device.type == "cpu" \
+            if inference and writes_into_given_buffer(buffer) and buffer.layout.device.type == "cpu" \
                     and owns_its_memory(buffer, buffer.name, aliased, set(), graph):
                 born[buffer.name] = index
         else:
@@ -94,7 +94,7 @@ def plan_workspace(steps, reuses: dict[str, str], graph, products: bool = True) 
         # What never dies (an output, or a buffer its views keep), itself or a buffer written over it,
         # is allocated at each call.
         members = {name} | sharing.get(name, set())
-        if all(m in freed and m not in aliased for m in members):
+        if (inference or len(members) == 1) and all(m in freed and m not in aliased for m in members):
             lifetimes[name] = (first, max(freed[m] for m in members))
     return _pack({name: buffers[name].layout.allocated_bytes() for name in lifetimes}, lifetimes)
 
