@@ -13,6 +13,7 @@ from . import compile_stages, graph_cache, observe
 from .artifact import GeneratedGraph
 from .codegen import backends
 from .codegen.halide.schedule import ROW_DOMAIN
+from .codegen.halide.pieces import PIECE_DOMAIN
 from .codegen.wrapper import WrapperCodegen
 from .compile_stages import StageClock
 from .debug import dump_graph
@@ -132,7 +133,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
 
 def _has_plain_form(source: str) -> bool:
     """Whether a Halide kernel's source holds what its plain form leaves out (codegen/halide/kernel.py)."""
-    return "_per_column" in source or f"{ROW_DOMAIN} = " in source
+    return "_per_column" in source or f"{ROW_DOMAIN} = " in source or f"{PIECE_DOMAIN}0 = " in source
 
 
 def _count_waited_builds(compiled: CompiledGraph, seconds: float) -> None:

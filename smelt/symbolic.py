@@ -260,6 +260,30 @@ def surely_below(expr: Expr, ranges: dict, limit: int) -> bool:
     return upper is not None and sympy.sympify(upper).is_Integer and int(upper) < limit
 
 
+def index_bounds(expr: sympy.Expr, ranges: dict) -> tuple[int, int] | None:
+    """Inclusive integer bounds of an index expression for each index var v of `ranges` in
+    [0, ranges[v]): a constant plus terms that are each an integer multiple of a non-negative
+    expression with a known bound (its least value taken as 0); None where a term is not."""
+    ranges = {v: sympy.Integer(n) for v, n in ranges.items()}
+    constant, rest = sympy.sympify(expr).as_coeff_Add()
+    if not constant.is_Integer:
+        return None
+    low = high = int(constant)
+    for term in sympy.Add.make_args(rest):
+        if term == 0:
+            continue
+        coefficient, factor = term.as_coeff_Mul()
+        top = _upper_bound(factor, ranges)
+        if not coefficient.is_Integer or not _never_negative(factor, ranges) or top is None \
+                or not sympy.sympify(top).is_Integer:
+            return None
+        if coefficient > 0:
+            high += int(coefficient) * int(top)
+        else:
+            low += int(coefficient) * int(top)
+    return low, high
+
+
 def _never_negative(expr: Expr, ranges: dict) -> bool:
     """Provably >= 0 with the index vars of `ranges` >= 0 (a Mod or floor of a negative base is
     printed as C's, so its base must be too)."""

@@ -3,6 +3,7 @@ ones where SMELT_CUDA_BACKEND asks for it; tiny kernels of one size merge into o
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from ...artifact import GeneratedKernel
 from ...errors import SmeltError
@@ -10,9 +11,12 @@ from ...target import CPU, H100, Target
 from ...scheduler.combo import merge_key
 from ..backends import GraphContext, KernelUnsupported, step_device
 from .gpu_schedule import HalideGpuSchedule
+from . import pieces as halide_pieces
 from .kernel import HalideKernel, HalideKernelSource, halide_kernel_name
 from .ops import UnsupportedInHalide
 from .schedule import HalideSchedule
+
+log = logging.getLogger("smelt")
 
 # Halide's buffer extents and strides are int32.
 MAX_STORAGE_ELEMENTS = 2 ** 31 - 1
@@ -62,6 +66,15 @@ def generate_halide_kernel(step, graph, index: int, gpu: bool = False, plain: bo
                 f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}"]
     try:
         source = kernel.source(name, comments)
+        pieces = kernel.piecewise() if halide_pieces.SPLIT_KERNELS and not plain else None
+        if pieces:
+            # Printed again a loop per piece; kept where that spares masked loads (pieces.py).
+            split = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule, plain, pieces=pieces)
+            split_source = split.source(name, comments)
+            if split.schedule.gathers < kernel.schedule.gathers:
+                log.debug("smelt: %s is printed a loop per piece (%d pieces): masked loads %d -> %d", name,
+                          len(pieces), kernel.schedule.gathers, split.schedule.gathers)
+                kernel, source = split, split_source
     except SmeltError as e:
         # The kind is kept: an UnsupportedInHalide sends the kernel to Triton.
         kind = UnsupportedInHalide if isinstance(e, UnsupportedInHalide) else SmeltError

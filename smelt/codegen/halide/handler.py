@@ -39,6 +39,25 @@ class ConstantVar(CSEVar):
     value: object = None
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexVar(CSEVar):
+    """An integer value of an index expression, which the printer still knows: a comparison of two
+    such values is a cut of the kernel's domain, and inside a piece of it may be decided (pieces.py)."""
+
+    index: sympy.Expr = None
+
+
+COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+
+
+def _known_index(v: CSEVar) -> sympy.Expr | None:
+    if isinstance(v, IndexVar):
+        return v.index
+    if isinstance(v, ConstantVar) and type(v.value) is int:
+        return sympy.Integer(v.value)
+    return None
+
+
 class HalideOps:
     """The ops vocabulary printed as Halide expressions inside one pipeline."""
 
@@ -61,7 +80,11 @@ class HalideOps:
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
         text = f"hl.cast({halide_type(register_dtype(dtype))}, {self.k.index_text(expr, wide=dtype == torch.int64)})"
-        return self.k.emit(text, dtype, self.k.rank_of(expr))
+        var = self.k.emit(text, dtype, self.k.rank_of(expr))
+        return IndexVar(var.name, var.dtype, var.rank, expr)
+
+    def _known_bool(self, value: bool) -> ConstantVar:
+        return self.constant(value, torch.bool)
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
         if x.dtype == dtype:
@@ -110,9 +133,23 @@ class HalideOps:
     def where(self, cond, a, b):
         dtype = torch.promote_types(a.dtype, b.dtype)
         a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
+        if isinstance(cond, ConstantVar) and cond.dtype == torch.bool:  # decided inside a piece
+            return a if cond.value else b
         return self.k.emit(f"hl.select({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
 
     def masked(self, mask, body, other):
+        if isinstance(mask, ConstantVar) and mask.dtype == torch.bool:  # decided inside a piece
+            if mask.value:
+                return body()
+            # Never read here: the body only gives the fill's dtype (its dead lines define nothing).
+            gathers = self.k.schedule.gathers
+            self.k.mask_stack.append(mask.name)
+            try:
+                dtype = body().dtype
+            finally:
+                self.k.mask_stack.pop()
+                self.k.schedule.gathers = gathers
+            return self.constant(other, dtype)
         self.k.mask_stack.append(mask.name)
         try:
             value = body()
@@ -172,8 +209,20 @@ class HalideOps:
             return self._unary(name, args[0], rank)
         a, b = args
         dtype = torch.promote_types(a.dtype, b.dtype)
+        if name in COMPARISONS and _known_index(a) is not None and _known_index(b) is not None \
+                and not (a.dtype.is_floating_point or b.dtype.is_floating_point):
+            decided = self.k.compare_indices(name, _known_index(a) - _known_index(b))
+            if decided is not None:
+                return self._known_bool(decided)
         if name in ("logical_and", "logical_or", "logical_xor"):
             a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
+            known = [v for v in (a, b) if isinstance(v, ConstantVar)]
+            if known and name != "logical_xor":
+                # A side decided inside a piece: and with True / or with False is the other side.
+                other = b if known[0] is a else a
+                if known[0].value == (name == "logical_and"):
+                    return other
+                return self._known_bool(name == "logical_or")
             op = {"logical_and": "&", "logical_or": "|", "logical_xor": "!="}[name]
             return self.k.emit(f"{self._operand(a)} {op} {self._operand(b)}", torch.bool, rank)
         if name == "truediv" and not dtype.is_floating_point:
@@ -217,6 +266,8 @@ class HalideOps:
     def _unary(self, name: str, x: CSEVar, rank: int) -> CSEVar:
         if name == "logical_not":
             x = self.to_dtype(x, torch.bool)
+            if isinstance(x, ConstantVar):
+                return self._known_bool(not x.value)
             return self.k.emit(f"~{self._operand(x)}", torch.bool, rank)
         if x.dtype == torch.bool:
             table = BOOL_UNARY

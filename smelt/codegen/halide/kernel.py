@@ -27,13 +27,14 @@ from ...scheduler.kernel_plan import KernelPlan, kernel_sizes_symbols
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...scheduler.placement import ROW_VALUED, Placement
 from ...scheduler.tiling import stride_along
-from ...symbolic import sizes_in_value_math
-from ..common import CSEVar, IndentedBuffer, register_dtype
+from ...symbolic import index_bounds, simplify_index, sizes_in_value_math
+from ..common import CSE, CSEVar, IndentedBuffer, register_dtype
 from ..kernel_body import PrintedKernel
 from . import random
 from .division import DIVISION_HELPERS
 from .handler import HalideOps
 from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
+from .pieces import Piece, decide, split
 from .reductions import emit_reduction
 from .scan import emit_scan
 from .schedule import ROW_DOMAIN, ROW_DOMAIN_DECLARATION, HalideSchedule, periods_along
@@ -123,6 +124,22 @@ _X_FREE_CALLS = frozenset({"load", "load_clamped", *HELPER_READS})
 _HELPER_CALL = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)\(")
 
 
+_ASSIGNED_TEMPORARY = re.compile(r"^\s*(tmp\d+) = ")
+
+
+def _without_unused_temporaries(lines: list[str]) -> list[str]:
+    """lines less each temporary no later line reads (a piece's decided comparisons and the loads
+    of the inputs it never selects)."""
+    kept, read = [], set()
+    for line in reversed(lines):
+        assigned = _ASSIGNED_TEMPORARY.match(line)
+        if assigned and assigned.group(1) not in read:
+            continue
+        read.update(_TEMPORARY.findall(line[assigned.end():] if assigned else line))
+        kept.append(line)
+    return kept[::-1]
+
+
 def halide_kernel_name(plan: KernelPlan, index: int) -> str:
     kind = "red" if plan.is_reduction else "poi"
     if plan.has_scan:
@@ -136,8 +153,15 @@ def halide_kernel_name(plan: KernelPlan, index: int) -> str:
 class HalideKernel(PrintedKernel):
     """Generates one pipeline by running each member's loop body under HalideOps."""
 
-    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule, plain=False):
+    def __init__(self, plan: KernelPlan, graph, schedule_class=HalideSchedule, plain=False,
+                 pieces: list[Piece] | None = None):
         super().__init__(plan, graph)
+        # A pointwise kernel printed a loop per piece of its domain (pieces.py): each piece's
+        # members and stores are printed again, under `piece`, in the piece's own flat x.
+        self.pieces = pieces
+        self.piece: Piece | None = None
+        self.cuts: list[tuple[str, sympy.Expr]] = []  # comparisons of index values: where pieces could start
+        self.piece_updates: dict[str, int] = {}  # output Func -> updates printed (one a piece)
         # The plain form, for a kernel Halide's compiler refused once: values the same for every x stay
         # inline, and per-row outputs keep loops of their own.
         self.per_column_funcs = not plain
@@ -239,7 +263,8 @@ class HalideKernel(PrintedKernel):
         batch norm's 1/sqrt(var + eps) over rows of C, in an NHWC kernel) read from a Func over r
         computed once per call, not once per row (MobileNetV3's costliest NHWC batch norm on 2 cores:
         1550 -> 614 us). GPU schedules have no such Func (their kernels are memory-bound)."""
-        if self.in_update or not self.per_column_funcs or not hasattr(self.schedule, "per_column"):
+        # (Not inside a piece: its rows are runs, each all of the piece's r.)
+        if self.in_update or not self.per_column_funcs or self.piece is not None or not hasattr(self.schedule, "per_column"):
             return expr
         for name in dict.fromkeys(reads):
             var = self.temporaries.get(name)
@@ -268,6 +293,54 @@ class HalideKernel(PrintedKernel):
         name = f"{stem}{self.cse.counter}"
         self.cse.counter += 1
         return name
+
+    # ------------------------------------------------------------ pieces (pieces.py)
+
+    def _ranges(self) -> dict:
+        """The pure vars' extents where index expressions are simplified: the current piece's own."""
+        return self.piece.ranges() if self.piece is not None else {XINDEX: self.plan.xnumel, RINDEX: self.plan.rnumel}
+
+    def simplify(self, expr) -> sympy.Expr:
+        if self.piece is None:
+            return super().simplify(expr)
+        return simplify_index(sympy.sympify(expr), self._ranges())
+
+    def member_index(self, node) -> tuple[list, list | None]:
+        index, rindex = super().member_index(node)
+        if self.piece is None:
+            return index, rindex
+        change = self.piece.substitution()
+        return [self.simplify(sympy.sympify(e).subs(change, simultaneous=True)) for e in index], rindex
+
+    def compare_indices(self, op: str, difference: sympy.Expr) -> bool | None:
+        """`difference op 0` where the current piece decides it; outside pieces, None, and the
+        comparison is remembered as a cut."""
+        if self.piece is None:
+            if difference.free_symbols & {XINDEX, RINDEX}:
+                self.cuts.append((op, difference))
+            return None
+        found = index_bounds(difference, self._ranges())
+        return None if found is None else decide(op, *found)
+
+    def piecewise(self) -> list[Piece] | None:
+        """After the body is printed: the pieces to print it in again, a loop each, where its masked
+        loads read by comparisons of one coordinate of x (of r, in a pointwise kernel over (r, x)):
+        a cat's pieces. None for other kernels."""
+        if (self.schedule.device != "cpu" or not self.per_column_funcs or not self.schedule.gathers
+                or self.plan.is_reduction or self.plan.has_scan or self.tiles or self.in_place or self.uses_random
+                or self.schedule.scatters or any(n.is_scatter for n in self.plan.nodes)):
+            return None
+        placement = Placement.XR if self.plan.blocks_2d else Placement.X
+        extents = self.static_extents()
+        if any(self.plan.placement[n.name] != placement for n in self.plan.nodes) or "xnumel" not in extents:
+            return None
+        if self.plan.blocks_2d:
+            return split(self.cuts, extents["xnumel"], extents["rnumel"]) if "rnumel" in extents else None
+        return split(self.cuts, extents["xnumel"])
+
+    def func_name(self, name: str) -> str:
+        """A member's Func: one a piece where the kernel is printed in pieces."""
+        return name if self.piece is None else f"{name}_p{self.piece.number}"
 
     def index_text(self, expr: sympy.Expr, x: str = "x", r: str = "r", wide: bool = False) -> str:
         """`wide`: a value of int64, whose arithmetic on sizes (int32 parameters) runs in int64
@@ -398,12 +471,14 @@ class HalideKernel(PrintedKernel):
             value = self.reduction(node, value)
         else:
             value = ops.to_dtype(value, node.data.dtype)
-            if placement != Placement.XR and value.rank == 2:
+            if placement != Placement.XR and value.rank == 2 and self.piece is None:
                 # A member over x alone reading a value stored per (r, x): only where a row is one
                 # element (a softmax over a dim of size 1 reading its stored exp), so r is 0.
                 rows = self.as_func(self.fresh(f"{node.name}_row"), value, 2)
                 value = CSEVar(rows.name.replace("[r, x]", "[0, x]"), value.dtype, 1)
-            value = self.as_func(node.name, value, 2 if placement == Placement.XR else 1)
+            # Inside a piece every member is over (r, x): the piece's runs and rows (pieces.py).
+            rank = 2 if placement == Placement.XR or self.piece is not None else 1
+            value = self.as_func(self.func_name(node.name), value, rank)
         self.node_values[node.name] = value
         return value
 
@@ -423,6 +498,8 @@ class HalideKernel(PrintedKernel):
 
     def write_output(self, node, value: str, xr: bool) -> None:
         """out[store index] = value over the member's domain; value is an Expr of the pure vars."""
+        if self.piece is not None:
+            return self.write_piece(node, value)
         placement = self.plan.placement[node.name]
         index = node.store_index(placement, self.plan.xnumel, self.plan.rnumel)
         self.schedule.note_index(index)
@@ -448,6 +525,23 @@ class HalideKernel(PrintedKernel):
         # output, x = n * C + c: x % C steps by 1) is vectorized along x, not r.
         along_x = xr and stride_along(index, RINDEX) != 1 and stride_along(index, XINDEX) == 1
         self.schedule.output(out, domain, xr, along_x)
+
+    def write_piece(self, node, value: str) -> None:
+        """out[store index] = value over the current piece: an update of the output per piece, over the
+        piece's rows (y) of one run each (x), so the store is contiguous along x."""
+        piece = self.piece
+        dom, out, dtype = piece.domain, self.output(node.write_name), node.buffer.get_dtype()
+        index = node.store_index(self.plan.placement[node.name], self.plan.xnumel, self.plan.rnumel)
+        where = self.simplify(index.subs(piece.substitution(), simultaneous=True))
+        self.schedule.note_index(where)
+        if out not in self.piece_updates:
+            self.body.writeline(f"{out} = hl.Func({self.storage_type(dtype)}, 1, \"{out}\")")
+            self.body.writeline(f"{out}[x] = hl.undef({self.storage_type(dtype)})")
+            self.piece_updates[out] = 0
+        value = value.replace("[r, x]", f"[{dom}.x, {dom}.y]")
+        self.body.writeline(f"{out}[in_output({out}, {self.index_text(where, f'{dom}.y', f'{dom}.x')})] = {value}")
+        self.schedule.piece_output(out, self.piece_updates[out], piece)
+        self.piece_updates[out] += 1
 
     def write_in_place(self) -> None:
         """Outputs that overwrite buffers the kernel reads. Halide runs each output's loop in turn:
@@ -510,6 +604,8 @@ class HalideKernel(PrintedKernel):
     # ------------------------------------------------------------ the module
 
     def generate_body(self) -> None:
+        if self.pieces:
+            return self.generate_pieces()
         self.tiles = self.reordered_store()
         stores = [n for n in self.plan.nodes if n.write_name in self.plan.stored]
         per_element = [self.plan.placement[n.name] in ROW_VALUED for n in stores]
@@ -520,6 +616,22 @@ class HalideKernel(PrintedKernel):
                 raise UnsupportedInHalide(f"smelt: extern {node.name} inside a Halide kernel")
             self.emit_member(node)
         self.write_in_place()
+
+    def generate_pieces(self) -> None:
+        """Every member printed once a piece, in the piece's own flat x, from scratch: values differ
+        between pieces, so nothing is shared between them but the inputs."""
+        for piece in self.pieces:
+            self.piece = piece
+            self.node_values, self.reduction_results = {}, {}
+            counter, self.cse = self.cse.counter, CSE()
+            self.cse.counter = counter
+            self.body.writeline(f"# piece {piece.number}: ({'x' if piece.var == XINDEX else 'r'} // {piece.divisor})"
+                                f" % {piece.modulus} in [{piece.low}, {piece.high}), {piece.outer} run(s) of {piece.run}")
+            self.body.writeline(f'{piece.domain} = hl.RDom([(0, {piece.inner}), (0, {piece.rows})], "{piece.domain}")')
+            for node in self.plan.nodes:
+                self.emit_member(node)
+        self.piece = None
+        self.body.lines = _without_unused_temporaries(self.body.lines)
 
     def source(self, name: str, comment_lines: list[str]) -> str:
         self.generate_body()

@@ -353,6 +353,7 @@ class HalideSchedule:
     scatters: int = 0
     gathers: int = 0  # masked or indirect loads in the kernel (kernel.py's load_clamped)
     tile_loads: list[str] = dataclasses.field(default_factory=list)  # loads transposed in registers
+    piece_lines: list[str] = dataclasses.field(default_factory=list)  # a kernel printed in pieces (pieces.py)
     blocked: list[tuple[list[str], str]] = dataclasses.field(default_factory=list)  # blocked scans' Funcs
     x_periods: set[int] = dataclasses.field(default_factory=set)  # see note_index
     writes_in_place: bool = False  # an output overwrites an input (kernel.py's write_in_place)
@@ -450,6 +451,20 @@ class HalideSchedule:
         self.outputs.append(_Output(func, domain, per_element, along_x, rows, self.rows_contiguous,
                                     WIDE_VECTOR if wide else VECTOR, task_rows=task_rows))
 
+    def piece_output(self, func: str, update: int, piece) -> None:
+        """Update `update` of output `func`: one piece of its domain (pieces.py), whose RDom's x walks a
+        run of contiguous elements and y the runs. Vectorized along a run; tasks take whole runs, or
+        parts of the one run there is."""
+        stage = f"{func}.update({update}).allow_race_conditions()"
+        d, run = piece.domain, piece.inner
+        vector = WIDE_VECTOR if run % WIDE_VECTOR == 0 or run >= 16 * WIDE_VECTOR else VECTOR
+        vectorized = f".vectorize({d}.x, {vector}, {GUARD})" if run >= VECTOR else ""
+        if piece.rows > 1:
+            tasks = f".parallel({d}.y, {max(1, ELEMENTS_PER_TASK // run)}, {GUARD})"
+        else:
+            tasks = f".parallel({d}.x, {vectors_per_task(vector)}, {GUARD})" if vectorized else ""
+        self.piece_lines.append(stage + vectorized + tasks)
+
     def reduction(self, func: str, has_update: bool = True, rvar: str = "rdom.x") -> None:
         self.computed.append((func, not self.rows_contiguous, has_update, rvar))
 
@@ -523,7 +538,7 @@ class HalideSchedule:
                 f".vectorize({inner}).unroll({outer})"]
 
     def lines(self) -> list[str]:
-        lines = list(self.entries)
+        lines = list(self.entries) + self.piece_lines
         leader = self._leader() if self.row_group() else None
         # Outputs first, a row group's leader before the rest: the others, and placements below,
         # name the loop variables it declares.
