@@ -173,3 +173,25 @@ def test_a_cat_under_dynamic_shapes_keeps_one_loop():
         a, b = torch.randn(n), torch.randn(n + 3)
         torch.testing.assert_close(f(a, b), torch.cat([a, b + 1]) * 2, rtol=0, atol=0)
         assert not any("piece_dom0 = " in s for s in kernel_sources())
+
+
+def test_a_kernel_in_pieces_halide_refuses_is_generated_again_in_one_loop(caplog, monkeypatch):
+    # A later Halide that refused a pipeline of several updates would send the kernel to Triton's
+    # interpreter: refused once, it is generated again in one loop and runs in Halide.
+    from smelt.errors import HalideRefusedKernel
+    from smelt.runtime import halide_launcher
+    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
+    compile_source = halide_launcher.HalideLauncher._compile
+    refused = []
+
+    def refuse_pieces(self, source, cache_dir):
+        if "piece_dom0 = " in source:
+            refused.append(self.name)
+            raise HalideRefusedKernel(f"smelt: Halide kernel {self.name} did not compile (test)", self.name)
+        return compile_source(self, source, cache_dir)
+
+    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse_pieces)
+    a, b = torch.randn(5, 40), torch.randn(5, 9)
+    with caplog.at_level("DEBUG", logger="smelt"):
+        run(lambda a, b: torch.cat([a, b], dim=1) * 2, a, b, pieces=False)
+    assert refused and "generated again in its plain form" in caplog.text
