@@ -66,15 +66,8 @@ def generate_halide_kernel(step, graph, index: int, gpu: bool = False, plain: bo
                 f"# iterates {plan.xnumel} x {plan.rnumel}; members: {members}; stores: {', '.join(plan.stored) or '-'}"]
     try:
         source = kernel.source(name, comments)
-        pieces = kernel.piecewise() if halide_pieces.SPLIT_KERNELS and not plain else None
-        if pieces:
-            # Printed again a loop per piece; kept where that spares masked loads (pieces.py).
-            split = HalideKernel(plan, graph, HalideGpuSchedule if gpu else HalideSchedule, plain, pieces=pieces)
-            split_source = split.source(name, comments)
-            if split.schedule.gathers < kernel.schedule.gathers:
-                log.debug("smelt: %s is printed a loop per piece (%d pieces): masked loads %d -> %d", name,
-                          len(pieces), kernel.schedule.gathers, split.schedule.gathers)
-                kernel, source = split, split_source
+        if halide_pieces.SPLIT_KERNELS and not plain:
+            kernel, source = _in_pieces(kernel, source, name, comments)
     except SmeltError as e:
         # The kind is kept: an UnsupportedInHalide sends the kernel to Triton.
         kind = UnsupportedInHalide if isinstance(e, UnsupportedInHalide) else SmeltError
@@ -82,6 +75,25 @@ def generate_halide_kernel(step, graph, index: int, gpu: bool = False, plain: bo
     params, sizes = kernel.launch_args()
     return HalideKernelSource(name=name, source=source, params=params, size_args=sizes, xnumel=plan.xnumel,
                               rnumel=plan.rnumel if plan.blocks_2d else None, origins=origins)
+
+
+def _in_pieces(kernel: HalideKernel, source: str, name: str, comments: list[str]) -> tuple[HalideKernel, str]:
+    """The kernel printed again a loop per piece (pieces.py) where its body asks for that and it spares
+    masked loads; else the kernel as printed."""
+    pieces = kernel.piecewise()
+    if not pieces:
+        return kernel, source
+    split = HalideKernel(kernel.plan, kernel.graph, type(kernel.schedule), pieces=pieces)
+    try:
+        split_source = split.source(name, comments)
+    except UnsupportedInHalide as e:  # printed in one loop already: it stays so
+        log.debug("smelt: %s stays in one loop: %s", name, e)
+        return kernel, source
+    if split.schedule.gathers >= kernel.schedule.gathers:
+        return kernel, source
+    log.debug("smelt: %s is printed a loop per piece (%d pieces): masked loads %d -> %d", name, len(pieces),
+              kernel.schedule.gathers, split.schedule.gathers)
+    return split, split_source
 
 
 BACKEND = HalideBackend()
