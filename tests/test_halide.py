@@ -962,23 +962,30 @@ def test_a_rows_own_results_stored_for_the_backward_join_the_rows_loop():
     assert "compute_root" not in source, source  # the statistics too: at the row
 
 
-def test_a_rows_own_results_keep_their_own_loop_where_halide_refuses_the_row_domain(caplog, monkeypatch):
-    """ROW_DOMAIN's fusion rests on Halide not proving its zero r: a Halide that refused it would
-    send the kernel to Triton's interpreter. Refused once, the kernel is generated again with the
-    per-row output in a loop of its own, and runs in Halide with eager's values."""
+def refuse_sources_holding(text: str, monkeypatch) -> list[str]:
+    """Halide's compiler made to refuse every kernel whose source holds `text` (the graph cache off:
+    a refusal happens at compile time); the names of the kernels refused so far."""
     from smelt.errors import HalideRefusedKernel
     from smelt.runtime import halide_launcher
     monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
     compile_source = halide_launcher.HalideLauncher._compile
     refused = []
 
-    def refuse_row_domain(self, source, cache_dir):
-        if "row_dom = " in source:
+    def refuse(self, source, cache_dir):
+        if text in source:
             refused.append(self.name)
             raise HalideRefusedKernel(f"smelt: Halide kernel {self.name} did not compile (test)", self.name)
         return compile_source(self, source, cache_dir)
 
-    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse_row_domain)
+    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse)
+    return refused
+
+
+def test_a_rows_own_results_keep_their_own_loop_where_halide_refuses_the_row_domain(caplog, monkeypatch):
+    """ROW_DOMAIN's fusion rests on Halide not proving its zero r: a Halide that refused it would
+    send the kernel to Triton's interpreter. Refused once, the kernel is generated again with the
+    per-row output in a loop of its own, and runs in Halide with eager's values."""
+    refused = refuse_sources_holding("row_dom = ", monkeypatch)
     fn = lambda x, y, w, b: torch.nn.functional.layer_norm(x + y, (96,), w, b)  # noqa: E731
     inputs = [torch.randn(3, 37, 96), torch.randn(3, 37, 96), torch.randn(96), torch.randn(96)]
     ours = [t.clone().requires_grad_() for t in inputs]

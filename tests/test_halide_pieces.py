@@ -16,7 +16,7 @@ import smelt.observe  # noqa: E402
 from smelt.codegen.halide.pieces import Piece, boundaries, decide, split  # noqa: E402
 from smelt.scheduler.nodes import RINDEX, XINDEX  # noqa: E402
 from smelt.symbolic import FloorDiv, ModularIndexing, index_bounds, simplify_index  # noqa: E402
-from test_halide import halide_backend  # noqa: E402,F401  (autouse: Halide, and no fallback to Triton)
+from test_halide import halide_backend, refuse_sources_holding  # noqa: E402,F401  (autouse: Halide, no fallback)
 
 x, r = XINDEX, RINDEX
 
@@ -178,19 +178,7 @@ def test_a_cat_under_dynamic_shapes_keeps_one_loop():
 def test_a_kernel_in_pieces_halide_refuses_is_generated_again_in_one_loop(caplog, monkeypatch):
     # A later Halide that refused a pipeline of several updates would send the kernel to Triton's
     # interpreter: refused once, it is generated again in one loop and runs in Halide.
-    from smelt.errors import HalideRefusedKernel
-    from smelt.runtime import halide_launcher
-    monkeypatch.setenv("SMELT_GRAPH_CACHE", "0")
-    compile_source = halide_launcher.HalideLauncher._compile
-    refused = []
-
-    def refuse_pieces(self, source, cache_dir):
-        if "piece_dom0 = " in source:
-            refused.append(self.name)
-            raise HalideRefusedKernel(f"smelt: Halide kernel {self.name} did not compile (test)", self.name)
-        return compile_source(self, source, cache_dir)
-
-    monkeypatch.setattr(halide_launcher.HalideLauncher, "_compile", refuse_pieces)
+    refused = refuse_sources_holding("piece_dom0 = ", monkeypatch)
     a, b = torch.randn(5, 40), torch.randn(5, 9)
     with caplog.at_level("DEBUG", logger="smelt"):
         run(lambda a, b: torch.cat([a, b], dim=1) * 2, a, b, pieces=False)
