@@ -1,5 +1,6 @@
 """The Halide CPU backend (SMELT_CPU_BACKEND=halide) against eager, on awkward sizes and layouts."""
 import collections
+import math
 import re
 import gc
 import logging
@@ -1141,3 +1142,23 @@ def test_a_store_loop_of_many_gathers_keeps_one_register_of_lanes():
         run_both(lambda a: torch.relu(a) * 2, torch.randn(8, 192))
     (source,) = last_graph().kernel_sources.values()
     assert f"{WIDE_VECTOR}," in source
+
+
+def test_float32_sin_and_cos_are_vectorized_and_correctly_reduced_at_every_exponent():
+    """Halide's sin and cos call the C library one element at a time (18x eager's time): float32 ones
+    are special.py's, whose argument reduction is exact at every exponent. Within one ulp of the
+    float64 value (eager's own error here is 0.54 ulp), signed zeros, infinities and NaN as eager."""
+    torch.manual_seed(0)
+    n = 1 << 16
+    exponent = torch.randint(-40, 128, (n,)).float()
+    x = (torch.rand(n) + 1) * torch.pow(2.0, exponent) * torch.where(torch.rand(n) < 0.5, -1.0, 1.0)
+    x[:9] = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, 3.4e38, 1.5707963705062866, 1e22])
+    sin, cos = compiled(lambda a: (torch.sin(a), torch.cos(a)))(x)
+    (source,) = last_graph().kernel_sources.values()
+    assert "sin_float32(" in source and "hl.sin(" not in source.split("def quarter_turns")[0], source
+    for got, op in ((sin, torch.sin), (cos, torch.cos)):
+        exact = op(x.double())
+        ulps = (got.double() - exact).abs() / (exact.float().abs().clamp_min(2.0 ** -126) * 2.0 ** -23)
+        assert ulps.nan_to_num(0).max() <= 1.0, (op, x[ulps.nan_to_num(0).argmax()])
+        assert torch.equal(got.isnan(), op(x).isnan())
+    assert torch.signbit(sin[1]) and not torch.signbit(sin[0])

@@ -289,6 +289,8 @@ class HalideOps:
         template = table.get(name)
         if name == "exp" and register_dtype(x.dtype) == torch.float32:
             template = "exp_float32({0}, {at})"  # halide_special.py: one exp, the same bits in every kernel
+        if name in ("sin", "cos") and register_dtype(x.dtype) == torch.float32:
+            template = name + "_float32({0})"  # special.py: vectorized, not the C library's per element
         if template is None or (name in FLOAT64_UNPRINTED and x.dtype == torch.float64):
             raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
         at = PURE_VARS[0] if self.k.in_update else PURE_VARS[x.rank]
