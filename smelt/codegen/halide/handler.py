@@ -133,12 +133,12 @@ class HalideOps:
     def where(self, cond, a, b):
         dtype = torch.promote_types(a.dtype, b.dtype)
         a, b = self.to_dtype(a, dtype), self.to_dtype(b, dtype)
-        if isinstance(cond, ConstantVar) and cond.dtype == torch.bool:  # decided inside a piece
+        if isinstance(cond, ConstantVar) and cond.dtype == torch.bool:  # known: a literal, or decided in a piece
             return a if cond.value else b
         return self.k.emit(f"hl.select({cond}, {a}, {b})", dtype, max(cond.rank, a.rank, b.rank))
 
     def masked(self, mask, body, other):
-        if isinstance(mask, ConstantVar) and mask.dtype == torch.bool:  # decided inside a piece
+        if isinstance(mask, ConstantVar) and mask.dtype == torch.bool:  # known: a literal, or decided in a piece
             if mask.value:
                 return body()
             # Never read here: the body only gives the fill's dtype (its dead lines define nothing).
@@ -218,7 +218,7 @@ class HalideOps:
             a, b = self.to_dtype(a, torch.bool), self.to_dtype(b, torch.bool)
             known = [v for v in (a, b) if isinstance(v, ConstantVar)]
             if known and name != "logical_xor":
-                # A side decided inside a piece: and with True / or with False is the other side.
+                # A side known (a literal, or decided in a piece): and with True, or with False, is the other.
                 other = b if known[0] is a else a
                 if known[0].value == (name == "logical_and"):
                     return other

@@ -157,7 +157,7 @@ class HalideKernel(PrintedKernel):
                  pieces: list[Piece] | None = None):
         super().__init__(plan, graph)
         # A pointwise kernel printed a loop per piece of its domain (pieces.py): each piece's
-        # members and stores are printed again, under `piece`, in the piece's own flat x.
+        # members and stores are printed again, under `piece`, over the piece's own (r, x).
         self.pieces = pieces
         self.piece: Piece | None = None
         self.cuts: list[tuple[str, sympy.Expr]] = []  # comparisons of index values: where pieces could start
@@ -618,7 +618,7 @@ class HalideKernel(PrintedKernel):
         self.write_in_place()
 
     def generate_pieces(self) -> None:
-        """Every member printed once a piece, in the piece's own flat x, from scratch: values differ
+        """Every member printed once a piece, over the piece's own (r, x), from scratch: values differ
         between pieces, so nothing is shared between them but the inputs."""
         for piece in self.pieces:
             self.piece = piece
