@@ -101,7 +101,7 @@ def main(argv=None) -> None:
                "no shift": _variant(name, unshifted, folder, "unshifted"),
                "one Welford reduction": _variant(welford_name, welford_source, folder, "welford")}
     out = torch.empty_like(want)
-    configs = sorted({(xblock, warps)} | {(xb, wp) for xb in (1, 2, 4, 8) for wp in (2, 4, 8)})
+    configs = sorted({(xblock, warps)} | {(xb, wp) for xb in (1, 2, 4, 8) for wp in (1, 2, 4, 8)})
     for label, kernel in kernels.items():
         for xb, wp in configs:
 

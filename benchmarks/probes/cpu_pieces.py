@@ -1,0 +1,76 @@
+"""Kernels that read a cat or a pad, smelt in one loop and in pieces (codegen/halide/pieces.py), against
+eager and Inductor's C++ backend, in one process (issue 23): median us a call of each.
+
+    python -m benchmarks.probes.cpu_pieces [--calls 200] [--only cat_1d,kv_cache]
+
+Each case is compiled twice by smelt (pieces.SPLIT_KERNELS off, then on; the graph cache off), its
+values checked against eager, then the four functions timed in turns.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def _rope(b, s, h, d):
+    def rope(x, cos, sin):
+        q = x.view(b, s, h, d).transpose(1, 2)
+        return q * cos + torch.cat((-q[..., d // 2:], q[..., :d // 2]), -1) * sin
+    return rope, (torch.randn(b, s, h * d), torch.randn(s, d), torch.randn(s, d))
+
+
+CASES = {
+    "cat_1d": lambda: (lambda x: torch.cat([-x[32:], x[:32]]) * 2 + 1, (torch.randn(1 << 20),)),
+    "kv_cache": lambda: (lambda p, n: torch.cat([p, n], dim=-2), (torch.randn(1, 8, 1023, 128), torch.randn(1, 8, 1, 128))),
+    "kv_cache_small": lambda: (lambda p, n: torch.cat([p, n], dim=-2), (torch.randn(4, 2, 127, 64), torch.randn(4, 2, 1, 64))),
+    "rope_1x512x32x128": lambda: _rope(1, 512, 32, 128),
+    "rope_4x128x8x64": lambda: _rope(4, 128, 8, 64),
+    "pad_last_dim": lambda: (lambda x: F.pad(x.exp(), (3, 5), value=-1.0) + 2, (torch.randn(64, 256, 250),)),
+}
+
+
+def _median_us(fn, args, calls: int) -> float:
+    for _ in range(10):
+        fn(*args)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--only", default="", help="comma-separated case names")
+    args = parser.parse_args(argv)
+    os.environ["SMELT_GRAPH_CACHE"] = "0"
+    import smelt  # noqa: F401
+    from smelt.codegen.halide import pieces
+    names = [n for n in args.only.split(",") if n] or list(CASES)
+    print("| case | eager us | Inductor us | smelt, one loop us | smelt, in pieces us |\n| --- | --- | --- | --- | --- |")
+    for name in names:
+        fn, inputs = CASES[name]()
+        expected = fn(*inputs)
+        compiled = {}
+        try:
+            for split in (False, True):
+                pieces.SPLIT_KERNELS = split
+                torch._dynamo.reset()
+                compiled[split] = torch.compile(fn, backend="smelt")
+                torch.testing.assert_close(compiled[split](*inputs), expected)
+        finally:
+            pieces.SPLIT_KERNELS = True
+        inductor = torch.compile(fn)
+        times = [_median_us(f, inputs, args.calls) for f in (fn, inductor, compiled[False], compiled[True])]
+        print(f"| {name} | " + " | ".join(f"{t:.1f}" for t in times) + " |")
+
+
+if __name__ == "__main__":
+    main()
