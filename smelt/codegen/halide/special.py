@@ -115,7 +115,7 @@ def sin_float32(v):
     # (1M float32, 2 cores: 4.9 ms against 271 us), paid by every Llama's rotary tables each call.
     quadrant, sin_r, cos_r = quarter_turns(v)
     value = hl.select(quadrant == 0, sin_r, hl.select(quadrant == 1, cos_r, hl.select(quadrant == 2, -sin_r, -cos_r)))
-    return hl.select(v == 0, v, hl.cast(hl.Float(32), value))  # sin(-0) is -0
+    return hl.select(v == 0, v, hl.cast(hl.Float(32), value))  # the sine of -0 is -0
 ''',
     "cos_float32": '''
 
@@ -141,7 +141,7 @@ COS_TAYLOR = (1.0, -1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800, 1 / 479001
 
 
 def quarter_turns(v):
-    """(n mod 4 as int32, sin(r), cos(r)) for float32 v = n quarter turns + r radians."""
+    """(n mod 4 as int32, the sine of r, its cosine) for float32 v = n quarter turns + r radians."""
     x = hl.cast(hl.Float(64), v)
     turns = []
     for chunk in TWO_OVER_PI_CHUNKS:
