@@ -4,17 +4,16 @@ eager and Inductor's C++ backend, in one process (issue 23): median us a call of
     python -m benchmarks.probes.cpu_pieces [--calls 200] [--only cat_1d,kv_cache]
 
 Each case is compiled twice by smelt (pieces.SPLIT_KERNELS off, then on; the graph cache off), its
-values checked against eager, then the four functions timed in turns.
+values checked against eager, and each compiled function timed before the next is compiled.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
+
+from benchmarks.measure import median_call_ms
 
 
 def _rope(b, s, h, d):
@@ -34,17 +33,6 @@ CASES = {
 }
 
 
-def _median_us(fn, args, calls: int) -> float:
-    for _ in range(10):
-        fn(*args)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
@@ -58,17 +46,20 @@ def main(argv=None) -> None:
     for name in names:
         fn, inputs = CASES[name]()
         expected = fn(*inputs)
-        compiled = {}
+        times = [median_call_ms(fn, inputs, args.calls, warmup=10) * 1e3]
+        # Each compiled function is timed before the next reset: after torch._dynamo.reset() a call
+        # would compile it again, under whatever SPLIT_KERNELS says then.
+        torch._dynamo.reset()
+        times.append(median_call_ms(torch.compile(fn), inputs, args.calls, warmup=10) * 1e3)
         try:
             for split in (False, True):
                 pieces.SPLIT_KERNELS = split
                 torch._dynamo.reset()
-                compiled[split] = torch.compile(fn, backend="smelt")
-                torch.testing.assert_close(compiled[split](*inputs), expected)
+                compiled = torch.compile(fn, backend="smelt")
+                torch.testing.assert_close(compiled(*inputs), expected)
+                times.append(median_call_ms(compiled, inputs, args.calls, warmup=10) * 1e3)
         finally:
             pieces.SPLIT_KERNELS = True
-        inductor = torch.compile(fn)
-        times = [_median_us(f, inputs, args.calls) for f in (fn, inductor, compiled[False], compiled[True])]
         print(f"| {name} | " + " | ".join(f"{t:.1f}" for t in times) + " |")
 
 

@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 
 import torch
+
+from benchmarks.measure import median_call_ms
 
 
 def _ulps(got: torch.Tensor, exact: torch.Tensor) -> float:
     ulp = exact.float().abs().clamp_min(2.0 ** -126) * 2.0 ** -23
     return ((got.double() - exact).abs() / ulp).nan_to_num(0).max().item()
-
-
-def _median_us(fn, x, calls: int) -> float:
-    for _ in range(5):
-        fn(x)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
 
 
 def main(argv=None) -> None:
@@ -52,8 +41,8 @@ def main(argv=None) -> None:
             print(f"{label}, {op}: max error smelt {_ulps(ours[k], exact):.2f} ulp, eager {_ulps(eager[k], exact):.2f} ulp")
     product = lambda a: torch.sin(a) * torch.cos(a)  # noqa: E731
     x = torch.randn(n) * 100
-    times = [_median_us(f, x, args.calls) for f in (product, torch.compile(product),
-                                                     torch.compile(product, backend="smelt"))]
+    times = [median_call_ms(f, (x,), args.calls) * 1e3 for f in (product, torch.compile(product),
+                                                           torch.compile(product, backend="smelt"))]
     print(f"sin(x) * cos(x) over {n} float32: eager {times[0]:.0f} us, Inductor {times[1]:.0f} us, smelt {times[2]:.0f} us")
 
 
