@@ -26,7 +26,7 @@ import sympy
 from ...scheduler.nodes import RINDEX, XINDEX
 from ...symbolic import FloorDiv, ModularIndexing
 
-# Off: every kernel keeps one loop (an A/B switch: `benchmarks.probes.cpu_constant_ab`).
+# Off: every kernel keeps one loop (the A/B switch `benchmarks.probes.cpu_pieces` flips).
 SPLIT_KERNELS = True
 # More pieces than this keep one loop: each piece is a loop nest of its own in the compiled kernel
 # (a cat of more than 8 pieces is written slice by slice anyway: lowering/cat_pad.py).
