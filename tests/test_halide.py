@@ -473,14 +473,14 @@ def test_kernel_that_fails_to_compile_names_kernel_source_and_ops(monkeypatch):
     from smelt.codegen.halide import ops as halide_ops
     from smelt.errors import KernelCompileError
 
-    monkeypatch.setitem(halide_ops.FLOAT_UNARY, "atan", "hl.no_such_function({0})")
+    monkeypatch.setitem(halide_ops.FLOAT_UNARY, "tan", "hl.no_such_function({0})")
     with pytest.raises(Exception) as info:
-        compiled(lambda a: torch.atan(a) + 1)(torch.randn(9))
+        compiled(lambda a: torch.tan(a) + 1)(torch.randn(9))
     error = info.value
     while error is not None and not isinstance(error, KernelCompileError):
         error = error.__cause__ or error.__context__
     assert error is not None, f"no KernelCompileError in the chain of {info.value!r}"
-    assert "halide_poi_fused_add_atan_0" in str(error) and "no_such_function" in str(error)
+    assert "halide_poi_fused_add_tan_0" in str(error) and "no_such_function" in str(error)
 
 
 def test_dynamic_shapes_share_one_kernel():
@@ -1162,3 +1162,26 @@ def test_float32_sin_and_cos_are_vectorized_and_correctly_reduced_at_every_expon
         assert ulps.nan_to_num(0).max() <= 1.0, (op, x[ulps.nan_to_num(0).argmax()])
         assert torch.equal(got.isnan(), op(x).isnan())
     assert torch.signbit(sin[1]) and not torch.signbit(sin[0])
+
+
+@pytest.mark.parametrize("op", ["atan", "asin", "acos", "sinh", "cosh"])
+def test_float32_inverse_trig_and_hyperbolic_functions_are_vectorized_within_one_ulp(op):
+    """Halide's atan, asin, acos, sinh and cosh call the C library one element at a time (atan 26 ns an
+    element against eager's 0.2): float32 ones are special.py's, in float64 and rounded once. Within one
+    ulp of float64; NaN where eager's; sinh and cosh finite up to 89.4 (eager's vectorized ones overflow
+    from 88.7: the float64 value is the right one)."""
+    torch.manual_seed(0)
+    n = 1 << 14
+    exponent = torch.randint(-30, 8, (n,)).float()
+    x = (torch.rand(n) + 1) * torch.pow(2.0, exponent) * torch.where(torch.rand(n) < 0.5, -1.0, 1.0)
+    x[:10] = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, 1.0, -1.0, 89.0, 0.99999994])
+    fn = getattr(torch, op)
+    got = compiled(lambda a: fn(a))(x)
+    (source,) = last_graph().kernel_sources.values()
+    assert f"{op}_float32(" in source, source
+    exact = fn(x.double())
+    representable = exact.abs() < 3.4e38
+    ulps = (got.double() - exact).abs() / (exact.float().abs().clamp_min(2.0 ** -126) * 2.0 ** -23)
+    assert ulps[representable].nan_to_num(0).max() <= 1.0, x[representable][ulps[representable].nan_to_num(0).argmax()]
+    assert torch.equal(got.isnan(), fn(x).isnan())
+    assert torch.signbit(got[1]) == torch.signbit(fn(x[1:2]))[0]

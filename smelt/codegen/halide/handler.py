@@ -48,6 +48,9 @@ class IndexVar(CSEVar):
 
 
 COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+# Ops whose Halide form is the C library's, called per element, printed on float32 as special.py's
+# vectorized helper instead.
+FLOAT32_HELPERS = frozenset({"sin", "cos", "atan", "asin", "acos", "sinh", "cosh"})
 
 
 def _known_index(v: CSEVar) -> sympy.Expr | None:
@@ -289,7 +292,7 @@ class HalideOps:
         template = table.get(name)
         if name == "exp" and register_dtype(x.dtype) == torch.float32:
             template = "exp_float32({0}, {at})"  # halide_special.py: one exp, the same bits in every kernel
-        if name in ("sin", "cos") and register_dtype(x.dtype) == torch.float32:
+        if name in FLOAT32_HELPERS and register_dtype(x.dtype) == torch.float32:
             template = name + "_float32({0})"  # special.py: vectorized, not the C library's per element
         if template is None or (name in FLOAT64_UNPRINTED and x.dtype == torch.float64):
             raise UnsupportedInHalide(f"smelt: op {name} on {x.dtype} has no Halide form")
