@@ -1164,12 +1164,12 @@ def test_float32_sin_and_cos_are_vectorized_and_correctly_reduced_at_every_expon
     assert torch.signbit(sin[1]) and not torch.signbit(sin[0])
 
 
-@pytest.mark.parametrize("op", ["atan", "asin", "acos", "sinh", "cosh"])
-def test_float32_inverse_trig_and_hyperbolic_functions_are_vectorized_within_one_ulp(op):
-    """Halide's atan, asin, acos, sinh and cosh call the C library one element at a time (atan 26 ns an
-    element against eager's 0.2): float32 ones are special.py's, in float64 and rounded once. Within one
-    ulp of float64; NaN where eager's; sinh and cosh finite up to 89.4 (eager's vectorized ones overflow
-    from 88.7: the float64 value is the right one)."""
+@pytest.mark.parametrize("op", ["sinh", "cosh"])
+def test_float32_hyperbolic_functions_are_vectorized_within_one_ulp(op):
+    """Halide's sinh and cosh call the C library one element at a time (sinh 12 ns an element against
+    eager's 0.7): float32 ones are special.py's, in float64 and rounded once. Within one ulp of float64;
+    NaN where eager's; finite up to 89.4 (eager's vectorized ones overflow from 88.7: the float64 value
+    is the right one). A 0-d operand compiles too (a first form of atan blew Halide's compile up there)."""
     torch.manual_seed(0)
     n = 1 << 14
     exponent = torch.randint(-30, 8, (n,)).float()
@@ -1185,3 +1185,4 @@ def test_float32_inverse_trig_and_hyperbolic_functions_are_vectorized_within_one
     assert ulps[representable].nan_to_num(0).max() <= 1.0, x[representable][ulps[representable].nan_to_num(0).argmax()]
     assert torch.equal(got.isnan(), fn(x).isnan())
     assert torch.signbit(got[1]) == torch.signbit(fn(x[1:2]))[0]
+    torch.testing.assert_close(compiled(lambda s: fn(s) * 2)(x[20].clone()), fn(x[20]) * 2)

@@ -50,7 +50,7 @@ class IndexVar(CSEVar):
 COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 # Ops whose Halide form is the C library's, called per element, printed on float32 as special.py's
 # vectorized helper instead.
-FLOAT32_HELPERS = frozenset({"sin", "cos", "atan", "asin", "acos", "sinh", "cosh"})
+FLOAT32_HELPERS = frozenset({"sin", "cos", "sinh", "cosh"})
 
 
 def _known_index(v: CSEVar) -> sympy.Expr | None:

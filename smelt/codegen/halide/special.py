@@ -161,52 +161,12 @@ def quarter_turns(v):
         cos_r = cos_r * r2 + hl.f64(c)
     return hl.cast(hl.Int(32), n) & 3, sin_r * r, cos_r
 ''',
-    "asin_float32": '''
-
-def asin_float32(v):
-    # asin(x) = atan(x / sqrt(1 - x**2)) in float64: 1 - x**2 is exact there for a float32 x; |x| = 1
-    # divides by 0 (atan(+-inf) = +-pi/2), |x| > 1 takes the square root of a negative (nan, as eager).
-    x = hl.cast(hl.Float(64), v)
-    return hl.cast(hl.Float(32), atan_float64(x / hl.sqrt(1 - x * x)))
-''',
-    "acos_float32": '''
-
-def acos_float32(v):
-    x = hl.cast(hl.Float(64), v)
-    return hl.cast(hl.Float(32), hl.f64(1.5707963267948966) - atan_float64(x / hl.sqrt(1 - x * x)))
-''',
-    "atan_float32": '''
-
-def atan_float32(v):
-    return hl.cast(hl.Float(32), atan_float64(hl.cast(hl.Float(64), v)))
-''',
-    "atan_float64": '''
-
-# Halide's atan, asin, acos, sinh and cosh are the C library's, called one element at a time (atan: 26 ns
-# an element on the CPU against eager's 0.2). Their float32 forms are computed in float64 and rounded
-# once. atan: |x| > 1 as pi/2 - atan(1/|x|), then t > tan(pi/8) as pi/4 + atan((t - 1) / (t + 1)), and
-# atan's Taylor series to u**29 on |u| <= 0.4143 (the next term under 5e-14).
-ATAN_TAYLOR = tuple((-1) ** k / (2 * k + 1) for k in range(15))
-
-
-def atan_float64(x):
-    a = hl.abs(x)
-    big = a > 1
-    t = hl.select(big, 1 / a, a)
-    mid = t > hl.f64(0.41421356237309503)
-    u = hl.select(mid, (t - 1) / (t + 1), t)
-    u2 = u * u
-    p = hl.f64(ATAN_TAYLOR[-1])
-    for c in ATAN_TAYLOR[-2::-1]:
-        p = p * u2 + hl.f64(c)
-    y = hl.select(mid, hl.f64(0.7853981633974483) + u * p, u * p)
-    y = hl.select(big, hl.f64(1.5707963267948966) - y, y)
-    return hl.select((x == 0) | hl.is_nan(x), x, hl.select(x < 0, -y, y))  # atan(-0) is -0
-''',
     "sinh_float32": '''
 
 def sinh_float32(v):
-    # (e - 1/e) / 2 with e = exp(|x|) in float64 from |x| = 0.5; below, sinh's Taylor series to x**13.
+    # Halide's sinh and cosh are the C library's, called one element at a time (sinh: 12 ns an element on
+    # the CPU against eager's 0.7). In float64, rounded once: (e - 1/e) / 2 with e = exp(|x|) from
+    # |x| = 0.5; below, sinh's Taylor series to x**13.
     x = hl.cast(hl.Float(64), v)
     e = exp_float64(hl.abs(x))
     far = hl.select(x < 0, hl.f64(-0.5), hl.f64(0.5)) * (e - 1 / e)
