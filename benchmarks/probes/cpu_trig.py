@@ -1,4 +1,4 @@
-"""float32 sin and cos on the CPU: smelt's (codegen/halide/special.py's sin_float32 / cos_float32),
+"""float32 sin, cos, sinh and cosh on the CPU: smelt's (codegen/halide/special.py's *_float32 helpers),
 eager's and Inductor's, their error against float64 over every exponent, and their speed (issue 23).
 
     python -m benchmarks.probes.cpu_trig [--elements 1048576] [--calls 30]
@@ -44,6 +44,23 @@ def main(argv=None) -> None:
     times = [median_call_ms(f, (x,), args.calls) * 1e3 for f in (product, torch.compile(product),
                                                            torch.compile(product, backend="smelt"))]
     print(f"sin(x) * cos(x) over {n} float32: eager {times[0]:.0f} us, Inductor {times[1]:.0f} us, smelt {times[2]:.0f} us")
+    # sinh and cosh: exponents up to 7 (past 89.4 both overflow float32).
+    moderate = (torch.rand(n) + 1) * torch.pow(2.0, torch.randint(-30, 8, (n,)).float()) * torch.where(
+        torch.rand(n) < 0.5, -1.0, 1.0)
+    inside = torch.rand(n) * 1.8 - 0.9
+    for op in ("sinh", "cosh"):
+        fn = getattr(torch, op)
+        exact = fn(moderate.double())
+        finite = exact.abs() < 3.4e38
+        ours, eager = torch.compile(fn, backend="smelt")(moderate), fn(moderate)
+        worst = [_ulps(v[finite], exact[finite]) for v in (ours, eager)]
+        said = [f"{w:.2f} ulp" if w < 1e30 else "inf where the value is finite (overflow)" for w in worst]
+        print(f"exponents -30..7, {op}: max error smelt {said[0]}, eager {said[1]}")
+        plus_one = lambda a, fn=fn: fn(a) + 1  # noqa: E731
+        times = [median_call_ms(f, (inside,), args.calls) * 1e3 for f in (plus_one, torch.compile(plus_one),
+                                                                        torch.compile(plus_one, backend="smelt"))]
+        print(f"{op}(x) + 1 over {n} float32 in (-0.9, 0.9): eager {times[0]:.0f} us, Inductor {times[1]:.0f} us, "
+              f"smelt {times[2]:.0f} us")
 
 
 if __name__ == "__main__":
