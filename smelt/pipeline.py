@@ -26,7 +26,7 @@ from .lowering.eager_refusals import refuse_as_eager
 from .lowering.fx_cse import merge_common_subexpressions
 from .lowering.layout_plan import plan_layouts
 from .saved_inputs import saved_outputs_start
-from .runtime import halide_threads
+from .runtime import halide_threads, jit_ahead
 from .runtime.assemble import assemble
 from .runtime.compiled_graph import CompiledGraph
 from .scheduler import schedule as make_schedule
@@ -57,9 +57,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str) -> Compil
             drop_redundant_clones(gm)
             drop_copies_before_layout_free_readers(gm)
             target_for = targets_for(cfg)
-            return plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
-                                _wants_padded_products(cfg),
-                                lambda device: target_for(device.type).copies_convolution_weights)
+            layout = plan_layouts(gm, kind, _wants(cfg, "channels_last", "channels_last_convolutions"),
+                                  _wants_padded_products(cfg),
+                                  lambda device: target_for(device.type).copies_convolution_weights)
+            jit_ahead.submit_for_graph(gm, cfg.compile_workers)  # compiled while the graph is lowered
+            return layout
 
     def plan_and_generate(gm, kind, cfg, **kw) -> GeneratedGraph:
         # The layouts are planned after the cache lookup: a hit skips the re-trace. The graph is

@@ -14,10 +14,12 @@ stages, 8 warps, persistent.
 Each program walks tiles NUM_PROGRAMS apart, grouped GROUP_M rows of tiles at a time so that the
 tiles resident at once share their blocks of A and W in L2. The tile's sum is float32; the bias is
 added in float32 and the result rounded once, as cuBLAS's bias epilogue does.
+
+The module imports no torch, so that a compile worker can load the kernel (jit_ahead.py: a graph
+holding the head has it compiled while the graph is lowered, not at its first call).
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -46,30 +48,58 @@ def biased_head_product(a_desc, w_desc, bias_ptr, c_desc, M, N, K, NUM_PROGRAMS:
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
-def applies(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> bool:
+def applies(out, a, w, bias) -> bool:
     """Half floats on a CUDA device, `w` row-major [N, K], `a` [M, K] and `out` [M, N] in rows TMA
     can read and write (16-byte aligned), a contiguous bias of one row."""
+    import torch
     return (a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) and w.dtype == a.dtype == bias.dtype == out.dtype
             and a.dim() == w.dim() == out.dim() == 2 and bias.dim() == 1 and bias.stride(0) == 1
             and all(_tma_rows(t) for t in (a, w, out)))
 
 
-def _tma_rows(t: torch.Tensor) -> bool:
-    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+def _tma_rows(t) -> bool:
+    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and _address(t) % 16 == 0
 
 
-def product_into(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def _address(t) -> int:
+    """A tensor's address; 0 for a fake one (a graph's planned value: smelt's buffers are aligned)."""
+    from torch._subclasses.fake_tensor import is_fake
+    return 0 if is_fake(t) else t.data_ptr()
+
+
+def product_into(out, a, w, bias):
     """out = a @ w[:N].T + bias[:N], N = out's columns (w and bias may have more rows: padded); out's
     rows 16-byte aligned (the first N columns of padded rows)."""
+    from smelt.runtime.jit_ahead import wait_for
+    launch = _launch(out, a, w, bias, a, w, bias, out)
+    wait_for(biased_head_product)
+    biased_head_product[launch.kwargs.pop("grid")](*launch.args, **launch.kwargs)
+    return out
+
+
+def ahead_launches(out, a, w, bias) -> list:
+    """The launch product_into(out, a, w, bias) will make, for tensors as the graph plans them
+    (fake ones): its specialization, for jit_ahead.py."""
+    from smelt.runtime.jit_ahead import Stand
+    if not applies(out, a, w, bias):
+        return []
+    launch = _launch(out, a, w, bias, *(Stand(t.dtype) for t in (a, w, bias, out)))
+    del launch.kwargs["grid"]
+    return [launch]
+
+
+def _launch(out, a, w, bias, a_base, w_base, bias_arg, out_base):
+    """The kernel's launch over these shapes, its tensors given by the *_base / bias_arg arguments."""
+    import torch
+    from smelt.runtime.jit_ahead import Launch
     m, n = out.shape
     k = a.shape[1]
     config = dict(CONFIG)
     warps, stages = config.pop("num_warps"), config.pop("num_stages")
     tiles = triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"])
     programs = min(tiles, torch.cuda.get_device_properties(a.device).multi_processor_count) if a.is_cuda else tiles
-    a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [config["BLOCK_M"], config["BLOCK_K"]])
-    w_desc = TensorDescriptor(w, [n, k], [w.stride(0), 1], [config["BLOCK_N"], config["BLOCK_K"]])
-    c_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [config["BLOCK_M"], config["BLOCK_N"]])
-    biased_head_product[(programs,)](a_desc, w_desc, bias, c_desc, m, n, k, NUM_PROGRAMS=programs,
-                                     num_warps=warps, num_stages=stages, **config)
-    return out
+    a_desc = TensorDescriptor(a_base, [m, k], [a.stride(0), 1], [config["BLOCK_M"], config["BLOCK_K"]])
+    w_desc = TensorDescriptor(w_base, [n, k], [w.stride(0), 1], [config["BLOCK_N"], config["BLOCK_K"]])
+    c_desc = TensorDescriptor(out_base, [m, n], [out.stride(0), 1], [config["BLOCK_M"], config["BLOCK_N"]])
+    return Launch(biased_head_product, (a_desc, w_desc, bias_arg, c_desc, m, n, k),
+                  dict(NUM_PROGRAMS=programs, num_warps=warps, num_stages=stages, grid=(programs,), **config))

@@ -2,8 +2,10 @@
 JSON read from stdin, answering each with a line of JSON on stdout.
 
 A job names its backend: "halide" (a CPU kernel's library, as halide_compile.kernel_library builds
-it) or "triton" (a GPU kernel's cubin for one argument description, kept where
-kernel_binaries.KernelVariants looks for it). A job with "warm" only imports that backend's compiler.
+it), "triton" (a GPU kernel's cubin for one argument description, kept where
+kernel_binaries.KernelVariants looks for it) or "triton_jit" (one of smelt's hand-written kernels
+that Triton's JIT launches, compiled into Triton's own cache for the specialization jit_ahead.py
+got from the JIT). A job with "warm" only imports that backend's compiler.
 
 Run as a script (`python compile_worker.py`), it imports smelt's runtime modules without smelt's
 package `__init__` (which imports torch and Dynamo: 3.4 s against 0.05 s on the 2-core CPU), so a
@@ -53,6 +55,20 @@ def _triton(job: dict) -> None:
     triton_cubin.write_kept(job["folder"], fields)
 
 
+def _triton_jit(job: dict) -> None:
+    """Compiles as Triton's JIT would at the kernel's first launch, so that its cache has it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource
+    from smelt.runtime.jit_ahead import as_tuples
+    fn = _kernel_function(job["path"], job["name"])
+    source = ASTSource(fn, job["signature"], constexprs={tuple(k): v for k, v in job["constants"]},
+                       attrs={tuple(k): v for k, v in job["attrs"]})
+    capability = job["capability"]
+    options = {k: as_tuples(v) for k, v in job["options"].items()}
+    triton.compile(source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32), options=options)
+
+
 def _halide(job: dict) -> None:
     from smelt.runtime import halide_compile
     if job.get("warm"):
@@ -68,7 +84,7 @@ def main() -> None:
         job = json.loads(line)
         start = time.perf_counter()
         try:
-            (_triton if job.get("backend") == "triton" else _halide)(job)
+            {"triton": _triton, "triton_jit": _triton_jit}.get(job.get("backend"), _halide)(job)
             reply = {"name": job["name"], "ok": True}
         except Exception as e:  # the main process compiles it again and raises it with context
             reply = {"name": job["name"], "ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}

@@ -26,6 +26,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from . import jit_ahead
+
 ALIGN_BYTES = 16
 HALF_FLOATS = (torch.float16, torch.bfloat16)
 
@@ -64,13 +66,34 @@ def padded_product(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor
 def _biased_head(out, a, b, bias) -> bool:
     """out = a @ b + bias by biased_head.py's kernel, where it applies: a half-float weight's
     transpose and a bias vector on CUDA. Whether it ran."""
-    if not (_is_vector(bias) and a.is_cuda and a.dtype in HALF_FLOATS and b.dim() == 2 and b.stride(0) == 1):
+    if not _head_may_apply(a, b, bias):
         return False
     from . import biased_head  # Triton, imported only where it runs
     if not biased_head.applies(out, a, b.t(), bias):
         return False
     biased_head.product_into(out, a, b.t(), bias)
     return True
+
+
+def _head_may_apply(a, b, bias) -> bool:
+    return _is_vector(bias) and a.is_cuda and a.dtype in HALF_FLOATS and b.dim() == 2 and b.stride(0) == 1
+
+
+def _ahead_launches(a, b, bias, n) -> list:
+    """The Triton JIT launches padded_product(a, b, bias, n) will make, for its planned (fake)
+    arguments: biased_head.py's, compiled ahead by jit_ahead.py."""
+    tensors = [t for t in (a, b, bias) if t is not None]
+    if not all(isinstance(x, int) for t in tensors for x in (*t.shape, *t.stride())) or not isinstance(n, int):
+        return []  # symbolic sizes: compiled at the first call
+    width = padded_width(n, a.element_size())
+    if a.shape[0] == 0 or n == 0 or b.shape[1] >= width or not _head_may_apply(a, b, bias):
+        return []
+    from . import biased_head
+    out = a.new_empty((a.shape[0], width))[:, :n]
+    return biased_head.ahead_launches(out, a, b.t(), bias)
+
+
+jit_ahead.register(torch.ops.smelt.padded_product.default, _ahead_launches)
 
 
 def _is_vector(bias) -> bool:
