@@ -1057,6 +1057,25 @@ def test_float32_exp_is_within_about_half_an_ulp():
     torch.testing.assert_close(actual[-7:], x[-7:].exp(), equal_nan=True, atol=0, rtol=0)
 
 
+def test_float32_exp_guards_every_float_on_both_paths():
+    """exp_float32's clamps are comparisons and its 2**k two exact factors (no select on the result):
+    over random bit patterns (every exponent, subnormals, infinities, NaNs) and the edges of its
+    clamps, exp and the nonpositive path (sigmoid's exp(-|v|)) are within one ulp of float64 rounded
+    once (subnormal results too), with NaN exactly where eager's is."""
+    torch.manual_seed(0)
+    bits = torch.randint(-2 ** 31, 2 ** 31 - 1, (1 << 16,), dtype=torch.int64).to(torch.int32).view(torch.float32)
+    edges = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 88.72283172607422, 88.72283935546875,
+                          88.72284698486328, 88.75, 89.0, -87.33, -103.97, -103.98, -104.0, -104.5, -1e30, 1e30])
+    x = torch.cat([bits, edges, torch.linspace(-110, 95, 20001)])
+    for fn, reference, ulps in ((torch.exp, lambda d: d.exp(), 1), (torch.sigmoid, lambda d: d.sigmoid(), 2)):
+        actual = compiled(fn)(x)
+        expected = reference(x.double()).float()
+        assert torch.equal(actual.isnan(), expected.isnan()), fn
+        finite = ~expected.isnan()
+        apart = (actual[finite].view(torch.int32).long() - expected[finite].view(torch.int32).long()).abs()
+        assert apart.max() <= ulps, (fn, x[finite][apart.argmax()], actual[finite][apart.argmax()])
+
+
 def test_parallel_loops_run_on_torchs_openmp_threads():
     """Halide's parallel loops go to torch's OpenMP threads (runtime/halide_threads.py), whatever
     torch.set_num_threads says, with the same results; a process with SMELT_HALIDE_OPENMP=0 keeps

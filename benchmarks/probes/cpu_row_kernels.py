@@ -34,7 +34,7 @@ def _residual_rms_norm(x, r, w):
 
 
 def _residual_layer_norm(x, y, w, b):
-    return torch.nn.functional.layer_norm(x + y, (768,), w, b)
+    return torch.nn.functional.layer_norm(x + y, (x.shape[-1],), w, b)
 
 
 def cases():
@@ -55,6 +55,9 @@ def cases():
         # A training forward: the kernel also stores a value per row for the backward.
         ("residual add + LayerNorm training forward [512, 768]", _residual_layer_norm,
          tuple(torch.randn(*shape, requires_grad=True) for shape in ((512, 768), (512, 768), (768,), (768,)))),
+        # The CPU model suite's BERT (hidden 256, 4 x 128 tokens), inference.
+        ("residual add + LayerNorm [512, 256]", _residual_layer_norm,
+         tuple(torch.randn(*shape) for shape in ((512, 256), (512, 256), (256,), (256,)))),
         # A convolution weight's channels-last copy (ResNet-18's layer 4), against ATen's own below.
         ("weight to channels-last [512, 512, 3, 3]", _channels_last, (torch.randn(512, 512, 3, 3),)),
         ("weight to channels-last [256, 256, 3, 3]", _channels_last, (torch.randn(256, 256, 3, 3),)),

@@ -113,7 +113,7 @@ MAX_TREE_SIZE = 4096
 # remainder in 11 steps that each read the last one twice; the others read theirs a few times
 # (is_nan, clamps, selects). Other calls (load, hl.*) read it once.
 HELPER_READS = {**dict.fromkeys(SPECIAL_FUNCTIONS, 4), **dict.fromkeys(DIVISION_HELPERS, 4),
-                "float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 8}
+                "float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 12}
 _TEMPORARY = re.compile(r"\btmp\d+\b")
 # A name in a printed expression (not an attribute: hl.sqrt's sqrt), and whether it is called.
 _NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*(\()?")
