@@ -276,3 +276,35 @@ def test_as_strided_of_a_view_reaches_past_the_views_elements(device, compile_fn
 
     a = torch.randn(2, 3, 3, device=device)
     assert_close(compile_fn(fn)(a), fn(a))
+
+
+def _through_a_transposed_update(x):
+    v = x.clone()
+    v.t().sub_(0.5)  # functionalized: permute(permute(v) - 0.5), whose eager strides are (1, 6)
+    return v.as_strided((3,), (1,), 1)
+
+
+def _through_a_contiguous_clone_of_it(x):
+    v = x.clone()
+    v.t().sub_(0.5)
+    return v.clone(memory_format=torch.contiguous_format).as_strided((4,), (2,), 1)
+
+
+def _of_a_permuted_product(x):
+    return (x.t() * 3).as_strided((2, 3), (1, 2))  # the product keeps x.t()'s strides in eager
+
+
+def _of_a_view_of_a_permuted_sum(x):
+    return (x.t() + 1)[1:].as_strided((5,), (2,), 3)
+
+
+@pytest.mark.parametrize("fn", [_through_a_transposed_update, _through_a_contiguous_clone_of_it,
+                                _of_a_permuted_product, _of_a_view_of_a_permuted_sum])
+def test_as_strided_of_a_computed_value_reads_it_in_eagers_strides(device, compile_fn, assert_close, fn):
+    """as_strided addresses storage with the strides eager gave its value; smelt stores the values its
+    kernels compute contiguously. A computed value eager laid out otherwise (an elementwise op keeps
+    its permuted input's strides) is read through a copy in eager's strides. Found by the fuzzer
+    (seed 4348, program 159): the transposed update's rows were read where eager's storage holds
+    its columns."""
+    x = torch.arange(12.0, device=device).reshape(2, 6)
+    assert_close(compile_fn(fn)(x), fn(x))

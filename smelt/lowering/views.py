@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import Buffer, FixedLayout, ReinterpretView, StorageBox, TensorBox, View
+from ..ir import Buffer, ComputedBuffer, FixedLayout, Pointwise, ReinterpretView, StorageBox, TensorBox, View
 from ..ir.views import as_strided_layout
 from ..symbolic import flat_index, reshape_indexer, sympify, unflatten_index
 from .common import out_size
@@ -138,7 +138,7 @@ def select(g, x, dim, index):
 
 @lowering(aten.as_strided)
 def as_strided(g, x, size, stride, storage_offset=None):
-    base = _storage_buffer(g, x)
+    base = _in_traced_strides(g, _storage_buffer(g, x))
     if storage_offset is None:  # as_strided starts where x starts in its storage
         strided = as_strided_layout(x.data if isinstance(x, TensorBox) else x)
         offset = strided[1].offset if strided is not None and strided[0] is base else sympify(0)
@@ -147,6 +147,39 @@ def as_strided(g, x, size, stride, storage_offset=None):
     layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(sympify(s) for s in size),
                          tuple(sympify(s) for s in stride), offset)
     return TensorBox(ReinterpretView(base, layout))
+
+
+def _in_traced_strides(g, base):
+    """`base`, or a copy of it in the strides eager gave the value whose storage as_strided reads.
+    as_strided addresses storage with eager's strides, and smelt lays out the buffers its kernels
+    compute contiguously: `v = x.clone(); v.t().sub_(1); v.as_strided((3,), (1,), 1)` read the
+    difference's rows where eager's storage holds its columns (fuzzer seed 4348, program 159)."""
+    traced = _traced_storage(g.node.args[0] if g.node is not None and g.node.args else None)
+    if traced is None or not isinstance(base, ComputedBuffer) or base.mutates or base.lives_in:
+        return base
+    size, stride = traced
+    if [sympify(s) for s in base.get_size()] != [sympify(s) for s in size] \
+            or [sympify(s) for s in base.layout.stride] == [sympify(s) for s in stride]:
+        return base
+    layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(sympify(s) for s in size),
+                         tuple(sympify(s) for s in stride))
+    return g.register_computed(Pointwise(base.get_device(), base.get_dtype(), base.make_loader(), base.get_size(),
+                                         base.origins), layout=layout)
+
+
+def _traced_storage(node):
+    """(size, stride) eager gave the tensor that owns `node`'s storage (found through views), where
+    it owns all of it (offset 0, static); else None."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" \
+            and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view and node.args:
+        node = node.args[0]
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or node.op != "call_function":
+        return None
+    if not all(isinstance(v, int) for v in (*value.shape, *value.stride(), value.storage_offset())) \
+            or value.storage_offset() != 0:
+        return None
+    return list(value.shape), list(value.stride())
 
 
 def _storage_buffer(g, x):
