@@ -68,6 +68,10 @@ def cases():
         # Llama's MLP activation (4 x 128 tokens, 688 wide).
         ("silu(a) * b [512, 688]", lambda a, b: torch.nn.functional.silu(a) * b,
          (torch.randn(512, 688), torch.randn(512, 688))),
+        # exp_float32's other callers at the same size: exp itself, sigmoid and softmax (its nonpositive path).
+        ("exp(a) * b [512, 688]", lambda a, b: torch.exp(a) * b, (torch.randn(512, 688), torch.randn(512, 688))),
+        ("sigmoid(a) * b [512, 688]", lambda a, b: torch.sigmoid(a) * b, (torch.randn(512, 688), torch.randn(512, 688))),
+        ("softmax [512, 688]", lambda a: torch.softmax(a, -1), (torch.randn(512, 688) * 3,)),
     ]
 
 
