@@ -308,3 +308,8 @@ def test_as_strided_of_a_computed_value_reads_it_in_eagers_strides(device, compi
     its columns."""
     x = torch.arange(12.0, device=device).reshape(2, 6)
     assert_close(compile_fn(fn)(x), fn(x))
+    torch._dynamo.reset()
+    dynamic = compile_fn(fn, dynamic=True)  # eager's strides symbolic (x's width)
+    for width in (6, 7, 9):
+        x = torch.arange(2.0 * width, device=device).reshape(2, width)
+        assert_close(dynamic(x), fn(x))

@@ -158,28 +158,27 @@ def _in_traced_strides(g, base):
     if traced is None or not isinstance(base, ComputedBuffer) or base.mutates or base.lives_in:
         return base
     size, stride = traced
-    if [sympify(s) for s in base.get_size()] != [sympify(s) for s in size] \
-            or [sympify(s) for s in base.layout.stride] == [sympify(s) for s in stride]:
+    if not _same(base.get_size(), size) or _same(base.layout.stride, stride):
         return base
-    layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(sympify(s) for s in size),
-                         tuple(sympify(s) for s in stride))
+    layout = FixedLayout(base.get_device(), base.get_dtype(), tuple(size), tuple(stride))
     return g.register_computed(Pointwise(base.get_device(), base.get_dtype(), base.make_loader(), base.get_size(),
                                          base.origins), layout=layout)
 
 
 def _traced_storage(node):
-    """(size, stride) eager gave the tensor that owns `node`'s storage (found through views), where
-    it owns all of it (offset 0, static); else None."""
+    """(size, stride), as sympy expressions, eager gave the tensor that owns `node`'s storage (found
+    through views), where it owns all of it (offset 0); else None."""
     while isinstance(node, torch.fx.Node) and node.op == "call_function" \
             and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view and node.args:
         node = node.args[0]
     value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor) or node.op != "call_function":
+    if not isinstance(value, torch.Tensor) or node.op != "call_function" or sympify(value.storage_offset()) != 0:
         return None
-    if not all(isinstance(v, int) for v in (*value.shape, *value.stride(), value.storage_offset())) \
-            or value.storage_offset() != 0:
-        return None
-    return list(value.shape), list(value.stride())
+    return [sympify(s) for s in value.shape], [sympify(s) for s in value.stride()]
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(sympy.expand(sympify(x) - sympify(y)) == 0 for x, y in zip(a, b))
 
 
 def _storage_buffer(g, x):
