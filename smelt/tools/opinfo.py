@@ -26,6 +26,8 @@ from smelt.config import usable_cores
 # Ops from these families are counted apart in the "fully lowered" share (issue 3's acceptance).
 EXCLUDED_FAMILIES = ("linalg.", "fft.", "sparse", "special.", "to_sparse", "_segment_reduce")
 
+OPS_PER_TASK = 4
+
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "float64": "float64"}
 
 
@@ -119,29 +121,79 @@ def _clone(tensors):
     return [t.clone() for t in tensors]
 
 
-def run_op(op, device: str, dtype, max_samples: int) -> OpResult:
+def _call(op, rebuild):
+    def fn(*ts):
+        args, kwargs = rebuild(ts)
+        return op(*args, **kwargs)
+    return fn
+
+
+def _compiled(fn, tensors, fallbacks: set):
+    """fn compiled by smelt alone in a fresh Dynamo, run on copies of tensors; its graphs' fallbacks
+    are added to `fallbacks`."""
     import torch
     import smelt
+    torch._dynamo.reset()
+    smelt.observe.reset()
+    torch.manual_seed(0)
+    actual = torch.compile(fn, backend="smelt")(*_clone(tensors))
+    for g in smelt.observe.compiled_graphs():
+        fallbacks.update(g.fallback_ops)
+    return actual
+
+
+def _problem(fn, tensors, actual, expected, dtype, tol) -> str | None:
+    import torch
+    problem = _compare(actual, expected, tol)
+    if problem and dtype in (torch.float16, torch.bfloat16):
+        problem = _closer_to_float64_than_eager(fn, tensors, actual, expected, problem)
+    return problem
+
+
+def _all_pass_in_one_graph(accepted, dtype, tol, fallbacks: set) -> bool:
+    """Whether every sample matches eager when the samples' calls are compiled as one program: one
+    Dynamo trace and one compile for the op instead of one per sample (the OpInfo run's time is
+    mostly those). Anything short of a pass says nothing: the caller runs the samples one by one,
+    which names the sample at fault."""
+    counts = [len(tensors) for _, tensors, _ in accepted]
+
+    def every_sample(*flat):
+        outputs, start = [], 0
+        for (fn, _, _), n in zip(accepted, counts):
+            outputs.append(fn(*flat[start:start + n]))
+            start += n
+        return tuple(outputs)
+    flat = [t for _, tensors, _ in accepted for t in tensors]
+    found: set[str] = set()
+    try:
+        actual = _compiled(every_sample, flat, found)
+    except Exception:
+        return False
+    if len(actual) != len(accepted) or any(_problem(fn, tensors, a, expected, dtype, tol)
+                                           for (fn, tensors, expected), a in zip(accepted, actual)):
+        return False
+    fallbacks.update(found)
+    return True
+
+
+def run_op(op, device: str, dtype, max_samples: int) -> OpResult:
+    import torch
 
     start = time.perf_counter()
     name = op_key(op)
     if "empty" in op.name:
         return OpResult(name, "skip", "uninitialized memory: nothing to compare")
     tol = _tolerance(dtype)
-    fallbacks: set[str] = set()
-    ran = 0
     try:
         samples = list(op.sample_inputs(device, dtype, requires_grad=False))
     except Exception as e:
         return OpResult(name, "skip", f"no samples: {type(e).__name__}: {e}")
+    accepted = []  # (fn, tensors, eager's result) of the first max_samples samples eager runs
     for sample in samples:
-        if ran >= max_samples:
+        if len(accepted) >= max_samples:
             break
         tensors, rebuild = _split_tensors(sample)
-
-        def fn(*ts):
-            args, kwargs = rebuild(ts)
-            return op(*args, **kwargs)
+        fn = _call(op, rebuild)
         try:
             torch.manual_seed(0)
             expected = fn(*_clone(tensors))
@@ -151,26 +203,23 @@ def run_op(op, device: str, dtype, max_samples: int) -> OpResult:
             continue  # eager rejects this sample: nothing to compare
         if _compare(again, expected, tol) is not None:
             return OpResult(name, "skip", "random: eager differs between seeds")
-        ran += 1
-        torch._dynamo.reset()
-        smelt.observe.reset()
+        accepted.append((fn, tensors, expected))
+    if not accepted:
+        return OpResult(name, "skip", "no sample eager accepts")
+    fallbacks: set[str] = set()
+    if len(accepted) > 1 and _all_pass_in_one_graph(accepted, dtype, tol, fallbacks):
+        return OpResult(name, "pass", "", sorted(fallbacks), time.perf_counter() - start)
+    for ran, (fn, tensors, expected) in enumerate(accepted, 1):
         try:
-            torch.manual_seed(0)
-            actual = torch.compile(fn, backend="smelt")(*_clone(tensors))
+            actual = _compiled(fn, tensors, fallbacks)
         except Exception as e:
             message = " ".join(str(e).split())
             return OpResult(name, "error", f"{type(e).__name__}: {message[:300]}", sorted(fallbacks),
                             time.perf_counter() - start)
-        for g in smelt.observe.compiled_graphs():
-            fallbacks.update(g.fallback_ops)
-        problem = _compare(actual, expected, tol)
-        if problem and dtype in (torch.float16, torch.bfloat16):
-            problem = _closer_to_float64_than_eager(fn, tensors, actual, expected, problem)
+        problem = _problem(fn, tensors, actual, expected, dtype, tol)
         if problem:
             return OpResult(name, "fail", f"sample {ran}: {problem[:300]}", sorted(fallbacks),
                             time.perf_counter() - start)
-    if ran == 0:
-        return OpResult(name, "skip", "no sample eager accepts")
     return OpResult(name, "pass", "", sorted(fallbacks), time.perf_counter() - start)
 
 
@@ -254,7 +303,8 @@ def main(argv=None) -> int:
         parser.error(f"--first {args.first}: wants 0 <= K < --every ({args.every})")
     chosen = select_ops(args.device, args.dtype, names, args.every, args.first)
     jobs = max(1, min(args.jobs, len(chosen)))
-    chunks = [chosen[k::jobs] for k in range(jobs)]
+    # Small chunks taken by whichever worker is free: a few slow ops do not leave the others idle at the end.
+    chunks = [chosen[k:k + OPS_PER_TASK] for k in range(0, len(chosen), OPS_PER_TASK)]
     started = time.perf_counter()
     results: list[OpResult] = []
     import multiprocessing
