@@ -187,13 +187,15 @@ def test_interleaving_store_walks_chunks_of_every_row(shape, dtype):
     """A channels-last copy of a few channels stores each row (a channel) every C elements: it walks
     a chunk of 64 positions of every row, then the next chunk, finishing each cache line while it is
     in L1; the C rows of an image are unrolled, so their strided stores join into one interleaved
-    store. 3 x 5 rows of 64 positions (a chunk exactly)."""
+    store. The images are walked outside the chunks (a task reads one image's rows), the two loops
+    fused into the tasks' loop. 3 x 5 rows of 64 positions (a chunk exactly)."""
     x = (torch.randn(*shape) * 100).to(dtype)
     run_both(lambda a: (a * 2).contiguous(memory_format=torch.channels_last), x)
     source, = last_graph().kernel_sources.values()
     n, c = shape[:2]
-    assert re.search(rf"_tiles = hl.RDom\(\[\(0, 64\), \(0, {c}\), \(0, {n}\), \(0, \d+\)\]", source), source
-    assert re.search(r"_tiles\[0\], \d+\)\.unroll\(out_ptr0_tiles\[1\]\)", source), source
+    assert re.search(rf"_tiles = hl.RDom\(\[\(0, 64\), \(0, {c}\), \(0, \d+\), \(0, {n}\)\]", source), source
+    assert re.search(r"_tiles\[0\], \d+\)\.unroll\(out_ptr0_tiles\[1\]\)"
+                     r"\.fuse\(out_ptr0_tiles\[2\], out_ptr0_tiles\[3\], (\w+)\)\.parallel\(\1,", source), source
 
 
 def test_column_reduction_reads_a_row_at_a_time():
