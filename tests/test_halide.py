@@ -887,7 +887,9 @@ def test_channels_last_pooling_stores_along_channels_in_aligned_vectors(channels
     activation per element and its mean per (sample, channel), x = n * C + c. The store walks
     memory along x (x % C steps by 1), so it is vectorized across x, never along the spatial r (every
     lane 4 * C bytes from the next), and in vectors that never straddle a multiple of C, where
-    Halide gathers every lane (16 lanes over C = 120: 123 us against 37 with 8, 2-core CPU)."""
+    Halide gathers every lane (16 lanes over C = 120: 123 us against 37 with 8, 2-core CPU). The
+    means run in the element store's loop nest, each task of columns reduced before its elements are
+    stored (compute_with at the task); 20 channels leave a tail task of 28 columns."""
     from smelt.codegen.halide.schedule import across_x_lanes
     lanes = lanes or across_x_lanes()
     torch.manual_seed(0)
@@ -902,7 +904,25 @@ def test_channels_last_pooling_stores_along_channels_in_aligned_vectors(channels
     (source,) = last_graph().kernel_sources.values()
     assert f"# iterates {3 * channels} x 63;" in source, source[:600]
     assert f"out_ptr0_column, {lanes})" in source, source
-    assert f"compute_root().vectorize(x, {lanes}," in source, source
+    assert "out_ptr1.update().compute_with(out_ptr0.update(), out_ptr0_columns)" in source, source
+    assert f".compute_at(out_ptr0, out_ptr0_columns).vectorize(x, {lanes}," in source, source
+
+
+@pytest.mark.parametrize("shape", [(3, 20, 7, 9), (2, 48, 5, 5)])
+def test_channels_last_column_statistics_and_elements_in_one_loop_nest(shape):
+    """A column group with two reductions and two per-column outputs beside the element store: a
+    channels-last value, its sum and its sum of squares per (sample, channel) (a batch norm's
+    statistics in training)."""
+    torch.manual_seed(0)
+    scale = torch.rand(shape[1]) + 0.5
+
+    def stats(a):
+        y = torch.relu(a) * scale[:, None, None]
+        return y, y.sum((2, 3), keepdim=True), (y * y).sum((2, 3), keepdim=True)
+    x = torch.randn(*shape).contiguous(memory_format=torch.channels_last)
+    run_both(stats, x, atol=1e-4, rtol=1e-5)
+    sources = last_graph().kernel_sources.values()
+    assert any("compute_with(out_ptr0.update(), out_ptr0_columns)" in source for source in sources), list(sources)
 
 
 def test_an_activations_channels_last_copy_stores_along_channels():
