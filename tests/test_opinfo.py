@@ -31,3 +31,35 @@ def test_opinfo_failures_stay_within_the_known_list(device, tmp_path):
     assert not new, "ops that newly fail (fix them; do not add them to the list):\n" + "\n".join(
         f"{name}: {reason}" for name, reason in sorted(new.items()))
     assert results["summary"]["pass_rate"] >= 0.98, results["summary"]  # issue 3's acceptance
+
+
+class _FakeOp:
+    """What run_op reads of an OpInfo: names, samples, and the op to call."""
+    name, variant_test_name = "fake_op", ""
+
+    def __init__(self, fn, shapes):
+        self.fn, self.shapes = fn, shapes
+
+    def sample_inputs(self, device, dtype, requires_grad=False):
+        import torch
+        from torch.testing._internal.opinfo.core import SampleInput
+        return [SampleInput(torch.randn(*shape, device=device, dtype=dtype)) for shape in self.shapes]
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+@pytest.mark.smelt_only
+def test_the_runner_names_the_sample_a_batched_compile_hides(device):
+    """The runner compiles an op's samples as one program; one wrong sample there sends the op through
+    the samples one by one, and the result names that sample. The fake op is wrong only when compiled
+    and only on a 3-row input (the second sample)."""
+    import torch
+    from smelt.tools.opinfo import run_op
+
+    def off_when_compiled(x):
+        return x + 1 if torch.compiler.is_compiling() and x.shape[0] == 3 else x * 1
+    result = run_op(_FakeOp(off_when_compiled, [(2, 4), (3, 4), (5, 4)]), device, torch.float32, 3)
+    assert result.status == "fail" and result.reason.startswith("sample 2:"), result
+    result = run_op(_FakeOp(lambda x: x * 2, [(2, 4), (3, 4), (5, 4)]), device, torch.float32, 3)
+    assert result.status == "pass", result
