@@ -269,6 +269,9 @@ def _fresh_compile_state():
     torch.manual_seed(0)
     yield
     torch._dynamo.reset()
+    # A test that imports torch.testing._internal freezes the backends' global flags for every later
+    # test in its worker, which then fails or passes by scheduling (CI, fifty-seventh session).
+    assert not torch.backends.flags_frozen(), "this test froze torch.backends' global flags"
 
 
 @pytest.fixture
@@ -306,6 +309,16 @@ def observe():
 @pytest.fixture(name="kernel_count")
 def kernel_count_fixture(observe):
     return kernel_count
+
+
+@pytest.fixture
+def cudnn_without_tf32():
+    """cuDNN with TF32 off for one test, through the flags() context: once any module has imported
+    torch.testing._internal (the OpInfo tests do), the global flags are frozen and setattr raises."""
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        yield
 
 
 @pytest.fixture

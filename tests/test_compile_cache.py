@@ -453,14 +453,14 @@ def test_a_kept_constant_comes_back_with_its_dtype_strides_and_bytes():
 
 
 def test_a_planned_training_step_hits_without_planning_again(cache_dir, device, compile_fn, assert_close,
-                                                             monkeypatch):
+                                                             monkeypatch, cudnn_without_tf32):
     """Layouts are planned after the cache lookup: a hit reads the forward's reported output strides
     from its entry (the backward is compiled for them) and re-traces nothing."""
     import torch.nn as nn
     import smelt.config
     from smelt import pipeline
-    # cuDNN's TF32 convolutions differ between NCHW (eager) and channels-last by 1e-3 (H200, tenth session).
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    # cuDNN's TF32 convolutions differ between NCHW (eager) and channels-last by 1e-3 (H200, tenth session):
+    # the fixture cudnn_without_tf32 turns them off.
     plans = []
     real = pipeline.plan_layouts
     monkeypatch.setattr(pipeline, "plan_layouts", lambda gm, kind, *a: plans.append(kind) or real(gm, kind, *a))

@@ -41,9 +41,12 @@ class _FakeOp:
         self.fn, self.shapes = fn, shapes
 
     def sample_inputs(self, device, dtype, requires_grad=False):
+        # Not OpInfo's SampleInput: importing torch.testing._internal freezes cuDNN's global flags for
+        # the rest of this worker's tests.
+        import types
         import torch
-        from torch.testing._internal.opinfo.core import SampleInput
-        return [SampleInput(torch.randn(*shape, device=device, dtype=dtype)) for shape in self.shapes]
+        return [types.SimpleNamespace(input=torch.randn(*shape, device=device, dtype=dtype), args=(), kwargs={})
+                for shape in self.shapes]
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)

@@ -113,10 +113,10 @@ def test_an_output_viewing_an_intermediate(cache_dir, device, compile_fn, assert
         assert_close(w.grad, expected_grad, atol=1e-4, rtol=1e-4)
 
 
-def test_batch_norm_running_statistics_and_version_counters(cache_dir, device, compile_fn, assert_close, monkeypatch):
+def test_batch_norm_running_statistics_and_version_counters(cache_dir, device, compile_fn, assert_close,
+                                                            cudnn_without_tf32):
     """A training step writes the running statistics inside the graph: after a hit they match eager's,
     and their version counters moved on (autograd's check for tensors written after being saved)."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)).to(device)
     eager_model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)).to(device)
