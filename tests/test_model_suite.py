@@ -84,6 +84,15 @@ def test_runner_reports_a_wrong_compiler(mode):
     assert any("rmse against float64" in f for f in result.failures), result.failures
 
 
+def test_the_runner_works_where_torchs_test_utilities_froze_the_backend_flags(monkeypatch):
+    # Importing torch.testing._internal freezes torch.backends' global flags; the runner's TF32 switch
+    # set cuDNN's flag by assignment, which then raises (CI, fifty-seventh session).
+    monkeypatch.setitem(torch.backends.flags_frozen.__globals__, "__allow_nonbracketed_mutation_flag", False)
+    assert torch.backends.flags_frozen()
+    result = run_case(all_specs()["multihead_attention"], "infer_fp32", size="tiny", device=DEVICE, backend="eager")
+    assert result.passed, result.message(4)
+
+
 def test_shards_merge_into_one_table():
     # scripts/model_suite_shards prints one table from each shard's JSON (report.py's __main__).
     from smelt.tools.model_suite import report

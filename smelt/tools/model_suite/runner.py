@@ -199,14 +199,17 @@ def _without_tf32():
     where it did not for eager's NCHW ones: tiny DenseNet on the H200 read an rmse of 2.3e-4 against
     eager's 3e-7, Inductor's the same. That judges cuDNN's choice, not the compiler.
     """
-    saved = torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()
-    torch.backends.cudnn.allow_tf32 = False
+    cudnn, precision = torch.backends.cudnn, torch.get_float32_matmul_precision()
+    # Through flags(), not by setting the attribute: once torch.testing._internal is imported the
+    # global flags are frozen and setting one raises.
+    flags = cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                        allow_tf32=False)
     torch.set_float32_matmul_precision("highest")
     try:
-        yield
+        with flags:
+            yield
     finally:
-        torch.backends.cudnn.allow_tf32 = saved[0]
-        torch.set_float32_matmul_precision(saved[1])
+        torch.set_float32_matmul_precision(precision)
 
 
 def _run_case(spec, mode, size, device, backend, seed, timings, timing_kw) -> CaseResult:
