@@ -172,6 +172,9 @@ def test_a_strided_slice_of_a_returned_product_is_not_taken_for_padding(device, 
         assert_close(actual, expected, atol=1e-5, rtol=1e-5)
 
 
+# Whole models: the subject is which products the rewrite pads and what they save, above the kernels
+# (whose pad and slice copies other files test under each CPU backend); they run in the Halide pass.
+@pytest.mark.cpu_backend_independent
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_language_models_of_an_odd_vocabulary(device, assert_close, observe, family):
     """Real architectures (transformers, tiny, vocabulary 61: every head padded), inference through
@@ -474,6 +477,7 @@ _ODD_VOCABULARY_HEADS = {  # vocabulary 61: every head padded to 64 (float32)
 _CACHED = {"t5", "opt"}  # decoders that build a key-value cache unless told not to
 
 
+@pytest.mark.cpu_backend_independent  # as test_language_models_of_an_odd_vocabulary
 @pytest.mark.parametrize("family", sorted(_ODD_VOCABULARY_HEADS))
 def test_training_steps_save_their_padded_logits_as_rows(device, observe, family):
     """The heads of other architectures (a bias or none, tied or not, a projection before the head,
