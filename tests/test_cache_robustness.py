@@ -142,3 +142,27 @@ def test_a_section_another_user_owns_makes_the_folder_unusable(tmp_path, monkeyp
     monkeypatch.setattr(cache_location.tempfile, "mkstemp", mkstemp)
     private, persists = cache_location.resolve(str(folder))
     assert not persists and private != str(folder)
+
+
+@pytest.mark.cpu_backend_independent
+def test_a_new_cache_folder_gets_a_copy_of_the_runtime_this_process_holds(tmp_path, monkeypatch):
+    """Halide's runtime depends only on what its folder's name spells: a second cache folder in the
+    same process gets a copy of an intact one (1-1.5 s saved per folder), and a damaged one is never
+    the source of a copy."""
+    hl = pytest.importorskip("halide")
+    from smelt.runtime import halide_compile
+    builds = []
+    real = hl.compile_standalone_runtime
+    monkeypatch.setattr(hl, "compile_standalone_runtime", lambda *a: builds.append(a) or real(*a))
+    first = halide_compile.runtime_library(str(tmp_path / "a"))
+    second = halide_compile.runtime_library(str(tmp_path / "b"))
+    assert second != first and len(builds) <= 1  # none if this process built one before the test
+    with open(first, "rb") as f, open(second, "rb") as g:
+        assert f.read() == g.read()
+    assert checked_files.problem(second) is None
+    with open(second, "r+b") as f:  # damaged after its install: the next folder's runtime is built
+        f.seek(100)
+        f.write(b"\0garbage\0")
+    count = len(builds)
+    third = halide_compile.runtime_library(str(tmp_path / "c"))
+    assert len(builds) == count + 1 and checked_files.problem(third) is None

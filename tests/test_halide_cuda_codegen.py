@@ -23,9 +23,17 @@ from smelt.runtime import halide_cuda_compile  # noqa: E402
 H100 = (9, 0)
 
 
+@pytest.fixture(scope="module")
+def cache_folder(tmp_path_factory):
+    """One cache folder for the file: the CPU and CUDA runtimes (with the shim, 3-4 s of each test)
+    are built once; kernels are generated at every compile whatever the folder holds."""
+    return tmp_path_factory.mktemp("halide_cuda_cache")
+
+
 @pytest.fixture
-def cuda_sources(monkeypatch, tmp_path):
+def cuda_sources(monkeypatch, cache_folder):
     """Runs on the CPU backend; returns {kernel name: (CUDA source, compiled library path)}."""
+    tmp_path = cache_folder
     monkeypatch.setenv("SMELT_CPU_BACKEND", "halide")
     monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
     original = halide_backend.generate_halide_kernel

@@ -35,14 +35,14 @@ def library_path(cache_dir: str) -> str:
 
 def build(cache_dir: str) -> str:
     """The extension's path, built first where it is not in the cache intact."""
-    from .halide_compile import build_checked, run_cc  # the same locked, checked build as Halide's libraries
+    from .halide_compile import build_named_checked, run_cc  # the same locked, checked build as Halide's libraries
 
     path = library_path(cache_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
         raise KernelCompileError(f"smelt: no Python.h under {include} (Python's development headers)")
-    build_checked(path, lambda tmp: run_cc(["-O2", "-shared", "-fPIC", f"-I{include}", "-o", os.path.join(tmp, "out"),
+    build_named_checked(path, lambda tmp: run_cc(["-O2", "-shared", "-fPIC", f"-I{include}", "-o", os.path.join(tmp, "out"),
                                             SOURCE], f"compiling {SOURCE}", "SMELT_CUDA_BACKEND"))
     return path
 

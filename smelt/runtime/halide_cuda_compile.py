@@ -14,7 +14,7 @@ import functools
 import os
 
 from ..errors import KernelCompileError
-from .halide_compile import _folder, _key, _link, build_checked, run_cc
+from .halide_compile import _folder, _key, _link, build_named_checked, run_cc
 from .halide_compile import kernel_library as host_kernel_library
 
 RUNTIME_NAME = "libsmelt_halide_cuda_runtime"
@@ -69,7 +69,7 @@ def runtime_library(cache_dir: str) -> str:
         # The shim's strong definitions replace the runtime's weak ones at this link.
         _link([shim_object, runtime], os.path.join(tmp, "out"), ["-lpthread", "-ldl", "-lm"])
 
-    build_checked(path, build)
+    build_named_checked(path, build)
     return path
 
 

@@ -24,7 +24,7 @@ import logging
 import os
 
 from ..errors import KernelCompileError
-from .halide_compile import build_checked, run_cc
+from .halide_compile import build_named_checked, run_cc
 
 log = logging.getLogger("smelt.runtime")
 
@@ -56,7 +56,7 @@ def _shim_library(folder: str) -> str:
             f.write(SOURCE)
         run_cc(["-O2", "-fPIC", "-fopenmp", "-shared", "-o", os.path.join(tmp, "out"), source],
                "compiling the OpenMP loop for Halide's parallel loops")
-    build_checked(path, build)
+    build_named_checked(path, build)
     return path
 
 
