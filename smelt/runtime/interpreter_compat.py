@@ -50,6 +50,8 @@ def install() -> None:
     _restore_after_device_calls()
     _one_launch_at_a_time()
     _exact_bfloat16_casts()
+    from . import interpreter_combines
+    interpreter_combines.install()
     if not _numpy_refuses_one_element_int():
         return
     from triton.runtime import interpreter
