@@ -42,8 +42,9 @@ def build(cache_dir: str) -> str:
     include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
         raise KernelCompileError(f"smelt: no Python.h under {include} (Python's development headers)")
-    build_named_checked(path, lambda tmp: run_cc(["-O2", "-shared", "-fPIC", f"-I{include}", "-o", os.path.join(tmp, "out"),
-                                            SOURCE], f"compiling {SOURCE}", "SMELT_CUDA_BACKEND"))
+    build_named_checked(path, lambda tmp: run_cc(["-O2", "-shared", "-fPIC", f"-I{include}", "-o",
+                                                  os.path.join(tmp, "out"), SOURCE],
+                                                 f"compiling {SOURCE}", "SMELT_CUDA_BACKEND"))
     return path
 
 
