@@ -267,11 +267,12 @@ def _fresh_compile_state():
     if IS_SMELT:
         smelt.observe.reset()
     torch.manual_seed(0)
+    frozen = torch.backends.flags_frozen()
     yield
     torch._dynamo.reset()
     # A test that imports torch.testing._internal freezes the backends' global flags for every later
     # test in its worker, which then fails or passes by scheduling (CI, fifty-seventh session).
-    assert not torch.backends.flags_frozen(), "this test froze torch.backends' global flags"
+    assert frozen or not torch.backends.flags_frozen(), "this test froze torch.backends' global flags"
 
 
 @pytest.fixture
@@ -311,13 +312,12 @@ def kernel_count_fixture(observe):
     return kernel_count
 
 
-@pytest.fixture
-def cudnn_without_tf32():
-    """cuDNN with TF32 off for one test, through the flags() context: once any module has imported
-    torch.testing._internal (the OpInfo tests do), the global flags are frozen and setattr raises."""
-    cudnn = torch.backends.cudnn
-    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
-                     allow_tf32=False):
+@pytest.fixture(name="cudnn_without_tf32")
+def cudnn_without_tf32_fixture():
+    """cuDNN with TF32 off for one test (smelt.tools.accuracy.cudnn_without_tf32: through flags(), which
+    works where torch.testing._internal has frozen the global flags)."""
+    from smelt.tools.accuracy import cudnn_without_tf32
+    with cudnn_without_tf32():
         yield
 
 

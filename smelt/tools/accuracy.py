@@ -53,6 +53,15 @@ def tolerance_for(dtype: torch.dtype) -> Tolerance:
     return Tolerance(multiplier=2.0, close=1e-6, floor=1e-6)
 
 
+def cudnn_without_tf32():
+    """A context with cuDNN's TF32 off (its convolutions in full float32), other cuDNN flags as they are.
+    Through flags(), not by setting the attribute: once torch.testing._internal is imported, the
+    global flags are frozen and setting one raises."""
+    cudnn = torch.backends.cudnn
+    return cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                       allow_tf32=False)
+
+
 def to_float64(obj):
     """A copy of nested tensors (and modules) in float64, for the reference run. Integer tensors stay."""
     if isinstance(obj, torch.nn.Module):

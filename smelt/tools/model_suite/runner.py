@@ -24,7 +24,7 @@ import traceback
 import torch
 import torch._dynamo.testing
 
-from ..accuracy import compare, to_float64
+from ..accuracy import compare, cudnn_without_tf32, to_float64
 from .cache_tensors import cache_kwargs, cache_of, outputs_with_plain_cache
 from .modes import DYNAMIC_SEQS, applies
 from .spec import ModelSpec, Sample, autocast_for, build_model, library_missing, seeded
@@ -199,14 +199,10 @@ def _without_tf32():
     where it did not for eager's NCHW ones: tiny DenseNet on the H200 read an rmse of 2.3e-4 against
     eager's 3e-7, Inductor's the same. That judges cuDNN's choice, not the compiler.
     """
-    cudnn, precision = torch.backends.cudnn, torch.get_float32_matmul_precision()
-    # Through flags(), not by setting the attribute: once torch.testing._internal is imported the
-    # global flags are frozen and setting one raises.
-    flags = cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
-                        allow_tf32=False)
+    precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
-        with flags:
+        with cudnn_without_tf32():
             yield
     finally:
         torch.set_float32_matmul_precision(precision)
