@@ -57,13 +57,11 @@ def _tree_reduce(op, input):
     shape = data[0].shape
     while data[0].shape[axis] > 1:
         n = data[0].shape[axis]
-        pairs = n - n % 2
-        left = [np.take(d, np.arange(0, pairs, 2), axis=axis) for d in data]
-        right = [np.take(d, np.arange(1, pairs, 2), axis=axis) for d in data]
-        merged = _combine(op, dtypes, left, right)
-        if n % 2:  # the last element joins, on the right, at the next level
-            merged = [np.concatenate([m, np.take(d, [n - 1], axis=axis)], axis=axis) for m, d in zip(merged, data)]
-        data = merged
+        if n % 2:  # Triton's blocks are powers of two; anything else takes the element loop
+            raise ValueError(f"a reduction over {n} elements")
+        left = [np.take(d, np.arange(0, n, 2), axis=axis) for d in data]
+        right = [np.take(d, np.arange(1, n, 2), axis=axis) for d in data]
+        data = _combine(op, dtypes, left, right)
     results = []
     for t, d in zip(input, data):
         d = np.take(d, 0, axis=axis)
