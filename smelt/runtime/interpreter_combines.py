@@ -1,6 +1,7 @@
 """Triton's interpreter runs a reduction or scan with a combine function of its own (argmax with its
 index, Welford, logcumsumexp, smelt's tuple combines) one element at a time, calling the function on
-one-element arrays: a 5 x 16 x 256 argmax with a variance took 19 s. Here the same combine function
+one-element arrays: test_split_reduction's test_keepdim (an argmax beside a variance) took 20.7 s
+under the interpreter, 2.3 s with this. Here the same combine function
 runs over whole arrays in a tree, log2(n) calls per reduction:
 
 - a reduction combines neighbours (0 with 1, 2 with 3, ...), the lower index always on the left, then
