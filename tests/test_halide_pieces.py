@@ -156,6 +156,19 @@ def test_a_cat_along_rows_of_a_kernel_over_r_and_x():
         pieces=True)
 
 
+@pytest.mark.parametrize("count, pieces", [(3, False), (4, True), (8, True)])
+def test_a_cat_of_channels_last_pieces_back_to_nchw(count, pieces):
+    # A dense block's cat: its store transposes in tiles, each tile evaluating every masked load. From
+    # MIN_GATHERS_OVER_TILES inputs the kernel goes to pieces (8 pieces in tiles: 54 s to compile).
+    parts = [torch.randn(2, 16 if k == 0 else 8, 12, 12).to(memory_format=torch.channels_last) for k in range(count)]
+
+    def block(*parts):
+        return torch.cat([p.relu() if k % 2 else p for k, p in enumerate(parts)], 1).contiguous() * 2
+    run(block, *parts, pieces=pieces)
+    tiled = [s for s in kernel_sources() if "_tiles = hl.RDom" in s]
+    assert bool(tiled) != pieces, kernel_sources()
+
+
 def test_a_pad_on_both_sides_of_the_last_dim():
     x = torch.randn(3, 4, 50)
     run(lambda x: F.pad(x.exp(), (3, 5), value=-1.0) + 2, x, pieces=True)

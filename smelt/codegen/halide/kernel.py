@@ -34,7 +34,7 @@ from . import random
 from .division import DIVISION_HELPERS
 from .handler import HalideOps
 from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
-from .pieces import Piece, decide, split
+from .pieces import MIN_GATHERS_OVER_TILES, Piece, decide, split
 from .reductions import emit_reduction
 from .scan import emit_scan
 from .schedule import ROW_DOMAIN, ROW_DOMAIN_DECLARATION, HalideSchedule, periods_along
@@ -327,8 +327,10 @@ class HalideKernel(PrintedKernel):
         loads read by comparisons of one coordinate of x (of r, in a pointwise kernel over (r, x)):
         a cat's pieces. None for other kernels."""
         if (self.schedule.device != "cpu" or not self.per_column_funcs or not self.schedule.gathers
-                or self.plan.is_reduction or self.plan.has_scan or self.tiles or self.in_place or self.uses_random
+                or self.plan.is_reduction or self.plan.has_scan or self.in_place or self.uses_random
                 or self.schedule.scatters or any(n.is_scatter for n in self.plan.nodes)):
+            return None
+        if self.tiles and self.schedule.gathers < MIN_GATHERS_OVER_TILES:
             return None
         placement = Placement.XR if self.plan.blocks_2d else Placement.X
         extents = self.static_extents()

@@ -31,6 +31,12 @@ SPLIT_KERNELS = True
 # More pieces than this keep one loop: each piece is a loop nest of its own in the compiled kernel
 # (a cat of more than 8 pieces is written slice by slice anyway: lowering/cat_pad.py).
 MAX_PIECES = 9
+# A kernel whose store transposes in tiles (schedule.TransposeTiles) is printed in pieces, which
+# have no tiles, only where it loads this many inputs under masks or more: each tile evaluates every
+# masked load for every element, and Halide's compile grows with loads x tile (a dense block's cat of
+# 5 channels-last pieces back to NCHW: 9 s to compile, 8 pieces 54 s; in pieces 1.6 s, and 4-11x
+# faster to run). With 2 or 3 pieces of 128 channels the tiles' transposed loads ran faster.
+MIN_GATHERS_OVER_TILES = 4
 # The RDom each piece's stores walk is named this with the piece's number.
 PIECE_DOMAIN = "piece_dom"
 
