@@ -1232,3 +1232,16 @@ def test_float32_hyperbolic_functions_are_vectorized_within_one_ulp(op):
     assert torch.equal(got.isnan(), fn(x).isnan())
     assert torch.signbit(got[1]) == torch.signbit(fn(x[1:2]))[0]
     torch.testing.assert_close(compiled(lambda s: fn(s) * 2)(x[20].clone()), fn(x[20]) * 2)
+
+
+def test_a_func_call_held_for_its_size_gets_a_func_name_of_its_own():
+    """Fuzz seed 4355 (program 151): a value held in a Func of its own for its tree's size was a Func's
+    call, not a temporary, and its holder was named after the call's text (`hl.Expr(buf1_exp[r, x])_value18
+    = ...`): the kernel's source did not parse."""
+    def fn(x0, x1):
+        v0 = x0.unsqueeze(0).expand(2, -1)
+        v1 = v0 * torch.rsqrt(v0.pow(2).mean(-1, keepdim=True) + 1e-6) * x1
+        return torch.nn.functional.softmin(v1, 1)
+
+    x0, x1 = torch.tensor([0.5, -1.25], dtype=torch.bfloat16), torch.tensor([2.0], dtype=torch.bfloat16)
+    torch.testing.assert_close(torch.compile(fn, backend="smelt")(x0, x1), fn(x0, x1))

@@ -283,7 +283,9 @@ class HalideKernel(PrintedKernel):
 
     def _hold(self, var: CSEVar) -> CSEVar:
         """var's value as a call of a Func holding it; later requests for var's expression get the call."""
-        boundary = self.as_func(self.fresh(f"{var.name}_value"), var, var.rank)
+        # A var may be a Func's call rather than a temporary (its name then is no identifier).
+        stem = var.name if var.name.isidentifier() else "held"
+        boundary = self.as_func(self.fresh(f"{stem}_value"), var, var.rank)
         self.cse.redirect(var, boundary)
         self.depth[boundary.name] = 0
         self.tree_size[boundary.name] = 1
