@@ -3,7 +3,8 @@ eager and Inductor's C++ backend, in one process (issue 23): median us a call of
 
     python -m benchmarks.probes.cpu_pieces [--calls 200] [--only cat_1d,kv_cache]
 
-Each case is compiled twice by smelt (pieces.SPLIT_KERNELS off, then on; the graph cache off), its
+Each case is compiled twice by smelt (pieces.SPLIT_KERNELS off, then on with every kernel that transposes in
+tiles split too, whatever pieces.MIN_GATHERS_OVER_TILES says; the graph cache off), its
 values checked against eager, and each compiled function timed before the next is compiled. The
 first call of each (its compile, with a kernel cache folder of its own, empty) is timed too.
 """
@@ -34,6 +35,7 @@ CASES = {
     # A dense block's cat of channels-last features back to NCHW: a store that transposes in tiles.
     "nchw_cat_of_8_channels_last": lambda: _nchw_cat(8, (2, 8, 48, 48)),
     "nchw_cat_of_4_channels_last": lambda: _nchw_cat(4, (4, 64, 56, 56)),
+    "nchw_cat_of_2_channels_last": lambda: _nchw_cat(2, (8, 128, 14, 14)),
 }
 
 
@@ -54,6 +56,7 @@ def main(argv=None) -> None:
     from smelt.config import override
     from smelt.codegen.halide import pieces
     names = [n for n in args.only.split(",") if n] or list(CASES)
+    threshold = pieces.MIN_GATHERS_OVER_TILES
     print("| case | eager us | Inductor us | smelt, one loop us | smelt, in pieces us | smelt's first call s, one loop / in pieces |\n"
           "| --- | --- | --- | --- | --- | --- |")
     for name in names:
@@ -68,6 +71,7 @@ def main(argv=None) -> None:
         try:
             for split in (False, True):
                 pieces.SPLIT_KERNELS = split
+                pieces.MIN_GATHERS_OVER_TILES = 1 if split else threshold
                 torch._dynamo.reset()
                 compiled = torch.compile(fn, backend="smelt")
                 with tempfile.TemporaryDirectory() as cold, override(cache_dir=cold):
@@ -76,7 +80,7 @@ def main(argv=None) -> None:
                     firsts.append(time.perf_counter() - start)
                     times.append(median_call_ms(compiled, inputs, args.calls, warmup=10) * 1e3)
         finally:
-            pieces.SPLIT_KERNELS = True
+            pieces.SPLIT_KERNELS, pieces.MIN_GATHERS_OVER_TILES = True, threshold
         print(f"| {name} | " + " | ".join(f"{t:.1f}" for t in times) + f" | {firsts[0]:.1f} / {firsts[1]:.1f} |")
 
 

@@ -81,7 +81,7 @@ def _in_pieces(kernel: HalideKernel, source: str, name: str, comments: list[str]
     """The kernel printed again a loop per piece (pieces.py) where its body asks for that and it spares
     masked loads; else the kernel as printed."""
     pieces = kernel.piecewise()
-    if not pieces:
+    if not pieces or (kernel.tiles and kernel.schedule.gathers < halide_pieces.MIN_GATHERS_OVER_TILES):
         return kernel, source
     split = HalideKernel(kernel.plan, kernel.graph, type(kernel.schedule), pieces=pieces)
     try:

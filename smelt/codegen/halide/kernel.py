@@ -34,7 +34,7 @@ from . import random
 from .division import DIVISION_HELPERS
 from .handler import HalideOps
 from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
-from .pieces import MIN_GATHERS_OVER_TILES, Piece, decide, split
+from .pieces import Piece, decide, split
 from .reductions import emit_reduction
 from .scan import emit_scan
 from .schedule import ROW_DOMAIN, ROW_DOMAIN_DECLARATION, HalideSchedule, periods_along
@@ -331,8 +331,6 @@ class HalideKernel(PrintedKernel):
         if (self.schedule.device != "cpu" or not self.per_column_funcs or not self.schedule.gathers
                 or self.plan.is_reduction or self.plan.has_scan or self.in_place or self.uses_random
                 or self.schedule.scatters or any(n.is_scatter for n in self.plan.nodes)):
-            return None
-        if self.tiles and self.schedule.gathers < MIN_GATHERS_OVER_TILES:
             return None
         placement = Placement.XR if self.plan.blocks_2d else Placement.X
         extents = self.static_extents()
