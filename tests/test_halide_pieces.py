@@ -159,7 +159,7 @@ def test_a_cat_along_rows_of_a_kernel_over_r_and_x():
 @pytest.mark.parametrize("count, pieces", [(3, False), (4, True), (8, True)])
 def test_a_cat_of_channels_last_pieces_back_to_nchw(count, pieces):
     # A dense block's cat: its store transposes in tiles, each tile evaluating every masked load. From
-    # MIN_GATHERS_OVER_TILES inputs the kernel goes to pieces (8 pieces in tiles: 54 s to compile).
+    # MIN_GATHERS_OVER_TILES inputs the kernel goes to pieces (8 pieces in tiles: a 68 s first call, cpu_pieces).
     parts = [torch.randn(2, 16 if k == 0 else 8, 12, 12).to(memory_format=torch.channels_last) for k in range(count)]
 
     def block(*parts):
