@@ -99,8 +99,8 @@ def _in_pieces(kernel: HalideKernel, source: str, name: str, comments: list[str]
 def _tiles_give_way(kernel: HalideKernel) -> bool:
     """Whether a kernel whose store walks its domain reordered goes to pieces (which have no tiles):
     one that transposes in tiles, from MIN_GATHERS_OVER_TILES masked loads (pieces.py). An interleaving
-    store's row chunks stay (a cat of 4 pieces into a channels-last tensor of 4 channels: 135 us in
-    chunks, 174 us in pieces)."""
+    store's row chunks stay: a cat of 4 pieces into a channels-last tensor of 4 channels ran slower in
+    pieces (RESULTS, fifty-eighth session; test_halide_pieces holds the chunks)."""
     return (isinstance(kernel.tiles, TransposeTiles)
             and kernel.schedule.gathers >= halide_pieces.MIN_GATHERS_OVER_TILES)
 
