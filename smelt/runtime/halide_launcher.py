@@ -136,10 +136,14 @@ class HalideLauncher:
         self.fn = getattr(self.library, f"{symbol}_argv")
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        # The pipeline has no asserts to check its buffers' types (halide_compile.kernel_target): the
+        # launcher sets them once here and refuses a tensor of another dtype.
+        self.dtypes = tuple(getattr(torch, d) for d in module.DTYPES)
         buffers = self.num_inputs + self.num_outputs
         self.dims = (HalideDimension * buffers)()
         self.buffers = (HalideBuffer * buffers)()
         for k in range(buffers):
+            self.buffers[k].type.code, self.buffers[k].type.bits = HALIDE_TYPE_CODE[self.dtypes[k]]
             self.buffers[k].dimensions = 1
             self.buffers[k].dim = ctypes.pointer(self.dims[k])
             self.buffers[k].type.lanes = 1
@@ -207,6 +211,9 @@ class HalideLauncher:
             else:
                 status = self.run(*self.run_addresses, _PACKED_TYPE_CODE, args)
         except (TypeError, OverflowError) as e:
+            for k, tensor in enumerate(args[:len(self.dtypes)]):
+                if isinstance(tensor, torch.Tensor) and tensor.dtype != self.dtypes[k]:
+                    raise self._wrong_dtype(k, tensor) from None
             raise HalideLaunchError(f"smelt: Halide kernel {self.name}: {e}") from None
         self._check(status)
 
@@ -220,13 +227,18 @@ class HalideLauncher:
         if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
             raise HalideLaunchError(f"smelt: Halide kernel {self.name} got {type(tensor).__name__} "
                                     f"{getattr(tensor, 'device', '')} for buffer {k}: it runs on CPU tensors")
+        if tensor.dtype != self.dtypes[k]:
+            raise self._wrong_dtype(k, tensor)
         extent = storage_extent(self.name, tensor)
         buffer = self.buffers[k]
-        code, bits = HALIDE_TYPE_CODE[tensor.dtype]
-        buffer.type.code, buffer.type.bits = code, bits
         empty = describes_empty(tensor, extent)
         buffer.host = ctypes.addressof(_EMPTY) if empty else tensor.data_ptr()
         self.dims[k].extent = described_extent(k, self.num_inputs, empty, extent)
+
+    def _wrong_dtype(self, k: int, tensor: torch.Tensor) -> HalideLaunchError:
+        return HalideLaunchError(f"smelt: Halide kernel {self.name} got a {tensor.dtype} tensor for buffer {k}, "
+                                 f"which it reads as {self.dtypes[k]}; source: {self.path}; from ATen ops: "
+                                 f"{', '.join(self.origins)}")
 
     def __repr__(self):
         return f"<Halide kernel {self.name} from {self.path}>"

@@ -9,8 +9,8 @@
  * (ctypes finds it in libcuda), so no CUDA header or library is needed here.
  *
  * halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args), for Halide's CPU kernels
- * (runtime/halide_launcher.py), describes each CPU tensor of `args` in the halide_buffer_t at `buffers`
- * (as HalideLauncher._describe does) and the int32 sizes that follow them, in copies of its own of the
+ * (runtime/halide_launcher.py), checks each CPU tensor of `args` against the type the launcher set in the
+ * halide_buffer_t at `buffers` and describes it there (as HalideLauncher._describe does), and the int32 sizes that follow them, in copies of its own of the
  * launcher's descriptions, and calls the pipeline's argv entry point on those with the GIL released (other
  * threads may launch the same kernel meanwhile). It returns the pipeline's status.
  */
@@ -199,6 +199,12 @@ static int describe(halide_buffer *buffer, Py_ssize_t k, Py_ssize_t num_inputs, 
         return -1;
     }
     long packed = PyLong_AsLong(code);
+    /* The launcher set each buffer's type from the kernel's dtypes; the pipeline, built without
+     * asserts, would not check it (halide_compile.kernel_target). */
+    if (packed != (long)(buffer->type.code | buffer->type.bits << 8)) {
+        PyErr_Format(PyExc_TypeError, "buffer %zd is of another dtype than the kernel reads", k);
+        return -1;
+    }
     long long numel, offset, itemsize, nbytes;
     if (call_int(t, numel_name, &numel) < 0 || call_int(t, storage_offset_name, &offset) < 0 ||
         call_int(t, element_size_name, &itemsize) < 0)
@@ -215,8 +221,6 @@ static int describe(halide_buffer *buffer, Py_ssize_t k, Py_ssize_t num_inputs, 
         PyErr_Format(PyExc_OverflowError, "a buffer of %lld elements is past Halide's int32 extents", extent);
         return -1;
     }
-    buffer->type.code = (uint8_t)(packed & 0xff);
-    buffer->type.bits = (uint8_t)(packed >> 8);
     if (numel == 0 || extent <= 0) {
         buffer->host = (uint8_t *)&empty_placeholder;
         buffer->dim->extent = k < num_inputs ? 1 : 0;

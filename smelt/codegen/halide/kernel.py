@@ -651,6 +651,8 @@ class HalideKernel(PrintedKernel):
         out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
         out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
+        dtypes = [self.graph.dtype_of(b) for b in self.inputs] + [self.graph.dtype_of(b) for b, _ in self.ordered_outputs()]
+        out.writeline(f"DTYPES = {tuple(str(d).removeprefix('torch.') for d in dtypes)!r}  # the launcher refuses others")
         out.writeline(f"DEVICE = {self.schedule.device!r}  # the target its schedule is for")
         helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
         helpers += self.schedule.helpers()
