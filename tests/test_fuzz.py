@@ -113,6 +113,28 @@ def test_a_kernel_halides_compiler_refused_is_reported_though_its_values_are_rig
     assert result.signature() == "refused: smelt:  runs in Triton instead of Halide: smelt: Halide kernel  did not compile"
 
 
+def test_every_status_a_program_gets_is_counted_by_the_journal_and_the_summary(tmp_path):
+    """Fuzz seed 4359: the 'refused' status reached the journal, which knew no such status, and the
+    run died at its 321st program. Every status is now one of journal.STATUSES or no Result at all;
+    a refusal is counted, survives a restart and makes the run fail."""
+    import argparse
+    from smelt.tools.fuzz.journal import STATUSES, Journal
+    with pytest.raises(ValueError, match="unknown status 'refusd'"):
+        runner.Result("refusd")
+    path = str(tmp_path / "journal")
+    journal = Journal(path)
+    for index, status in enumerate(STATUSES):
+        journal.add({"index": index, "status": runner.Result(status).status})
+    again = Journal(path)
+    assert again.counts == dict.fromkeys(STATUSES, 1) and again.next_index() == len(STATUSES)
+    out = io.StringIO()
+    only_refused = Journal(None)
+    only_refused.add({"index": 0, "status": "refused"})
+    with contextlib.redirect_stdout(out):
+        rc = cli._summary(argparse.Namespace(device="cpu"), only_refused, 1.0)
+    assert rc == 1 and "Halide refusals 1" in out.getvalue(), out.getvalue()
+
+
 def test_with_cache_hits_the_second_compile_is_judged(monkeypatch):
     """--cache-hits: each program compiles twice and the second, which the graph cache serves, is
     the one judged (here a wrong second compile fails the program)."""

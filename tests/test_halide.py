@@ -1254,3 +1254,14 @@ def test_a_func_call_held_for_its_size_gets_a_func_name_of_its_own():
 
     x0, x1 = torch.tensor([0.5, -1.25], dtype=torch.bfloat16), torch.tensor([2.0], dtype=torch.bfloat16)
     torch.testing.assert_close(torch.compile(fn, backend="smelt")(x0, x1), fn(x0, x1))
+
+
+@pytest.mark.parametrize("unary", [torch.nn.functional.gelu, torch.exp, torch.tanh, torch.sigmoid, torch.erf])
+def test_a_gather_read_at_r_and_x_of_a_pointwise_kernel_is_of_rank_two(unary):
+    """Fuzz seed 4359 (program 321): an unfold of a channels-last input is a 2-D pointwise kernel
+    whose gathered values depend on r and x, but were taken as values of x alone, so the polynomial
+    Func of gelu's erf was defined over x with r in its body and Halide refused the kernel (it ran
+    in Triton's interpreter). The other special functions that hold a Func over their vars alike."""
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    run_both(lambda a: unary(torch.nn.functional.unfold(a, 2, padding=1, stride=1)), x)
+    run_both(lambda a: unary(torch.nn.functional.unfold(a, 2, padding=1, stride=1)), x[:1, :1, :1, :1])

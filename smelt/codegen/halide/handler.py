@@ -170,6 +170,7 @@ class HalideOps:
             return sympy.Symbol(found.name, integer=True)
         symbol = indirect_symbol(len(k.indirect))
         k.cse.remember(key, CSEVar(str(symbol), torch.int32, value.rank))
+        k.indirect_rank[str(symbol)] = value.rank
         wrapped = f"hl.cast(hl.Int(32), hl.select({value} < 0, {value} + {size_text}, {value}))"
         k.body.writeline(f"{symbol}_unchecked = {wrapped}")
         bounds = f"(0 <= {symbol}_unchecked) & ({symbol}_unchecked < {size_text})"

@@ -171,6 +171,7 @@ class HalideKernel(PrintedKernel):
         self.scan_results: dict[tuple, tuple[CSEVar, ...]] = {}
         self.in_place: list = []  # (node, value, per (x, r)) of stores into buffers the kernel reads
         self.indirect: dict[str, str] = {}  # indirect symbol -> how its bound is checked
+        self.indirect_rank: dict[str, int] = {}  # indirect symbol -> the rank of the value it was made of
         self.schedule = schedule_class(plan)  # halide_schedule (CPU) or halide_gpu_schedule
         self.schedule.rows_join_elements = not plain
         self.uses_random = False  # set by the random ops: the module then defines philox()
@@ -358,7 +359,10 @@ class HalideKernel(PrintedKernel):
     def rank_of(self, expr: sympy.Expr) -> int:
         symbols = sympy.sympify(expr).free_symbols
         rank = 2 if RINDEX in symbols else (1 if XINDEX in symbols else 0)
-        return max([rank] + [2 if self.plan.is_reduction else 1 for s in symbols if is_indirect(s)])
+        # An index read at (r, x) makes a value of rank 2, in a reduction or a 2-D pointwise kernel
+        # (an unfold's gather: as rank 1, a helper Func over x alone named r, which Halide refused).
+        return max([rank] + [max(2 if self.plan.is_reduction else 1, self.indirect_rank.get(str(s), 0))
+                             for s in symbols if is_indirect(s)])
 
     def input(self, buffer: str) -> str:
         if buffer not in self.inputs:

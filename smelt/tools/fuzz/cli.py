@@ -218,10 +218,11 @@ def _dies_generating(seed: int, args) -> bool:
 
 def _summary(args, journal: Journal, seconds) -> int:
     c = journal.counts
-    failed = sum(c[k] for k in ("fail", "crash", "timeout", "segfault"))
+    failed = sum(c[k] for k in ("fail", "crash", "timeout", "segfault", "refused"))
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     print(f"\n{sum(c.values())} programs{took} ({backend_name(args.device)}): passed {c['pass']}, failed {failed} "
-          f"(wrong values {c['fail']}, crashes {c['crash']}, segfaults {c['segfault']}, timeouts {c['timeout']}), "
+          f"(wrong values {c['fail']}, crashes {c['crash']}, segfaults {c['segfault']}, timeouts {c['timeout']}, "
+          f"Halide refusals {c['refused']}), "
           f"skipped {c['skip']} (eager raised), unsupported {c['unsupported']} (torch.compile raised without smelt too), "
           f"ill-conditioned {c['ill-conditioned']} (the float64 answer moves under a 1e-9 rescaling of the inputs)")
     for n, f in enumerate(journal.findings, 1):

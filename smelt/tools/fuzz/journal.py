@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-STATUSES = ("pass", "fail", "crash", "timeout", "segfault", "skip", "unsupported", "ill-conditioned")
+# Every status a judged program can have (runner.Result refuses others, so a new one is counted here).
+STATUSES = ("pass", "fail", "crash", "timeout", "segfault", "skip", "unsupported", "ill-conditioned", "refused")
 
 
 class Journal:

@@ -20,6 +20,7 @@ import torch._dynamo
 
 from ..accuracy import compare, to_float64
 from .inputs import make_input
+from .journal import STATUSES
 from .program import Program
 
 COTANGENT_SEED = 9001
@@ -39,6 +40,10 @@ class Result:
     messages: list = dataclasses.field(default_factory=list)
     names: list = dataclasses.field(default_factory=list)  # program values/inputs each message is about
     seconds: float = 0.0
+
+    def __post_init__(self):
+        if self.status not in STATUSES:  # the journal and the summary count each status by name
+            raise ValueError(f"fuzz: unknown status {self.status!r}: add it to journal.STATUSES")
 
     def signature(self) -> str:
         """What 'fails the same way' means to the shrinker: the status, and for a crash its exception
