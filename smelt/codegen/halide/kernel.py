@@ -41,13 +41,26 @@ from .schedule import ROW_DOMAIN, ROW_DOMAIN_DECLARATION, HalideSchedule, period
 from .special import SPECIAL_FUNCTIONS
 
 
-MODULE_HELPERS = '''
+# A kernel built with Halide's asserts (on CUDA, or one that checks a gathered index on the CPU:
+# halide_compile.target_for) loads through a promise: every index of its domain is in bounds by
+# construction, and the promise spares bounds inference, whose regions those asserts check, an
+# over-estimate through // and %. Without asserts the regions are checked by nothing, and the load is
+# plain: Halide 21's skip-stages pass fails on a promise inside a select's condition ("argument of Not
+# is not a bool", a masked_fill's mask beside a sum read in one branch: fuzz seeds 4360 and earlier).
+LOAD_PROMISED = '''
 
 def load(buffer, index):
-    # Every index of the kernel's domain is in bounds by construction: the promise spares bounds
-    # inference an over-estimate through // and %.
+    # In bounds by construction: the promise keeps bounds inference from over-estimating // and %.
     return buffer[hl.unsafe_promise_clamped(index, 0, buffer.dim(0).extent() - 1)]
+'''
+LOAD_PLAIN = '''
 
+def load(buffer, index):
+    # In bounds by construction (the kernel is built without asserts, so nothing checks its regions).
+    return buffer[index]
+'''
+
+MODULE_HELPERS = '''
 
 def load_clamped(buffer, index):
     # A masked or indirect load: a lane whose index lies outside is discarded, but must not fault.
@@ -658,9 +671,10 @@ class HalideKernel(PrintedKernel):
         dtypes = [self.graph.dtype_of(b) for b in self.inputs] + [self.graph.dtype_of(b) for b, _ in self.ordered_outputs()]
         out.writeline(f"DTYPES = {tuple(str(d).removeprefix('torch.') for d in dtypes)!r}  # the launcher refuses others")
         out.writeline(f"DEVICE = {self.schedule.device!r}  # the target its schedule is for")
-        helpers = MODULE_HELPERS + (random.PHILOX_HELPER if self.uses_random else "")
-        helpers += self.schedule.helpers()
         body_text = "\n".join(self.body.lines)
+        with_asserts = self.schedule.device != "cpu" or "hl.require(" in body_text
+        helpers = (LOAD_PROMISED if with_asserts else LOAD_PLAIN) + MODULE_HELPERS
+        helpers += (random.PHILOX_HELPER if self.uses_random else "") + self.schedule.helpers()
         for special, source in {**SPECIAL_FUNCTIONS, **DIVISION_HELPERS}.items():
             if f" {special}(" in body_text + helpers:
                 helpers += source
