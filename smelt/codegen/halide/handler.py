@@ -99,6 +99,10 @@ class HalideOps:
         src, dst = register_dtype(x.dtype), register_dtype(dtype)
         text = x.name
         if dst != dtype:  # a half float: round through its own type
+            if x.dtype == torch.float16 and dtype == torch.bfloat16:
+                # A float16 NaN's payload lies in bits bfloat16 drops: Halide's conversion then gives
+                # inf (eager gives NaN); the NaN is made the default one first.
+                text = f"hl.select(hl.is_nan({text}), {literal(float('nan'), torch.float32)}, {text})"
             text = self.k.widen(self.k.narrow(text, dtype), dtype)
         elif dst in _NARROW_INTS and src.itemsize >= 4:
             # Eager converts a float to a narrow integer through a wide one, then wraps

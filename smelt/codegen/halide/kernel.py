@@ -60,6 +60,17 @@ def load(buffer, index):
     return buffer[index]
 '''
 
+# Halide's simplifier folds cast(f16, cast(f32, b)) of a bfloat16 b into one conversion, which makes
+# every NaN inf (fuzz seed 4361: a bfloat16 mean of nothing summed to float16). The xor keeps the
+# float32 step; float64 values are converted as they are.
+CONVERSION_HELPERS = {"to_float16": '''
+
+def to_float16(value):
+    if value.type() == hl.Float(32):
+        value = hl.reinterpret(hl.Float(32), hl.reinterpret(hl.UInt(32), value) ^ hl.u32(0))
+    return hl.cast(hl.Float(16), value)
+'''}
+
 MODULE_HELPERS = '''
 
 def load_clamped(buffer, index):
@@ -223,6 +234,8 @@ class HalideKernel(PrintedKernel):
         """A register value as dtype is stored."""
         if self.bf16_bits and dtype == torch.bfloat16:
             return f"f32_to_bf16_bits(hl.cast(hl.Float(32), {text}))"
+        if dtype == torch.float16:
+            return f"to_float16({text})"
         return f"hl.cast({halide_type(dtype)}, {text})"
 
     # ------------------------------------------------------------ printing helpers
@@ -675,8 +688,8 @@ class HalideKernel(PrintedKernel):
         with_asserts = self.schedule.device != "cpu" or "hl.require(" in body_text
         helpers = (LOAD_PROMISED if with_asserts else LOAD_PLAIN) + MODULE_HELPERS
         helpers += (random.PHILOX_HELPER if self.uses_random else "") + self.schedule.helpers()
-        for special, source in {**SPECIAL_FUNCTIONS, **DIVISION_HELPERS}.items():
-            if f" {special}(" in body_text + helpers:
+        for special, source in {**SPECIAL_FUNCTIONS, **DIVISION_HELPERS, **CONVERSION_HELPERS}.items():
+            if re.search(rf"(?<![\w.]){special}\(", body_text + helpers):
                 helpers += source
         for line in helpers.splitlines():
             out.writeline(line)
