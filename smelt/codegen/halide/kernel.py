@@ -41,8 +41,8 @@ from .schedule import ROW_DOMAIN, ROW_DOMAIN_DECLARATION, HalideSchedule, period
 from .special import SPECIAL_FUNCTIONS
 
 
-# A kernel built with Halide's asserts (on CUDA, or one that checks a gathered index on the CPU:
-# halide_compile.target_for) loads through a promise: every index of its domain is in bounds by
+# A kernel built with Halide's asserts (its ASSERTS line: on CUDA, or one that checks a gathered index
+# on the CPU; halide_compile.target_for reads it) loads through a promise: every index of its domain is in bounds by
 # construction, and the promise spares bounds inference, whose regions those asserts check, an
 # over-estimate through // and %. Without asserts the regions are checked by nothing, and the load is
 # plain: Halide 21's skip-stages pass fails on a promise inside a select's condition ("argument of Not
@@ -681,11 +681,13 @@ class HalideKernel(PrintedKernel):
         out.writeline(f"INPUTS = {tuple(self.inputs.values())!r}")
         out.writeline(f"OUTPUTS = {tuple(name for _, name in self.ordered_outputs())!r}")
         out.writeline(f"SIZES = {tuple(launch_sizes)!r}")
-        dtypes = [self.graph.dtype_of(b) for b in self.inputs] + [self.graph.dtype_of(b) for b, _ in self.ordered_outputs()]
-        out.writeline(f"DTYPES = {tuple(str(d).removeprefix('torch.') for d in dtypes)!r}  # the launcher refuses others")
+        buffers = [*self.inputs, *(b for b, _ in self.ordered_outputs())]
+        dtypes = tuple(str(self.graph.dtype_of(b)).removeprefix("torch.") for b in buffers)
+        out.writeline(f"DTYPES = {dtypes!r}  # the launcher refuses others")
         out.writeline(f"DEVICE = {self.schedule.device!r}  # the target its schedule is for")
         body_text = "\n".join(self.body.lines)
         with_asserts = self.schedule.device != "cpu" or "hl.require(" in body_text
+        out.writeline(f"ASSERTS = {with_asserts}  # built with Halide's asserts: on CUDA, or checking gathered indices")
         helpers = (LOAD_PROMISED if with_asserts else LOAD_PLAIN) + MODULE_HELPERS
         helpers += (random.PHILOX_HELPER if self.uses_random else "") + self.schedule.helpers()
         for special, source in {**SPECIAL_FUNCTIONS, **DIVISION_HELPERS, **CONVERSION_HELPERS}.items():
