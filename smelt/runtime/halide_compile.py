@@ -65,10 +65,15 @@ def kernel_target(checks_indices: bool = True):
     return kernel
 
 
+def checks_indices(source: str) -> bool:
+    """Whether a kernel's ASSERTS line asks for Halide's asserts (it checks gathered indices;
+    codegen/halide/kernel.py decides)."""
+    return "\nASSERTS = True" in source
+
+
 def target_for(source: str):
-    """The host target a kernel's source compiles for: with asserts where its ASSERTS line asks for
-    them (it checks gathered indices; codegen/halide/kernel.py decides)."""
-    return kernel_target(checks_indices="\nASSERTS = True" in source)
+    """The host target a kernel's source compiles for."""
+    return kernel_target(checks_indices(source))
 
 
 def _key(*parts: str) -> str:

@@ -11,8 +11,9 @@
  * halide_run(function, argv, buffers, sizes, num_buffers, num_inputs, codes, args), for Halide's CPU kernels
  * (runtime/halide_launcher.py), checks each CPU tensor of `args` against the type the launcher set in the
  * halide_buffer_t at `buffers` and describes it there (as HalideLauncher._describe does), and the int32
- * sizes that follow them, in copies of its own of the launcher's descriptions, and calls the pipeline's argv entry point on those with the GIL released (other
- * threads may launch the same kernel meanwhile). It returns the pipeline's status.
+ * sizes that follow them, in copies of its own of the launcher's descriptions, and calls the pipeline's
+ * argv entry point on those with the GIL released (other threads may launch the same kernel meanwhile).
+ * It returns the pipeline's status.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

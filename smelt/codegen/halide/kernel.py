@@ -42,9 +42,9 @@ from .special import SPECIAL_FUNCTIONS
 
 
 # A kernel built with Halide's asserts (its ASSERTS line: on CUDA, or one that checks a gathered index
-# on the CPU; halide_compile.target_for reads it) loads through a promise: every index of its domain is in bounds by
-# construction, and the promise spares bounds inference, whose regions those asserts check, an
-# over-estimate through // and %. Without asserts the regions are checked by nothing, and the load is
+# on the CPU; halide_compile.target_for reads it) loads through a promise: every index of its domain
+# is in bounds by construction, and the promise spares bounds inference, whose regions those asserts
+# check, an over-estimate through // and %. Without asserts the regions are checked by nothing, and the load is
 # plain: Halide 21's skip-stages pass fails on a promise inside a select's condition ("argument of Not
 # is not a bool", a masked_fill's mask beside a sum read in one branch: fuzz seeds 4360 and earlier).
 LOAD_PROMISED = '''
