@@ -48,6 +48,28 @@ class IndexVar(CSEVar):
 
 
 COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+
+# Float ops whose NaN results the hardware makes quiet, so they round to bfloat16 without a NaN guard
+# (kernel.CONVERSION_HELPERS): IEEE arithmetic and helpers that end in it. Not abs, neg, maximum or
+# where, which pass a NaN's bits on, nor erf, log or tanh, whose helpers return a NaN as it came, nor
+# an op Halide folds to its operand (x * 1). test_halide_math_edges runs each on signaling NaNs.
+QUIETING_BINARY = frozenset({"add", "sub", "mul", "truediv"})
+QUIETING_UNARY = frozenset({"exp", "sigmoid", "sqrt", "rsqrt", "reciprocal"})
+
+
+def _folds_to_an_operand(name: str, a, b) -> bool:
+    """Whether Halide's simplifier may fold `a name b` to an operand or its negation (x * 1, 0 - x)."""
+    def known(v, values):
+        return isinstance(v, ConstantVar) and v.value in values
+    if name == "add":
+        return known(a, (0,)) or known(b, (0,))
+    if name == "sub":
+        return known(a, (0,)) or known(b, (0,))
+    if name == "mul":
+        return known(a, (1, -1)) or known(b, (1, -1))
+    return known(b, (1, -1))  # truediv
+
+
 # Ops whose Halide form is the C library's, called per element, printed on float32 as special.py's
 # vectorized helper instead.
 FLOAT32_HELPERS = frozenset({"sin", "cos", "sinh", "cosh"})
@@ -103,7 +125,7 @@ class HalideOps:
                 # A float16 NaN's payload lies in bits bfloat16 drops: Halide's conversion then gives
                 # inf (eager gives NaN); the NaN is made the default one first.
                 text = f"hl.select(hl.is_nan({text}), {literal(float('nan'), torch.float32)}, {text})"
-            text = self.k.widen(self.k.narrow(text, dtype), dtype)
+            text = self.k.widen(self.k.narrow(text, dtype, self.k.rounds_unguarded(x)), dtype)
         elif dst in _NARROW_INTS and src.itemsize >= 4:
             # Eager converts a float to a narrow integer through a wide one, then wraps
             # (-1.5 -> uint8 255). Halide's simplifier folds cast(u8, cast(i32, f)) into a direct
@@ -262,7 +284,10 @@ class HalideOps:
             return computed(self.k.emit(text, dtype, rank), name)
         if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
             out = torch.bool if name in PREDICATE_OPS else dtype
-            return computed(self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank), name)
+            var = self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
+            if name in QUIETING_BINARY and dtype.is_floating_point and not _folds_to_an_operand(name, a, b):
+                self.k.quiet_values.add(var.name)
+            return computed(var, name)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
         if name == "fmod" and dtype == torch.float64:
             raise UnsupportedInHalide("smelt: op fmod on torch.float64 has no exact Halide form (halide_division.py)")
@@ -289,7 +314,10 @@ class HalideOps:
             text = self._operand(x) if name == "abs" else f"({zero} - {self._operand(x)})"
             return computed(self.k.emit(text, x.dtype, rank), name)
         dtype = torch.bool if name in PREDICATE_OPS else x.dtype
-        return computed(self.k.emit(self.unary_text(name, x, table), dtype, rank), name)
+        var = self.k.emit(self.unary_text(name, x, table), dtype, rank)
+        if name in QUIETING_UNARY and dtype.is_floating_point:
+            self.k.quiet_values.add(var.name)
+        return computed(var, name)
 
     def unary_text(self, name: str, x: CSEVar, table: dict | None = None) -> str:
         """What op `name` on x prints as (and its CSE key)."""

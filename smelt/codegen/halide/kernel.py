@@ -63,12 +63,23 @@ def load(buffer, index):
 # Halide's simplifier folds cast(f16, cast(f32, b)) of a bfloat16 b into one conversion, which makes
 # every NaN inf (fuzz seed 4361: a bfloat16 mean of nothing summed to float16). The xor keeps the
 # float32 step; float64 values are converted as they are.
+# Halide rounds float32 to bfloat16 on the integer bits, which carries a NaN whose payload lies only
+# in the dropped bits (a signaling NaN read from memory or a bit view) into inf: eager gives NaN.
+# to_bfloat16 sets the NaN's quiet bit first (on the bits: hl.is_nan rewrites a deep argument as a
+# tree). Values the hardware made quiet round without it (handler.QUIETING_*): an is_nan select on
+# every rounding of a chain of bfloat16 ops cost it 40%.
 CONVERSION_HELPERS = {"to_float16": '''
 
 def to_float16(value):
     if value.type() == hl.Float(32):
         value = hl.reinterpret(hl.Float(32), hl.reinterpret(hl.UInt(32), value) ^ hl.u32(0))
     return hl.cast(hl.Float(16), value)
+''', "to_bfloat16": '''
+
+def to_bfloat16(value):
+    bits = hl.reinterpret(hl.UInt(32), hl.cast(hl.Float(32), value))
+    nan = (bits & hl.u32(0x7FFFFFFF)) > hl.u32(0x7F800000)
+    return hl.cast(hl.BFloat(16), hl.reinterpret(hl.Float(32), hl.select(nan, bits | hl.u32(0x400000), bits)))
 '''}
 
 MODULE_HELPERS = '''
@@ -137,7 +148,7 @@ MAX_TREE_SIZE = 4096
 # remainder in 11 steps that each read the last one twice; the others read theirs a few times
 # (is_nan, clamps, selects). Other calls (load, hl.*) read it once.
 HELPER_READS = {**dict.fromkeys(SPECIAL_FUNCTIONS, 4), **dict.fromkeys(DIVISION_HELPERS, 4),
-                "float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 12}
+                "float_fmod": 2 ** 11, "log": 6, "exp": 3, "exp_float32": 12, "to_bfloat16": 2}
 _TEMPORARY = re.compile(r"\btmp\d+\b")
 # A name in a printed expression (not an attribute: hl.sqrt's sqrt), and whether it is called.
 _NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*(\()?")
@@ -214,6 +225,8 @@ class HalideKernel(PrintedKernel):
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
         self.bf16_bits = self.schedule.bf16_as_bits
+        # Values known to be a quiet NaN if NaN (handler.QUIETING_OPS): they round to bfloat16 unguarded.
+        self.quiet_values: set[str] = set()
 
     def ops(self) -> HalideOps:
         return HalideOps(self)
@@ -230,12 +243,19 @@ class HalideKernel(PrintedKernel):
             return f"bf16_bits_to_f32({text})"
         return f"hl.cast({halide_type(register_dtype(dtype))}, {text})"
 
-    def narrow(self, text: str, dtype: torch.dtype) -> str:
-        """A register value as dtype is stored."""
+    def rounds_unguarded(self, value: CSEVar) -> bool:
+        """Whether value keeps a NaN through Halide's bfloat16 rounding: a quiet NaN if NaN, or a value
+        typed bfloat16 (held exactly in its float32 register, its low bits zero)."""
+        return value.dtype == torch.bfloat16 or value.name in self.quiet_values
+
+    def narrow(self, text: str, dtype: torch.dtype, quiet: bool = False) -> str:
+        """A register value as dtype is stored; `quiet`: the value is a quiet NaN if NaN."""
         if self.bf16_bits and dtype == torch.bfloat16:
             return f"f32_to_bf16_bits(hl.cast(hl.Float(32), {text}))"
         if dtype == torch.float16:
             return f"to_float16({text})"
+        if dtype == torch.bfloat16 and not quiet:
+            return f"to_bfloat16({text})"
         return f"hl.cast({halide_type(dtype)}, {text})"
 
     # ------------------------------------------------------------ printing helpers
@@ -522,7 +542,7 @@ class HalideKernel(PrintedKernel):
         xr = placement in ROW_VALUED
         dtype = node.buffer.get_dtype()
         if register_dtype(value.dtype) != dtype or value.dtype != dtype:
-            value = CSEVar(self.narrow(value.name, dtype), dtype, value.rank)
+            value = CSEVar(self.narrow(value.name, dtype, self.rounds_unguarded(value)), dtype, value.rank)
         if node.write_name in self.inputs:
             self.in_place.append((node, value, xr))  # written last, see write_in_place
             return
@@ -620,7 +640,7 @@ class HalideKernel(PrintedKernel):
         at = where.name.replace("[x]", "[x_dom.x]")
         incoming = value.name.replace("[x]", "[x_dom.x]")
         if register_dtype(value.dtype) != dtype or value.dtype != dtype:
-            incoming = self.narrow(incoming, dtype)
+            incoming = self.narrow(incoming, dtype, self.rounds_unguarded(value))
         target = f"{out}[in_output({out}, {at})]"
         old = func_call(target)
         combined = {None: incoming, "atomic_add": f"{old} + {incoming}", "atomic_mul": f"{old} * {incoming}",
