@@ -249,8 +249,8 @@ def _schedule(graph, cfg, halide_refused, halide_plain=frozenset(), kind: str = 
     if cfg.combo_kernels:
         sched.steps = combine(sched.steps, key_of, outputs, graph, merge=is_merge_key)
     sched.steps = ctx.steps = attach_finishers(sched.steps, finishes, sizes, cfg.finish_limit)
-    if not cfg.autotune:  # autotuning's trials rerun a kernel on the same arguments: no input may change
-        sched.reuses = plan_reuse(sched.steps, outputs, graph)
+    # A tuned kernel's trials run on copies of arguments sharing memory (launcher._apart).
+    sched.reuses = plan_reuse(sched.steps, outputs, graph)
     if cfg.cpu_workspace:
         sched.workspace = plan_workspace(sched.steps, sched.reuses, graph, inference=kind == "inference")
     if cfg.buffer_pool:

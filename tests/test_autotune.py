@@ -49,6 +49,22 @@ def test_tuned_kernel_matches_eager_and_caches_its_choice(tuning, device, compil
     assert timed == []
 
 
+def test_a_tuned_kernel_written_over_its_own_input_times_on_copies(tuning, device, compile_fn, observe,
+                                                                     assert_close):
+    """The memory plan puts relu's result over the product it reads (scheduler/reuse.py): each trial
+    launch would read what the one before it wrote (relu(y) * 2, then 4 * relu(y), ...)."""
+    folder, timed = tuning
+
+    def f(x, w, head):
+        return ((x @ w).relu() * 2) @ head
+    x, w, head = (torch.randn(64, 64, device=device), torch.randn(64, 64, device=device),
+                  torch.randn(64, 4, device=device))
+    assert_close(compile_fn(f)(x, w, head), f(x, w, head))
+    inspects_triton_kernels()
+    assert len(timed) > 1
+    assert "written over" in observe.compiled_graphs()[-1].wrapper_source
+
+
 def test_a_tiled_kernel_is_tuned_over_tiles_and_reads_its_tile_back(tuning, device, compile_fn, observe,
                                                                      assert_close):
     """A transposed read (a tiled kernel): tiles of other shapes timed, the winner's tile kept on disk and
@@ -208,3 +224,23 @@ def test_queued_timing_doubles_its_sleep_only_while_the_host_falls_behind(monkey
         assert 200 * 2e6 <= sleeps[-1] < 400 * 2e6 and sleeps == sorted(sleeps)
     else:
         assert len(sleeps) == 3 and len(set(sleeps)) == 1
+
+
+def test_row_candidates_are_the_heuristic_then_fewer_warps_and_one_row_a_program():
+    """BERT's residual + LayerNorm (4096 x 768): the heuristic's 4 rows over 8 warps, then 1024 and
+    2048 elements a warp, then one row a program (Inductor's tuner takes one warp there)."""
+    from types import SimpleNamespace
+    from smelt.artifact import BlockConfig
+    from smelt.codegen.triton.candidates import row_candidates
+
+    def plan(rows, width, per_element=True):
+        return SimpleNamespace(static_sizes=lambda: (rows, width), has_scan=False, r_contiguous=lambda: True,
+                               stores_per_element=lambda: per_element)
+    heuristic = BlockConfig(4, 1024, 8, True)
+    found = [(c.XBLOCK, c.num_warps) for c in row_candidates(plan(4096, 768), heuristic)]
+    assert found == [(4, 8), (4, 4), (4, 2), (1, 2), (1, 1)]
+    assert row_candidates(plan(4096, 768, per_element=False), heuristic) == [heuristic]  # a row's statistics
+    looped = BlockConfig(1, 2048, 4, False)
+    assert row_candidates(plan(64, 100000), looped) == [looped]
+    short = BlockConfig(8, 64, 2, True)
+    assert row_candidates(plan(4096, 64), short) == [short]

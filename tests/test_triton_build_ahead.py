@@ -185,7 +185,7 @@ def test_a_binary_an_earlier_batch_still_builds_is_waited_for_not_built_again(mo
             t.start()
         return compile_pool.Batch(threads, [], after)
     monkeypatch.setattr(triton_loading, "submit", held_submit)
-    monkeypatch.setattr(triton_loading, "_ahead_job", lambda kernel, path, cache_dir: {"folder": kernel.name})
+    monkeypatch.setattr(triton_loading, "_ahead_jobs", lambda kernel, path, cache_dir: [{"folder": kernel.name}])
 
     def build(*names):
         kernels = [SimpleNamespace(name=n, combo=None) for n in names]
@@ -210,7 +210,7 @@ def test_triton_keeps_what_it_compiles_for_smelt_in_smelts_cache_folder(ahead, t
     elsewhere = tmp_path / "triton_home"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(elsewhere))
     if not ahead:  # no worker jobs: each kernel compiles in this process at its first launch
-        monkeypatch.setattr(triton_loading, "_ahead_job", lambda *a: None)
+        monkeypatch.setattr(triton_loading, "_ahead_jobs", lambda *a: [])
 
     scale = 3.0 if ahead else 5.0  # kernels of their own: the CUDA compile check remembers each source it compiled
 

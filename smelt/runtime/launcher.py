@@ -121,7 +121,12 @@ class TritonLauncher:
                 return
             if self.autotuner is not None:
                 sizes = tuple(a for a in args if isinstance(a, int))
-                config = self.autotuner.pick(sizes, _device_of(args), lambda c: self._launch_with(c, args))
+                trial = []  # the trials' arguments, made at the first trial
+
+                def run(config, args=args):
+                    trial[:] = trial or [_apart(args)]
+                    self._launch_with(config, trial[0])
+                config = self.autotuner.pick(sizes, _device_of(args), run)
                 if config != self.config:
                     self._use(config)
             if self.workspace is not None:
@@ -262,6 +267,19 @@ def items_getter(positions) -> Callable:
         (only,) = positions
         return lambda args: (args[only],)
     return operator.itemgetter(*positions)
+
+
+def _apart(args) -> tuple:
+    """args for a tuner's trial launches, with each tensor that shares memory with another argument
+    copied (same strides): an output the memory plan put over its own kernel's dying input
+    (scheduler/reuse.py) would make every launch after the first read what the last one wrote."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    spans = [(t.untyped_storage().data_ptr(), t) for t in tensors]
+    shared = {id(t) for k, (ptr, t) in enumerate(spans) for other, _ in spans[:k] + spans[k + 1:] if ptr == other}
+    if not shared:
+        return args
+    return tuple(torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+                 if isinstance(a, torch.Tensor) and id(a) in shared else a for a in args)
 
 
 def _device_of(args):

@@ -41,8 +41,7 @@ def build_ahead(kernels: list[GeneratedKernel], paths: dict[str, str], cache_dir
         return None
     jobs = {}
     for kernel in kernels:
-        job = _ahead_job(kernel, paths[kernel.name], cache_dir)
-        if job is not None:
+        for job in _ahead_jobs(kernel, paths[kernel.name], cache_dir):
             jobs[job["folder"]] = job  # kernels alike compile once
         if kernel.combo and not kernel.interpret:  # the writers of its pointer table
             member_sizes, member_kinds, pointers_per_kind = kernel.combo[:3]
@@ -73,33 +72,36 @@ _building: dict[str, object] = {}
 _building_lock = threading.Lock()
 
 
-def _ahead_job(kernel: GeneratedKernel, path: str, cache_dir: str) -> dict | None:
-    if len(kernel.candidates) > 1:  # autotuned: each candidate compiles as it is timed
-        return None
+def _ahead_jobs(kernel: GeneratedKernel, path: str, cache_dir: str) -> list[dict]:
+    """The builds of a kernel's binaries: one per block configuration its first launch may time."""
     if kernel.combo:
+        if len(kernel.candidates) > 1:  # a tuned combo's tables differ per config: built as timed
+            return []
         guess = launch_description(kernel.combo[-1])
     elif kernel.launch_guess is not None:
         guess = kernel.launch_guess
     else:
-        return None
+        return []
     if kernel.interpret:
         twin = kernel.cuda_twin
         if twin is None:
-            return None
-        name, source, config, workspace, ticket = twin.name, twin.source, twin.config, twin.workspace, twin.ticket
+            return []
+        name, source, configs, workspace, ticket = twin.name, twin.source, [twin.config], twin.workspace, twin.ticket
         path, capability = source_path(cache_dir, twin.name, twin.source), CAPABILITY
     else:
-        name, source, config, workspace, ticket = kernel.name, kernel.source, kernel.config, kernel.workspace, \
-            kernel.ticket
+        name, source, configs, workspace, ticket = kernel.name, kernel.source, list(kernel.candidates), \
+            kernel.workspace, kernel.ticket
         capability = torch.cuda.get_device_capability()
-    constexprs = block_constants(config, bool(kernel.combo), workspace[0] if workspace is not None else None)
     spec = guess + appended_description(workspace, ticket)
-    folder = folder_for(cache_dir, variant_key(source, spec, constexprs, config.num_warps, capability))
-    if os.path.isdir(folder):
-        return None  # kept already
-    return {"backend": "triton", "name": name, "path": path, "spec": spec, "constexprs": constexprs,
-            "num_warps": config.num_warps, "capability": list(capability), "options": compile_options(source),
-            "folder": folder, "cache_dir": cache_dir}
+    jobs = []
+    for config in configs:
+        constexprs = block_constants(config, bool(kernel.combo), workspace[0] if workspace is not None else None)
+        folder = folder_for(cache_dir, variant_key(source, spec, constexprs, config.num_warps, capability))
+        if not os.path.isdir(folder):  # else kept already
+            jobs.append({"backend": "triton", "name": name, "path": path, "spec": spec, "constexprs": constexprs,
+                         "num_warps": config.num_warps, "capability": list(capability),
+                         "options": compile_options(source), "folder": folder, "cache_dir": cache_dir})
+    return jobs
 
 
 def load(kernel: GeneratedKernel, path: str, cache_dir: str, keep_kernels: bool):

@@ -10,7 +10,7 @@ from ...errors import SmeltError
 from ...scheduler.finishers import written_in_launch
 from ...target import H100, Target
 from ..backends import GraphContext, step_device
-from .candidates import candidates, masks_needed
+from .candidates import candidates, masks_needed, row_candidates
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
 from .finisher_blocks import finisher_blocks
 from .finisher import Finisher
@@ -112,7 +112,12 @@ def _describe(plan, config: BlockConfig, extra: str = "") -> list[str]:
 
 def generate_kernel(step, graph, interpret: bool, cfg, index: int) -> TritonKernelSource:
     plan, config = _plan_and_blocks(step, interpret, cfg)
-    configs = candidates(plan, config) if cfg.autotune and tunable(step) and not step.finishers else [config]
+    configs = [config]
+    if tunable(step) and not step.finishers:
+        if cfg.autotune:
+            configs = candidates(plan, config)
+        elif cfg.tune_rows and not interpret:
+            configs = row_candidates(plan, config)
     name = kernel_name(plan, config, index)
     finisher, stages = None, []
     for k, small in enumerate(step.finishers):

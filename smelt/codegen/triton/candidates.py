@@ -54,6 +54,36 @@ def candidates(plan, heuristic) -> list:
     return found
 
 
+def row_candidates(plan, heuristic) -> list:
+    """A persistent kernel storing a value per element of contiguous rows (a norm, a softmax): the
+    heuristic's blocks, then the same rows at 1024 and 2048 elements a warp, and one row a program,
+    timed on the first CUDA launch without SMELT_AUTOTUNE. No warp count suits them all: on the H100
+    and H200, 2048 a warp made BERT's residual + LayerNorm (768 wide, bf16) 6% faster and a LayerNorm's
+    forward + backward 7-11% slower (benchmarks/probes/row_warps.py); Inductor's tuner picks one warp a
+    row for the first."""
+    from .kernel import ELEMENTS_PER_WARP  # kernel.py imports this module
+    xn, rn = plan.static_sizes()
+    if xn is None or rn is None or not row_tuned(plan, heuristic):
+        return [heuristic]
+    found = [heuristic]
+    for xblock in dict.fromkeys((heuristic.XBLOCK, 1)):
+        for per_warp in (ELEMENTS_PER_WARP, 2 * ELEMENTS_PER_WARP, 4 * ELEMENTS_PER_WARP):
+            warps = xblock * heuristic.RBLOCK // per_warp
+            config = dataclasses.replace(heuristic, XBLOCK=xblock, num_warps=warps)
+            if 1 <= warps <= 16 and config not in found:
+                found.append(config)
+    return found
+
+
+def row_tuned(plan, heuristic) -> bool:
+    """Whether a kernel is one row_candidates times: persistent over contiguous rows longer than
+    short ones, storing per element, its blocks from the per-element branch of choose_blocks."""
+    from .kernel import SHORT_ROW  # kernel.py imports this module
+    return (heuristic.persistent and heuristic.row_split == 1 and heuristic.tiles is None
+            and not plan.has_scan and plan.r_contiguous() and plan.stores_per_element()
+            and heuristic.RBLOCK is not None and heuristic.RBLOCK > SHORT_ROW)
+
+
 def _tile_candidates(plan, heuristic) -> list:
     """Other tiles over the heuristic's grid axes, which the source's program ids fix; a tile that
     would need its second axis folded onto the third where the source does not fold is left out."""
