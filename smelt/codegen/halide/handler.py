@@ -145,7 +145,17 @@ class HalideOps:
                     f"hl.select({sign}, {high}, {literal(0, dst)}))")
         elif _is_int(src) and _is_int(dst) and dst.itemsize < src.itemsize:
             # 64 -> 32 bits wraps as eager does; the mask keeps the wide step, as for the narrow ints.
-            text = f"hl.cast({halide_type(dst)}, {text} & {literal(0xFFFFFFFF, src)})"
+            # Into a signed type the low half is also sign-extended by an xor and a subtraction:
+            # Halide's bounds of a masked value ([0, 2**32)) do not fit int32, and its trimming of
+            # no-op reduction steps then dropped an argmax's index search in a task's tail (CPU fuzz
+            # seed 4368). A shift pair would sign-extend too, but Halide folds it, and with it the step.
+            if dst.is_signed:
+                wide = text if src.is_signed else f"hl.reinterpret(hl.Int(64), {text})"
+                half = literal(0x80000000, torch.int64)
+                text = (f"hl.cast({halide_type(dst)}, (({wide} & {literal(0xFFFFFFFF, torch.int64)}) ^ {half})"
+                        f" - {half})")
+            else:
+                text = f"hl.cast({halide_type(dst)}, {text} & {literal(0xFFFFFFFF, src)})"
         elif src in (torch.int64, torch.uint64) and dst == torch.float64:
             # As two exact halves and one rounding: Halide 21's strict-float vector conversion on
             # AVX-512 DQ read a wrong lane (an int64 sum of 18 elements; CPU fuzz seed 1950).
