@@ -167,6 +167,7 @@ SETTINGS: dict[str, Setting] = {
     "SMELT_FLOAT32_PRODUCT_BIAS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_HOST_SCALAR_ARGS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_PACKED_CONVOLUTIONS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
+    "SMELT_ONEDNN_PRODUCTS": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_SHORT_ATTENTION": Setting(parse_auto_switch, "auto", "auto, or " + _BOOL),
     "SMELT_AUTOTUNE": Setting(parse_bool, False, _BOOL),
     "SMELT_TUNE_ROWS": Setting(parse_bool, True, _BOOL),
@@ -302,6 +303,10 @@ class Config:
     # Float32 CPU convolutions through oneDNN with the weight in its blocked layout
     # (runtime/packed_convolution.py; kept between calls with freeze_weights): "auto" where the Target says so.
     packed_convolutions: str = _field("SMELT_PACKED_CONVOLUTIONS")
+    # A float32 CPU product over a Linear's weight through oneDNN's linear (runtime/onednn_linear.py):
+    # "auto" where the Target says so and timing both libraries on the shape found oneDNN faster
+    # (kept in cache_dir/autotune), "on" always, "off" ATen's mm / addmm.
+    onednn_products: str = _field("SMELT_ONEDNN_PRODUCTS")
     # Attention written by hand over fewer than 64 keys (Swin's windows) as one Triton kernel,
     # smelt::short_attention (runtime/short_attention.py), with attention_rewrite on: "auto" where
     # the Target says so (inference and training apart), "on" in both.

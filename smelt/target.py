@@ -94,6 +94,9 @@ class Target:
     # 24 of them got the xmma kernels Inductor's mm + add gets and the other 12 (q/k/v, which keep addmm
     # now) the same SIMT kernel: cuBLAS 24.76 -> 24.41 ms a call (RESULTS, thirty-second session).
     float32_product_bias_in_kernel: bool = False
+    # Whether a float32 product over a Linear's weight runs through oneDNN's linear where timing both
+    # libraries on the shape found it faster than ATen's (runtime/onednn_linear.py).
+    onednn_products: bool = False
     # The most multiply-adds of a 1x1 convolution run as a reduction in smelt's kernels rather than
     # a library call (lowering/small_products.py); 0: none. On the GPU a squeeze-excite product's
     # arithmetic (EfficientNet-B0's largest: 32 x 1152 x 48, 1.8M) is a microsecond's, the library
@@ -123,7 +126,7 @@ H100 = Target("H100", None, split_programs=1024, row_split_programs=16384, globa
 # var_mean 7354 -> 1101 us, argmax 7449 -> 2438 us; column sums within 12% either way.
 CPU = Target("CPU", None, split_programs=256, row_split_programs=256, global_split_min_numel=4096,
              rows_for_row_values=True, channels_last_convolutions=True, adds_convolution_bias=True,
-             copies_convolution_weights=True)
+             copies_convolution_weights=True, onednn_products=True)
 # The bias too: torch 2.13's oneDNN convolution crashes (signal 11) on some channels-last inputs
 # given a bias, and not without one (CPU fuzz seed 1941: a [1, 6, 2, 1] input, groups 2, stride 2,
 # padding 1, dilation 2; eager crashes the same way). The add fuses into the kernel after it.

@@ -18,7 +18,7 @@ from .input_writes import InputWrite
 from . import onednn_weight_gradient, small_products
 from .kernel_support import why_aten
 from ..target import switched_on
-from ..runtime import packed_convolution, padded_product, short_attention  # noqa: F401  (register smelt's ops)
+from ..runtime import onednn_linear, packed_convolution, padded_product, short_attention  # noqa: F401  (register smelt's ops)
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -88,6 +88,10 @@ def extern_call(g, *args, **kwargs):
     if g.node.target is aten.convolution.default and args[2] is not None and not kwargs \
             and g.target_for(g.out_meta.device.type).adds_convolution_bias:
         return _convolution_then_bias(g, *args)
+    if g.node.target in (aten.mm.default, aten.addmm.default, aten._addmm_activation.default):
+        product = _onednn_product(g, args, kwargs)
+        if product is not None:
+            return product
     if g.node.target is aten.addmm.default and _bias_in_a_kernel(g, kwargs):
         bias, mat1, mat2 = args
         return make_pointwise(g, [make_extern(g, aten.mm.default, (mat1, mat2), {}, is_fallback=False), bias], ops.add)
@@ -118,6 +122,39 @@ def _bias_in_a_kernel(g, kwargs) -> bool:
     readers = _readers_past_views(g.node)
     return bool(readers) and all(isinstance(r.target, torch._ops.OpOverload) and torch.Tag.pointwise in r.target.tags
                                  for r in readers)
+
+
+def _onednn_product(g, args, kwargs):
+    """A float32 CPU product over a Linear's weight (mat2 the transpose of a contiguous [N, K], mat1
+    contiguous, static sizes), with its bias and the activation of an _addmm_activation, through
+    oneDNN's linear, where the setting and the timing of both libraries on its shape choose it
+    (runtime/onednn_linear.py); else None."""
+    meta = g.out_meta
+    setting = g.config.onednn_products if g.config is not None else "auto"
+    if not isinstance(meta, torch.Tensor) or meta.dtype != torch.float32 or meta.device.type != "cpu" \
+            or not switched_on(setting, g.target_for("cpu"), "onednn_products") or not onednn_linear.available():
+        return None
+    if kwargs.get("beta", 1) != 1 or kwargs.get("alpha", 1) != 1 or len(args) != len(g.node.args):
+        return None
+    activation = "none"
+    if g.node.target is aten._addmm_activation.default:
+        activation = "gelu" if kwargs.get("use_gelu", False) else "relu"  # gelu's erf form on the CPU
+    traced = tuple(g.node.args) if g.node.target is not aten.mm.default else (None, *g.node.args)
+    bias, mat1, mat2 = (val.meta.get("val") if isinstance(val, torch.fx.Node) else val for val in traced)
+    if not (isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor) and mat1.dim() == mat2.dim() == 2):
+        return None
+    (rows, inner), columns = mat1.shape, mat2.shape[1]
+    if not all(isinstance(n, int) for n in (rows, inner, columns)) or not mat1.is_contiguous() \
+            or not mat2.t().is_contiguous():
+        return None
+    if bias is not None and not (isinstance(bias, torch.Tensor) and bias.shape == (columns,) and bias.is_contiguous()):
+        return None  # a bias per element, or broadcast from a stride 0
+    if setting == "auto" and not onednn_linear.faster_in_onednn(rows, inner, columns, bias is not None,
+                                                                g.config.cache_dir if g.config is not None else None):
+        return None
+    operands = (None, *args) if g.node.target is aten.mm.default else args
+    return make_extern(g, torch.ops.smelt.onednn_linear.default, (*operands, activation), {}, is_fallback=False,
+                       traced=(*traced, None))
 
 
 def _readers_past_views(node) -> list:

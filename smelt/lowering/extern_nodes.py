@@ -24,13 +24,14 @@ def _realize_args(g, value, traced=None):
     return g.realize(value)
 
 
-def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effects: bool = False):
+def make_extern(g, op, args, kwargs, is_fallback: bool, meta=None, has_side_effects: bool = False, traced=None):
     """Run `op` through ATen, its tensor inputs realized, its outputs described by `meta` (by
-    default the FX node's)."""
+    default the FX node's). `traced`: the FX nodes `args` are the values of, where the op is not the
+    node's own but takes its arguments (smelt::onednn_linear for an addmm)."""
     # The FX node's arguments describe `args` only when the extern is the node's own op on its own
     # arguments (a with_effects wrapper or a foreach position passes others).
     own = isinstance(g.node, torch.fx.Node) and op is g.node.target
-    traced_args, traced_kwargs = (tuple(g.node.args), dict(g.node.kwargs)) if own else (None, {})
+    traced_args, traced_kwargs = (tuple(g.node.args), dict(g.node.kwargs)) if own else (traced, {})
     args = _realize_args(g, tuple(args), traced_args)
     kwargs = {k: _realize_args(g, v, traced_kwargs.get(k)) for k, v in kwargs.items()}
     meta = g.out_meta if meta is None else meta
