@@ -10,11 +10,11 @@ from ...errors import SmeltError
 from ...scheduler.finishers import written_in_launch
 from ...target import H100, Target
 from ..backends import GraphContext, step_device
-from .candidates import candidates, masks_needed, row_candidates
+from .candidates import candidates, row_candidates
 from .combo import ComboBodies, ComboKernelSource, combo_kernel
 from .finisher_blocks import finisher_blocks
 from .finisher import Finisher
-from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name
+from .kernel import TritonKernel, TritonKernelSource, choose_blocks, index_dtype_for, kernel_name, masks_needed
 from .launch_guess import launch_guess
 from .row_split import row_split_for
 

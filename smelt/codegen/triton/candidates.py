@@ -10,6 +10,7 @@ import dataclasses
 
 from ...artifact import BlockConfig, TileBlocks
 from ...symbolic import next_power_of_2, static_int
+from .kernel import ELEMENTS_PER_WARP, SHORT_ROW
 from .tiles import grid_layout
 
 # At most this many elements in one program's block: beyond it registers spill.
@@ -61,7 +62,6 @@ def row_candidates(plan, heuristic) -> list:
     and H200, 2048 a warp made BERT's residual + LayerNorm (768 wide, bf16) 6% faster and a LayerNorm's
     forward + backward 7-11% slower (benchmarks/probes/row_warps.py); Inductor's tuner picks one warp a
     row for the first."""
-    from .kernel import ELEMENTS_PER_WARP  # kernel.py imports this module
     xn, rn = plan.static_sizes()
     if xn is None or rn is None or not row_tuned(plan, heuristic):
         return [heuristic]
@@ -78,7 +78,6 @@ def row_candidates(plan, heuristic) -> list:
 def row_tuned(plan, heuristic) -> bool:
     """Whether a kernel is one row_candidates times: persistent over contiguous rows longer than
     short ones, storing per element, its blocks from the per-element branch of choose_blocks."""
-    from .kernel import SHORT_ROW  # kernel.py imports this module
     return (heuristic.persistent and heuristic.row_split == 1 and heuristic.tiles is None
             and not plan.has_scan and plan.r_contiguous() and plan.stores_per_element()
             and heuristic.RBLOCK is not None and heuristic.RBLOCK > SHORT_ROW)
@@ -118,11 +117,3 @@ def combo_candidates(heuristic, pointwise_elements: int) -> list:
         if config not in found:
             found.append(config)
     return found
-
-
-def masks_needed(plan, configs) -> tuple[bool, bool]:
-    """(x mask, r mask) that make the one source correct for every candidate."""
-    xn, rn = plan.static_sizes()
-    need_x = xn is None or any(xn % c.XBLOCK for c in configs)
-    need_r = plan.blocks_2d and (rn is None or rn == 0 or any(rn % c.RBLOCK for c in configs))
-    return need_x, need_r

@@ -15,7 +15,6 @@ from ...scheduler.placement import IN_ROW_LOOP, ROW_VALUED, Placement
 from ...symbolic import next_power_of_2, pexpr, sizes_in_value_math, static_int, surely_below
 from ..common import CSEVar, IndentedBuffer, KernelArgs, register_dtype
 from ..kernel_body import PrintedKernel
-from .candidates import masks_needed
 from .eviction import EvictionPolicy
 from .handler import INT32_LIMIT, TritonOps, _is_literal, graph_needs_int64
 from .online_softmax import reduce_looped as online_softmax_looped
@@ -145,6 +144,14 @@ def _looped_row_block(plan: KernelPlan) -> int:
     against 88% at 1024)."""
     online = any(n.is_reduction and n.data.reduction_type == "online_softmax_reduce" for n in plan.nodes)
     return 4096 if online else 2048
+
+
+def masks_needed(plan, configs) -> tuple[bool, bool]:
+    """(x mask, r mask) that make the one source correct for every candidate."""
+    xn, rn = plan.static_sizes()
+    need_x = xn is None or any(xn % c.XBLOCK for c in configs)
+    need_r = plan.blocks_2d and (rn is None or rn == 0 or any(rn % c.RBLOCK for c in configs))
+    return need_x, need_r
 
 
 def kernel_name(plan: KernelPlan, config: BlockConfig, index: int) -> str:
