@@ -96,3 +96,14 @@ def test_a_linears_activation_runs_as_onednns_post_op(activation, observe):
     with torch.no_grad():
         torch.testing.assert_close(actual, activation(layer(x)), atol=1e-5, rtol=1e-5)
     assert "smelt.onednn_linear" in _wrapper(observe) and "_addmm_activation" not in _wrapper(observe)
+
+
+@pytest.mark.parametrize("shape", [(5, 0, 10), (0, 4, 3), (3, 4, 0)])
+def test_an_empty_product_stays_in_aten(shape, observe):
+    """oneDNN makes no primitive for an inner size of 0 (the OpInfo samples of mm, multi_dot, pinv)."""
+    rows, inner, columns = shape
+    x, w, b = torch.randn(rows, inner), torch.randn(columns, inner), torch.randn(columns)
+    with smelt.config.override(onednn_products="on"):
+        torch.testing.assert_close(_compiled(lambda a, c: a @ c.t(), x, w), x @ w.t())
+        torch.testing.assert_close(_compiled(lambda a, c, d: torch.addmm(d, a, c.t()), x, w, b), torch.addmm(b, x, w.t()))
+    assert "onednn_linear" not in _wrapper(observe)

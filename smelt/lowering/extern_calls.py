@@ -144,9 +144,9 @@ def _onednn_product(g, args, kwargs):
     if not (isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor) and mat1.dim() == mat2.dim() == 2):
         return None
     (rows, inner), columns = mat1.shape, mat2.shape[1]
-    if not all(isinstance(n, int) for n in (rows, inner, columns)) or not mat1.is_contiguous() \
+    if not all(isinstance(n, int) and n > 0 for n in (rows, inner, columns)) or not mat1.is_contiguous() \
             or not mat2.t().is_contiguous():
-        return None
+        return None  # oneDNN makes no primitive for an empty product (eager's is zeros)
     if bias is not None and not (isinstance(bias, torch.Tensor) and bias.shape == (columns,) and bias.is_contiguous()):
         return None  # a bias per element, or broadcast from a stride 0
     if setting == "auto" and not onednn_linear.faster_in_onednn(rows, inner, columns, bias is not None,

@@ -67,7 +67,12 @@ def faster_in_onednn(rows: int, inner: int, columns: int, biased: bool, cache_di
     path = _path(key, cache_dir) if cache_dir else None
     chosen = _read(path) if path else None
     if chosen is None:
-        aten_ms, onednn_ms = _time(rows, inner, columns, biased)
+        try:
+            aten_ms, onednn_ms = _time(rows, inner, columns, biased)
+        except RuntimeError as e:  # a shape oneDNN makes no primitive for: ATen's call, in this process
+            log.debug("smelt: float32 product %dx%dx%d stays in ATen: oneDNN failed (%s)", rows, inner, columns, e)
+            _chosen[key] = False
+            return False
         chosen = onednn_ms <= MARGIN * aten_ms
         log.debug("smelt: float32 product %dx%dx%d%s on %d threads: ATen %.3f ms, oneDNN %.3f ms: %s", rows, inner,
                   columns, " + bias" if biased else "", threads, aten_ms, onednn_ms, "oneDNN" if chosen else "ATen")
