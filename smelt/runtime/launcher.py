@@ -11,6 +11,7 @@ A kernel gets one program per XBLOCK of x; a tiled one, one per XBLOCK x RBLOCK 
 """
 from __future__ import annotations
 
+import collections
 import copy
 import logging
 import operator
@@ -273,13 +274,13 @@ def _apart(args) -> tuple:
     """args for a tuner's trial launches, with each tensor that shares memory with another argument
     copied (same strides): an output the memory plan put over its own kernel's dying input
     (scheduler/reuse.py) would make every launch after the first read what the last one wrote."""
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    spans = [(t.untyped_storage().data_ptr(), t) for t in tensors]
-    shared = {id(t) for k, (ptr, t) in enumerate(spans) for other, _ in spans[:k] + spans[k + 1:] if ptr == other}
-    if not shared:
+    def memory(a):
+        return a.untyped_storage().data_ptr() if isinstance(a, torch.Tensor) else None
+    counts = collections.Counter(memory(a) for a in args)
+    if all(n == 1 for ptr, n in counts.items() if ptr is not None):
         return args
     return tuple(torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device).copy_(a)
-                 if isinstance(a, torch.Tensor) and id(a) in shared else a for a in args)
+                 if memory(a) is not None and counts[memory(a)] > 1 else a for a in args)
 
 
 def _device_of(args):
