@@ -3,8 +3,8 @@
 on this machine found it faster than ATen's mm / addmm.
 
 ATen's float32 products go to MKL's sgemm. On the 2-core AMD EPYC (Zen 5) of the sixtieth session that ran
-at about 210 GFLOP/s, oneDNN's linear over the same operands 1.8-2.2x faster from 512 rows, even at 64
-and slower for a few short rows (1 x 256 x 256: 6.8 us against 26.4 through this op;
+at about 210 GFLOP/s, and oneDNN's linear over the same operands 1.8-2.2x faster from 512 rows, level at
+64 and slower on a few short rows (1 x 256 x 256: 26.4 us through this op against ATen's 6.8;
 `benchmarks/probes/onednn_products.py`).
 Which library wins depends on the CPU and the shape, so `faster_in_onednn` times both once per shape,
 thread count and machine, and keeps the answer in the cache folder for later compiles.
