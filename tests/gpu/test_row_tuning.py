@@ -1,6 +1,6 @@
 """A CUDA kernel storing per element of whole rows (a norm, a softmax) times a few warp counts on its
-first launch by default (SMELT_TUNE_ROWS; codegen/triton/candidates.py row_candidates), its candidates
-built ahead in the compile workers."""
+first launch with SMELT_TUNE_ROWS (codegen/triton/candidates.py row_candidates), its candidates built
+ahead in the compile workers."""
 import glob
 import os
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import smelt
 from smelt.runtime.autotune import Autotuner
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -20,6 +19,7 @@ def _residual_norm(x, residual, w, b):
 
 def test_a_residual_layer_norm_is_tuned_once_and_matches_eager(tmp_path, monkeypatch, observe):
     monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SMELT_TUNE_ROWS", "1")
     timed = []
     original = Autotuner._time
     monkeypatch.setattr(Autotuner, "_time", staticmethod(lambda fn, device: timed.append(1) or original(fn, device)))
@@ -39,11 +39,10 @@ def test_a_residual_layer_norm_is_tuned_once_and_matches_eager(tmp_path, monkeyp
     assert timed == [] and torch.equal(again, actual)
 
 
-def test_rows_are_not_tuned_when_the_setting_is_off(tmp_path, monkeypatch, observe):
+def test_rows_are_not_tuned_by_default(tmp_path, monkeypatch, observe):
     monkeypatch.setenv("SMELT_CACHE_DIR", str(tmp_path))
     x = torch.randn(512, 1024, device="cuda")
-    with smelt.config.override(tune_rows=False):
-        actual = torch.compile(lambda t: torch.softmax(t * 2, -1), backend="smelt")(x)
+    actual = torch.compile(lambda t: torch.softmax(t * 2, -1), backend="smelt")(x)
     torch.testing.assert_close(actual, torch.softmax(x * 2, -1))
     sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
     assert not any("autotuned over" in s for s in sources)
