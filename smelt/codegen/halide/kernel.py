@@ -225,7 +225,7 @@ class HalideKernel(PrintedKernel):
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
         self.bf16_bits = self.schedule.bf16_as_bits
-        # Values known to be a quiet NaN if NaN (handler.QUIETING_OPS): they round to bfloat16 unguarded.
+        # Values known to be a quiet NaN if NaN (handler.QUIETING_BINARY / _UNARY): rounded to bfloat16 unguarded.
         self.quiet_values: set[str] = set()
 
     def ops(self) -> HalideOps:
