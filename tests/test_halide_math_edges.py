@@ -265,12 +265,15 @@ def test_every_half_float_converts_to_the_other_as_eager(source, target, compile
 
 def test_a_signaling_nan_rounds_to_a_bfloat16_nan(compile_fn):
     """A float32 NaN whose payload lies only in the low 16 bits (a signaling NaN, read from memory or
-    made by a bit view) became inf in bfloat16 on Halide, which rounds on the integer bits; eager gives
-    NaN. The guard is left out only where the value is known quiet (handler.QUIETING_*: arithmetic
-    makes a NaN quiet): each of those ops, and each that passes a NaN's bits on, on signaling NaNs."""
-    bits = torch.tensor([0x7F800001, 0x7F800100, 0xFF800001 - (1 << 32), 0x7F80FFFF, 0x3F800000, -0x40800000],
-                        dtype=torch.int32)
-    one = torch.ones(6)
+    made by a bit view) became inf in bfloat16 on Halide, which rounds on the integer bits, and one
+    whose top bits are all ones became -0.0 or +0.0; eager gives NaN. The guard is left out only where
+    every NaN the value can be is one a bfloat16 holds (HalideKernel.rounds_unguarded): each op of
+    handler.QUIETING_*, and each that passes a NaN's bits on, on such NaNs."""
+    # Signaling NaNs, then NaNs whose top bits are all ones (the rounding carried them into -0.0 and
+    # +0.0), then two numbers.
+    bits = torch.tensor([0x7F800001, 0x7F800100, 0xFF800001 - (1 << 32), 0x7F80FFFF, 0x7FFFFFFF, -1, 0x7FFF8000,
+                         0x3F800000, -0x40800000], dtype=torch.int32)
+    one = torch.ones(9)
     ops = {
         "stored": lambda a: a, "neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "erf": torch.erf,
         "log": torch.log, "tanh": torch.tanh, "clamp": lambda a: a.clamp(-1, 1),
@@ -282,11 +285,18 @@ def test_a_signaling_nan_rounds_to_a_bfloat16_nan(compile_fn):
         "reciprocal": torch.reciprocal,
     }
 
-    def program(ints):
+    def program(ints, halves):
         x = ints.view(torch.float32)
-        return [op(x).to(torch.bfloat16) for op in ops.values()]
+        return [op(x).to(torch.bfloat16) for op in ops.values()] + [
+            halves.float().to(torch.bfloat16), (halves.float() * 2).to(torch.bfloat16),
+            (halves.to(torch.bfloat16) * 2).to(torch.bfloat16)]
 
-    for name, actual, expected in zip(ops, compile_fn(program)(bits), program(bits)):
+    # Every float16 NaN through float32: 0x7FFF became 0x7FFFE000, which the rounding carried into -0.0.
+    halves = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    halves = halves[halves.isnan()]
+    names = [*ops, "float16 -> float32 -> bfloat16", "float16 -> float32 * 2 -> bfloat16", "bfloat16 * 2"]
+
+    for name, actual, expected in zip(names, compile_fn(program)(bits, halves), program(bits, halves)):
         assert torch.equal(actual.isnan(), expected.isnan()), (name, actual, expected)
         assert torch.equal(actual[~actual.isnan()], expected[~expected.isnan()]), (name, actual, expected)
 

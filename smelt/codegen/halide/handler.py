@@ -49,10 +49,12 @@ class IndexVar(CSEVar):
 
 COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 
-# Float ops whose NaN results the hardware makes quiet, so they round to bfloat16 without a NaN guard
-# (kernel.CONVERSION_HELPERS): IEEE arithmetic and helpers that end in it. Not abs, neg, maximum or
-# where, which pass a NaN's bits on, nor erf, log or tanh, whose helpers return a NaN as it came, nor
-# an op Halide folds to its operand (x * 1). test_halide_math_edges runs each on signaling NaNs.
+# Float ops whose NaN result is an operand's NaN made quiet or the default NaN: over operands a
+# bfloat16 holds exactly (HalideKernel.rounds_unguarded) the result rounds to bfloat16 without a NaN
+# guard (kernel.CONVERSION_HELPERS). IEEE arithmetic and helpers that end in it; not abs, neg,
+# maximum or where, which pass a NaN's bits on as they are (a signaling one too), nor erf, log or tanh,
+# whose helpers return a NaN as it came, nor an op Halide folds to its operand (x * 1).
+# test_halide_math_edges runs each on NaNs of every kind.
 QUIETING_BINARY = frozenset({"add", "sub", "mul", "truediv"})
 QUIETING_UNARY = frozenset({"exp", "sigmoid", "sqrt", "rsqrt", "reciprocal"})
 
@@ -165,8 +167,13 @@ class HalideOps:
         elif src != dst:
             text = f"hl.cast({halide_type(dst)}, {text})"
         else:
+            if self.k.rounds_unguarded(x):  # retyped (bfloat16 to float32): still exact in bfloat16
+                self.k.quiet_values.add(x.name)
             return CSEVar(x.name, dtype, x.rank)
-        return self.k.emit(text, dtype, x.rank)
+        var = self.k.emit(text, dtype, x.rank)
+        if not src.is_floating_point:  # an integer's value is no NaN
+            self.k.quiet_values.add(var.name)
+        return var
 
     def where(self, cond, a, b):
         dtype = torch.promote_types(a.dtype, b.dtype)
@@ -294,7 +301,8 @@ class HalideOps:
         if name in INFIX and not (dtype == torch.bool and name in ("sub", "left_shift", "right_shift")):
             out = torch.bool if name in PREDICATE_OPS else dtype
             var = self.k.emit(f"{self._operand(a)} {INFIX[name]} {self._operand(b)}", out, rank)
-            if name in QUIETING_BINARY and dtype.is_floating_point and not _folds_to_an_operand(name, a, b):
+            if name in QUIETING_BINARY and dtype.is_floating_point and not _folds_to_an_operand(name, a, b) \
+                    and self.k.rounds_unguarded(a) and self.k.rounds_unguarded(b):
                 self.k.quiet_values.add(var.name)
             return computed(var, name)
         table = FLOAT_BINARY if dtype.is_floating_point else INT_BINARY
@@ -324,7 +332,7 @@ class HalideOps:
             return computed(self.k.emit(text, x.dtype, rank), name)
         dtype = torch.bool if name in PREDICATE_OPS else x.dtype
         var = self.k.emit(self.unary_text(name, x, table), dtype, rank)
-        if name in QUIETING_UNARY and dtype.is_floating_point:
+        if name in QUIETING_UNARY and dtype.is_floating_point and self.k.rounds_unguarded(x):
             self.k.quiet_values.add(var.name)
         return computed(var, name)
 

@@ -32,7 +32,7 @@ from ..common import CSE, CSEVar, IndentedBuffer, register_dtype
 from ..kernel_body import PrintedKernel
 from . import random
 from .division import DIVISION_HELPERS
-from .handler import HalideOps
+from .handler import ConstantVar, HalideOps
 from .ops import HalideIndexPrinter, UnsupportedInHalide, func_call, halide_type
 from .pieces import Piece, decide, split
 from .reductions import emit_reduction
@@ -63,11 +63,12 @@ def load(buffer, index):
 # Halide's simplifier folds cast(f16, cast(f32, b)) of a bfloat16 b into one conversion, which makes
 # every NaN inf (fuzz seed 4361: a bfloat16 mean of nothing summed to float16). The xor keeps the
 # float32 step; float64 values are converted as they are.
-# Halide rounds float32 to bfloat16 on the integer bits, which carries a NaN whose payload lies only
-# in the dropped bits (a signaling NaN read from memory or a bit view) into inf: eager gives NaN.
-# to_bfloat16 sets the NaN's quiet bit first (on the bits: hl.is_nan rewrites a deep argument as a
-# tree). Values the hardware made quiet round without it (handler.QUIETING_*): an is_nan select on
-# every rounding of a chain of bfloat16 ops cost it 40%.
+# Halide rounds float32 to bfloat16 on the integer bits (adding 0x7FFF and the kept lowest bit), which
+# turns a NaN whose payload lies only in the dropped bits into inf, and carries one whose top bits are
+# all ones (0x7FFFFFFF) into -0.0 or +0.0: eager gives NaN. to_bfloat16 makes a NaN the default one
+# first (on the bits: hl.is_nan rewrites a deep argument as a tree). A value whose NaN can only be
+# one of those a bfloat16 holds exactly rounds without it (HalideKernel.rounds_unguarded): a guard
+# on every rounding of a chain of bfloat16 ops cost it 40%.
 CONVERSION_HELPERS = {"to_float16": '''
 
 def to_float16(value):
@@ -79,7 +80,8 @@ def to_float16(value):
 def to_bfloat16(value):
     bits = hl.reinterpret(hl.UInt(32), hl.cast(hl.Float(32), value))
     nan = (bits & hl.u32(0x7FFFFFFF)) > hl.u32(0x7F800000)
-    return hl.cast(hl.BFloat(16), hl.reinterpret(hl.Float(32), hl.select(nan, bits | hl.u32(0x400000), bits)))
+    default = (bits & hl.u32(0x80000000)) | hl.u32(0x7FC00000)
+    return hl.cast(hl.BFloat(16), hl.reinterpret(hl.Float(32), hl.select(nan, default, bits)))
 '''}
 
 MODULE_HELPERS = '''
@@ -225,7 +227,8 @@ class HalideKernel(PrintedKernel):
         # Halide 21's CUDA code generator crashes on bfloat16 casts: GPU kernels hold bfloat16 as its
         # 16 bits and convert with integer math (halide_gpu_schedule.BF16_HELPERS).
         self.bf16_bits = self.schedule.bf16_as_bits
-        # Values known to be a quiet NaN if NaN (handler.QUIETING_BINARY / _UNARY): rounded to bfloat16 unguarded.
+        # Float values computed from values a bfloat16 holds exactly by ops that keep a NaN's payload or
+        # make the default one (handler.QUIETING_BINARY / _UNARY): rounded to bfloat16 unguarded.
         self.quiet_values: set[str] = set()
 
     def ops(self) -> HalideOps:
@@ -244,9 +247,11 @@ class HalideKernel(PrintedKernel):
         return f"hl.cast({halide_type(register_dtype(dtype))}, {text})"
 
     def rounds_unguarded(self, value: CSEVar) -> bool:
-        """Whether value keeps a NaN through Halide's bfloat16 rounding: a quiet NaN if NaN, or a value
-        typed bfloat16 (held exactly in its float32 register, its low bits zero)."""
-        return value.dtype == torch.bfloat16 or value.name in self.quiet_values
+        """Whether value keeps a NaN through Halide's bfloat16 rounding: a value typed bfloat16 (held
+        exactly in its float32 register, its low 16 bits zero), a literal, a value no float, or one
+        computed from such values by ops that pass a NaN's payload on or make the default NaN."""
+        return (value.dtype == torch.bfloat16 or not value.dtype.is_floating_point
+                or value.name in self.quiet_values or isinstance(value, ConstantVar))
 
     def narrow(self, text: str, dtype: torch.dtype, quiet: bool = False) -> str:
         """A register value as dtype is stored; `quiet`: the value is a quiet NaN if NaN."""
