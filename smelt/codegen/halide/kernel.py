@@ -254,7 +254,7 @@ class HalideKernel(PrintedKernel):
                 or value.name in self.quiet_values or isinstance(value, ConstantVar))
 
     def narrow(self, text: str, dtype: torch.dtype, quiet: bool = False) -> str:
-        """A register value as dtype is stored; `quiet`: the value is a quiet NaN if NaN."""
+        """A register value as dtype is stored; `quiet`: rounds_unguarded holds for it."""
         if self.bf16_bits and dtype == torch.bfloat16:
             return f"f32_to_bf16_bits(hl.cast(hl.Float(32), {text}))"
         if dtype == torch.float16:
