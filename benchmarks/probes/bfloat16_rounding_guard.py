@@ -9,10 +9,10 @@ of 30)."""
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+
+from benchmarks.measure import median_call_ms
 
 
 def chain(x, y):  # a rounding after every op
@@ -46,14 +46,7 @@ def main(argv=None) -> None:
     cases = (("chain", chain, (x, y)), ("gelu(x) * x", gelu_times, (x,)), ("float32 -> bfloat16", cast_in,
                                                                           (torch.randn(2 * n, 2 * n),)))
     for name, fn, inputs in cases:
-        compiled = torch.compile(fn, backend="smelt")
-        compiled(*inputs)
-        times = []
-        for _ in range(30):
-            start = time.perf_counter()
-            compiled(*inputs)
-            times.append(time.perf_counter() - start)
-        print(f"{name}: {statistics.median(times) * 1e3:.3f} ms")
+        print(f"{name}: {median_call_ms(torch.compile(fn, backend='smelt'), inputs, 30):.3f} ms")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ TIMING_BUDGET_S = 0.1
 # oneDNN is taken when its median is at most this share of ATen's: ties keep ATen's call.
 MARGIN = 0.9
 
+# Fewer multiply-adds than this stay in ATen untimed: oneDNN was slower on the probe's smaller shapes
+# (8 x 256 x 256: 0.47x ATen's speed) and level at this size (64 x 256 x 256), and timing such a
+# product in a busy process picks by noise.
+MIN_MACS = 64 * 256 * 256
+
 _chosen: dict[tuple, bool] = {}
 
 
@@ -60,6 +65,8 @@ def faster_in_onednn(rows: int, inner: int, columns: int, biased: bool, cache_di
     """Whether oneDNN's linear ran a float32 [rows, inner] x [inner, columns] product (plus a bias)
     faster than ATen's on this machine, at this process's thread count: timed on random operands the
     first time, then read from this process or the cache folder."""
+    if rows * inner * columns < MIN_MACS:
+        return False
     threads = torch.get_num_threads()
     key = (rows, inner, columns, biased, threads)
     if key in _chosen:
