@@ -76,6 +76,22 @@ def test_kernels_are_halide_pipelines_named_after_their_ops():
     assert "# aten ops:" in source and "import halide as hl" in source
 
 
+def test_a_launch_header_read_without_running_the_module_is_what_running_it_gives():
+    from smelt.runtime.halide_compile import LAUNCH_FIELDS, launch_header, load_source
+
+    def fn(x, i, y):
+        z = torch.softmax(x, -1)
+        return z.sum(0), (z[i] * y).to(torch.bfloat16), torch.argmax(y, 0)
+    run_both(fn, torch.randn(7, 33), torch.tensor([3, 0, 6]), torch.randn(3, 33))
+    sources = last_graph().kernel_sources
+    assert len(sources) >= 2
+    for name, source in sources.items():
+        header, module = launch_header(name, source), load_source(name, source)
+        assert {f: getattr(header, f) for f in LAUNCH_FIELDS} == {f: getattr(module, f) for f in LAUNCH_FIELDS}
+    with pytest.raises(smelt.errors.KernelCompileError, match="does not assign OUTPUTS"):
+        launch_header("k", "INPUTS = ('in_ptr0',)\nSIZES = ('xnumel',)\n")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_pointwise_float_dtypes(dtype):
     x = torch.randn(1031, dtype=dtype)

@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from .halide_compile import load_source
+from .halide_compile import launch_header
 from .halide_cuda_compile import kernel_library, runtime_library
 from .halide_launcher import HALIDE_TYPE_CODE, HalideLauncher, HalideLaunchError, described_extent, describes_empty, storage_extent
 
@@ -74,10 +74,10 @@ class HalideCudaLauncher(HalideLauncher):
     closes_library = False  # (see HalideLauncher.closes_library)
 
     def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None,
-                 module=None):
+                 header=None):
         self.launch = CudaLaunch()
         self.launch_address = ctypes.c_void_p(ctypes.addressof(self.launch))
-        super().__init__(name, source, origins, cache_dir, path, module)
+        super().__init__(name, source, origins, cache_dir, path, header)
         self.interface = _runtime(self.runtime_path).halide_cuda_device_interface()
         self.device = None
 
@@ -124,6 +124,6 @@ class HalideCudaLauncher(HalideLauncher):
 
 def halide_launcher(name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None):
     """The launcher for a generated Halide module: its DEVICE says which target its schedule is for."""
-    module = load_source(name, source, path)
-    launcher = HalideCudaLauncher if module.DEVICE == "cuda" else HalideLauncher
-    return launcher(name, source, origins, cache_dir, path, module)
+    header = launch_header(name, source)
+    launcher = HalideCudaLauncher if header.DEVICE == "cuda" else HalideLauncher
+    return launcher(name, source, origins, cache_dir, path, header)

@@ -17,7 +17,7 @@ import weakref
 import torch
 
 from ..errors import SmeltError
-from .halide_compile import kernel_library, load_source, runtime_library
+from .halide_compile import kernel_library, launch_header, runtime_library
 from . import halide_threads
 
 log = logging.getLogger("smelt.runtime")
@@ -120,13 +120,13 @@ class HalideLauncher:
     closes_library = True
 
     def __init__(self, name: str, source: str, origins: list[str], cache_dir: str, path: str | None = None,
-                 module=None):
+                 header=None):
         self.name = name
         self.origins = origins
         self.path = path
-        module = load_source(name, source, path) if module is None else module
-        self.num_inputs, self.num_outputs = len(module.INPUTS), len(module.OUTPUTS)
-        self.size_names = module.SIZES
+        header = launch_header(name, source) if header is None else header
+        self.num_inputs, self.num_outputs = len(header.INPUTS), len(header.OUTPUTS)
+        self.size_names = header.SIZES
         self.xnumel_arg = self.num_inputs + self.num_outputs + self.size_names.index("xnumel")
         runtime, library, symbol, self.compile_seconds = self._compile(source, cache_dir)
         _install_error_handler(runtime)
@@ -138,7 +138,7 @@ class HalideLauncher:
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         # The pipeline has no asserts to check its buffers' types (halide_compile.kernel_target): the
         # launcher sets them once here and refuses a tensor of another dtype.
-        self.dtypes = tuple(getattr(torch, d) for d in module.DTYPES)
+        self.dtypes = tuple(getattr(torch, d) for d in header.DTYPES)
         buffers = self.num_inputs + self.num_outputs
         self.dims = (HalideDimension * buffers)()
         self.buffers = (HalideBuffer * buffers)()
