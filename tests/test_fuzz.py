@@ -285,33 +285,36 @@ def test_known_failure_of_the_fixed_seed(device, index):
     assert result.status == "pass", "\n".join(result.messages) + "\n" + program.source()
 
 
-def test_open_finding_seed_1960_batch_norm_weight_gradient_in_bfloat16(device):
-    """Open (tests/fuzz_open_findings.md, CPU seed 1960): a bfloat16 batch_norm's weight gradient
-    beside these other outputs is 0.201 off float64 (rmse) where eager is 0.00715 off. Present at
-    735a777 and under every CPU backend, the reference one included: a lowering or decomposition
-    matter, not code generation. Strict: it fails until fixed, then says so."""
-    from smelt.tools.fuzz.inputs import make_input
+def test_seed_1960s_bfloat16_batch_norm_weight_gradient_is_as_close_as_eagers_over_many_draws(device):
+    """CPU seed 1960 (tests/fuzz_open_findings.md): a bfloat16 batch_norm whose output is also
+    normalized over a dim of size 1, where the normalize's exact gradient is 0 and bfloat16 leaves
+    rounding divided by |v|. One draw had smelt's weight gradient 28x eager's error; over many draws
+    and cotangents neither is the closer, so the test judges the class by the draws' mean error."""
     import torch.nn.functional as F
 
-    def fn(x1, x4, x9, x10, x12, x13, x14, x15, x16):
-        v4 = x1.diagonal(-1, 0, 1) @ x4
-        v13 = F.batch_norm(x12, x13, x14, x15, x16, training=True, momentum=0.2)
-        return (x1, v4, x9, x10, x12.std(1, keepdim=False), v13, F.normalize(v13, dim=0))
+    def fn(x, running_mean, running_var, weight, bias):
+        v = F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum=0.2)
+        return v, F.normalize(v, dim=0)
 
-    specs = [((8, 3), torch.float32, "contiguous", True, 1219174447, {}),
-             ((3, 8), torch.float32, "contiguous", False, 972992382, {}),
-             ((1,), torch.float32, "contiguous", True, 873244661, {}),
-             ((6,), torch.float32, "contiguous", True, 386164522, {}),
-             ((1, 4, 4), torch.bfloat16, "strided", True, 1264073197, {}),
-             ((4,), torch.bfloat16, "contiguous", False, 1100593178, {}),
-             ((4,), torch.bfloat16, "contiguous", False, 1345275615, {"kind": "positive", "high": 0}),
-             ((4,), torch.bfloat16, "contiguous", True, 1859711816, {}),
-             ((4,), torch.bfloat16, "contiguous", False, 14691114, {})]
-    inputs = [make_input(shape, dtype, layout, grad=grad, seed=seed, **kw) for shape, dtype, layout, grad, seed, kw in specs]
-    failures = runner.check_fn(fn, inputs, backward=True)
-    if failures:
-        pytest.xfail("open finding, seed 1960: " + failures[0][:200])
-    pytest.fail("the seed 1960 finding passes now: move it to the resolved list and make this a plain test")
+    def weight_gradient(f, inputs, cotangents):
+        leaves = [x.detach().clone().requires_grad_(k in (0, 3)) for k, x in enumerate(inputs)]
+        outputs = f(*leaves)
+        torch.autograd.backward(list(outputs), [c.to(o.dtype) for o, c in zip(outputs, cotangents)])
+        return leaves[3].grad.double()
+
+    compiled = torch.compile(fn, backend="smelt")
+    errors = {"eager": [], "smelt": []}
+    for seed in range(60):
+        gen = torch.Generator().manual_seed(seed)
+        inputs = [torch.randn(1, 4, 4, generator=gen), torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5,
+                  torch.randn(4, generator=gen), torch.randn(4, generator=gen)]
+        inputs = [x.to(device, torch.bfloat16) for x in inputs]
+        cotangents = [torch.randn(1, 4, 4, generator=gen, dtype=torch.float64).to(device) for _ in range(2)]
+        exact = weight_gradient(fn, [x.double() for x in inputs], cotangents)
+        for name, f in (("eager", fn), ("smelt", compiled)):
+            errors[name].append((weight_gradient(f, inputs, cotangents) - exact).pow(2).mean().sqrt().item())
+    mean = {name: sum(values) / len(values) for name, values in errors.items()}
+    assert mean["smelt"] <= 1.25 * mean["eager"], mean
 
 
 def test_with_layouts_every_product_is_padded(monkeypatch):
