@@ -7,7 +7,9 @@ products, the compilers' own kernels, the rest) with the costliest kernels named
         --settings channels_last=off channels_last=on [--top 8] [--no-inductor]
 
 Models are the model suite's (smelt/tools/model_suite) at real size; a setting is one of
-smelt.config.override's field=value pairs, several joined by commas.
+smelt.config.override's field=value pairs, several joined by commas. A name with dots in it is a
+constant of a smelt module set for that setting's compile, the graph cache off
+(`codegen.triton.kernel.ELEMENTS_PER_WARP=1024`: a heuristic's constant tried on a whole model).
 """
 from __future__ import annotations
 
@@ -71,6 +73,29 @@ def parse_setting(text: str) -> dict:
     return dict(pair.split("=", 1) for pair in text.split(",") if pair) if text != "default" else {}
 
 
+@contextlib.contextmanager
+def applied(setting: dict):
+    """smelt.config.override of the setting's fields; its dotted names set as module constants."""
+    import ast
+    import importlib
+    constants = {k: v for k, v in setting.items() if "." in k}
+    fields = {k: v for k, v in setting.items() if "." not in k}
+    if constants:
+        fields["graph_cache"] = False  # the cache's key does not see a patched constant
+    saved = []
+    try:
+        for name, value in constants.items():
+            module, attribute = name.rsplit(".", 1)
+            module = importlib.import_module(f"smelt.{module}")
+            saved.append((module, attribute, getattr(module, attribute)))
+            setattr(module, attribute, ast.literal_eval(value))
+        with smelt.config.override(**fields) if fields else contextlib.nullcontext():
+            yield
+    finally:
+        for module, attribute, value in reversed(saved):
+            setattr(module, attribute, value)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+")
@@ -92,7 +117,7 @@ def main(argv=None) -> None:
         for label, backend, setting in runs:
             torch._dynamo.reset()
             fn = case_callable(spec, args.mode, "real", "cuda", 0, backend)
-            with smelt.config.override(**setting) if setting else contextlib.nullcontext():
+            with applied(setting):
                 fn()  # compiles (a training step compiles its backward in its first call too)
                 fn()
             torch.cuda.synchronize()
