@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import re
 
 import torch
 import triton.testing
@@ -65,7 +66,13 @@ def report(label: str, rows, top: int) -> None:
     total = sum(us for _, us, _ in rows)
     kinds = ", ".join(f"{k} {v[0] / 1e3:.3f} ms ({v[1]})" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0]))
     print(f"  {label}: GPU {total / 1e3:.3f} ms per call, {sum(c for _, _, c in rows)} launches: {kinds}")
-    for name, us, count in rows[:top]:
+    # Kernels named alike but for their number (smelt names each kernel of a graph apart) summed as one.
+    families = collections.defaultdict(lambda: [0.0, 0])
+    for name, us, count in rows:
+        family = re.sub(r"_\d+$", "_N", name)
+        families[family][0] += us
+        families[family][1] += count
+    for name, (us, count) in sorted(families.items(), key=lambda kv: -kv[1][0])[:top]:
         print(f"      {us:8.1f} us  x{count:<3d} {name[:110]}")
 
 
@@ -104,15 +111,17 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--inductor-last", action="store_true",
+                        help="Inductor after smelt's settings (a GPU's clocks may drift over a run)")
     args = parser.parse_args(argv)
     specs = all_specs()
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
     for name in args.models:
         spec = specs[name]
         runs = [("eager", None, {})]
-        if not args.no_inductor:
-            runs.append(("inductor", "inductor", {}))
-        runs += [(f"smelt {s}", "smelt", parse_setting(s)) for s in args.settings]
+        inductor = [] if args.no_inductor else [("inductor", "inductor", {})]
+        smelts = [(f"smelt {s}", "smelt", parse_setting(s)) for s in args.settings]
+        runs += smelts + inductor if args.inductor_last else inductor + smelts
         times = {}
         for label, backend, setting in runs:
             torch._dynamo.reset()
