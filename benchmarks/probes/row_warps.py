@@ -3,6 +3,10 @@ the elements a warp holds (codegen/triton/kernel.py ELEMENTS_PER_WARP) swept ove
 and transformer shapes (issue 22: BERT's residual add + LayerNorm ran 13% faster at 1024 a warp than at 512).
 
     python -m benchmarks.probes.row_warps [--values 512,1024,2048,512w] [--rounds 3] [--only NAME,...]
+        [--constant ROW_ELEMENTS_PER_WARP]
+
+--constant names the constant of codegen/triton/kernel.py the values set (ELEMENTS_PER_WARP, every
+reduction outside the tuned branches, by default).
 
 A value with a "w" after it also takes a norm's mean and variance in one Welford reduction
 (codegen/triton/kernel.py PERSISTENT_WELFORD) rather than three.
@@ -75,10 +79,10 @@ CASES = {
 }
 
 
-def _compiled(fn, args, value: str):
+def _compiled(fn, args, value: str, constant: str = "ELEMENTS_PER_WARP"):
     """`value` is elements a warp, with a "w" after it for one Welford reduction per norm
     (PERSISTENT_WELFORD)."""
-    triton_kernel.ELEMENTS_PER_WARP = int(value.rstrip("w"))
+    setattr(triton_kernel, constant, int(value.rstrip("w")))
     triton_kernel.PERSISTENT_WELFORD = "welford" if value.endswith("w") else "shifted"
     torch._dynamo.reset()
     with smelt.config.override(graph_cache=False):
@@ -100,11 +104,12 @@ def main(argv=None) -> None:
     parser.add_argument("--values", default="512,1024,2048")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="comma-separated case-name prefixes")
+    parser.add_argument("--constant", default="ELEMENTS_PER_WARP")
     args = parser.parse_args(argv)
     values = args.values.split(",")
-    default = str(triton_kernel.ELEMENTS_PER_WARP)
+    default = str(getattr(triton_kernel, args.constant))
     default_welford = triton_kernel.PERSISTENT_WELFORD
-    print(f"{torch.cuda.get_device_name()}, heuristic's value {default}")
+    print(f"{torch.cuda.get_device_name()}, {args.constant}: heuristic's value {default}")
     print("| case | " + " | ".join(f"{v} us" for v in values) + " | " +
           " | ".join(f"speed at {v}" for v in values if v != default) + " |")
     print("| --- |" + " --- |" * (2 * len(values) - 1))
@@ -117,7 +122,7 @@ def main(argv=None) -> None:
         callables = {}
         for value in values:
             try:
-                callables[value] = _compiled(fn, inputs, value)
+                callables[value] = _compiled(fn, inputs, value, args.constant)
                 _check(callables[value](*inputs), want, inputs[0].dtype)
             except Exception as e:  # noqa: BLE001 - a value that fails is a finding, printed
                 print(f"  {name} at {value}: {type(e).__name__}: {str(e)[:200]}")
@@ -129,7 +134,7 @@ def main(argv=None) -> None:
         cells = [f"{us[v]:.2f}" if v in us else "-" for v in values]
         ratios = [f"{us[default] / us[v]:.3f}x" if v in us and default in us else "-" for v in values if v != default]
         print(f"| {name} | " + " | ".join(cells + ratios) + " |", flush=True)
-    triton_kernel.ELEMENTS_PER_WARP = int(default)
+    setattr(triton_kernel, args.constant, int(default))
     triton_kernel.PERSISTENT_WELFORD = default_welford
 
 

@@ -10,7 +10,7 @@ import dataclasses
 
 from ...artifact import BlockConfig, TileBlocks
 from ...symbolic import next_power_of_2, static_int
-from .kernel import ELEMENTS_PER_WARP, SHORT_ROW
+from .kernel import ROW_ELEMENTS_PER_WARP, SHORT_ROW
 from .tiles import grid_layout
 
 # At most this many elements in one program's block: beyond it registers spill.
@@ -67,7 +67,7 @@ def row_candidates(plan, heuristic) -> list:
         return [heuristic]
     found = [heuristic]
     for xblock in dict.fromkeys((heuristic.XBLOCK, 1)):
-        for per_warp in (ELEMENTS_PER_WARP, 2 * ELEMENTS_PER_WARP, 4 * ELEMENTS_PER_WARP):
+        for per_warp in (ROW_ELEMENTS_PER_WARP, 2 * ROW_ELEMENTS_PER_WARP, 4 * ROW_ELEMENTS_PER_WARP):
             warps = xblock * heuristic.RBLOCK // per_warp
             config = dataclasses.replace(heuristic, XBLOCK=xblock, num_warps=warps)
             if 1 <= warps <= 16 and config not in found:

@@ -54,9 +54,13 @@ SHORT_ROW = 64
 # A row reduction packs several rows into a program only while that leaves at least this many
 # programs (an H100 has 132 SMs).
 MIN_ROW_PROGRAMS = 128
-# Elements a warp holds in a reduction kernel outside the tuned branches below (rows written back
-# element by element: softmax, norms). benchmarks/probes/row_warps.py sweeps it.
+# Elements a warp holds in a reduction kernel outside the tuned branches below (column reductions,
+# looped rows). benchmarks/probes/row_warps.py sweeps it.
 ELEMENTS_PER_WARP = 512
+# The same for a persistent kernel over whole contiguous rows written back element by element (softmax,
+# norms): apart from the rest, whose column reductions (a norm's weight gradient) also take their
+# warps from ELEMENTS_PER_WARP.
+ROW_ELEMENTS_PER_WARP = 512
 # How a whole row in registers takes its mean and variance: "shifted" (three reductions: the row's first
 # value, the shifted sum, the centred squares) or "welford" (one reduction of Welford's combine over
 # (value, 0, 1) per lane). Both give a row of equal values exactly its value and 0, as eager's Welford.
@@ -122,6 +126,8 @@ def choose_blocks(plan: KernelPlan, interpret: bool, persistent_limit: int) -> B
     elif persistent and not interpret and rblock <= SHORT_ROW and plan.r_contiguous():
         budget = 512
         elements_per_warp = 256
+    elif persistent and not interpret and plan.r_contiguous():
+        elements_per_warp = ROW_ELEMENTS_PER_WARP
     else:
         elements_per_warp = ELEMENTS_PER_WARP
     xblock = max(1, budget // rblock) if (interpret or not plan.r_contiguous() or persistent) else 1
