@@ -214,8 +214,8 @@ _LAUNCH_FIELD = re.compile(rf"^({'|'.join(LAUNCH_FIELDS)}) = (.+?)(?:  # .*)?$",
 
 def launch_header(name: str, source: str) -> types.SimpleNamespace:
     """A generated module's launch arguments, dtypes and target, read without running it: running it
-    imports Halide (20 ms) and defines its pipeline, which only a build needs; a warm start loading
-    a model's 56 cached kernels spent 40-50 ms so."""
+    imports Halide (20 ms) and defines its pipeline, which only a build needs (MobileNetV3's warm
+    start: its 56 cached kernels' launchers in 47 ms against 80; benchmarks/probes/warm_start_parts.py)."""
     texts = {m.group(1): m.group(2) for m in _LAUNCH_FIELD.finditer(source)}
     missing = [f for f in LAUNCH_FIELDS if f not in texts]
     if missing:
