@@ -241,6 +241,28 @@ def test_gpu_compiles_still_work_after_an_interpreted_kernel_called_a_device_fun
     assert done.returncode == 0 and done.stdout.strip().endswith("compiled"), done.stderr[-3000:]
 
 
+_UNDER_TRITON_INTERPRET = """
+import tempfile, torch, smelt
+with smelt.config.override(cpu_backend="triton", check_cuda_compile=True, cache_dir=tempfile.mkdtemp()):
+    torch.compile(lambda x: x.sum(-1), backend="smelt")(torch.randn(4, 99))
+"""
+
+
+def test_the_check_under_triton_interpret_names_the_knob_instead_of_failing_every_reduction(tmp_path):
+    # With TRITON_INTERPRET=1 at Triton's import, tl.standard's combines are interpreter-only and
+    # every reduction's CUDA compile failed with "'InterpretedFunction' object has no attribute
+    # 'signature'" (fuzz seed 4379, run so by hand).
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "SMELT_CHECK_CUDA_COMPILE"}
+    env.update(TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _UNDER_TRITON_INTERPRET], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "SettingError" in done.stderr and "TRITON_INTERPRET=1" in done.stderr, done.stderr[-3000:]
+    assert "InterpretedFunction" not in done.stderr, done.stderr[-3000:]
+
+
 @triton_pass_only
 def test_short_rows_written_back_run_a_few_rows_a_program_on_the_gpu(checked, monkeypatch):
     # Swin's 49-key softmax: 64 rows over 8 warps took twice the time of 8 rows over 2 on the H200

@@ -11,12 +11,17 @@ A kernel Triton cannot compile raises KernelCompileError, as its first launch on
 
 Each (source, argument description, blocks) is compiled once per process; where the graph cache
 is on, the binary is kept on disk like a GPU kernel's, so a later process skips the compile.
+
+The check needs TRITON_INTERPRET unset: smelt interprets its CPU kernels itself, and with the knob
+on when Triton is imported, triton.language's own @jit helpers (the sum and max combines every
+reduction calls) are made interpreter-only, so every CUDA compile of a reduction would fail.
 """
 from __future__ import annotations
 
 import hashlib
 
 from ..artifact import CudaTwin
+from ..config import SettingError
 from ..errors import KernelCompileError
 from . import interpreter_compat
 from .cuda_binary import describe
@@ -30,8 +35,19 @@ CAPABILITY = (9, 0)  # the H100, where smelt's GPU runs are made
 _outcomes: dict[tuple, KernelCompileError | None] = {}
 
 
+def _refuse_interpreted_triton_library() -> None:
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    if isinstance(tl.standard._sum_combine, InterpretedFunction):
+        raise SettingError(
+            "smelt: SMELT_CHECK_CUDA_COMPILE cannot compile for CUDA in a process that imported Triton with "
+            "TRITON_INTERPRET=1 (triton.language's own helpers are then interpreter-only); unset TRITON_INTERPRET: "
+            "smelt runs CPU kernels through the interpreter without it")
+
+
 class CudaCompileCheck:
     def __init__(self, twin: CudaTwin, path: str, origins: list[str], cache_dir: str | None):
+        _refuse_interpreted_triton_library()
         self.twin = twin
         self.path = path  # the CUDA form's source file, named in the error
         self.origins = origins
