@@ -19,7 +19,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
-from . import graph_cache, observe
+from . import graph_cache, observe, precompile
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
@@ -173,6 +173,15 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     # An override around the call that compiles holds for its backward too, which AOTAutograd
     # compiles at the first backward: on CUDA, on autograd's device thread, outside the block.
     settings = {**config_module.overridden(), **compile_settings(mode, options)}
+    if precompile.requested():  # torch's aot_compile: what it returns must save and load
+        saved = precompile.saved_graph(gm, example_inputs, settings)  # before the rewrites below
+        with precompile.aot_autograd_settings():
+            return precompile.PrecompiledGraph(compile_dynamo_graph(gm, example_inputs, settings), saved)
+    return compile_dynamo_graph(gm, example_inputs, settings)
+
+
+def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs, settings: dict):
+    """A Dynamo graph compiled under `settings` (smelt.config.override's fields)."""
     with config_module.override(**settings):
         cfg = config_module.current()
     slot = DynamoCacheSlot(gm, example_inputs, cfg)
@@ -211,6 +220,9 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         )
     slot.commit()
     return compiled  # Dynamo runs what a backend returns with itself disabled
+
+
+precompile.compile_graph = compile_dynamo_graph
 
 
 def _reset() -> None:

@@ -20,7 +20,7 @@ LAYERS = [
     {"smelt.errors", "smelt.backend_registry", "smelt.symbolic", "smelt.source_digest", "smelt.cache_location",
      "smelt.debug", "smelt.artifact", "smelt.target", "smelt.progress"},
     {"smelt.runtime"},
-    {"smelt.config", "smelt.observe", "smelt.preload", "smelt.compile_stages"},
+    {"smelt.config", "smelt.observe", "smelt.preload", "smelt.compile_stages", "smelt.precompile"},
     {"smelt.graph_cache"},
     {"smelt.ir"},
     {"smelt.lowering", "smelt.scheduler", "smelt.decompositions", "smelt.saved_inputs"},

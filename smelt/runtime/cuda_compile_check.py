@@ -21,8 +21,7 @@ from __future__ import annotations
 import hashlib
 
 from ..artifact import CudaTwin
-from ..config import SettingError
-from ..errors import KernelCompileError
+from ..errors import KernelCompileError, SmeltError
 from . import interpreter_compat
 from .cuda_binary import describe
 from .kernel_binaries import KernelVariants, Unsupported
@@ -39,7 +38,7 @@ def _refuse_interpreted_triton_library() -> None:
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     if isinstance(tl.standard._sum_combine, InterpretedFunction):
-        raise SettingError(
+        raise SmeltError(
             "smelt: SMELT_CHECK_CUDA_COMPILE cannot compile for CUDA in a process that imported Triton with "
             "TRITON_INTERPRET=1 (triton.language's own helpers are then interpreter-only); unset TRITON_INTERPRET: "
             "smelt runs CPU kernels through the interpreter without it")
