@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from conftest import DEVICE
 
 pytestmark = pytest.mark.skipif(not hasattr(torch._dynamo, "aot_compile"),
                                 reason="this torch has no precompile (torch._dynamo.aot_compile)")
@@ -29,12 +30,13 @@ class Net(torch.nn.Module):
         y = torch.relu(self.norm(self.conv(x)))
         return torch.softmax(self.head(y.mean((2, 3))), -1)
 
+device = sys.argv[5]
 torch.manual_seed(0)
-net = Net().eval()
+net = Net().eval().to(device)
 with torch.no_grad():
     net.norm.running_mean.uniform_(-0.5, 0.5)
     net.norm.running_var.uniform_(0.5, 2.0)
-x = torch.randn(2, 3, 10, 10)
+x = torch.randn(2, 3, 10, 10, device=device)
 step, path, training = sys.argv[1], sys.argv[2], sys.argv[3] == "train"
 if training:
     net.train()
@@ -48,7 +50,7 @@ if step == "save":
 else:
     with open(path, "rb") as f:
         loaded = torch.compiler.load_compiled_function(f)
-    copy = Net()
+    copy = Net().to(device)
     copy.load_state_dict(net.state_dict())
     copy.train(training)
     with grad:
@@ -70,7 +72,7 @@ else:
 
 def _run(step: str, path, cache, mode: str = "infer", dynamic: str = "static") -> subprocess.CompletedProcess:
     env = dict(os.environ, SMELT_CACHE_DIR=str(cache), SMELT_GRAPH_CACHE="1", PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-c", _PROGRAM, step, str(path), mode, dynamic], env=env,
+    return subprocess.run([sys.executable, "-c", _PROGRAM, step, str(path), mode, dynamic, DEVICE], env=env,
                           capture_output=True, text=True, timeout=600)
 
 
