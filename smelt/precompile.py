@@ -111,8 +111,13 @@ def saved_graph(gm: torch.fx.GraphModule, example_inputs, settings: dict) -> byt
         raise NotImplementedError(
             "smelt: precompile (aot_compile) under an autocast entered outside the compiled function is not "
             "supported yet; enter the autocast inside it")
+    try:
+        graph = GraphPickler.dumps(gm, Options(ops_filter=None, node_metadata_key_filter=_kept_metadata))
+    except Exception as e:  # an op or attribute FX's pickler cannot write
+        raise NotImplementedError(f"smelt: precompile (aot_compile) cannot save this Dynamo graph: "
+                                  f"{type(e).__name__}: {e}") from e
     return pickle.dumps({
-        "graph": GraphPickler.dumps(gm, Options(ops_filter=None, node_metadata_key_filter=_kept_metadata)),
+        "graph": graph,
         "inputs": [InputSpec.of(x) for x in example_inputs],
         "settings": settings,
         "grad": torch.is_grad_enabled(),  # AOTAutograd traces an inference graph or a training pair by it
