@@ -152,6 +152,29 @@ def test_with_cache_hits_the_second_compile_is_judged(monkeypatch):
     assert len(compiles) == 2 and result.status == "fail", result.messages
 
 
+def test_with_precompile_the_saved_and_loaded_program_is_judged(monkeypatch):
+    """--precompile: each program is saved by torch's precompile with smelt and loaded again, and the
+    loaded one is judged (here a wrong loaded function fails the program)."""
+    pytest.importorskip("torch._dynamo.aot_compile")
+    from smelt import precompile
+    monkeypatch.setenv(runner.PRECOMPILE, "1")
+    loads = []
+    real = torch.compiler.load_compiled_function
+
+    def load(f):
+        loaded = real(f)
+        loads.append(loaded)
+        return loaded if len(loads) > 1 else (lambda x: (loaded(x)[0] * 1.01,))
+    saved = []
+    monkeypatch.setattr(precompile.PrecompiledGraph, "serialize_compile_artifacts",
+                        classmethod(lambda cls, fn: saved.append(fn) or fn.saved))
+    monkeypatch.setattr(runner.torch.compiler, "load_compiled_function", load)
+    program = (lambda x: (x.sin() * 2,), lambda: [torch.linspace(0, 1, 6, requires_grad=True)])
+    assert runner.judge(*program, backward=True).status == "fail"
+    assert runner.judge(*program, backward=True).status == "pass"
+    assert len(saved) == 2  # smelt's graphs were the ones saved
+
+
 def test_an_answer_made_of_rounding_noise_is_ill_conditioned_not_a_failure(monkeypatch):
     # CPU fuzzer #21: the sign of layer_norm's outputs' sum, which is 0 up to rounding. Eager's sign
     # is its noise; a float64 run on inputs scaled by 1 + 2**-30 gets the other sign.

@@ -21,7 +21,7 @@ import warnings
 from .generator import generate
 from .journal import Journal
 from .program import Program, merged
-from .runner import CACHE_HITS, EVERY_PRODUCT_PADDED, Result, judge_in_subprocess, judge_program
+from .runner import CACHE_HITS, EVERY_PRODUCT_PADDED, PRECOMPILE, Result, judge_in_subprocess, judge_program
 from .shrinker import shrink
 
 
@@ -246,6 +246,8 @@ def main(argv=None) -> int:
                     help="also compile interpreted Triton kernels for sm_90 (sets SMELT_CHECK_CUDA_COMPILE=1)")
     ap.add_argument("--cache-hits", action="store_true",
                     help="judge each program's second compile, served by the graph cache (a fresh folder)")
+    ap.add_argument("--precompile", action="store_true",
+                    help="judge each program saved by torch's precompile (aot_compile) and loaded again")
     ap.add_argument("--host-scalar-args", action="store_true",
                     help="CPU scalar inputs as Triton kernel arguments in CPU graphs too, as GPU graphs take them "
                          "(sets SMELT_HOST_SCALAR_ARGS=on; with SMELT_CPU_BACKEND=triton)")
@@ -271,6 +273,8 @@ def main(argv=None) -> int:
     if args.layouts:
         os.environ.update({"SMELT_CHANNELS_LAST": "on", "SMELT_MATMUL_PADDING": "on", "SMELT_DEPTHWISE_KERNELS": "on",
                            EVERY_PRODUCT_PADDED: "1"})
+    if args.precompile:
+        os.environ[PRECOMPILE] = "1"
     if args.cache_hits and not os.environ.get(CACHE_HITS):  # the supervised children inherit all three
         os.environ.update({CACHE_HITS: "1", "SMELT_GRAPH_CACHE": "1",
                            "SMELT_CACHE_DIR": tempfile.mkdtemp(prefix="smelt-fuzz-cache-")})

@@ -3,6 +3,8 @@ It prints as a Python script that reproduces itself (`Program.source()`)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import linecache
 import re
 
 import torch
@@ -83,7 +85,10 @@ class Program:
         if reference:
             body = re.sub(r"torch\.(float32|bfloat16|float16)\b", "torch.float64", body).replace(".float()", ".double()")
         scope = {"torch": torch, "F": torch.nn.functional}
-        exec(compile(body, "<fuzz program>", "exec"), scope)
+        # A file name linecache knows: torch's precompile (--precompile) reads the function's source.
+        filename = f"<fuzz program {hashlib.sha256(body.encode()).hexdigest()[:12]}>"
+        linecache.cache[filename] = (len(body), None, body.splitlines(True), filename)
+        exec(compile(body, filename, "exec"), scope)
         return scope["fn"]
 
     def sub_program(self, group: int) -> "Program":

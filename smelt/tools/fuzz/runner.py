@@ -166,6 +166,9 @@ def _short(exc: BaseException) -> str:
 # Set by the CLI's --cache-hits: smelt's result is its second compile's, which the graph cache
 # serves (at the Dynamo level, AOTAutograd skipped, where the graph qualifies).
 CACHE_HITS = "FUZZ_CACHE_HITS"
+# Set by the CLI's --precompile: the compiled program is saved by torch's precompile (aot_compile),
+# loaded again (smelt/precompile.py) and the loaded one judged.
+PRECOMPILE = "FUZZ_PRECOMPILE"
 # Set (by the CLI's --layouts): every matrix product is padded, however small (the size thresholds
 # keep the fuzzer's products from it otherwise).
 EVERY_PRODUCT_PADDED = "FUZZ_EVERY_PRODUCT_PADDED"
@@ -177,10 +180,38 @@ def _compiled_run(fn, make_inputs, backward, cot_dtypes, backend):
         matmul_padding.MIN_MACS = matmul_padding.MIN_MATRIX_MACS = 0
     torch._dynamo.reset()
     try:
+        if os.environ.get(PRECOMPILE):
+            if backend != "smelt":  # without smelt: AOTAutograd under a precompile, then one torch can save
+                _aot_eager_under_precompile(fn, make_inputs())
+            loaded = _precompiled(fn, make_inputs(), "smelt" if backend == "smelt" else "eager")
+            return run_once(loaded, make_inputs(), backward, cot_dtypes)
         if backend == "smelt" and os.environ.get(CACHE_HITS):
             run_once(torch.compile(fn, backend=backend, fullgraph=True), make_inputs(), backward, cot_dtypes)
             torch._dynamo.reset()
         return run_once(torch.compile(fn, backend=backend, fullgraph=True), make_inputs(), backward, cot_dtypes)
+    finally:
+        torch._dynamo.reset()
+
+
+def _precompiled(fn, inputs, backend: str):
+    import tempfile
+    compiled = torch.compile(fn, backend=backend, fullgraph=True).aot_compile((tuple(inputs), {}))
+    with tempfile.TemporaryDirectory(prefix="smelt-fuzz-precompile-") as folder:
+        path = os.path.join(folder, "program.bin")
+        compiled.save_compiled_function(path)
+        torch._dynamo.reset()
+        with open(path, "rb") as f:
+            return torch.compiler.load_compiled_function(f)
+
+
+def _aot_eager_under_precompile(fn, inputs) -> None:
+    """Raises what AOTAutograd raises under torch's precompile (a restart Dynamo catches only outside
+    one, ...); aot_eager's result is one the precompile cannot save, which is not asked of it here."""
+    try:
+        torch.compile(fn, backend="aot_eager", fullgraph=True).aot_compile((tuple(inputs), {}))
+    except RuntimeError as e:
+        if "does not implement SerializableCallable" not in str(e):
+            raise
     finally:
         torch._dynamo.reset()
 
