@@ -9,8 +9,8 @@ inputs' sizes, strides and dtypes, the grad mode and the settings of the compile
 compiles that graph again. Where smelt's graph cache holds it (the same machine, or a copied
 SMELT_CACHE_DIR) that is a warm lookup, and the load skips Dynamo's trace, which a warm torch.compile
 start cannot (MobileNetV3 on the CPU, `benchmarks/probes/warm_start_parts.py`: 0.44-0.48 s against
-Dynamo's own 0.97-1.23). Elsewhere it is a cold compile, as correct. Not yet: symbolic sizes, and an
-autocast entered outside the compiled function (each refused with the reason).
+Dynamo's own 0.97-1.23). Elsewhere it is a cold compile, as correct. Not yet: symbolic sizes, inputs
+sharing memory, an autocast entered outside the compiled function (each refused with the reason).
 
 torch marks a precompile by `torch._functorch.config.force_autograd_cache` while the backend runs
 (its eager backend reads the same flag); only then does smelt wrap what it returns.
@@ -62,6 +62,7 @@ class InputSpec:
     dtype: torch.dtype | None
     device: str | None
     requires_grad: bool
+    leaf: bool = True  # an input needing grad that is not a leaf is traced so (a training graph detaches leaves)
     value: Any = None
 
     @staticmethod
@@ -73,12 +74,12 @@ class InputSpec:
                     "smelt: precompile (aot_compile) of a graph with symbolic sizes is not supported yet; "
                     "compile it with dynamic=False")
             return InputSpec(tuple(x.shape), tuple(x.stride()), x.storage_offset(), x.dtype, str(x.device),
-                             x.requires_grad)
+                             x.requires_grad, x.is_leaf)
         if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise NotImplementedError(
                 "smelt: precompile (aot_compile) of a graph with symbolic sizes is not supported yet; "
                 "compile it with dynamic=False")
-        return InputSpec(None, None, 0, None, None, False, x)
+        return InputSpec(None, None, 0, None, None, False, value=x)
 
     def make(self, fake_mode):
         if self.shape is None:
@@ -87,7 +88,12 @@ class InputSpec:
             t = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
             if self.storage_offset:
                 t = t.as_strided(self.shape, self.stride, self.storage_offset)
-        return t.requires_grad_(self.requires_grad) if self.requires_grad else t
+            if self.requires_grad:
+                t.requires_grad_(True)
+                if not self.leaf:
+                    with torch.enable_grad():
+                        t = t.clone()  # the same strides: Dynamo's inputs are dense
+        return t
 
 
 def _kept_metadata(key: str) -> bool:
@@ -111,6 +117,10 @@ def saved_graph(gm: torch.fx.GraphModule, example_inputs, settings: dict) -> byt
         raise NotImplementedError(
             "smelt: precompile (aot_compile) under an autocast entered outside the compiled function is not "
             "supported yet; enter the autocast inside it")
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    if len({x.untyped_storage()._cdata for x in tensors}) < len(tensors):
+        raise NotImplementedError(
+            "smelt: precompile (aot_compile) of a graph whose inputs share memory is not supported yet")
     try:
         graph = GraphPickler.dumps(gm, Options(ops_filter=None, node_metadata_key_filter=_kept_metadata))
     except Exception as e:  # an op or attribute FX's pickler cannot write

@@ -10,6 +10,8 @@ import pytest
 import torch
 from conftest import DEVICE
 
+import smelt
+
 pytestmark = pytest.mark.skipif(not hasattr(torch._dynamo, "aot_compile"),
                                 reason="this torch has no precompile (torch._dynamo.aot_compile)")
 
@@ -96,3 +98,44 @@ def test_a_precompile_of_symbolic_sizes_names_what_is_not_supported(tmp_path):
     assert done.returncode != 0
     assert "precompile (aot_compile) of a graph with symbolic sizes is not supported" in done.stderr, \
         done.stderr[-4000:]
+
+
+def _saved_and_loaded(fn, args, path):
+    torch.compile(fn, fullgraph=True, backend="smelt").aot_compile((args, {})).save_compiled_function(str(path))
+    torch._dynamo.reset()
+    with open(path, "rb") as f:
+        return torch.compiler.load_compiled_function(f)
+
+
+def _scaled_tanh_rows(x, w):
+    return (x * w).tanh().sum(-1)
+
+
+def test_an_input_that_is_not_a_leaf_is_loaded_as_one_and_gets_its_gradient(tmp_path):
+    # Whether an input needing grad is a leaf is in the graph's key (a training graph detaches some
+    # of its leaves, graph_cache/training_graph.py): the load makes a non-leaf input again, and
+    # finds the graph the save compiled.
+    from smelt.graph_cache import stats
+    w = torch.randn(6, device=DEVICE, requires_grad=True)
+    a = torch.randn(4, 6, device=DEVICE, requires_grad=True)
+    x = a * 2
+    hits = stats["dynamo_hit"]
+    with smelt.config.override(graph_cache=True, cache_dir=str(tmp_path / "cache")):
+        loaded = _saved_and_loaded(_scaled_tanh_rows, (x, w), tmp_path / "fn.bin")
+    assert stats["dynamo_hit"] == hits + 1
+    got = loaded(x, w)
+    want = _scaled_tanh_rows(x, w)
+    torch.testing.assert_close(got, want)
+    for g, e in zip(torch.autograd.grad(got.sum(), (a, w), retain_graph=True), torch.autograd.grad(want.sum(), (a, w))):
+        torch.testing.assert_close(g, e)
+
+
+def _add(p, q):
+    return p + q
+
+
+def test_a_precompile_of_inputs_sharing_memory_names_what_is_not_supported():
+    v = torch.randn(6, device=DEVICE)
+    with pytest.raises(Exception, match="inputs share memory is not supported"):
+        torch.compile(_add, fullgraph=True, backend="smelt").aot_compile(((v[:3], v[3:]), {}))
+    torch._dynamo.reset()
