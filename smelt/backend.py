@@ -180,8 +180,10 @@ def smelt_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     return compile_dynamo_graph(gm, example_inputs, settings)
 
 
-def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs, settings: dict):
-    """A Dynamo graph compiled under `settings` (smelt.config.override's fields)."""
+def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs, settings: dict, on_miss=None):
+    """A Dynamo graph compiled under `settings` (smelt.config.override's fields). `on_miss()` runs
+    where the graph cache does not serve it, before anything reads the graph's values (a precompiled
+    graph's load propagates them there, not on a hit)."""
     with config_module.override(**settings):
         cfg = config_module.current()
     slot = DynamoCacheSlot(gm, example_inputs, cfg)
@@ -195,6 +197,8 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs, settings: dic
         cached = slot.lookup()
     if cached is not None:
         return cached
+    if on_miss is not None:
+        on_miss()
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     if cuda:
         prepare_compiler()
