@@ -37,7 +37,7 @@ _outcomes: dict[tuple, KernelCompileError | None] = {}
 def _refuse_interpreted_triton_library() -> None:
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
-    if isinstance(tl.standard._sum_combine, InterpretedFunction):
+    if isinstance(getattr(tl.standard, "_sum_combine", None), InterpretedFunction):
         raise SmeltError(
             "smelt: SMELT_CHECK_CUDA_COMPILE cannot compile for CUDA in a process that imported Triton with "
             "TRITON_INTERPRET=1 (triton.language's own helpers are then interpreter-only); unset TRITON_INTERPRET: "
