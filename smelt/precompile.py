@@ -52,6 +52,15 @@ def aot_autograd_settings():
     return torch._functorch.config.patch(settings)
 
 
+def available() -> bool:
+    """Whether this torch has precompile (`torch.compile(...).aot_compile`: torch 2.13 has it, 2.11 not)."""
+    return SerializableCallable is not None and hasattr(torch.compile(_identity, backend="eager"), "aot_compile")
+
+
+def _identity(x):
+    return x
+
+
 def requested() -> bool:
     return SerializableCallable is not None and bool(getattr(torch._functorch.config, "force_autograd_cache", False))
 

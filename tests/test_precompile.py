@@ -12,8 +12,10 @@ from conftest import DEVICE
 
 import smelt
 
-pytestmark = pytest.mark.skipif(not hasattr(torch._dynamo, "aot_compile"),
-                                reason="this torch has no precompile (torch._dynamo.aot_compile)")
+from smelt import precompile
+
+pytestmark = pytest.mark.skipif(not precompile.available(),
+                                reason="this torch has no precompile (torch.compile(...).aot_compile)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

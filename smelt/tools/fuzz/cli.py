@@ -274,6 +274,10 @@ def main(argv=None) -> int:
         os.environ.update({"SMELT_CHANNELS_LAST": "on", "SMELT_MATMUL_PADDING": "on", "SMELT_DEPTHWISE_KERNELS": "on",
                            EVERY_PRODUCT_PADDED: "1"})
     if args.precompile:
+        from smelt import precompile
+        if not precompile.available():
+            import torch
+            ap.error(f"--precompile: torch {torch.__version__} has no precompile (torch.compile(...).aot_compile)")
         os.environ[PRECOMPILE] = "1"
     if args.cache_hits and not os.environ.get(CACHE_HITS):  # the supervised children inherit all three
         os.environ.update({CACHE_HITS: "1", "SMELT_GRAPH_CACHE": "1",
