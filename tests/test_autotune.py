@@ -227,8 +227,8 @@ def test_queued_timing_doubles_its_sleep_only_while_the_host_falls_behind(monkey
 
 
 def test_row_candidates_are_the_heuristic_then_fewer_warps_and_one_row_a_program():
-    """BERT's residual + LayerNorm (4096 x 768): the heuristic's 4 rows over 8 warps, then 1024 and
-    2048 elements a warp, then one row a program (Inductor's tuner takes one warp there)."""
+    """BERT's residual + LayerNorm (4096 x 768): the heuristic's 4 rows over 4 warps, then 2048 and
+    4096 elements a warp, then one row a program (Inductor's tuner takes one warp there)."""
     from types import SimpleNamespace
     from smelt.artifact import BlockConfig
     from smelt.codegen.triton.candidates import row_candidates
@@ -236,9 +236,9 @@ def test_row_candidates_are_the_heuristic_then_fewer_warps_and_one_row_a_program
     def plan(rows, width, per_element=True):
         return SimpleNamespace(static_sizes=lambda: (rows, width), has_scan=False, r_contiguous=lambda: True,
                                stores_per_element=lambda: per_element)
-    heuristic = BlockConfig(4, 1024, 8, True)
+    heuristic = BlockConfig(4, 1024, 4, True)
     found = [(c.XBLOCK, c.num_warps) for c in row_candidates(plan(4096, 768), heuristic)]
-    assert found == [(4, 8), (4, 4), (4, 2), (1, 2), (1, 1)]
+    assert found == [(4, 4), (4, 2), (4, 1), (1, 1)]
     assert row_candidates(plan(4096, 768, per_element=False), heuristic) == [heuristic]  # a row's statistics
     looped = BlockConfig(1, 2048, 4, False)
     assert row_candidates(plan(64, 100000), looped) == [looped]

@@ -57,7 +57,7 @@ def candidates(plan, heuristic) -> list:
 
 def row_candidates(plan, heuristic) -> list:
     """A persistent kernel storing a value per element of contiguous rows (a norm, a softmax): the
-    heuristic's blocks, then the same rows at 1024 and 2048 elements a warp, and one row a program,
+    heuristic's blocks, then the same rows at twice and four times ROW_ELEMENTS_PER_WARP a warp, and one row a program,
     timed on the first CUDA launch without SMELT_AUTOTUNE. No warp count suits them all: on the H100
     and H200, 2048 a warp made BERT's residual + LayerNorm (768 wide, bf16) 6% faster and a LayerNorm's
     forward + backward 7-11% slower (benchmarks/probes/row_warps.py); Inductor's tuner picks one warp a
