@@ -65,6 +65,10 @@ def requested() -> bool:
     return SerializableCallable is not None and bool(getattr(torch._functorch.config, "force_autograd_cache", False))
 
 
+_SYMBOLIC_SIZES = ("smelt: precompile (aot_compile) of a graph with symbolic sizes is not supported yet; "
+                   "compile it with dynamic=False")
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """A graph input as the load must make it again: a tensor's metadata, or a plain value."""
@@ -82,15 +86,11 @@ class InputSpec:
         if isinstance(x, torch.Tensor):
             sizes = (*x.shape, *x.stride(), x.storage_offset())
             if any(isinstance(s, torch.SymInt) for s in sizes):
-                raise NotImplementedError(
-                    "smelt: precompile (aot_compile) of a graph with symbolic sizes is not supported yet; "
-                    "compile it with dynamic=False")
+                raise NotImplementedError(_SYMBOLIC_SIZES)
             return InputSpec(tuple(x.shape), tuple(x.stride()), x.storage_offset(), x.dtype, str(x.device),
                              x.requires_grad, x.is_leaf)
         if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise NotImplementedError(
-                "smelt: precompile (aot_compile) of a graph with symbolic sizes is not supported yet; "
-                "compile it with dynamic=False")
+            raise NotImplementedError(_SYMBOLIC_SIZES)
         return InputSpec(None, None, 0, None, None, False, value=x)
 
     def make(self, fake_mode):
