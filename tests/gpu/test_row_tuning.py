@@ -29,8 +29,9 @@ def test_a_residual_layer_norm_is_tuned_once_and_matches_eager(tmp_path, monkeyp
         actual = torch.compile(_residual_norm, backend="smelt")(x, residual, w, b)
     torch.testing.assert_close(actual, _residual_norm(x, residual, w, b), atol=3e-2, rtol=2e-2)
     sources = [s for g in observe.compiled_graphs() for s in g.kernel_sources.values()]
-    assert any("autotuned over 5 configs" in s for s in sources), sources
-    assert len(timed) == 5 and glob.glob(os.path.join(tmp_path, "autotune", "*.json"))
+    # 4 rows a program at 4, 2 and 1 warps, one row a program at 1 (test_autotune.py's row candidates)
+    assert any("autotuned over 4 configs" in s for s in sources), sources
+    assert len(timed) == 4 and glob.glob(os.path.join(tmp_path, "autotune", "*.json"))
 
     torch._dynamo.reset()  # a new compile of the same kernel reads the choice from disk
     timed.clear()
