@@ -1,5 +1,6 @@
 """Programs eager runs that smelt must run the same way: data-dependent sizes, integer
 arithmetic, special values, output strides, out-of-range scalars and indices."""
+import functools
 import re
 
 import pytest
@@ -217,6 +218,41 @@ def test_what_eager_refuses_is_refused(compile_fn, case):
     torch._dynamo.reset()
     with pytest.raises((RuntimeError, IndexError, ZeroDivisionError), match=re.escape(str(eager.value))):
         compile_fn(fn)(x)
+
+
+# A number past a floating dtype's range: eager raises in each of these but the half-float where,
+# whose decomposition is the same as masked_fill's (smelt gave inf for every one of them).
+PAST_THE_RANGE = {
+    "masked_fill": lambda x, v: x.masked_fill(x > 0, v), "fill": lambda x, v: x.clone().fill_(v),
+    "full_like": lambda x, v: torch.full_like(x, v) + x, "full": lambda x, v: torch.full((3,), v, dtype=x.dtype) + x,
+    "index_fill": lambda x, v: x.index_fill(0, torch.tensor([0, 2], device=x.device), v),
+    "new_full": lambda x, v: x.new_full((2,), v) + 1, "clamp": lambda x, v: x.clamp(max=v),
+    "pad_value": lambda x, v: torch.nn.functional.pad(x, (1, 1), value=v), "where": lambda x, v: torch.where(x > 0, x, v),
+}
+
+
+@pytest.mark.parametrize("dtype, value", [(torch.float16, 70000.0), (torch.float32, -1e39)], ids=["float16", "float32"])
+@pytest.mark.parametrize("case", PAST_THE_RANGE)
+def test_a_number_past_a_float_dtype_is_refused_where_eager_refuses_it(compile_fn, case, dtype, value):
+    fn = functools.partial(PAST_THE_RANGE[case], v=value)
+    x = torch.tensor([1.0, -3.0, 100.0], dtype=dtype)
+    torch._dynamo.reset()
+    try:
+        expected = fn(x)
+    except RuntimeError as eager:
+        with pytest.raises(RuntimeError, match=re.escape(str(eager))):
+            compile_fn(fn)(x)
+    else:
+        assert torch.equal(compile_fn(fn)(x), expected)
+
+
+def test_a_fill_of_one_element_is_eagers_inf(compile_fn):
+    # Eager's CPU fill of one element skips the range check it makes on more: the refusal's
+    # stand-ins keep a size-1 dim at one element, so this is not refused.
+    fn = lambda x: x + torch.full((1,), 70000.0, dtype=torch.float16)  # noqa: E731
+    x = torch.ones(1, dtype=torch.float16)
+    torch._dynamo.reset()
+    assert torch.equal(compile_fn(fn)(x), fn(x))
 
 
 def test_symbolic_scalars_are_not_checked_against_eager(compile_fn):

@@ -5,10 +5,13 @@ empty dim. smelt would compute a value (1000 wrapped to -24); it raises eager's 
 
 Eager's checks are quirky (127.9 does not fit int8 in `full`, -1 fits uint8), so rather than restate
 them, each such op runs once in eager on stand-ins of its tensors: the same dtypes, rank and device
-(eager's CUDA kernels divide integers by 0 without a check), one element along each dim (none along
-an empty one). An op with a symbolic scalar is left alone: running it would guard on the symbol.
+(eager's CUDA kernels divide integers by 0 without a check), two elements along each dim (one along a
+dim of one, none along an empty one). An op with a symbolic scalar is left alone: running it would
+guard on the symbol.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -25,7 +28,7 @@ CHECKED = {
     *(_BY_A_NUMBER := {aten.div.Tensor_mode, aten.remainder.Scalar, aten.fmod.Scalar, aten.floor_divide.default}),
 }
 _SIZED = {aten.full.default: 0}  # ops whose size argument is a list, by its position
-_PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's one element would raise: pads only
+_PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's elements would raise: pads only
 
 
 def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
@@ -53,8 +56,9 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
 
 
 def _may_refuse(node: torch.fx.Node) -> bool:
-    """Only integer, bool and half-float values or empty dims meet eager's checks; a division only by
-    a number (an integer one by 0 raises ZeroDivisionError), as a tensor's stand-in would be 0."""
+    """Only integer, bool and half-float values, float32 ones beside a number past float32's range,
+    or empty dims meet eager's checks; a division only by a number (an integer one by 0 raises
+    ZeroDivisionError), as a tensor's stand-in would be 0."""
     if node.target in _BY_A_NUMBER and not (len(node.args) > 1 and isinstance(node.args[1], (int, float))):
         return False
     values = [a.meta.get("val") for a in node.all_input_nodes] + [node.meta.get("val")]
@@ -62,8 +66,22 @@ def _may_refuse(node: torch.fx.Node) -> bool:
     tensors += [v for v in values if isinstance(v, (tuple, list)) for v in v if isinstance(v, torch.Tensor)]
     if not tensors:
         return False
-    return any(t.dtype not in (torch.float32, torch.float64) or any(_small(s) == 0 for s in t.shape)
-               for t in tensors)
+    checked = (torch.float64,) if _past_float32(node) else (torch.float32, torch.float64)
+    return any(t.dtype not in checked or any(_small(s) == 0 for s in t.shape) for t in tensors)
+
+
+def _past_float32(node: torch.fx.Node) -> bool:
+    """Whether a number among node's arguments is finite and past float32's range (eager's
+    `torch.full((2,), 1e39)` raises; a fill of it computed inf)."""
+    largest = torch.finfo(torch.float32).max
+    for a in (*node.args, *node.kwargs.values()):
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            try:
+                if math.isfinite(float(a)) and abs(float(a)) > largest:
+                    return True
+            except OverflowError:
+                return True
+    return False
 
 
 def _stand_ins(node: torch.fx.Node):
@@ -93,5 +111,10 @@ def _stand_ins(node: torch.fx.Node):
 
 
 def _small(size) -> int:
-    """0 for a dim known to be empty, else 1 (a symbolic size included, without a guard on it)."""
-    return 0 if type(size) is int and size == 0 else 1
+    """0 for a dim known to be empty, 1 for one of size 1, else 2 (a symbolic size included, without a
+    guard on it: Dynamo specializes sizes 0 and 1). Not 1 everywhere: eager's CPU fill of a
+    one-element tensor skips the range check it makes on more (`full((2,), 70000.,
+    dtype=float16)` raises, `full((1,), ...)` gives inf)."""
+    if type(size) is int and size <= 1:
+        return size
+    return 2
