@@ -4,12 +4,12 @@ PyTorch's core-ATen decompositions, plus composite ops smelt would rather see as
 (softmax, layer_norm, ...) so that the parts fuse into one kernel.
 """
 import functools
-import math
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
+from .lowering.eager_refusals import refusing_numbers_eager_refuses
 from .runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward, smelt::avg_pool_backward)
 
 aten = torch.ops.aten
@@ -72,10 +72,6 @@ def decomposition_table() -> dict:
     for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_fill_.int_Scalar,
                aten.index_fill_.int_Tensor):
         table[op] = _counting_negative_from_end(table[op])
-    for op in (aten.masked_fill.Scalar, aten.masked_fill_.Scalar, aten.index_fill.int_Scalar,
-               aten.index_fill_.int_Scalar):
-        if op in table:
-            table[op] = _refusing_a_fill_past_the_dtype(table[op])
     for op in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[op] = functools.partial(_max_pool_backward_without_input, op)
     for op in (aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default):
@@ -89,6 +85,9 @@ def decomposition_table() -> dict:
         table[op] = functools.partial(_scatter_into_a_scalar_as_one_element, op)
     table[aten.pixel_unshuffle.default] = _pixel_unshuffle_keeping_empty(table[aten.pixel_unshuffle.default])
     table.pop(aten.smooth_l1_loss_backward.grad_input, None)  # torch's calls its own: eager's kernel runs
+    for op, decomposition in table.items():
+        if isinstance(op, torch._ops.OpOverload):
+            table[op] = refusing_numbers_eager_refuses(op, decomposition)
     return table
 
 
@@ -213,31 +212,6 @@ def _counting_negative_from_end(decomposition):
         _check_index_dtype(index, _INDEX_FILL_DTYPES)
         size = x.shape[dim] if x.ndim else 1
         return decomposition(x, dim, torch.where(index < 0, index + size, index), value)
-    return run
-
-
-# How eager's message names a floating dtype (c10's type names).
-_EAGER_FLOAT_NAMES = {torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float",
-                      torch.float64: "double"}
-
-
-def _refusing_a_fill_past_the_dtype(decomposition):
-    """masked_fill and index_fill of a number past the range of the tensor's floating dtype raise in
-    eager, which converts the number with a check; their decompositions fill through a scalar_tensor
-    and a where, which a half-float `torch.where(c, x, 70000.)` also makes and eager lets through as
-    inf, so lowering/eager_refusals.py cannot tell them apart: the check is made here, as c10 makes it
-    (a finite number below the lowest or above the largest finite value)."""
-    def run(x, *args, **kwargs):
-        value = kwargs.get("value", args[-1] if args else None)
-        if x.dtype in _EAGER_FLOAT_NAMES and isinstance(value, (int, float)) and not isinstance(value, bool):
-            largest = torch.finfo(x.dtype).max
-            try:
-                past = math.isfinite(float(value)) and abs(float(value)) > largest
-            except OverflowError:  # an int past float64's range
-                past = True
-            torch._check(not past, lambda: f"value cannot be converted to type {_EAGER_FLOAT_NAMES[x.dtype]} "
-                                           f"without overflow")
-        return decomposition(x, *args, **kwargs)
     return run
 
 

@@ -12,6 +12,7 @@ guard on the symbol.
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -27,6 +28,11 @@ CHECKED = {
     aten.max.default, aten.min.default, aten.constant_pad_nd.default,
     *(_BY_A_NUMBER := {aten.div.Tensor_mode, aten.remainder.Scalar, aten.fmod.Scalar, aten.floor_divide.default}),
 }
+# Ops whose number past a float range eager may or may not refuse, depending on the op a
+# decomposition made them of: a float32 scalar_tensor or where of 1e39 comes from where(c, x, 1e39)
+# (refused) and from nan_to_num(x, posinf=1e39) (not). They are let through, inf as computed.
+_AMBIGUOUS = {aten.scalar_tensor.default, aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther,
+              aten.where.Scalar}
 _SIZED = {aten.full.default: 0}  # ops whose size argument is a list, by its position
 _PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's elements would raise: pads only
 
@@ -34,7 +40,16 @@ _PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's elements w
 def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
     """Raise the error eager raises for the first node of `gm` it refuses, naming the node."""
     for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in CHECKED or not _may_refuse(node):
+        if node.op != "call_function":
+            continue
+        if node.target not in CHECKED:
+            # Any other op with a Scalar (an add's alpha, hardshrink's lambda, addcdiv's value), only
+            # beside a number past a float tensor's range: an ordinary call runs no stand-in.
+            if (isinstance(node.target, torch._ops.OpOverload) and node.target not in _AMBIGUOUS
+                    and _node_number_past_range(node)):
+                _raise_if_eager_overflows(node.target, *_values(node), f" in node {node.name}: {node.format_node()}")
+            continue
+        if not _may_refuse(node):
             continue
         try:
             with unset_fake_temporarily():  # AOTAutograd calls its compilers under its fake mode
@@ -55,6 +70,82 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
             raise refusal from None
 
 
+def refusing_numbers_eager_refuses(op, decomposition):
+    """op's decomposition, first raising eager's error where eager refuses a number argument past the
+    range of a floating tensor's dtype (`x.masked_fill(m, 70000.)` or `x.add(y, alpha=70000.)` on a
+    float16 x): eager converts an op's Scalar arguments to its compute type with a range check, its
+    meta kernels and torch's decompositions do not, and smelt computed inf. The parts lose which op
+    they came from (a float16 `torch.where(c, x, 70000.)`, which eager lets through, decomposes as
+    masked_fill does), so the check runs on the op itself: only when such a number is present, on
+    stand-ins of its tensors as refuse_as_eager runs, and only eager's overflow refusal counts."""
+    scalars = _scalar_arguments(op)
+
+    def run(*args, **kwargs):
+        # Only an op of the traced program: one a decomposition calls takes the decomposition's own
+        # numbers (nan_to_num's posinf, which eager does not check, reaches a where.ScalarSelf).
+        if _decomposing.depth == 0 and scalars and _has_number_past_range(scalars, args, kwargs):
+            _raise_if_eager_overflows(op, args, kwargs)
+        _decomposing.depth += 1
+        try:
+            return decomposition(*args, **kwargs)
+        finally:
+            _decomposing.depth -= 1
+    return run
+
+
+class _Depth(threading.local):
+    depth = 0
+
+
+_decomposing = _Depth()
+
+
+def _scalar_arguments(op) -> list[tuple[int, str]]:
+    """(position, name) of op's Scalar and Scalar? arguments."""
+    return [(k, a.name) for k, a in enumerate(op._schema.arguments) if str(a.type) in ("number", "Optional[number]")]
+
+
+def _has_number_past_range(scalars, args, kwargs) -> bool:
+    numbers = [args[k] if k < len(args) else kwargs.get(name) for k, name in scalars]
+    largest = min(_float_ranges(args, kwargs), default=None)
+    return largest is not None and any(_past(v, largest) for v in numbers)
+
+
+def _float_ranges(args, kwargs):
+    """The largest finite value of each floating tensor's dtype among the arguments."""
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                yield torch.finfo(t.dtype).max
+
+
+def _past(value, largest: float) -> bool:
+    """Whether value is a finite number of magnitude past `largest` (c10's overflow check)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value)) and abs(float(value)) > largest
+    except OverflowError:  # an int past float64's range
+        return True
+
+
+def _raise_if_eager_overflows(op, args, kwargs, where: str = " with these arguments") -> None:
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    def stand_in(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(stand_in(x) for x in a)
+        if isinstance(a, torch.Tensor):
+            return torch.zeros([_small(s) for s in a.shape], dtype=a.dtype, device=a.device)
+        return a
+    try:
+        with unset_fake_temporarily(), disable_proxy_modes_tracing():
+            op(*stand_in(args), **{k: stand_in(v) for k, v in kwargs.items()})
+    except RuntimeError as error:
+        if "without overflow" in str(error):
+            raise RuntimeError(f"{error} (eager refuses {op}{where})") from None
+
+
 def _may_refuse(node: torch.fx.Node) -> bool:
     """Only integer, bool and half-float values, float32 ones beside a number past float32's range,
     or empty dims meet eager's checks; a division only by a number (an integer one by 0 raises
@@ -66,8 +157,25 @@ def _may_refuse(node: torch.fx.Node) -> bool:
     tensors += [v for v in values if isinstance(v, (tuple, list)) for v in v if isinstance(v, torch.Tensor)]
     if not tensors:
         return False
-    checked = (torch.float64,) if _past_float32(node) else (torch.float32, torch.float64)
+    # A float32 scalar_tensor is left alone: nan_to_num's decomposition makes one of its posinf, which
+    # eager does not check (a masked_fill's is checked before decomposing, refusing_numbers_eager_refuses).
+    past = _past_float32(node) and node.target is not aten.scalar_tensor.default
+    checked = (torch.float64,) if past else (torch.float32, torch.float64)
     return any(t.dtype not in checked or any(_small(s) == 0 for s in t.shape) for t in tensors)
+
+
+def _values(node: torch.fx.Node) -> tuple[list, dict]:
+    """node's arguments with each node replaced by its traced value."""
+    def value(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+    return [value(a) for a in node.args], {k: value(v) for k, v in node.kwargs.items()}
+
+
+def _node_number_past_range(node: torch.fx.Node) -> bool:
+    scalars = _scalar_arguments(node.target)
+    return bool(scalars) and _has_number_past_range(scalars, *_values(node))
 
 
 def _past_float32(node: torch.fx.Node) -> bool:
