@@ -43,8 +43,8 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
         if node.op != "call_function":
             continue
         if node.target not in CHECKED:
-            # Any other op with a Scalar (an add's alpha, hardshrink's lambda, addcdiv's value), only
-            # beside a number past a float tensor's range: an ordinary call runs no stand-in.
+            # Any other op with a Scalar (an add's alpha), only beside a number past a float
+            # tensor's range: an ordinary call runs no stand-in.
             if (isinstance(node.target, torch._ops.OpOverload) and node.target not in _AMBIGUOUS
                     and _node_number_past_range(node)):
                 _raise_if_eager_overflows(node.target, *_values(node), f" in node {node.name}: {node.format_node()}")
@@ -130,20 +130,32 @@ def _past(value, largest: float) -> bool:
 
 
 def _raise_if_eager_overflows(op, args, kwargs, where: str = " with these arguments") -> None:
+    """Run op in eager on stand-ins of args' tensors and raise its overflow refusal, if it makes one;
+    arguments with a symbol are left alone (eager would guard on it)."""
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
     def stand_in(a):
         if isinstance(a, (list, tuple)):
             return type(a)(stand_in(x) for x in a)
-        if isinstance(a, torch.Tensor):
-            return torch.zeros([_small(s) for s in a.shape], dtype=a.dtype, device=a.device)
-        return a
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise _Symbolic
+        return _tensor_stand_in(a) if isinstance(a, torch.Tensor) else a
     try:
         with unset_fake_temporarily(), disable_proxy_modes_tracing():
             op(*stand_in(args), **{k: stand_in(v) for k, v in kwargs.items()})
+    except _Symbolic:
+        return
     except RuntimeError as error:
         if "without overflow" in str(error):
             raise RuntimeError(f"{error} (eager refuses {op}{where})") from None
+
+
+class _Symbolic(Exception):
+    pass
+
+
+def _tensor_stand_in(t: torch.Tensor) -> torch.Tensor:
+    return torch.zeros([_small(s) for s in t.shape], dtype=t.dtype, device=t.device)
 
 
 def _may_refuse(node: torch.fx.Node) -> bool:
@@ -181,15 +193,7 @@ def _node_number_past_range(node: torch.fx.Node) -> bool:
 def _past_float32(node: torch.fx.Node) -> bool:
     """Whether a number among node's arguments is finite and past float32's range (eager's
     `torch.full((2,), 1e39)` raises; a fill of it computed inf)."""
-    largest = torch.finfo(torch.float32).max
-    for a in (*node.args, *node.kwargs.values()):
-        if isinstance(a, (int, float)) and not isinstance(a, bool):
-            try:
-                if math.isfinite(float(a)) and abs(float(a)) > largest:
-                    return True
-            except OverflowError:
-                return True
-    return False
+    return any(_past(a, torch.finfo(torch.float32).max) for a in (*node.args, *node.kwargs.values()))
 
 
 def _stand_ins(node: torch.fx.Node):
@@ -203,7 +207,7 @@ def _stand_ins(node: torch.fx.Node):
         if isinstance(a, torch.fx.Node):
             val = a.meta.get("val")
             if isinstance(val, torch.Tensor):
-                return torch.zeros([_small(s) for s in val.shape], dtype=val.dtype, device=val.device)
+                return _tensor_stand_in(val)
             symbolic = True
             return None
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
