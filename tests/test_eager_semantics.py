@@ -247,6 +247,19 @@ def test_a_number_past_a_float_dtype_is_refused_where_eager_refuses_it(compile_f
         assert torch.equal(compile_fn(fn)(x), expected)
 
 
+@pytest.mark.parametrize("case", ["add_alpha", "sub_alpha", "addcmul"])
+def test_a_scalar_past_an_integer_dtype_is_refused_as_eager_refuses_it(compile_fn, case):
+    # The same check on integer tensors: smelt computed int8 sums of x * 1000, wrapped.
+    fn = {"add_alpha": lambda x: x.add(x, alpha=1000), "sub_alpha": lambda x: x.sub(x, alpha=1000),
+          "addcmul": lambda x: torch.addcmul(x, x, x, value=1000)}[case]
+    x = torch.tensor([1, 3, 100], dtype=torch.int8)
+    with pytest.raises(RuntimeError) as eager:
+        fn(x)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=re.escape(str(eager.value))):
+        compile_fn(fn)(x)
+
+
 def test_numbers_past_the_range_that_eager_accepts_are_not_refused(compile_fn):
     # A float16 where(c, x, 70000.) decomposes as masked_fill does, and eager gives inf; nan_to_num's
     # posinf is not range-checked (its decomposition makes the float32 scalar_tensor a float32

@@ -43,8 +43,8 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
         if node.op != "call_function":
             continue
         if node.target not in CHECKED:
-            # Any other op with a Scalar (an add's alpha), only beside a number past a float
-            # tensor's range: an ordinary call runs no stand-in.
+            # Any other op with a Scalar (an add's alpha), only beside a number past a tensor's
+            # dtype's range: an ordinary call runs no stand-in.
             if (isinstance(node.target, torch._ops.OpOverload) and node.target not in _AMBIGUOUS
                     and _node_number_past_range(node)):
                 _raise_if_eager_overflows(node.target, *_values(node), f" in node {node.name}: {node.format_node()}")
@@ -72,8 +72,8 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
 
 def refusing_numbers_eager_refuses(op, decomposition):
     """op's decomposition, first raising eager's error where eager refuses a number argument past the
-    range of a floating tensor's dtype (`x.masked_fill(m, 70000.)` or `x.add(y, alpha=70000.)` on a
-    float16 x): eager converts an op's Scalar arguments to its compute type with a range check, its
+    range of a tensor's dtype (`x.masked_fill(m, 70000.)` or `x.add(y, alpha=70000.)` on a float16 x,
+    `x.add(y, alpha=1000)` on an int8 one): eager converts an op's Scalar arguments to its compute type with a range check, its
     meta kernels and torch's decompositions do not, and smelt computed inf. The parts lose which op
     they came from (a float16 `torch.where(c, x, 70000.)`, which eager lets through, decomposes as
     masked_fill does), so the check runs on the op itself: only when such a number is present, on
@@ -107,16 +107,18 @@ def _scalar_arguments(op) -> list[tuple[int, str]]:
 
 def _has_number_past_range(scalars, args, kwargs) -> bool:
     numbers = [args[k] if k < len(args) else kwargs.get(name) for k, name in scalars]
-    largest = min(_float_ranges(args, kwargs), default=None)
+    largest = min(_dtype_ranges(args, kwargs), default=None)
     return largest is not None and any(_past(v, largest) for v in numbers)
 
 
-def _float_ranges(args, kwargs):
-    """The largest finite value of each floating tensor's dtype among the arguments."""
+def _dtype_ranges(args, kwargs):
+    """The largest finite value of each float or integer tensor's dtype among the arguments."""
     for a in (*args, *kwargs.values()):
         for t in (a if isinstance(a, (list, tuple)) else (a,)):
             if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
                 yield torch.finfo(t.dtype).max
+            elif isinstance(t, torch.Tensor) and not t.dtype.is_complex and t.dtype is not torch.bool:
+                yield torch.iinfo(t.dtype).max
 
 
 def _past(value, largest: float) -> bool:
