@@ -104,6 +104,21 @@ def depthwise_layers(model_name: str) -> list[tuple]:
     return found
 
 
+def layer_case(batch: int, c: int, h: int, w: int, k: int, s: int, p: int):
+    """A layer's bf16 channels-last input, weight, output and output gradient on the GPU, cuDNN's
+    weight gradient as a call, and the float64 reference gradient."""
+    x = torch.randn(batch, c, h, w, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    weight = torch.randn(c, 1, k, k, device="cuda", dtype=torch.bfloat16)
+    out = torch.nn.functional.conv2d(x, weight, stride=s, padding=p, groups=c)
+    grad = torch.randn_like(out).contiguous(memory_format=torch.channels_last)
+
+    def weight_gradient(*tensors):
+        return torch.ops.aten.convolution_backward(*tensors, None, [s, s], [p, p], [1, 1], False, [0, 0], c,
+                                                   [False, True, False])[1]
+    ref = weight_gradient(grad.double(), x.double(), weight.double())
+    return x, weight, out, grad, lambda: weight_gradient(grad, x, weight), ref
+
+
 def gpu_us(fn, flush: torch.Tensor, calls: int = 15) -> float:
     """Median over calls of fn's GPU time, L2 flushed before each (as in a model, where a layer's
     gradient and input were written long before): the calls are queued behind a sleeping kernel,
@@ -170,16 +185,7 @@ def main() -> None:
               f"cuDNN us / smelt us (chosen blocks) / best of sweep us (blocks); max error against float64 "
               f"(cuDNN's, smelt's)")
         for c, h, w, k, s, p in depthwise_layers(model_name):
-            x = torch.randn(args.batch, c, h, w, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-            weight = torch.randn(c, 1, k, k, device="cuda", dtype=torch.bfloat16)
-            out = torch.nn.functional.conv2d(x, weight, stride=s, padding=p, groups=c)
-            grad = torch.randn_like(out).contiguous(memory_format=torch.channels_last)
-
-            def cudnn():
-                return torch.ops.aten.convolution_backward(grad, x, weight, None, [s, s], [p, p], [1, 1], False,
-                                                           [0, 0], c, [False, True, False])[1]
-            ref = torch.ops.aten.convolution_backward(grad.double(), x.double(), weight.double(), None, [s, s], [p, p],
-                                                      [1, 1], False, [0, 0], c, [False, True, False])[1]
+            x, _, out, grad, cudnn, ref = layer_case(args.batch, c, h, w, k, s, p)
             chosen = choose_blocks(c, out.shape[3], args.batch * out.shape[2], k * k, sms)
             mine = run(grad, x, [k, k], [s, s], [p, p], torch.bfloat16)
             scale = ref.abs().max().item()
