@@ -23,6 +23,7 @@ from . import graph_cache, observe, precompile
 from .decompositions import decomposition_table
 from .graph_cache.dynamo_level import DynamoCacheSlot
 from .lowering.attention_masks import dense_attention_masks
+from .lowering.eager_refusals import refuse_numbers_as_eager
 from .lowering.handwritten_attention import handwritten_attention_to_sdpa
 from .lowering.frozen_weights import weight_indices
 from .lowering.fx_clones import drop_copies_before_layout_free_readers, drop_redundant_clones
@@ -199,6 +200,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs, settings: dic
         return cached
     if on_miss is not None:
         on_miss()
+    refuse_numbers_as_eager(gm)
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     if cuda:
         prepare_compiler()

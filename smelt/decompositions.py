@@ -9,7 +9,6 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
-from .lowering.eager_refusals import refusing_numbers_eager_refuses
 from .runtime import pool_backward  # noqa: F401  (registers smelt::max_pool_backward, smelt::avg_pool_backward)
 
 aten = torch.ops.aten
@@ -85,9 +84,6 @@ def decomposition_table() -> dict:
         table[op] = functools.partial(_scatter_into_a_scalar_as_one_element, op)
     table[aten.pixel_unshuffle.default] = _pixel_unshuffle_keeping_empty(table[aten.pixel_unshuffle.default])
     table.pop(aten.smooth_l1_loss_backward.grad_input, None)  # torch's calls its own: eager's kernel runs
-    for op, decomposition in table.items():
-        if isinstance(op, torch._ops.OpOverload):
-            table[op] = refusing_numbers_eager_refuses(op, decomposition)
     return table
 
 

@@ -229,6 +229,8 @@ PAST_THE_RANGE = {
     "pad_value": lambda x, v: torch.nn.functional.pad(x, (1, 1), value=v),
     "add_alpha": lambda x, v: x.add(x, alpha=v), "hardtanh": lambda x, v: torch.nn.functional.hardtanh(x, -abs(v), abs(v)),
     "threshold": lambda x, v: torch.nn.functional.threshold(x, 0.5, v),
+    "hardshrink": lambda x, v: torch.nn.functional.hardshrink(x, abs(v)),
+    "where": lambda x, v: torch.where(x > 0, x, v),
 }
 
 
@@ -262,8 +264,8 @@ def test_a_scalar_past_an_integer_dtype_is_refused_as_eager_refuses_it(compile_f
 
 def test_numbers_past_the_range_that_eager_accepts_are_not_refused(compile_fn):
     # A float16 where(c, x, 70000.) decomposes as masked_fill does, and eager gives inf; nan_to_num's
-    # posinf is not range-checked (its decomposition makes the float32 scalar_tensor a float32
-    # where(c, x, 1e39) also makes, which eager refuses: that one is let through, inf as computed).
+    # posinf is not range-checked, and its decomposition is a float32 where(c, x, 1e39)'s, which
+    # eager refuses (the case above): the program's own ops are checked before decomposing.
     for fn, x in ((lambda x: torch.where(x > 0, x, 70000.0), torch.tensor([1.0, -3.0], dtype=torch.float16)),
                   (lambda x: torch.nan_to_num(x / 0, posinf=1e39), torch.tensor([1.0, -3.0]))):
         torch._dynamo.reset()

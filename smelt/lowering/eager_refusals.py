@@ -12,7 +12,6 @@ guard on the symbol.
 from __future__ import annotations
 
 import math
-import threading
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -28,11 +27,6 @@ CHECKED = {
     aten.max.default, aten.min.default, aten.constant_pad_nd.default,
     *(_BY_A_NUMBER := {aten.div.Tensor_mode, aten.remainder.Scalar, aten.fmod.Scalar, aten.floor_divide.default}),
 }
-# Ops whose number past a float range eager may or may not refuse, depending on the op a
-# decomposition made them of: a float32 scalar_tensor or where of 1e39 comes from where(c, x, 1e39)
-# (refused) and from nan_to_num(x, posinf=1e39) (not). They are let through, inf as computed.
-_AMBIGUOUS = {aten.scalar_tensor.default, aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther,
-              aten.where.Scalar}
 _SIZED = {aten.full.default: 0}  # ops whose size argument is a list, by its position
 _PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's elements would raise: pads only
 
@@ -40,16 +34,7 @@ _PADS = {aten.constant_pad_nd.default: 1}  # a crop past a stand-in's elements w
 def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
     """Raise the error eager raises for the first node of `gm` it refuses, naming the node."""
     for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target not in CHECKED:
-            # Any other op with a Scalar (an add's alpha), only beside a number past a tensor's
-            # dtype's range: an ordinary call runs no stand-in.
-            if (isinstance(node.target, torch._ops.OpOverload) and node.target not in _AMBIGUOUS
-                    and _node_number_past_range(node)):
-                _raise_if_eager_overflows(node.target, *_values(node), f" in node {node.name}: {node.format_node()}")
-            continue
-        if not _may_refuse(node):
+        if node.op != "call_function" or node.target not in CHECKED or not _may_refuse(node):
             continue
         try:
             with unset_fake_temporarily():  # AOTAutograd calls its compilers under its fake mode
@@ -70,55 +55,57 @@ def refuse_as_eager(gm: torch.fx.GraphModule) -> None:
             raise refusal from None
 
 
-def refusing_numbers_eager_refuses(op, decomposition):
-    """op's decomposition, first raising eager's error where eager refuses a number argument past the
-    range of a tensor's dtype (`x.masked_fill(m, 70000.)` or `x.add(y, alpha=70000.)` on a float16 x,
-    `x.add(y, alpha=1000)` on an int8 one): eager converts an op's Scalar arguments to its compute type with a range check, its
-    meta kernels and torch's decompositions do not, and smelt computed inf. The parts lose which op
-    they came from (a float16 `torch.where(c, x, 70000.)`, which eager lets through, decomposes as
-    masked_fill does), so the check runs on the op itself: only when such a number is present, on
-    stand-ins of its tensors as refuse_as_eager runs, and only eager's overflow refusal counts."""
-    scalars = _scalar_arguments(op)
-
-    def run(*args, **kwargs):
-        # Only an op of the traced program: one a decomposition calls takes the decomposition's own
-        # numbers (nan_to_num's posinf, which eager does not check, reaches a where.ScalarSelf).
-        if _decomposing.depth == 0 and scalars and _has_number_past_range(scalars, args, kwargs):
-            _raise_if_eager_overflows(op, args, kwargs)
-        _decomposing.depth += 1
-        try:
-            return decomposition(*args, **kwargs)
-        finally:
-            _decomposing.depth -= 1
-    return run
-
-
-class _Depth(threading.local):
-    depth = 0
-
-
-_decomposing = _Depth()
+def refuse_numbers_as_eager(gm: torch.fx.GraphModule) -> None:
+    """Raise eager's error where an op of a Dynamo graph (the program's own calls, before any
+    decomposition) has a number past the range of its tensors' dtype that eager refuses to convert:
+    `x.masked_fill(m, 70000.)` or `x.add(y, alpha=70000.)` on a float16 x, `x.add(y, alpha=1000)` on
+    an int8 one, a float32 `torch.where(c, x, 1e39)`. Meta kernels and torch's decompositions skip
+    eager's check, and smelt computed inf or wrapped values. After decomposition the ops are no longer
+    told apart (a float16 where(c, x, 70000.), which eager accepts, is a masked_fill's ATen graph; a
+    float32 one, refused, is a nan_to_num(posinf=1e39)'s, accepted). Only a node with such a number
+    runs, once, in eager on stand-ins of its tensors; only eager's overflow error counts. Nodes with
+    sizes past SIZE_LIMIT or without a tensor are left to refuse_as_eager (a factory's sizes)."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        args, kwargs = _values(node)
+        ranges = list(_dtype_ranges(args, kwargs))
+        if not ranges or _sizes_past_limit(args, kwargs):
+            continue
+        numbers = [a for a in (*args, *kwargs.values()) if _past(a, min(ranges))]
+        if not numbers:
+            continue
+        if node.op == "call_method":
+            call = lambda self, *rest, **kw: getattr(self, node.target)(*rest, **kw)  # noqa: E731
+        else:
+            call = node.target
+        _raise_if_eager_overflows(call, args, kwargs, f" in {node.format_node()}")
 
 
-def _scalar_arguments(op) -> list[tuple[int, str]]:
-    """(position, name) of op's Scalar and Scalar? arguments."""
-    return [(k, a.name) for k, a in enumerate(op._schema.arguments) if str(a.type) in ("number", "Optional[number]")]
+SIZE_LIMIT = 64  # an int in a list argument past this may be a size: its stand-in run could be large
 
 
-def _has_number_past_range(scalars, args, kwargs) -> bool:
-    numbers = [args[k] if k < len(args) else kwargs.get(name) for k, name in scalars]
-    largest = min(_dtype_ranges(args, kwargs), default=None)
-    return largest is not None and any(_past(v, largest) for v in numbers)
+def _sizes_past_limit(args, kwargs) -> bool:
+    return any(isinstance(a, (list, tuple)) and any(type(x) is int and abs(x) > SIZE_LIMIT for x in a)
+               for a in (*args, *kwargs.values()))
 
 
 def _dtype_ranges(args, kwargs):
     """The largest finite value of each float or integer tensor's dtype among the arguments."""
     for a in (*args, *kwargs.values()):
         for t in (a if isinstance(a, (list, tuple)) else (a,)):
-            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
-                yield torch.finfo(t.dtype).max
-            elif isinstance(t, torch.Tensor) and not t.dtype.is_complex and t.dtype is not torch.bool:
-                yield torch.iinfo(t.dtype).max
+            if isinstance(t, torch.Tensor) and (largest := _largest(t.dtype)) is not None:
+                yield largest
+
+
+def _largest(dtype: torch.dtype) -> float | None:
+    """dtype's largest finite value; None for bool, complex and the bit and sub-byte types."""
+    if dtype.is_complex or dtype is torch.bool:
+        return None
+    try:
+        return float((torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)).max)
+    except (TypeError, RuntimeError, NotImplementedError):  # bits8, float4_e2m1fn_x2: no range to read
+        return None
 
 
 def _past(value, largest: float) -> bool:
@@ -131,8 +118,8 @@ def _past(value, largest: float) -> bool:
         return True
 
 
-def _raise_if_eager_overflows(op, args, kwargs, where: str = " with these arguments") -> None:
-    """Run op in eager on stand-ins of args' tensors and raise its overflow refusal, if it makes one;
+def _raise_if_eager_overflows(call, args, kwargs, where: str) -> None:
+    """Run call in eager on stand-ins of args' tensors and raise its overflow refusal, if it makes one;
     arguments with a symbol are left alone (eager would guard on it)."""
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
@@ -144,12 +131,12 @@ def _raise_if_eager_overflows(op, args, kwargs, where: str = " with these argume
         return _tensor_stand_in(a) if isinstance(a, torch.Tensor) else a
     try:
         with unset_fake_temporarily(), disable_proxy_modes_tracing():
-            op(*stand_in(args), **{k: stand_in(v) for k, v in kwargs.items()})
+            call(*stand_in(args), **{k: stand_in(v) for k, v in kwargs.items()})
     except _Symbolic:
         return
     except RuntimeError as error:
         if "without overflow" in str(error):
-            raise RuntimeError(f"{error} (eager refuses {op}{where})") from None
+            raise RuntimeError(f"{error} (eager refuses it{where})") from None
 
 
 class _Symbolic(Exception):
@@ -172,7 +159,7 @@ def _may_refuse(node: torch.fx.Node) -> bool:
     if not tensors:
         return False
     # A float32 scalar_tensor is left alone: nan_to_num's decomposition makes one of its posinf, which
-    # eager does not check (a masked_fill's is checked before decomposing, refusing_numbers_eager_refuses).
+    # eager does not check (the program's own ops were checked before decomposing, refuse_numbers_as_eager).
     past = _past_float32(node) and node.target is not aten.scalar_tensor.default
     checked = (torch.float64,) if past else (torch.float32, torch.float64)
     return any(t.dtype not in checked or any(_small(s) == 0 for s in t.shape) for t in tensors)
@@ -183,13 +170,10 @@ def _values(node: torch.fx.Node) -> tuple[list, dict]:
     def value(a):
         if isinstance(a, (list, tuple)):
             return type(a)(value(x) for x in a)
-        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        if isinstance(a, torch.fx.Node):
+            return a.meta.get("val", a.meta.get("example_value"))
+        return a
     return [value(a) for a in node.args], {k: value(v) for k, v in node.kwargs.items()}
-
-
-def _node_number_past_range(node: torch.fx.Node) -> bool:
-    scalars = _scalar_arguments(node.target)
-    return bool(scalars) and _has_number_past_range(scalars, *_values(node))
 
 
 def _past_float32(node: torch.fx.Node) -> bool:
