@@ -272,6 +272,25 @@ def test_numbers_past_the_range_that_eager_accepts_are_not_refused(compile_fn):
         assert torch.equal(compile_fn(fn)(x), fn(x))
 
 
+def test_the_range_check_leaves_index_errors_and_random_draws_to_the_program(compile_fn):
+    # The check runs an op with a number past its tensors' range on small stand-ins: an index that
+    # fits the real tensor but not a stand-in is no refusal, and a random op drawn there would move
+    # the program's random stream.
+    x = torch.arange(70010, dtype=torch.float16)
+    fn = lambda x: x[70000] * 2  # noqa: E731
+    torch._dynamo.reset()
+    assert torch.equal(compile_fn(fn)(x), fn(x))
+
+    from smelt.lowering.eager_refusals import refuse_numbers_as_eager
+    graphs = []
+    torch._dynamo.reset()
+    torch.compile(lambda x: x.clone().normal_(70000.0, 1.0),
+                  backend=lambda gm, inputs: graphs.append(gm) or gm)(torch.zeros(3, dtype=torch.float16))
+    state = torch.get_rng_state()
+    refuse_numbers_as_eager(graphs[0])
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_a_fill_of_one_element_is_eagers_inf(compile_fn):
     # Eager's CPU fill of one element skips the range check it makes on more: the refusal's
     # stand-ins keep a size-1 dim at one element, so this is not refused.

@@ -72,8 +72,7 @@ def refuse_numbers_as_eager(gm: torch.fx.GraphModule) -> None:
         ranges = list(_dtype_ranges(args, kwargs))
         if not ranges or _sizes_past_limit(args, kwargs):
             continue
-        numbers = [a for a in (*args, *kwargs.values()) if _past(a, min(ranges))]
-        if not numbers:
+        if not any(_past(a, min(ranges)) for a in (*args, *kwargs.values())):
             continue
         if node.op == "call_method":
             call = lambda self, *rest, **kw: getattr(self, node.target)(*rest, **kw)  # noqa: E731
@@ -119,8 +118,10 @@ def _past(value, largest: float) -> bool:
 
 
 def _raise_if_eager_overflows(call, args, kwargs, where: str) -> None:
-    """Run call in eager on stand-ins of args' tensors and raise its overflow refusal, if it makes one;
-    arguments with a symbol are left alone (eager would guard on it)."""
+    """Run call in eager on stand-ins of args' tensors and raise its overflow refusal, if it makes one.
+    Any other error is the stand-ins' own (`x[70000]` of a two-element stand-in), arguments with a
+    symbol are left alone (eager would guard on it), and the random generators' states are kept (a
+    `randint_like(x, 70000)` would draw from them)."""
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
     def stand_in(a):
@@ -129,13 +130,14 @@ def _raise_if_eager_overflows(call, args, kwargs, where: str) -> None:
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise _Symbolic
         return _tensor_stand_in(a) if isinstance(a, torch.Tensor) else a
+    gpus = sorted({t.device.index or 0 for a in (*args, *kwargs.values())
+                   for t in (a if isinstance(a, (list, tuple)) else (a,))
+                   if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
     try:
-        with unset_fake_temporarily(), disable_proxy_modes_tracing():
+        with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch.random.fork_rng(devices=gpus):
             call(*stand_in(args), **{k: stand_in(v) for k, v in kwargs.items()})
-    except _Symbolic:
-        return
-    except RuntimeError as error:
-        if "without overflow" in str(error):
+    except Exception as error:  # noqa: BLE001 (see above: only the overflow refusal counts)
+        if isinstance(error, RuntimeError) and "without overflow" in str(error):
             raise RuntimeError(f"{error} (eager refuses it{where})") from None
 
 
