@@ -66,7 +66,9 @@ def refuse_numbers_as_eager(gm: torch.fx.GraphModule) -> None:
     runs, once, in eager on stand-ins of its tensors; only eager's overflow error counts. Nodes with
     sizes past SIZE_LIMIT or without a tensor are left to refuse_as_eager (a factory's sizes)."""
     for node in gm.graph.nodes:
-        if node.op not in ("call_function", "call_method"):
+        # Every compile walks this: a node without a number past the smallest range reads nothing more.
+        if node.op not in ("call_function", "call_method") or not any(
+                _past(a, _SMALLEST_RANGE) for a in (*node.args, *node.kwargs.values())):
             continue
         args, kwargs = _values(node)
         ranges = list(_dtype_ranges(args, kwargs))
@@ -81,6 +83,7 @@ def refuse_numbers_as_eager(gm: torch.fx.GraphModule) -> None:
         _raise_if_eager_overflows(call, args, kwargs, f" in {node.format_node()}")
 
 
+_SMALLEST_RANGE = 127  # int8's largest value, the least of any dtype with a range (_largest)
 SIZE_LIMIT = 64  # an int in a list argument past this may be a size: its stand-in run could be large
 
 
